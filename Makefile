@@ -1,0 +1,36 @@
+# The two set-up commands of the README: `make demo` and `make test`. Each makes its own venv.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch 2.13.0 is the CPU build on this project's machines; never pull a CUDA build into CI.
+TORCH ?= torch==2.13.0
+STEPS ?= 3
+
+.PHONY: demo test lint typecheck venv clean
+
+$(BIN)/activate:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev,fast-gzip]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(BIN)/opscope demo --steps $(STEPS)
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

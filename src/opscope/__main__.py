@@ -1,0 +1,3 @@
+from opscope.cli.app import _console_main
+
+_console_main()

@@ -1,0 +1,1 @@
+"""Rules that turn analysis results into findings, and their on-device verification."""

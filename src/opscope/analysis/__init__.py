@@ -1,0 +1,1 @@
+"""Analyses: pure functions ``Profile -> Result``, registered by name."""

@@ -1,0 +1,1 @@
+"""The ``opscope`` command line: thin, parses arguments, calls the layers, maps errors."""

@@ -1,0 +1,183 @@
+"""The Profile: one immutable, serialisable, columnar view of a recorded run.
+
+A Profile is a bag of Polars DataFrames declared in :mod:`opscope.model.schema` plus a small JSON
+``meta`` dict. It never holds per-event Python objects. Readers build it; everything downstream
+only reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from opscope.model import schema
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every table of one profile (one or many ranks), plus metadata.
+
+    ``meta`` keys in use:
+
+    - ``format``: ``"kineto"`` or ``"ascend"`` (``"mixed"`` when ranks differ)
+    - ``sources``: list of the files/directories read
+    - ``ranks``: sorted list of rank ids
+    - ``oddities``: ``{reason: count}`` of tolerated odd input (bad fields, clamped durations...)
+    - ``salvaged``: ``{"events": n, "reason": str}`` when a truncated input was salvaged
+    - ``trace_meta``: per-rank dict of the trace's own top-level metadata (secrets redacted)
+    - ``run``: the run directory's ``run.json`` when loaded from one
+    """
+
+    events: pl.DataFrame = field(default_factory=lambda: schema.empty("events"))
+    flows: pl.DataFrame = field(default_factory=lambda: schema.empty("flows"))
+    stacks: pl.DataFrame = field(default_factory=lambda: schema.empty("stacks"))
+    memory: pl.DataFrame = field(default_factory=lambda: schema.empty("memory"))
+    counters: pl.DataFrame = field(default_factory=lambda: schema.empty("counters"))
+    steps: pl.DataFrame = field(default_factory=lambda: schema.empty("steps"))
+    kernel_metrics: pl.DataFrame = field(default_factory=lambda: schema.empty("kernel_metrics"))
+    devices: pl.DataFrame = field(default_factory=lambda: schema.empty("devices"))
+    threads: pl.DataFrame = field(default_factory=lambda: schema.empty("threads"))
+    metrics: pl.DataFrame = field(default_factory=lambda: schema.empty("metrics"))
+    modules: pl.DataFrame = field(default_factory=lambda: schema.empty("modules"))
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_tables(cls, meta: Mapping[str, Any] | None = None, **tables: pl.DataFrame) -> Profile:
+        """Build a Profile, conforming each given table to its declared schema."""
+        unknown = [t for t in tables if t not in schema.TABLES]
+        if unknown:
+            raise ValueError(f"unknown tables: {unknown}")
+        conformed = {name: schema.conform(name, df) for name, df in tables.items()}
+        return cls(meta=dict(meta or {}), **conformed)
+
+    def table(self, name: str) -> pl.DataFrame:
+        """The table called ``name`` (one of :data:`opscope.model.schema.TABLES`)."""
+        if name not in schema.TABLES:
+            raise KeyError(name)
+        df: pl.DataFrame = getattr(self, name)
+        return df
+
+    def with_tables(self, **tables: pl.DataFrame) -> Profile:
+        """A copy with some tables replaced (conformed to the schema)."""
+        conformed = {name: schema.conform(name, df) for name, df in tables.items()}
+        return replace(self, **conformed)  # type: ignore[arg-type]
+
+    def with_meta(self, **meta: Any) -> Profile:
+        """A copy with ``meta`` keys added or replaced."""
+        return replace(self, meta={**self.meta, **meta})
+
+    # Convenience views --------------------------------------------------------------------------
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """Host operators (``kind == "cpu_op"``)."""
+        return self.events.filter(pl.col("kind") == "cpu_op")
+
+    @property
+    def kernels(self) -> pl.DataFrame:
+        """Device work: kernels, memcpy, memset (not annotations)."""
+        return self.events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+
+    @property
+    def ranks(self) -> list[int]:
+        """Sorted rank ids present in the profile."""
+        r = self.meta.get("ranks")
+        if r is not None:
+            return [int(x) for x in r]
+        return sorted(int(x) for x in self.events.get_column("rank").unique().drop_nulls())
+
+    @property
+    def has_device(self) -> bool:
+        """True when the profile holds any device kernel / copy."""
+        return self.kernels.height > 0
+
+    # Serialisation ------------------------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write every table as Parquet plus ``meta.json`` into ``directory``, atomically.
+
+        The directory is written under a temporary name beside it and renamed into place, so a
+        reader never sees half of it.
+        """
+        target = Path(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            for name in schema.TABLES:
+                self.table(name).write_parquet(tmp / f"{name}.parquet", compression="zstd")
+            meta = {"schema_version": schema.SCHEMA_VERSION, **self.meta}
+            (tmp / "meta.json").write_text(json.dumps(meta, default=str))
+            if target.exists():
+                old = target.with_name(f".{target.name}.old.{os.getpid()}")
+                target.rename(old)
+                tmp.rename(target)
+                _rmtree(old)
+            else:
+                tmp.rename(target)
+        except BaseException:
+            _rmtree(tmp)
+            raise
+        return target
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str]) -> Profile:
+        """Read a Profile written by :meth:`save`. Raises ``ValueError`` on a version mismatch."""
+        d = Path(directory)
+        meta = json.loads((d / "meta.json").read_text())
+        version = meta.pop("schema_version", None)
+        if version != schema.SCHEMA_VERSION:
+            raise ValueError(f"{d}: schema version {version}, expected {schema.SCHEMA_VERSION}")
+        tables = {name: pl.read_parquet(d / f"{name}.parquet") for name in schema.TABLES}
+        return cls(meta=meta, **tables)
+
+
+def concat(profiles: list[Profile], meta: Mapping[str, Any] | None = None) -> Profile:
+    """Join profiles of different ranks into one, renumbering event ids so they stay unique.
+
+    Each input's ``rank`` columns must already hold its rank. Id columns (``id``, ``parent_id``,
+    ``launch_id``, ``op_id``, ``fwd_id``, flow ``src_id``/``dst_id``, memory ``op_id``,
+    kernel_metrics ``event_id``) are offset; stack ids are offset likewise.
+    """
+    if not profiles:
+        return Profile.from_tables(meta=meta)
+    event_ids = ["id", "parent_id", "launch_id", "op_id", "fwd_id"]
+    out: dict[str, list[pl.DataFrame]] = {name: [] for name in schema.TABLES}
+    ev_off = 0
+    st_off = 0
+    for p in profiles:
+        ev = p.events.with_columns([pl.col(c) + ev_off for c in event_ids])
+        ev = ev.with_columns(pl.col("stack_id") + st_off)
+        out["events"].append(ev)
+        out["flows"].append(
+            p.flows.with_columns(pl.col("src_id") + ev_off, pl.col("dst_id") + ev_off)
+        )
+        out["memory"].append(p.memory.with_columns(pl.col("op_id") + ev_off))
+        out["kernel_metrics"].append(p.kernel_metrics.with_columns(pl.col("event_id") + ev_off))
+        out["stacks"].append(p.stacks.with_columns(pl.col("stack_id") + st_off))
+        for name in ("counters", "steps", "devices", "threads", "metrics", "modules"):
+            out[name].append(p.table(name))
+        ev_off += p.events.height
+        if p.stacks.height:
+            st_off += int(p.stacks.get_column("stack_id").max()) + 1  # type: ignore[arg-type]
+    tables = {name: pl.concat(dfs, how="vertical") for name, dfs in out.items()}
+    tables["modules"] = tables["modules"].unique(maintain_order=True)
+    merged_meta: dict[str, Any] = {}
+    for p in profiles:
+        for k, v in p.meta.items():
+            merged_meta.setdefault(k, v)
+    merged_meta["ranks"] = sorted({r for p in profiles for r in p.ranks})
+    merged_meta.update(meta or {})
+    return Profile(meta=merged_meta, **tables)
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Recording: the only layer that imports torch (lazily)."""

@@ -1,0 +1,1 @@
+"""Renderers: each turns results into one format (terminal, JSON, Markdown, HTML)."""
