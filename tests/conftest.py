@@ -1,0 +1,30 @@
+"""Shared fixtures. Real traces come from ../shared/traces and tests skip when it is absent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_TRACES = Path(
+    os.environ.get(
+        "OPSCOPE_SHARED_TRACES", Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+    )
+)
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """The folder of real traces; skips the test when it is not there."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"shared traces not found at {SHARED_TRACES}")
+    return SHARED_TRACES
+
+
+def shared_trace(rel: str) -> Path:
+    """One shared trace by relative path; skips when absent."""
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    return p
