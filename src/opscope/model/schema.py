@@ -85,6 +85,8 @@ EVENTS: Final[TableSchema] = {
     "stack_id": pl.Int64,  # op -> innermost stack entry (see ``stacks``)
     "module": pl.String,  # nn.Module path, e.g. "VisionModel/Sequential_0/Linear_11"
     "is_backward": pl.Boolean,  # op runs in the autograd engine (or is a kernel of such an op)
+    "op_type": pl.String,  # Ascend kernel_details "Type" (e.g. "MatMulV2"), null elsewhere
+    "core_type": pl.String,  # Ascend "Accelerator Core" (AI_CORE, AI_VECTOR_CORE, HCCL...)
 }
 
 # Flows as recorded (s/f pairs), resolved to event ids.
