@@ -1,0 +1,215 @@
+"""Our FLOP formulas against torch's own counters and hand computations."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from opscope.analysis.flops import ascend_kernel_cost, cost, op_costs
+
+torch = pytest.importorskip("torch")
+
+
+def _events_from_chrome(path: Path) -> tuple[pl.DataFrame, dict[int, int]]:
+    """cpu_op rows as the events table would hold them, and torch's flops by External id."""
+    data = json.loads(path.read_text())
+    rows = []
+    for i, e in enumerate(data["traceEvents"]):
+        if e.get("cat") != "cpu_op":
+            continue
+        a = e.get("args", {})
+        dumps = lambda v: None if v is None else json.dumps(v, separators=(",", ":"))
+        rows.append(
+            {
+                "id": i,
+                "name": e["name"],
+                "input_dims": dumps(a.get("Input Dims")),
+                "input_types": dumps(a.get("Input type")),
+                "concrete_inputs": dumps(a.get("Concrete Inputs")),
+            }
+        )
+    return pl.DataFrame(rows), {}
+
+
+def test_flops_equal_torch_with_flops(tmp_path: Path) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+    img = torch.randn(2, 3, 9, 9)
+    x = torch.randn(4, 8, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as p:
+        torch.mm(torch.randn(5, 6), torch.randn(6, 7))
+        torch.addmm(torch.randn(5, 7), torch.randn(5, 6), torch.randn(6, 7))
+        torch.bmm(torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+        torch.baddbmm(torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+        conv(img)
+        torch.nn.functional.linear(x, torch.randn(32, 16), torch.randn(32))
+        _ = x + x
+        _ = x * x
+    trace = tmp_path / "t.json"
+    p.export_chrome_trace(str(trace))
+    # torch's per-call counts, in call order per op name
+    theirs: dict[str, list[int]] = {}
+    for ev in p.events():
+        if ev.flops:
+            theirs.setdefault(ev.name, []).append(int(ev.flops))
+    assert {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::conv2d"} <= set(theirs)
+
+    events, _ = _events_from_chrome(trace)
+    costs = events.join(op_costs(events), on="id").sort("id")
+    checked = 0
+    for name, counts in theirs.items():
+        ours = costs.filter(pl.col("name") == name).get_column("flops").to_list()
+        # ours costs every call of the op; torch counts the same calls
+        assert sorted(ours) == sorted(counts), name
+        checked += len(counts)
+    assert checked >= 8
+
+
+def test_conv_formula_against_nested_loops() -> None:
+    # 1-d, 2-d and 3-d convolutions, strided, padded, dilated and grouped: count MACs by
+    # walking every output element and every weight tap that lands inside the padded input.
+    def macs(
+        n: int, c: int, sp: list[int], co: int, k: list[int], s: int, p: int, d: int, g: int
+    ) -> int:
+        out = [(i + 2 * p - d * (kk - 1) - 1) // s + 1 for i, kk in zip(sp, k, strict=True)]
+        total = 0
+        for o_idx in range(math.prod(out)):
+            _ = o_idx
+            total += (c // g) * math.prod(k)  # every tap counts, padding included (dense conv)
+        return n * co * total
+
+    cases = [
+        ("aten::conv1d", [2, 4, 17], [6, 4, 3], 2, 1, 1, 1),
+        ("aten::conv2d", [1, 6, 11, 9], [8, 3, 3, 2], 1, 2, 2, 2),
+        ("aten::conv3d", [1, 2, 5, 6, 7], [3, 2, 2, 3, 2], 2, 0, 1, 1),
+    ]
+    for name, xs, ws, s, p, d, g in cases:
+        nd = len(xs) - 2
+        concrete = ["", "", "", str([s] * nd), str([p] * nd), str([d] * nd), str(g)]
+        c = cost(
+            name,
+            json.dumps([xs, ws, [], [], [], [], []]),
+            json.dumps(["float"] * 2 + ["", "ScalarList", "ScalarList", "ScalarList", "Scalar"]),
+            json.dumps(concrete),
+        )
+        expected = 2 * macs(xs[0], xs[1], xs[2:], ws[0], ws[2:], s, p, d, g)
+        assert c.flops == expected, name
+        # and torch's own output shape gives the same count
+        fn = getattr(torch.nn.functional, name.split("::")[1])
+        y = fn(torch.zeros(xs), torch.zeros(ws), stride=s, padding=p, dilation=d, groups=g)
+        assert c.flops == 2 * y.numel() * (xs[1] // g) * math.prod(ws[2:])
+
+
+def test_flop_counter_mode_for_sdpa_matmul_and_conv_backward() -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    q = torch.randn(2, 3, 5, 8)
+    k = torch.randn(2, 3, 7, 8)
+    v = torch.randn(2, 3, 7, 4)
+    with FlopCounterMode(display=False) as fc:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    ours = cost(
+        "aten::scaled_dot_product_attention",
+        json.dumps([list(q.shape), list(k.shape), list(v.shape), [], [], []]),
+        json.dumps(["float"] * 3 + ["", "Scalar", "Scalar"]),
+        json.dumps(["", "", "", "", "0.", "False"]),
+    )
+    assert ours.flops == fc.get_total_flops()
+
+    a = torch.randn(3, 1, 4, 5)
+    b = torch.randn(6, 5, 2)
+    with FlopCounterMode(display=False) as fc:
+        torch.matmul(a, b)
+    ours = cost("aten::matmul", json.dumps([[3, 1, 4, 5], [6, 5, 2]]), '["float","float"]', None)
+    assert ours.flops == fc.get_total_flops()
+    # torch's counter has no formula for dot: 5 multiplies + 5 adds by hand
+    assert cost("aten::matmul", "[[5],[5]]", '["float","float"]', None).flops == 2 * 5
+    # nor for matrix @ vector (mv): 2 batches x 4 rows x 5 MACs
+    assert cost("aten::matmul", "[[2,4,5],[5]]", '["float","float"]', None).flops == 2 * 2 * 4 * 5
+    for sa, sb in ([[5], [3, 5, 2]], [[7, 1, 3, 5], [2, 5, 4]]):
+        with FlopCounterMode(display=False) as fc:
+            torch.matmul(torch.randn(sa), torch.randn(sb))
+        ours = cost("aten::matmul", json.dumps([sa, sb]), '["float","float"]', None)
+        assert ours.flops == fc.get_total_flops(), (sa, sb)
+
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    y = torch.nn.functional.conv2d(x, w, padding=1)
+    g = torch.ones_like(y)
+    with FlopCounterMode(display=False) as fc:
+        y.backward(g)
+    ours = cost(
+        "aten::convolution_backward",
+        json.dumps([list(g.shape), list(x.shape), list(w.shape), [], [], [], [], [], [], [], []]),
+        json.dumps(["float"] * 3 + [""] * 8),
+        json.dumps(
+            [
+                "",
+                "",
+                "",
+                "[0]",
+                "[1, 1]",
+                "[1, 1]",
+                "[1, 1]",
+                "False",
+                "[0, 0]",
+                "1",
+                "[True, True, False]",
+            ]
+        ),
+    )
+    assert ours.flops == fc.get_total_flops()
+
+
+def test_bytes_and_dtypes() -> None:
+    # bf16 mm [64,32] x [32,16]: reads both, writes [64,16], 2 bytes each
+    c = cost("aten::mm", "[[64,32],[32,16]]", '["c10::BFloat16","c10::BFloat16"]', None)
+    assert c.bytes == (64 * 32 + 32 * 16 + 64 * 16) * 2
+    assert c.dtype == "bf16" and c.roof == "matrix"
+    # broadcasting add, fp16: inputs [4,1,8] and [8] -> output [4,1,8]
+    c = cost("aten::add", "[[4,1,8],[8],[]]", '["c10::Half","c10::Half","Scalar"]', None)
+    assert c.flops == 32 and c.bytes == (32 + 8 + 32) * 2
+    # copy_ fp32 <- fp16: read 2 bytes, write 4 bytes per element, no FLOPs
+    c = cost("aten::copy_", "[[10,10],[10,10],[]]", '["float","c10::Half","Scalar"]', None)
+    assert c.flops == 0 and c.bytes == 100 * 4 + 100 * 2
+    # embedding: 30 ids of 8 bytes, 30 rows of 16 fp32 read and written
+    c = cost("aten::embedding", "[[1000,16],[3,10]]", '["float","long int"]', None)
+    assert c.bytes == 30 * 8 + 2 * 30 * 16 * 4
+    # Ascend dtype names
+    c = cost("aten::mul", "[[8,8],[8,8]]", '["FLOAT16","FLOAT16"]', None)
+    assert c.bytes == 3 * 64 * 2 and c.dtype == "fp16"
+    assert cost("aten::frobnicate", "[[2,2]]", '["float"]', None).flops is None
+
+
+def test_op_costs_groups_and_backward_from_forward() -> None:
+    ev = pl.DataFrame(
+        {
+            "id": [0, 1, 2, 3],
+            "name": ["aten::mm", "aten::mm", "MmBackward0", "aten::view"],
+            "input_dims": ["[[4,5],[5,6]]", "[[4,5],[5,6]]", "[[4,6]]", "[[4,6],[]]"],
+            "input_types": ['["float","float"]'] * 2 + ['["float"]', '["float","Scalar"]'],
+            "concrete_inputs": [None] * 4,
+            "fwd_id": [None, None, 1, None],
+        },
+        schema_overrides={"fwd_id": pl.Int64},
+    )
+    out = op_costs(ev).sort("id")
+    assert out.columns[:4] == ["id", "flops", "bytes", "formula"]
+    assert out.get_column("flops").to_list() == [240, 240, 480, None]
+    assert out.get_column("formula")[3] == "unknown"
+
+
+def test_ascend_kernel_matmul_and_conv() -> None:
+    # kernel_details.csv style: transposed A (shapes carry no flags), output given
+    c = ascend_kernel_cost("MatMulV2", '"8192,4096;8192,512"', "DT_BF16;DT_BF16", '"4096,512"')
+    assert c.flops == 2 * 4096 * 512 * 8192 and c.dtype == "bf16"
+    c = ascend_kernel_cost("BatchMatMulV2", "[[3,4,5],[3,5,6]]", '["FLOAT","FLOAT"]', None)
+    assert c.flops == 2 * 3 * 4 * 6 * 5
+    c = ascend_kernel_cost("Conv2D", '"32,3,224,224;64,3,11,11"', "FLOAT;FLOAT", '"32,64,55,55"')
+    assert c.flops == 2 * 32 * 64 * 55 * 55 * 3 * 11 * 11
