@@ -1138,17 +1138,19 @@ def ascend_kernel_cost(
 def ascend_kernel_costs(kernels: pl.DataFrame, type_col: str = "name") -> pl.DataFrame:
     """Costs of Ascend kernel rows: ``id, flops, bytes, formula, dtype, roof`` per input row.
 
-    The kernel type is read from ``args`` (``{"Type": "MatMulV2", "Output Shapes": ...}``) when
-    present, else from ``type_col`` (kernel names like ``aclnnMatmul_MatMulCommon_MatMulV2`` end
-    with the type). One evaluation per unique (type, shapes, dtypes, output shapes).
+    The kernel type is read from ``op_type`` (or ``args``'s ``"Type"``; ``"Output Shapes"`` from
+    ``args`` when present), else from ``type_col`` (kernel names like
+    ``aclnnMatmul_MatMulCommon_MatMulV2`` end with the type).
+    One evaluation per unique (type, shapes, dtypes, output shapes).
     """
     df = kernels
-    for c in ("input_dims", "input_types", "args"):
+    for c in ("input_dims", "input_types", "args", "op_type"):
         if c not in df.columns:
             df = df.with_columns(pl.lit(None, dtype=pl.String).alias(c))
     args = pl.col("args")
     df = df.with_columns(
         pl.coalesce(
+            pl.col("op_type").replace("N/A", None),
             args.str.json_path_match("$.Type").replace("N/A", None),
             pl.col(type_col).str.split("_").list.last(),
         ).alias("_type"),
