@@ -1,0 +1,373 @@
+"""Roofline figures per operator call and per (name, input shapes, dtypes) group.
+
+The unit is the *outermost costed operator*: an op with a formula in :mod:`opscope.analysis.flops`
+none of whose ancestors has one (``aten::linear``, not the ``aten::addmm`` inside it), so nothing
+is counted twice. Its time is the device time of every kernel launched by it or its descendants
+(``op_id``) when the profile has a device, else its host duration.
+
+Bound classes (see ``docs/roofline.md``):
+
+- ``"latency"`` — a call shorter than :data:`LATENCY_NS`, or reaching less than
+  :data:`LATENCY_PCT` % of the roof that applies at its intensity: fixed costs (launch, sync,
+  ramp-up, tiny tiles), not the hardware's throughput, decide its time.
+- ``"compute"`` — intensity at or right of the ridge point (peak FLOP/s / peak bytes/s).
+- ``"memory"`` — left of the ridge point (and every bytes-only operator: copies, gathers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+import polars as pl
+
+from opscope.analysis.devices import DeviceSpec, resolve
+from opscope.analysis.flops import ascend_kernel_costs, op_costs
+from opscope.analysis.registry import Options, Result, analysis
+from opscope.model import Profile
+
+# A kernel launch costs ~2-5 µs of host/driver work and a few µs of ramp-up on the device; below
+# this a call's time says nothing about throughput.
+LATENCY_NS: Final = 5_000
+# Reaching under this share of the roof that applies means something other than the roof
+# (launch gaps inside the op, tiny grids, synchronisation) sets the time.
+LATENCY_PCT: Final = 10.0
+# Hardware counters of Ascend kernels worth carrying (duration-weighted mean per group).
+PMU_METRICS: Final = (
+    "aic_mac_ratio",
+    "aic_mte2_ratio",
+    "aic_fixpipe_ratio",
+    "aiv_vec_ratio",
+    "aiv_mte2_ratio",
+    "cube_utilization(%)",
+)
+_GROUP: Final = ("name", "input_dims", "input_types")
+_DEVICE_KINDS: Final = ("kernel", "memcpy", "memset")
+
+
+@dataclass(frozen=True)
+class RooflineResult(Result):
+    """``calls``: one row per outermost costed op call; ``groups``: per (name, shapes, dtypes),
+    sorted by time; ``kernel_groups``: Ascend kernels costed from their own shapes (may be empty).
+    ``device``/``peaks_note``: which peaks were used and where they come from."""
+
+    calls: pl.DataFrame
+    groups: pl.DataFrame
+    kernel_groups: pl.DataFrame
+    device: str | None
+    peaks_note: str
+    time_source: str  # "device" or "host"
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The report's ``"roofline"`` list, one entry per group (ops, then Ascend kernels)."""
+        out: list[dict[str, Any]] = []
+        for df in (self.groups, self.kernel_groups):
+            for r in df.iter_rows(named=True):
+                out.append(
+                    {
+                        "name": r["name"],
+                        "input_shapes": _decode(r["input_dims"]),
+                        "dtypes": _decode(r["input_types"]),
+                        "calls": r["calls"],
+                        "time_us": r["time_ns"] / 1e3 if r["time_ns"] is not None else None,
+                        "flops": r["flops"],
+                        "torch_flops": r.get("torch_flops"),
+                        "bytes": r["bytes"],
+                        "intensity": r["intensity"],
+                        "achieved_tflops": r["achieved_tflops"],
+                        "achieved_gbps": r["achieved_gbps"],
+                        "pct_of_peak": r["pct_of_peak"],
+                        "bound": r["bound"],
+                        "formula": r["formula"],
+                        **{m: r[m] for m in PMU_METRICS if m in r},
+                    }
+                )
+        return out
+
+    def to_markdown(self, top: int = 20) -> str:
+        """A Markdown table of the top groups by time."""
+        lines = [
+            f"Peaks: {self.peaks_note}. Time: {self.time_source}.",
+            "",
+            "| operator | input shapes | calls | time (µs) | GFLOP | MB | FLOP/B | TFLOP/s "
+            "| GB/s | % of peak | bound |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for df in (self.groups, self.kernel_groups):
+            for r in df.head(top).iter_rows(named=True):
+                lines.append(
+                    f"| {r['name']} | {r['input_dims']} | {r['calls']} | "
+                    f"{_fmt(r['time_ns'], 1e-3)} | {_fmt(r['flops'], 1e-9)} | "
+                    f"{_fmt(r['bytes'], 1e-6)} | {_fmt(r['intensity'])} | "
+                    f"{_fmt(r['achieved_tflops'])} | {_fmt(r['achieved_gbps'])} | "
+                    f"{_fmt(r['pct_of_peak'])} | {r['bound'] or '?'} |"
+                )
+        return "\n".join(lines) + "\n"
+
+
+def _fmt(v: float | int | None, scale: float = 1.0) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    x = v * scale
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def _decode(s: str | None) -> Any:
+    if s is None:
+        return None
+    try:
+        return msgspec.json.decode(s)
+    except msgspec.DecodeError:
+        return s
+
+
+def device_of(profile: Profile, options: Options) -> tuple[DeviceSpec | None, str | None, str]:
+    """The peaks for the profile's device (``options.device_name`` overrides the table)."""
+    name: str | None = options.device_name
+    vendor: str | None = None
+    cu: int | None = None
+    mem: int | None = None
+    dev = profile.devices
+    if name is None and dev.height:
+        gpu = dev.filter(pl.col("vendor").fill_null("") != "cpu")
+        row = (gpu if gpu.height else dev).row(0, named=True)
+        name, vendor, cu, mem = (
+            row["name"],
+            row["vendor"],
+            row["compute_units"],
+            row["memory_bytes"],
+        )
+    if name is None and not profile.has_device:
+        vendor = "cpu"
+    spec, note = resolve(name, vendor=vendor, compute_units=cu, memory_bytes=mem)
+    return spec, name, note
+
+
+def _owners(ops: pl.DataFrame, costed: pl.Series) -> pl.DataFrame:
+    """``id -> owner``: the outermost costed op among each op and its op ancestors."""
+    base = ops.select("id", "parent_id", pl.col("depth").fill_null(0)).with_columns(
+        costed.alias("costed")
+    )
+    known = pl.DataFrame(schema={"id": pl.Int64, "owner": pl.Int64})
+    parts: list[pl.DataFrame] = []
+    # one join per nesting level (tens), not per op: parents are always one level up
+    for d in sorted(base.get_column("depth").unique().to_list()):
+        level = base.filter(pl.col("depth") == d)
+        level = level.join(
+            known.rename({"id": "parent_id", "owner": "p_owner"}), on="parent_id", how="left"
+        ).with_columns(
+            pl.coalesce(
+                "p_owner", pl.when(pl.col("costed")).then(pl.col("id")).otherwise(None)
+            ).alias("owner")
+        )
+        part = level.select("id", "owner")
+        parts.append(part)
+        known = pl.concat([known, part])
+    return pl.concat(parts) if parts else known
+
+
+def _metrics(df: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
+    """Add intensity, achieved rates, % of peak and bound to rows with flops/bytes/time_ns."""
+    peaks = []
+    if spec is not None:
+        for dt, roof in df.select("dtype", "roof").unique().iter_rows():
+            peaks.append(
+                {"dtype": dt, "roof": roof, "peak_flops": spec.peak(dt, roof) if dt else None}
+            )
+    peak_df = pl.DataFrame(
+        peaks, schema={"dtype": pl.String, "roof": pl.String, "peak_flops": pl.Float64}
+    )
+    bw = spec.mem_bw if spec is not None else None
+    secs = pl.col("time_ns").cast(pl.Float64) / 1e9
+    df = df.join(peak_df, on=["dtype", "roof"], how="left", nulls_equal=True).with_columns(
+        (pl.col("flops") / pl.col("bytes")).alias("intensity"),
+        (pl.col("flops") / secs / 1e12).alias("achieved_tflops"),
+        (pl.col("bytes") / secs / 1e9).alias("achieved_gbps"),
+        pl.lit(bw, dtype=pl.Float64).alias("peak_bw"),
+    )
+    # at or right of the ridge point the compute roof applies, left of it the bandwidth roof
+    compute_side = (pl.col("roof") != "memory") & (
+        pl.col("intensity") >= pl.col("peak_flops") / pl.col("peak_bw")
+    )
+    pct = (
+        pl.when(compute_side)
+        .then(pl.col("achieved_tflops") * 1e12 / pl.col("peak_flops") * 100)
+        .otherwise(pl.col("achieved_gbps") * 1e9 / pl.col("peak_bw") * 100)
+    )
+    df = df.with_columns(
+        pl.when(pl.col("time_ns") > 0).then(pct).otherwise(None).alias("pct_of_peak"),
+        compute_side.alias("_compute_side"),
+    )
+    per_call = pl.col("time_ns") / pl.col("calls").cast(pl.Float64)
+    bound = (
+        pl.when(per_call < LATENCY_NS)
+        .then(pl.lit("latency"))
+        .when(pl.col("pct_of_peak").is_null())
+        .then(pl.lit(None, dtype=pl.String))
+        .when(pl.col("pct_of_peak") < LATENCY_PCT)
+        .then(pl.lit("latency"))
+        .when(pl.col("_compute_side"))
+        .then(pl.lit("compute"))
+        .otherwise(pl.lit("memory"))
+    )
+    return df.with_columns(bound.alias("bound")).drop("_compute_side", "peak_bw")
+
+
+def _pmu(profile: Profile, kernels: pl.DataFrame, key: str) -> pl.DataFrame | None:
+    """Duration-weighted mean of the Ascend PMU columns per ``key`` of ``kernels``."""
+    km = profile.kernel_metrics
+    if km.height == 0:
+        return None
+    km = km.filter(pl.col("metric").is_in(list(PMU_METRICS)))
+    if km.height == 0:
+        return None
+    wide = km.pivot(on="metric", index="event_id", values="value", aggregate_function="first")
+    j = kernels.select(pl.col("id").alias("event_id"), key, "dur_ns").join(wide, on="event_id")
+    present = [m for m in PMU_METRICS if m in wide.columns]
+    w = pl.col("dur_ns").cast(pl.Float64)
+    return j.group_by(key).agg(
+        [
+            ((pl.col(m) * w).sum() / w.filter(pl.col(m).is_not_null()).sum()).alias(m)
+            for m in present
+        ]
+    )
+
+
+@analysis("roofline")
+def roofline(profile: Profile, options: Options) -> RooflineResult:
+    """Roofline figures of every outermost costed op call, and per group."""
+    spec, dev_name, note = device_of(profile, options)
+    ev = profile.events
+    ops = ev.filter(pl.col("kind") == "cpu_op")
+    costs = op_costs(ops)
+    ops = ops.join(costs.rename({"flops": "our_flops", "bytes": "our_bytes"}), on="id", how="left")
+    costed = ops.get_column("our_flops").is_not_null() | ops.get_column("our_bytes").is_not_null()
+    owners = _owners(ops, costed)
+    ops = ops.join(owners, on="id", how="left")
+    kernels = ev.filter(pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null())
+    has_device = kernels.height > 0
+    kern = kernels.join(
+        ops.select(pl.col("id").alias("op_id"), "owner"), on="op_id", how="inner"
+    ).filter(pl.col("owner").is_not_null())
+    dev_time = kern.group_by("owner").agg(
+        pl.col("dur_ns").sum().alias("device_ns"), pl.len().alias("kernels")
+    )
+    torch_flops = (
+        ops.filter(pl.col("owner").is_not_null())
+        .group_by("owner")
+        .agg(pl.col("flops").sum().alias("torch_flops"), pl.col("flops").is_not_null().any())
+        .select(
+            "owner",
+            pl.when(pl.col("flops"))
+            .then(pl.col("torch_flops"))
+            .otherwise(None)
+            .alias("torch_flops"),
+        )
+    )
+    calls = (
+        ops.filter(pl.col("owner") == pl.col("id"))
+        .join(dev_time, left_on="id", right_on="owner", how="left")
+        .join(torch_flops, left_on="id", right_on="owner", how="left")
+        .with_columns(
+            pl.when(pl.col("device_ns").is_not_null())
+            .then(pl.lit("device"))
+            .otherwise(pl.lit("host"))
+            .alias("time_source"),
+            pl.coalesce("device_ns", "dur_ns").alias("time_ns"),
+            pl.col("kernels").fill_null(0),
+            pl.lit(1, dtype=pl.UInt32).alias("calls"),
+        )
+        .select(
+            "id", "rank", "step", "name", "input_dims", "input_types", "module",
+            pl.col("our_flops").alias("flops"), pl.col("our_bytes").alias("bytes"),
+            "torch_flops", "formula", "dtype", "roof", "time_ns", "time_source", "kernels",
+            "calls", "is_backward",
+        )
+    )  # fmt: skip
+    calls = _metrics(calls, spec)
+    groups = calls.group_by(list(_GROUP), maintain_order=True).agg(
+        pl.len().cast(pl.UInt32).alias("calls"),
+        pl.col("flops").sum().alias("flops"),
+        pl.col("bytes").sum().alias("bytes"),
+        pl.when(pl.col("torch_flops").is_not_null().any())
+        .then(pl.col("torch_flops").sum())
+        .otherwise(None)
+        .alias("torch_flops"),
+        pl.col("time_ns").sum().alias("time_ns"),
+        pl.col("kernels").sum().alias("kernels"),
+        pl.col("formula").first(),
+        pl.col("dtype").first(),
+        pl.col("roof").first(),
+        pl.col("time_source").first(),
+    )
+    groups = _metrics(groups.with_columns(pl.col("flops"), pl.col("bytes")), spec)
+    pmu = _pmu(profile, kern.with_columns(pl.col("owner")), "owner")
+    if pmu is not None:
+        per_group = (
+            calls.select("id", *_GROUP)
+            .join(pmu, left_on="id", right_on="owner")
+            .join(
+                calls.select("id", "time_ns"),
+                on="id",
+            )
+        )
+        present = [m for m in PMU_METRICS if m in pmu.columns]
+        w = pl.col("time_ns").cast(pl.Float64)
+        agg = per_group.group_by(list(_GROUP)).agg(
+            [((pl.col(m) * w).sum() / w.sum()).alias(m) for m in present]
+        )
+        groups = groups.join(agg, on=list(_GROUP), how="left", nulls_equal=True)
+    groups = groups.sort("time_ns", descending=True, nulls_last=True)
+    kernel_groups = _ascend_kernels(profile, spec)
+    return RooflineResult(
+        calls=calls,
+        groups=groups,
+        kernel_groups=kernel_groups,
+        device=dev_name,
+        peaks_note=note,
+        time_source="device" if has_device else "host",
+    )
+
+
+def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
+    """Ascend kernels that carry their own shapes, grouped by (type, shapes, dtypes)."""
+    k = profile.events.filter(
+        (pl.col("kind") == "kernel") & pl.col("input_dims").is_not_null()
+        & pl.col("op_type").is_not_null()
+    )  # fmt: skip
+    empty = pl.DataFrame(
+        schema={
+            "name": pl.String, "input_dims": pl.String, "input_types": pl.String,
+            "calls": pl.UInt32, "flops": pl.Int64, "bytes": pl.Int64, "time_ns": pl.Int64,
+            "formula": pl.String, "intensity": pl.Float64, "achieved_tflops": pl.Float64,
+            "achieved_gbps": pl.Float64, "pct_of_peak": pl.Float64, "bound": pl.String,
+        }
+    )  # fmt: skip
+    if k.height == 0:
+        return empty
+    costs = ascend_kernel_costs(k)
+    k = k.join(costs, on="id", how="left", suffix="_model").filter(
+        pl.col("flops_model").is_not_null() | pl.col("bytes_model").is_not_null()
+    )
+    if k.height == 0:
+        return empty
+    k = k.with_columns(pl.col("op_type").alias("kname"))
+    g = k.group_by("kname", "input_dims", "input_types", maintain_order=True).agg(
+        pl.len().cast(pl.UInt32).alias("calls"),
+        pl.col("flops_model").sum().alias("flops"),
+        pl.col("bytes_model").sum().alias("bytes"),
+        pl.col("dur_ns").sum().alias("time_ns"),
+        pl.col("formula").first(),
+        pl.col("dtype").first(),
+        pl.col("roof").first(),
+    )
+    g = _metrics(g.rename({"kname": "name"}), spec)
+    pmu = _pmu(profile, k.with_columns(pl.concat_str("op_type", "input_dims").alias("gk")), "gk")
+    if pmu is not None:
+        g = g.with_columns(pl.concat_str("name", "input_dims").alias("gk")).join(
+            pmu, on="gk", how="left"
+        )
+        g = g.drop("gk")
+    return g.sort("time_ns", descending=True)
