@@ -1,0 +1,1072 @@
+"""Compare two profiles: before/after op by op, iteration time, significance.
+
+:func:`compare` matches the rows of two profiles by operator, operator + input shapes, kernel,
+``nn.Module`` path and the user's source line, and says for each matched row how much faster or
+slower it got and whether that change is larger than the step-to-step noise.
+
+Time basis
+    When both profiles hold device kernels, rows are charged with *device* time: a kernel counts
+    for every operator that encloses its launch (inclusive, like ``key_averages``' device total),
+    for the module and the source line of the innermost operator that launched it, and for itself.
+    Otherwise rows are charged with *host* time: inclusive operator time for operator rows, self
+    time (minus child operators) for module and line rows so that nested operators of one module
+    are not counted twice.
+
+Steps
+    Each side's steps come from its ``steps`` table; if that is empty, from its ``ProfilerStep``
+    events; if it has none, the whole trace span is one step. Only events inside a step count.
+    When the two sides have different step counts every figure is a per-step average, otherwise
+    a total over the steps (``Comparison.normalisation`` says which).
+
+Significance (documented in ``docs/compare.md``)
+    A change is *significant* when the relative change is at least :data:`MIN_REL_CHANGE` and,
+    with at least :data:`MIN_STEPS` steps on each side, the shift of the per-step medians is
+    larger than :data:`NOISE_K` pooled scaled MADs of the per-step values (a robust
+    "difference exceeds k sigma of the step-to-step spread" rule that needs no distribution
+    assumption and is deterministic). With fewer steps a change of at least
+    :data:`MIN_REL_CHANGE` is *untested*; a smaller one is always noise.
+
+Matching that survives a fix
+    Kernels whose names have no counterpart (a CUDA trace against an Ascend one, a new GEMM
+    kernel) are matched through their host operator: the launching operator's name and module
+    (``match == "host op"``). Operator + shape rows whose exact shapes have no counterpart (the
+    fixed model's padded dims) are matched by operator name and source line (else module)
+    (``match == "shape changed"``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import polars as pl
+
+from opscope.analysis.registry import Result
+from opscope.errors import AnalysisError
+from opscope.model import Profile
+
+MIN_STEPS: Final = 3
+"""Steps needed on each side before a change is tested against the step-to-step noise."""
+
+NOISE_K: Final = 3.0
+"""A significant shift of the per-step medians exceeds this many pooled scaled MADs."""
+
+MAD_SCALE: Final = 1.4826
+"""Scales a median absolute deviation to a standard deviation for normally distributed data."""
+
+MIN_REL_CHANGE: Final = 0.02
+"""A change below 2 % of the larger side is noise whatever the spread (timer and jitter floor)."""
+
+HEAVY_TOP: Final = 10
+"""How many of the heaviest matched operators get achieved FLOP/s and bandwidth figures."""
+
+SUMMARY_ROWS: Final = 5
+"""How many matched operators with a significant change the summary names."""
+
+ROW_KINDS: Final = ("op", "op_shape", "kernel", "module", "line")
+
+_DEVICE_WORK: Final = ("kernel", "memcpy", "memset")
+_MAX_DEPTH: Final = 256  # bound on the ancestor walk; operator nesting is far shallower
+
+_ROW_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
+    "key": pl.String,
+    "kind": pl.String,
+    "match": pl.String,
+    "before_us": pl.Float64,
+    "after_us": pl.Float64,
+    "delta_us": pl.Float64,
+    "speedup": pl.Float64,
+    "calls_before": pl.Int64,
+    "calls_after": pl.Int64,
+    "significant": pl.Boolean,
+    "verdict": pl.String,
+    "noise_us": pl.Float64,
+}
+_ONE_SIDE_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
+    "key": pl.String,
+    "kind": pl.String,
+    "us": pl.Float64,
+    "calls": pl.Int64,
+}
+_SUMMARY_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
+    "metric": pl.String,
+    "before": pl.String,
+    "after": pl.String,
+    "change": pl.String,
+}
+
+
+@dataclass(frozen=True)
+class Comparison(Result):
+    """Before/after comparison of two profiles (see the module docstring for the rules).
+
+    Tables:
+
+    - ``sides``: one row per side — ``name, source, steps, step_source, step_median_us,
+      step_mad_us, step_min_us, step_max_us, samples_per_s, metrics_wall_us, device_busy_us,
+      device_idle_us, peak_mem_bytes``.
+    - ``rows``: matched rows — ``key, kind, match, before_us, after_us, delta_us, speedup,
+      calls_before, calls_after, significant, verdict, noise_us``; ``kind`` is one of
+      :data:`ROW_KINDS`, ``match`` is ``"exact"``, ``"shape changed"`` or ``"host op"``,
+      ``speedup = before / after`` (> 1 is faster), ``verdict`` is ``"gain"``, ``"loss"``,
+      ``"noise"`` or ``"untested"``. Sorted by ``|delta_us|``, largest first.
+    - ``added`` / ``removed``: rows only in the after / before profile — ``key, kind, us, calls``.
+    - ``roofline``: achieved FLOP/s and bandwidth of the heaviest matched operators —
+      ``key, before_tflops, after_tflops, before_gbps, after_gbps`` and, when the device peaks
+      are known, ``before_flops_util, after_flops_util, before_bw_util, after_bw_util``
+      (fractions of the peak).
+    - ``summary``: the headline table — ``metric, before, after, change`` (strings).
+
+    Scalars: ``names``, ``basis`` (``"device"``/``"host"``), ``normalisation``, the step-time
+    figures ``step_before_us, step_after_us, step_speedup, step_significant, step_noise_us,
+    step_verdict``, and ``notes`` (what was omitted and why).
+    """
+
+    sides: pl.DataFrame
+    rows: pl.DataFrame
+    added: pl.DataFrame
+    removed: pl.DataFrame
+    roofline: pl.DataFrame
+    summary: pl.DataFrame
+    names: tuple[str, str] = ("before", "after")
+    basis: str = "host"
+    normalisation: str = ""
+    step_before_us: float = 0.0
+    step_after_us: float = 0.0
+    step_speedup: float | None = None
+    step_significant: bool | None = None
+    step_noise_us: float | None = None
+    step_verdict: str = "untested"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def step_regression_pct(self) -> float:
+        """How much slower the after side's median step is, in percent (negative: faster)."""
+        if self.step_before_us <= 0:
+            return 0.0
+        return (self.step_after_us / self.step_before_us - 1.0) * 100.0
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (times in microseconds)."""
+        return {
+            "names": list(self.names),
+            "basis": self.basis,
+            "normalisation": self.normalisation,
+            "step_time": {
+                "before_us": self.step_before_us,
+                "after_us": self.step_after_us,
+                "speedup": self.step_speedup,
+                "significant": self.step_significant,
+                "noise_us": self.step_noise_us,
+                "verdict": self.step_verdict,
+                "regression_pct": self.step_regression_pct,
+            },
+            "sides": self.sides.to_dicts(),
+            "rows": self.rows.to_dicts(),
+            "added": self.added.to_dicts(),
+            "removed": self.removed.to_dicts(),
+            "roofline": self.roofline.to_dicts(),
+            "summary": self.summary.to_dicts(),
+            "notes": list(self.notes),
+        }
+
+    def to_markdown(self, top: int = 15) -> str:
+        """Markdown for a PR comment (rendered by :mod:`opscope.report.compare_render`)."""
+        # The renderer only reads this object's tables; importing it here keeps one markdown
+        # form instead of two (the analysis itself never formats anything).
+        from opscope.report.compare_render import render_markdown
+
+        return render_markdown(self, top=top)
+
+
+def compare(
+    a: Profile | str | os.PathLike[str],
+    b: Profile | str | os.PathLike[str],
+    *,
+    names: tuple[str, str] = ("before", "after"),
+) -> Comparison:
+    """Compare profile ``a`` (before) with ``b`` (after).
+
+    ``a`` and ``b`` are Profiles or paths (read with :func:`opscope.load`; an unreadable one
+    raises its :class:`~opscope.errors.InputError`). Raises
+    :class:`~opscope.errors.AnalysisError` when the two have no operator in common.
+    """
+    pa, src_a = _as_profile(a)
+    pb, src_b = _as_profile(b)
+    sa = _Side.build(pa, names[0], src_a)
+    sb = _Side.build(pb, names[1], src_b)
+    notes: list[str] = []
+
+    basis = "device" if (sa.kernels.height and sb.kernels.height) else "host"
+    if basis == "host" and (sa.kernels.height or sb.kernels.height):
+        notes.append("only one side has device kernels: rows compare host time")
+
+    if sa.n_steps == sb.n_steps:
+        scale_a = scale_b = 1.0
+        normalisation = f"totals over {sa.n_steps} step(s) each"
+    else:
+        scale_a, scale_b = float(sa.n_steps), float(sb.n_steps)
+        normalisation = f"per-step averages ({sa.n_steps} vs {sb.n_steps} steps)"
+    testable = sa.n_steps >= MIN_STEPS and sb.n_steps >= MIN_STEPS
+    if not testable:
+        notes.append(
+            f"fewer than {MIN_STEPS} steps on a side: changes of {MIN_REL_CHANGE:.0%} or more "
+            "are 'untested', not tested against step-to-step noise"
+        )
+
+    matched: list[pl.DataFrame] = []
+    added: list[pl.DataFrame] = []
+    removed: list[pl.DataFrame] = []
+    for kind in ROW_KINDS:
+        fa = sa.frame(kind, basis)
+        fb = sb.frame(kind, basis)
+        m, add, rem = _match(
+            kind, fa=fa, fb=fb, sa=sa, sb=sb, scale_a=scale_a, scale_b=scale_b, testable=testable
+        )
+        matched.append(m)
+        added.append(add)
+        removed.append(rem)
+    rows = pl.concat(matched, how="vertical")
+    if rows.filter(pl.col("kind") == "op").height == 0:
+        raise AnalysisError(f"no common operators between {src_a} and {src_b}")
+    rows = rows.sort(pl.col("delta_us").abs(), "key", descending=[True, False])
+    add_df = pl.concat(added, how="vertical").sort("us", "key", descending=[True, False])
+    rem_df = pl.concat(removed, how="vertical").sort("us", "key", descending=[True, False])
+
+    step = _step_change(sa, sb, testable)
+    roofline, roof_notes = _roofline(rows, sa, sb)
+    notes.extend(roof_notes)
+    sides = pl.DataFrame([sa.summary_row(scale_a), sb.summary_row(scale_b)])
+    if sa.metrics_wall_us is None and sb.metrics_wall_us is None:
+        notes.append("no run metrics (metrics.jsonl): samples/s and wall step time omitted")
+    summary = _summary(step, sides, rows, roofline, sa)
+    return Comparison(
+        sides=sides,
+        rows=rows,
+        added=add_df,
+        removed=rem_df,
+        roofline=roofline,
+        summary=summary,
+        names=names,
+        basis=basis,
+        normalisation=normalisation,
+        step_before_us=step.before_us,
+        step_after_us=step.after_us,
+        step_speedup=step.speedup,
+        step_significant=step.significant,
+        step_noise_us=step.noise_us,
+        step_verdict=step.verdict,
+        notes=tuple(notes),
+    )
+
+
+# One side -----------------------------------------------------------------------------------
+
+
+def _as_profile(x: Profile | str | os.PathLike[str]) -> tuple[Profile, str]:
+    if isinstance(x, Profile):
+        sources = x.meta.get("sources") or []
+        return x, str(sources[0]) if sources else "profile"
+    from opscope.ingest import load
+
+    return load(x), os.fspath(x)
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One profile reduced to what the comparison needs: steps and in-step ops and kernels."""
+
+    profile: Profile
+    name: str
+    source: str
+    steps: pl.DataFrame  # step, dur_ns (slowest rank), sorted by step
+    step_source: str
+    ops: pl.DataFrame  # in-step cpu_ops: id, name, dims, step, dur_ns, self_ns, module, line
+    kernels: pl.DataFrame  # in-step device work: id, name, step, dur_ns, op_id, rank, device, ts
+    windows: pl.DataFrame  # rank, start_ns, end_ns (first step start to last step end)
+
+    @property
+    def n_steps(self) -> int:
+        return max(self.steps.height, 1)
+
+    @classmethod
+    def build(cls, p: Profile, name: str, source: str) -> _Side:
+        windows, step_source = _step_windows(p)
+        ev = _assign_steps(p.events, windows, step_source)
+        steps = (
+            windows.group_by("step")
+            .agg(pl.col("dur_ns").max())
+            .sort("step")
+            .select("step", "dur_ns")
+        )
+        ev = ev.filter(pl.col("step").is_not_null())
+        line_of = _user_lines(p)
+        all_ops = p.events.filter(pl.col("kind") == "cpu_op").select("id", "module", "stack_id")
+        fwd = all_ops.join(line_of, on="stack_id", how="left").select(
+            pl.col("id").alias("fwd_id"),
+            pl.col("module").alias("fwd_module"),
+            pl.col("line").alias("fwd_line"),
+        )
+        ops = ev.filter(pl.col("kind") == "cpu_op")
+        child = (
+            ops.filter(pl.col("parent_id").is_not_null())
+            .group_by("parent_id")
+            .agg(pl.col("dur_ns").sum().alias("child_ns"))
+            .rename({"parent_id": "id"})
+        )
+        ops = (
+            ops.join(line_of, on="stack_id", how="left")
+            .join(fwd, on="fwd_id", how="left")
+            .join(child, on="id", how="left")
+            .select(
+                "id",
+                "rank",
+                "name",
+                pl.col("input_dims").fill_null("[]").alias("dims"),
+                "step",
+                "dur_ns",
+                (pl.col("dur_ns") - pl.col("child_ns").fill_null(0)).clip(0).alias("self_ns"),
+                # backward ops have the autograd engine's stack: charge their forward op's line
+                pl.coalesce("module", "fwd_module").alias("module"),
+                pl.coalesce("line", "fwd_line").alias("line"),
+            )
+        )
+        kernels = ev.filter(pl.col("kind").is_in(list(_DEVICE_WORK))).select(
+            "id",
+            "rank",
+            "name",
+            "step",
+            "dur_ns",
+            "op_id",
+            "ts_ns",
+            pl.coalesce("device", "pid").alias("device"),
+        )
+        win = windows.group_by("rank").agg(
+            pl.col("ts_ns").min().alias("start_ns"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end_ns"),
+        )
+        return cls(p, name, source, steps, step_source, ops, kernels, win)
+
+    # Event-level frames: key, fallback, step, t_ns, calls --------------------------------------
+
+    def frame(self, kind: str, basis: str) -> pl.DataFrame:
+        """Every contribution to a row of ``kind``: ``key, fallback, step, t_ns, calls``."""
+        ops = self.ops
+        op_key = {
+            "op": pl.col("name"),
+            "op_shape": pl.col("name") + pl.lit(" ") + pl.col("dims"),
+        }
+        anchor = pl.coalesce("line", "module", pl.lit("?"))
+        shape_fallback = pl.col("name") + pl.lit(" @ ") + anchor + pl.lit(" (shape changed)")
+        none = pl.lit(None, dtype=pl.String)
+        if kind == "kernel":
+            host = ops.select(
+                pl.col("id").alias("op_id"),
+                (
+                    pl.lit("via ")
+                    + pl.col("name")
+                    + pl.lit(" @ ")
+                    + pl.coalesce("module", "line", pl.lit("?"))
+                ).alias("fallback"),
+            )
+            return self.kernels.join(host, on="op_id", how="left").select(
+                pl.col("name").alias("key"),
+                "fallback",
+                "step",
+                pl.col("dur_ns").alias("t_ns"),
+                pl.lit(1, dtype=pl.Int64).alias("calls"),
+            )
+        if kind in op_key:
+            fallback = shape_fallback if kind == "op_shape" else none
+            calls = ops.select(
+                op_key[kind].alias("key"),
+                fallback.alias("fallback"),
+                "step",
+                (pl.col("dur_ns") if basis == "host" else pl.lit(0, dtype=pl.Int64)).alias("t_ns"),
+                pl.lit(1, dtype=pl.Int64).alias("calls"),
+            )
+            if basis == "host":
+                return calls
+            pairs = self._kernel_ancestors()
+            dev = (
+                pairs.join(ops, left_on="anc_id", right_on="id", how="inner")
+                .select(
+                    "kernel_id",
+                    op_key[kind].alias("key"),
+                    fallback.alias("fallback"),
+                    "kstep",
+                    "kdur",
+                )
+                # a kernel counts once per key even under recursive ops of one name
+                .unique(subset=["kernel_id", "key"], keep="first")
+                .select(
+                    "key",
+                    "fallback",
+                    pl.col("kstep").alias("step"),
+                    pl.col("kdur").alias("t_ns"),
+                    pl.lit(0, dtype=pl.Int64).alias("calls"),
+                )
+            )
+            return pl.concat([calls, dev], how="vertical")
+        col = {"module": "module", "line": "line"}[kind]
+        calls = ops.filter(pl.col(col).is_not_null()).select(
+            pl.col(col).alias("key"),
+            none.alias("fallback"),
+            "step",
+            (pl.col("self_ns") if basis == "host" else pl.lit(0, dtype=pl.Int64)).alias("t_ns"),
+            pl.lit(1, dtype=pl.Int64).alias("calls"),
+        )
+        if basis == "host":
+            return calls
+        dev = (
+            self.kernels.join(ops.select(pl.col("id").alias("op_id"), col), on="op_id", how="inner")
+            .filter(pl.col(col).is_not_null())
+            .select(
+                pl.col(col).alias("key"),
+                none.alias("fallback"),
+                "step",
+                pl.col("dur_ns").alias("t_ns"),
+                pl.lit(0, dtype=pl.Int64).alias("calls"),
+            )
+        )
+        return pl.concat([calls, dev], how="vertical")
+
+    def _kernel_ancestors(self) -> pl.DataFrame:
+        """(kernel_id, anc_id, kstep, kdur) for every cpu_op enclosing each kernel's launch."""
+        parent = self.profile.events.select(
+            pl.col("id").alias("anc_id"), pl.col("parent_id").alias("next_id")
+        )
+        cur = self.kernels.filter(pl.col("op_id").is_not_null()).select(
+            pl.col("id").alias("kernel_id"),
+            pl.col("op_id").alias("anc_id"),
+            pl.col("step").alias("kstep"),
+            pl.col("dur_ns").alias("kdur"),
+        )
+        out = [cur]
+        for _ in range(_MAX_DEPTH):
+            cur = (
+                cur.join(parent, on="anc_id", how="inner")
+                .filter(pl.col("next_id").is_not_null())
+                .select("kernel_id", pl.col("next_id").alias("anc_id"), "kstep", "kdur")
+            )
+            if cur.height == 0:
+                break
+            out.append(cur)
+        # non-cpu_op ancestors (python frames, annotations) drop out in the join with ``ops``
+        return pl.concat(out, how="vertical")
+
+    # Side-level figures -------------------------------------------------------------------------
+
+    def device_busy_idle_ns(self) -> tuple[int, int] | None:
+        """Busy (union of device work) and idle time within the step window, over devices."""
+        if self.kernels.height == 0:
+            return None
+        k = (
+            self.kernels.join(self.windows, on="rank", how="inner")
+            .select(
+                "rank",
+                "device",
+                pl.max_horizontal("ts_ns", "start_ns").alias("s"),
+                pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), "end_ns").alias("e"),
+                (pl.col("end_ns") - pl.col("start_ns")).alias("window"),
+            )
+            .filter(pl.col("e") > pl.col("s"))
+            .sort("rank", "device", "s")
+        )
+        if k.height == 0:
+            return 0, int(self.windows.select((pl.col("end_ns") - pl.col("start_ns")).sum()).item())
+        k = k.with_columns(
+            pl.col("e").cum_max().shift(1).over(["rank", "device"]).alias("prev_e")
+        ).with_columns(
+            (pl.col("prev_e").is_null() | (pl.col("s") > pl.col("prev_e"))).cum_sum().alias("g")
+        )
+        busy = int(
+            k.group_by("g").agg((pl.col("e").max() - pl.col("s").min()).alias("b"))["b"].sum()
+        )
+        window = int(k.unique(subset=["rank", "device"])["window"].sum())
+        return busy, max(window - busy, 0)
+
+    def peak_mem_bytes(self) -> int | None:
+        mem = self.profile.memory.get_column("total_allocated").drop_nulls()
+        if mem.len():
+            return int(mem.max())  # type: ignore[arg-type]
+        met = self.profile.metrics.get_column("mem_allocated_peak").drop_nulls()
+        if met.len():
+            return int(met.max())  # type: ignore[arg-type]
+        return None
+
+    @property
+    def metrics_wall_us(self) -> float | None:
+        w = self.profile.metrics.get_column("wall_ns").drop_nulls()
+        return None if w.len() == 0 else float(w.median()) / 1000.0  # type: ignore[arg-type]
+
+    def summary_row(self, scale: float) -> dict[str, Any]:
+        d = self.steps.get_column("dur_ns").cast(pl.Float64)
+        med = float(d.median()) if d.len() else 0.0  # type: ignore[arg-type]
+        mad = float((d - med).abs().median()) * MAD_SCALE if d.len() else 0.0  # type: ignore[arg-type]
+        sps = self.profile.metrics.get_column("samples_per_s").drop_nulls()
+        busy_idle = self.device_busy_idle_ns()
+        return {
+            "name": self.name,
+            "source": self.source,
+            "steps": self.steps.height,
+            "step_source": self.step_source,
+            "step_median_us": med / 1000.0,
+            "step_mad_us": mad / 1000.0,
+            "step_min_us": float(d.min()) / 1000.0 if d.len() else 0.0,  # type: ignore[arg-type]
+            "step_max_us": float(d.max()) / 1000.0 if d.len() else 0.0,  # type: ignore[arg-type]
+            "samples_per_s": float(sps.median()) if sps.len() else None,  # type: ignore[arg-type]
+            "metrics_wall_us": self.metrics_wall_us,
+            "device_busy_us": None if busy_idle is None else busy_idle[0] / 1000.0 / scale,
+            "device_idle_us": None if busy_idle is None else busy_idle[1] / 1000.0 / scale,
+            "peak_mem_bytes": self.peak_mem_bytes(),
+        }
+
+
+def _step_windows(p: Profile) -> tuple[pl.DataFrame, str]:
+    """``rank, step, ts_ns, dur_ns`` of every step, and where they came from."""
+    cols = [
+        pl.col("rank").fill_null(0).cast(pl.Int32),
+        pl.col("step").cast(pl.Int64),
+        pl.col("ts_ns").cast(pl.Int64),
+        pl.col("dur_ns").cast(pl.Int64),
+    ]
+    st = p.steps.filter(pl.col("step").is_not_null() & pl.col("dur_ns").is_not_null())
+    if st.height:
+        return st.select(cols), "steps table"
+    ev = p.events.filter(pl.col("kind") == "step")
+    if ev.height:
+        ev = ev.with_columns(
+            pl.coalesce(
+                pl.col("step").cast(pl.Int64),
+                pl.col("name").str.extract(r"#(\d+)", 1).cast(pl.Int64, strict=False),
+            ).alias("step")
+        ).filter(pl.col("step").is_not_null())
+        if ev.height:
+            return ev.select(cols), "ProfilerStep events"
+    e = p.events.filter(pl.col("ts_ns").is_not_null())
+    span = e.group_by(pl.col("rank").fill_null(0).cast(pl.Int32)).agg(
+        pl.lit(0, dtype=pl.Int64).alias("step"),
+        pl.col("ts_ns").min().alias("ts_ns"),
+        ((pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max() - pl.col("ts_ns").min()).alias(
+            "dur_ns"
+        ),
+    )
+    return span.select(cols), "trace span"
+
+
+def _assign_steps(ev: pl.DataFrame, windows: pl.DataFrame, source: str) -> pl.DataFrame:
+    """Events with ``step`` (Int64) set: the loader's, else by time inside a step window."""
+    ev = ev.with_columns(pl.col("rank").fill_null(0).cast(pl.Int32))
+    if source == "trace span":
+        return ev.with_columns(pl.lit(0, dtype=pl.Int64).alias("step"))
+    if ev.get_column("step").null_count() < ev.height:
+        return ev.with_columns(pl.col("step").cast(pl.Int64))
+    w = windows.select(
+        "rank",
+        pl.col("ts_ns").alias("w_ts"),
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("w_end"),
+        pl.col("step").alias("w_step"),
+    ).sort("w_ts")
+    host = (
+        ev.drop("step")
+        .sort("ts_ns")
+        .join_asof(w, left_on="ts_ns", right_on="w_ts", by="rank", strategy="backward")
+        .with_columns(
+            pl.when(pl.col("ts_ns") < pl.col("w_end")).then(pl.col("w_step")).alias("step")
+        )
+        .drop("w_ts", "w_end", "w_step")
+    )
+    # device events run on another clock domain: take the step of the op that launched them
+    op_step = host.select(pl.col("id").alias("op_id"), pl.col("step").alias("op_step"))
+    return (
+        host.join(op_step, on="op_id", how="left")
+        .with_columns(
+            pl.when(pl.col("kind").is_in(list(_DEVICE_WORK)))
+            .then(pl.col("op_step"))
+            .otherwise(pl.col("step"))
+            .alias("step")
+        )
+        .drop("op_step")
+        .sort("id")
+    )
+
+
+def _user_lines(p: Profile) -> pl.DataFrame:
+    """``stack_id -> line`` ("file:line"): the innermost frame of the user's own code."""
+    return (
+        p.stacks.filter(pl.col("is_user").fill_null(False))
+        .sort("stack_id", "depth")
+        .group_by("stack_id", maintain_order=True)
+        .first()
+        .select(
+            "stack_id",
+            (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("line"),
+        )
+    )
+
+
+# Matching -----------------------------------------------------------------------------------
+
+
+def _match(
+    kind: str,
+    *,
+    fa: pl.DataFrame,
+    fb: pl.DataFrame,
+    sa: _Side,
+    sb: _Side,
+    scale_a: float,
+    scale_b: float,
+    testable: bool,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Matched, added and removed rows of one kind."""
+    label = {"op_shape": "shape changed", "kernel": "host op"}.get(kind, "exact")
+    common = set(fa.get_column("key").unique().to_list()) & set(
+        fb.get_column("key").unique().to_list()
+    )
+
+    def fallbacks(f: pl.DataFrame) -> set[str]:
+        un = f.filter(~pl.col("key").is_in(list(common)) & pl.col("fallback").is_not_null())
+        return set(un.get_column("fallback").unique().to_list())
+
+    fcommon = fallbacks(fa) & fallbacks(fb)
+
+    def resolve(f: pl.DataFrame) -> pl.DataFrame:
+        in_common = pl.col("key").is_in(list(common))
+        in_fb = pl.col("fallback").is_in(list(fcommon)) & pl.col("fallback").is_not_null()
+        return f.with_columns(
+            pl.when(in_common)
+            .then(pl.col("key"))
+            .when(in_fb)
+            .then(pl.col("fallback"))
+            .otherwise(pl.col("key"))
+            .alias("key"),
+            pl.when(in_common)
+            .then(pl.lit("exact"))
+            .when(in_fb)
+            .then(pl.lit(label))
+            .otherwise(pl.lit(None, dtype=pl.String))
+            .alias("match"),
+        )
+
+    ra, rb = resolve(fa), resolve(fb)
+    tot_a = _totals(ra, scale_a)
+    tot_b = _totals(rb, scale_b)
+    mat_a = tot_a.filter(pl.col("match").is_not_null())
+    mat_b = tot_b.filter(pl.col("match").is_not_null())
+    per_a = _per_step(ra.filter(pl.col("match").is_not_null()), sa.steps)
+    per_b = _per_step(rb.filter(pl.col("match").is_not_null()), sb.steps)
+    m = (
+        mat_a.join(mat_b.drop("match"), on="key", how="inner", suffix="_b")
+        .join(per_a, on="key", how="left")
+        .join(per_b, on="key", how="left", suffix="_b")
+        .filter((pl.col("us") > 0) | (pl.col("us_b") > 0))
+    )
+    m = _significance(
+        m.rename(
+            {
+                "us": "before_us",
+                "us_b": "after_us",
+                "calls": "calls_before",
+                "calls_b": "calls_after",
+            }
+        ),
+        testable,
+    ).with_columns(pl.lit(kind).alias("kind"))
+    rows = m.select([pl.col(c).cast(t) for c, t in _ROW_SCHEMA.items()])
+
+    def one_side(t: pl.DataFrame) -> pl.DataFrame:
+        return (
+            t.filter(pl.col("match").is_null() & (pl.col("us") > 0))
+            .with_columns(pl.lit(kind).alias("kind"))
+            .select([pl.col(c).cast(d) for c, d in _ONE_SIDE_SCHEMA.items()])
+        )
+
+    return rows, one_side(tot_b), one_side(tot_a)
+
+
+def _totals(f: pl.DataFrame, scale: float) -> pl.DataFrame:
+    """Per (key, match): time in µs (total, or per step when ``scale`` is the step count), calls."""
+    return f.group_by("key", "match").agg(
+        (pl.col("t_ns").sum().cast(pl.Float64) / 1000.0 / scale).alias("us"),
+        pl.col("calls").sum().cast(pl.Int64).alias("calls"),
+    )
+
+
+def _per_step(f: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per key: median and scaled MAD (ns) of its per-step time, steps without it counting 0."""
+    keys = f.select("key").unique()
+    grid = keys.join(steps.select("step"), how="cross")
+    per = f.group_by("key", "step").agg(pl.col("t_ns").sum().cast(pl.Float64).alias("v"))
+    g = grid.join(per, on=["key", "step"], how="left").with_columns(pl.col("v").fill_null(0.0))
+    return g.group_by("key").agg(
+        pl.col("v").median().alias("med"),
+        ((pl.col("v") - pl.col("v").median()).abs().median() * MAD_SCALE).alias("mad"),
+    )
+
+
+def _significance(m: pl.DataFrame, testable: bool) -> pl.DataFrame:
+    """Add ``delta_us, speedup, significant, verdict, noise_us`` (see the module docstring)."""
+    before, after = pl.col("before_us"), pl.col("after_us")
+    rel = (after - before).abs() / pl.max_horizontal(before, after)
+    noise_ns = NOISE_K * ((pl.col("mad").pow(2) + pl.col("mad_b").pow(2)) / 2.0).sqrt()
+    shift_ns = (pl.col("med_b") - pl.col("med")).abs()
+    big = rel >= MIN_REL_CHANGE
+    significant = (
+        (big & (shift_ns > noise_ns)) if testable else pl.when(big).then(None).otherwise(False)
+    )
+    return m.with_columns(
+        (after - before).alias("delta_us"),
+        pl.when(after > 0).then(before / after).otherwise(None).alias("speedup"),
+        significant.cast(pl.Boolean).alias("significant"),
+        (noise_ns / 1000.0).alias("noise_us") if testable else pl.lit(None).alias("noise_us"),
+    ).with_columns(
+        pl.when(pl.col("significant").is_null())
+        .then(pl.lit("untested"))
+        .when(~pl.col("significant"))
+        .then(pl.lit("noise"))
+        .when(pl.col("after_us") < pl.col("before_us"))
+        .then(pl.lit("gain"))
+        .otherwise(pl.lit("loss"))
+        .alias("verdict")
+    )
+
+
+@dataclass(frozen=True)
+class _StepChange:
+    before_us: float
+    after_us: float
+    speedup: float | None
+    significant: bool | None
+    noise_us: float | None
+    verdict: str
+
+
+def _step_change(sa: _Side, sb: _Side, testable: bool) -> _StepChange:
+    """The median step time of each side and whether it changed beyond the noise."""
+    m = pl.DataFrame(
+        {
+            "before_us": [_median(sa.steps) / 1000.0],
+            "after_us": [_median(sb.steps) / 1000.0],
+            "med": [_median(sa.steps)],
+            "med_b": [_median(sb.steps)],
+            "mad": [_mad(sa.steps)],
+            "mad_b": [_mad(sb.steps)],
+        }
+    )
+    r = _significance(m, testable).row(0, named=True)
+    return _StepChange(
+        before_us=r["before_us"],
+        after_us=r["after_us"],
+        speedup=r["speedup"],
+        significant=r["significant"],
+        noise_us=r["noise_us"],
+        verdict=r["verdict"],
+    )
+
+
+def _median(steps: pl.DataFrame) -> float:
+    d = steps.get_column("dur_ns").cast(pl.Float64)
+    return float(d.median()) if d.len() else 0.0  # type: ignore[arg-type]
+
+
+def _mad(steps: pl.DataFrame) -> float:
+    d = steps.get_column("dur_ns").cast(pl.Float64)
+    if d.len() == 0:
+        return 0.0
+    return float((d - d.median()).abs().median()) * MAD_SCALE  # type: ignore[arg-type, operator]
+
+
+# Roofline figures of the heaviest matched operators -----------------------------------------
+
+
+def _roofline(rows: pl.DataFrame, sa: _Side, sb: _Side) -> tuple[pl.DataFrame, list[str]]:
+    notes: list[str] = []
+    empty = pl.DataFrame(
+        schema={
+            "key": pl.String,
+            "before_tflops": pl.Float64,
+            "after_tflops": pl.Float64,
+            "before_gbps": pl.Float64,
+            "after_gbps": pl.Float64,
+        }
+    )
+    try:
+        from opscope.analysis.flops import op_costs
+    except ImportError:
+        notes.append(
+            "achieved FLOP/s and bandwidth omitted: opscope.analysis.flops is not available"
+        )
+        return empty, notes
+    heavy = (
+        rows.filter((pl.col("kind") == "op") & (pl.col("match") == "exact"))
+        .with_columns(pl.max_horizontal("before_us", "after_us").alias("w"))
+        .sort("w", descending=True)
+        .head(HEAVY_TOP)
+    )
+    if heavy.height == 0:
+        return empty, notes
+    keys = heavy.get_column("key").to_list()
+    per_side: list[pl.DataFrame] = []
+    for side, col in ((sa, "before_us"), (sb, "after_us")):
+        spec, why = _device_spec(side.profile)
+        if spec is None:
+            notes.append(f"{side.name}: utilisation omitted: {why}")
+        ids = side.ops.filter(pl.col("name").is_in(keys)).select("id", "name")
+        ev = side.profile.events.join(ids.select("id"), on="id", how="semi")
+        costs: pl.DataFrame = op_costs(ev)
+        agg = (
+            ids.join(costs, on="id", how="left")
+            .group_by("name")
+            .agg(
+                # null, not 0, when no call of the operator has a cost formula
+                pl.when(pl.col("flops").is_not_null().any()).then(pl.col("flops").sum()),
+                pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
+                # the dtype and unit (matrix / vector) most of the operator's calls use
+                pl.col("dtype").drop_nulls().mode().first().alias("dtype"),
+                pl.col("roof").drop_nulls().mode().first().alias("roof"),
+            )
+            .join(
+                heavy.select(pl.col("key").alias("name"), pl.col(col).alias("us")),
+                on="name",
+            )
+        )
+        peak_flops = [
+            None if spec is None else spec.peak(d, r)
+            for d, r in zip(agg["dtype"].to_list(), agg["roof"].to_list(), strict=True)
+        ]
+        per_side.append(
+            agg.with_columns(
+                pl.Series("peak_flops", peak_flops, dtype=pl.Float64),
+                pl.lit(None if spec is None else spec.mem_bw, dtype=pl.Float64).alias("peak_bw"),
+            ).select(
+                pl.col("name").alias("key"),
+                (pl.col("flops") / pl.col("us") / 1e6).alias("tflops"),
+                (pl.col("bytes") / pl.col("us") / 1e3).alias("gbps"),
+                (pl.col("flops") / pl.col("us") * 1e6 / pl.col("peak_flops")).alias("flops_util"),
+                (pl.col("bytes") / pl.col("us") * 1e6 / pl.col("peak_bw")).alias("bw_util"),
+            )
+        )
+    out = (
+        per_side[0]
+        .join(per_side[1], on="key", how="inner", suffix="_b")
+        .select(
+            "key",
+            pl.col("tflops").alias("before_tflops"),
+            pl.col("tflops_b").alias("after_tflops"),
+            pl.col("gbps").alias("before_gbps"),
+            pl.col("gbps_b").alias("after_gbps"),
+            pl.col("flops_util").alias("before_flops_util"),
+            pl.col("flops_util_b").alias("after_flops_util"),
+            pl.col("bw_util").alias("before_bw_util"),
+            pl.col("bw_util_b").alias("after_bw_util"),
+        )
+    )
+    out = (
+        out.filter(pl.col("before_tflops").is_not_null() | pl.col("before_gbps").is_not_null())
+        .join(heavy.select("key", "w"), on="key")
+        .sort("w", descending=True)
+        .drop("w")
+    )
+    util = ["before_flops_util", "after_flops_util", "before_bw_util", "after_bw_util"]
+    if all(out.get_column(c).null_count() == out.height for c in util):
+        out = out.drop(util)
+    return out, notes
+
+
+def _device_spec(p: Profile) -> tuple[Any, str]:
+    """The roofline engineer's peaks for the profile's (first) device, and where they come from."""
+    from opscope.analysis import devices
+
+    dev = p.devices.filter(pl.col("vendor").fill_null("") != "cpu")
+    if dev.height == 0:
+        return devices.resolve(None, vendor="cpu")
+    d = dev.row(0, named=True)
+    return devices.resolve(
+        d["name"],
+        vendor=d["vendor"],
+        compute_units=d["compute_units"],
+        memory_bytes=d["memory_bytes"],
+    )
+
+
+# Summary ------------------------------------------------------------------------------------
+
+
+def _summary(
+    step: _StepChange,
+    sides: pl.DataFrame,
+    rows: pl.DataFrame,
+    roofline: pl.DataFrame,
+    sa: _Side,
+) -> pl.DataFrame:
+    out: list[dict[str, str]] = []
+    a, b = sides.row(0, named=True), sides.row(1, named=True)
+    out.append(
+        {
+            "metric": "iteration time (median step)",
+            "before": fmt_us(step.before_us),
+            "after": fmt_us(step.after_us),
+            "change": change_text(step.speedup, step.verdict, step.noise_us),
+        }
+    )
+    if a["metrics_wall_us"] is not None and b["metrics_wall_us"] is not None:
+        out.append(
+            _pair(
+                "wall step time (run metrics)",
+                a=a,
+                b=b,
+                col="metrics_wall_us",
+                fmt=fmt_us,
+                lower_is_better=True,
+            )
+        )
+    if a["samples_per_s"] is not None and b["samples_per_s"] is not None:
+        out.append(
+            _pair("samples/s", a=a, b=b, col="samples_per_s", fmt=_fmt_rate, lower_is_better=False)
+        )
+    if a["device_busy_us"] is not None and b["device_busy_us"] is not None:
+        out.append(
+            _pair("device busy", a=a, b=b, col="device_busy_us", fmt=fmt_us, lower_is_better=True)
+        )
+        out.append(
+            _pair("device idle", a=a, b=b, col="device_idle_us", fmt=fmt_us, lower_is_better=True)
+        )
+    if a["peak_mem_bytes"] is not None and b["peak_mem_bytes"] is not None:
+        out.append(
+            _pair(
+                "peak memory", a=a, b=b, col="peak_mem_bytes", fmt=fmt_bytes, lower_is_better=True
+            )
+        )
+    ops = (
+        rows.filter(
+            (pl.col("kind") == "op")
+            & pl.col("verdict").is_in(["gain", "loss", "untested"])
+            & (pl.col("match") == "exact")
+        )
+        .head(SUMMARY_ROWS)
+        .to_dicts()
+    )
+    where = _dominant_module(sa.ops)
+    for r in ops:
+        mod = where.get(r["key"])
+        label = f"{r['key']} ({mod.rsplit('/', 1)[-1]})" if mod else r["key"]
+        out.append(
+            {
+                "metric": label,
+                "before": fmt_us(r["before_us"]),
+                "after": fmt_us(r["after_us"]),
+                "change": change_text(r["speedup"], r["verdict"], r["noise_us"]),
+            }
+        )
+    if roofline.height:
+        r = roofline.row(0, named=True)
+        if "before_bw_util" in roofline.columns:
+            for metric, col in (
+                ("bandwidth utilisation", "bw_util"),
+                ("FLOP/s utilisation", "flops_util"),
+            ):
+                x, y = r[f"before_{col}"], r[f"after_{col}"]
+                if x is not None and y is not None:
+                    out.append(
+                        {
+                            "metric": f"{metric} ({r['key']})",
+                            "before": f"{x:.0%}",
+                            "after": f"{y:.0%}",
+                            "change": f"{(y - x) * 100:+.0f} pts",
+                        }
+                    )
+        else:
+            x, y = r["before_gbps"], r["after_gbps"]
+            if x is not None and y is not None and x > 0:
+                out.append(
+                    {
+                        "metric": f"achieved bandwidth ({r['key']})",
+                        "before": f"{x:.3g} GB/s",
+                        "after": f"{y:.3g} GB/s",
+                        "change": f"{y / x:.2f}×",
+                    }
+                )
+    return pl.DataFrame(out, schema=_SUMMARY_SCHEMA)
+
+
+def _dominant_module(ops: pl.DataFrame) -> dict[str, str]:
+    """Per operator name: the module where it spends the most time."""
+    d = (
+        ops.filter(pl.col("module").is_not_null() & (pl.col("module") != ""))
+        .group_by("name", "module")
+        .agg(pl.col("dur_ns").sum())
+        .sort("dur_ns", "module", descending=[True, False])
+        .group_by("name", maintain_order=True)
+        .first()
+    )
+    return dict(zip(d.get_column("name").to_list(), d.get_column("module").to_list(), strict=True))
+
+
+def _pair(
+    metric: str,
+    *,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    col: str,
+    fmt: Any,
+    lower_is_better: bool,
+) -> dict[str, str]:
+    x, y = float(a[col]), float(b[col])
+    if x == y:
+        change = "same"
+    elif lower_is_better:
+        change = f"{x / y:.2f}× less" if y and y < x else f"{y / x:.2f}× more" if x else "new"
+    else:
+        change = f"{y / x:.2f}×" if x else "new"
+    return {"metric": metric, "before": fmt(x), "after": fmt(y), "change": change}
+
+
+def change_text(speedup: float | None, verdict: str, noise_us: float | None) -> str:
+    """'13.7× faster', '1.15× slower', 'noise (1.01×, ±0.2 ms)', with '(untested)' when needed."""
+    if speedup is None:
+        return "gone" if verdict != "noise" else "noise"
+    if verdict == "noise":
+        spread = f", ±{fmt_us(noise_us)}" if noise_us else ""
+        return f"noise ({speedup:.2f}×{spread})"
+    word = (
+        f"{speedup:.3g}× faster"
+        if speedup >= 1
+        else f"{1 / speedup:.3g}× slower"
+        if speedup > 0
+        else "slower"
+    )
+    return f"{word} (untested)" if verdict == "untested" else word
+
+
+def fmt_us(us: float | None) -> str:
+    """A duration given in µs, in the unit that reads best ('12.4 ms', '940 µs', '1.2 s')."""
+    if us is None or not math.isfinite(us):
+        return "-"
+    a = abs(us)
+    if a >= 1e6:
+        return f"{us / 1e6:.3g} s"
+    if a >= 1e3:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us:.3g} µs"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes as '1.5 GiB', '12 MiB'."""
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _fmt_rate(x: float) -> str:
+    return f"{x:.4g}"
+
+
+__all__: Sequence[str] = ("Comparison", "compare")
