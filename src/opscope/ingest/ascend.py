@@ -1,0 +1,1503 @@
+"""Reader for the Ascend PyTorch profiler's text output (``*_ascend_pt`` directories).
+
+Layout read (every file optional except that one of ``trace_view.json`` / ``kernel_details.csv``
+must be there)::
+
+    rank0_ascend_pt/
+      profiler_info_0.json        rank id, profiler config (level, aic_metrics...)
+      profiler_metadata.json      kept in meta (environment variables dropped)
+      ASCEND_PROFILER_OUTPUT/
+        trace_view.json           host ops, python frames, CANN calls, NPU tasks, HCCL, counters
+        kernel_details.csv        one row per device kernel (+ PMU columns at Level1/Level2)
+        step_trace_time.csv       per-step computing / communication / free breakdown
+        memory_record.csv         allocator totals over time          -> counters
+        operator_memory.csv       allocations and frees per operator  -> memory
+        communication.json        per-collective timing               -> read_communication()
+        communication_matrix.json per-link bandwidth                  -> read_communication()
+
+Kernels come from ``kernel_details.csv`` (kind ``"kernel"``, with ``op_type`` / ``core_type``,
+shapes as compact JSON, ``blocks`` from ``Block Num`` or the older ``Block Dim``); the matching
+NPU task in ``trace_view.json`` (same start, to the nanosecond) is not duplicated. Each kernel is
+joined to the host operator that issued it through the trace's ``async_npu`` flows (whose end
+lies on the kernel's start), which fills ``op_id`` and through it ``step``, ``stack_id``,
+``module``, ``is_backward``. CSV columns are found by name; stray tabs, quotes, a BOM and CRLF
+line ends are tolerated. Timestamps are parsed from their decimal text, so no nanosecond is lost
+to floating point.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from opscope.errors import InputError, TruncatedTraceError
+from opscope.ingest.registry import Progress
+from opscope.model import Profile
+from opscope.model import schema as S
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+_STRIP = " \t\r\n\"'"
+_NULLS = ["", "N/A", "NA", "nan", "None", "null"]
+
+# kernel_details columns that describe a kernel; every other numeric column is a hardware metric.
+_KERNEL_DESCRIPTIVE = {
+    "Step Id",
+    "Model ID",
+    "Task ID",
+    "Stream ID",
+    "Name",
+    "Type",
+    "OP State",
+    "Accelerator Core",
+    "Start Time(us)",
+    "Duration(us)",
+    "Block Dim",
+    "Block Num",
+    "HF32 Eligible",
+    "Input Shapes",
+    "Input Data Types",
+    "Input Formats",
+    "Output Shapes",
+    "Output Data Types",
+    "Output Formats",
+    "Context ID",
+    "Device_id",
+}
+_KERNEL_ARGS = [
+    "Task ID",
+    "Model ID",
+    "OP State",
+    "HF32 Eligible",
+    "Input Formats",
+    "Output Shapes",
+    "Output Data Types",
+    "Output Formats",
+    "Context ID",
+]
+
+# trace_view.json: the fields read. Unknown keys are ignored by the decoder.
+_ARG_FIELDS: dict[str, pl.DataType | type[pl.DataType]] = {
+    "Sequence number": pl.Int64,
+    "Fwd thread id": pl.Int64,
+    "Input Dims": pl.String,
+    "Input type": pl.String,
+    "Call stack": pl.String,
+    "Python id": pl.Int64,
+    "Python parent id": pl.Int64,
+    "connection_id": pl.Int64,
+    "correlation_id": pl.Int64,
+    "Task Type": pl.String,
+    "name": pl.String,
+    "labels": pl.String,
+    "stream id": pl.Int64,
+    "src rank": pl.Int64,
+    "dst rank": pl.Int64,
+    "size(Byte)": pl.Int64,
+    "transport type": pl.String,
+    "link type": pl.String,
+    "bandwidth(GB/s)": pl.Float64,
+    "data_type": pl.String,
+    "count": pl.Int64,
+    "alg_type": pl.String,
+}
+# Counter events carry their one value under a unit-like key.
+_COUNTER_KEYS = [
+    "value",
+    "MHz",
+    "KB",
+    "Read(MB/s)",
+    "Write(MB/s)",
+    "Throughput(MB/s)",
+    "Hit Rate(%)",
+    "Mata Bw Level",
+    "L2 Buffer Bw Level",
+    "Utilization(%)",
+    "Bandwidth(MB/s)",
+]
+_TRACE_SCHEMA: dict[str, Any] = {
+    "ph": pl.String,
+    "name": pl.String,
+    "cat": pl.String,
+    "pid": pl.String,
+    "tid": pl.String,
+    "ts": pl.String,
+    "dur": pl.Float64,
+    "id": pl.String,
+    "args": pl.Struct({**_ARG_FIELDS, **dict.fromkeys(_COUNTER_KEYS, pl.Float64)}),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def find_output_dir(path: Path) -> Path:
+    """The ``ASCEND_PROFILER_OUTPUT`` folder for ``path`` (a ``*_ascend_pt`` dir or the folder)."""
+    if (path / OUTPUT_DIR).is_dir():
+        return path / OUTPUT_DIR
+    return path
+
+
+def is_ascend_dir(path: Path) -> bool:
+    """True when ``path`` looks like Ascend output (has the output folder or a kernel table)."""
+    if not path.is_dir():
+        return False
+    out = find_output_dir(path)
+    return (out / "trace_view.json").is_file() or (out / "kernel_details.csv").is_file()
+
+
+def rank_of(path: Path) -> int | None:
+    """The rank recorded in ``profiler_info_N.json`` beside the output folder, if any."""
+    root = path.parent if path.name == OUTPUT_DIR else path
+    for info in sorted(root.glob("profiler_info*.json")):
+        try:
+            data = json.loads(info.read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            data = {}
+        rid = data.get("rank_id") if isinstance(data, dict) else None
+        if isinstance(rid, int) and rid >= 0:
+            return rid
+        m = re.search(r"profiler_info_(\d+)\.json$", info.name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def read_ascend(
+    path: Path,
+    *,
+    salvage: bool = False,
+    cache: bool = True,
+    progress: Progress | None = None,
+) -> Profile:
+    """Read one Ascend rank (a ``*_ascend_pt`` dir, its ``ASCEND_PROFILER_OUTPUT``, or a folder
+    holding only ``kernel_details.csv``) into a linked :class:`~opscope.model.Profile`.
+
+    ``salvage`` recovers the complete events of a truncated ``trace_view.json``. ``cache`` is
+    accepted for the reader interface; Ascend directories are small and read directly.
+    Raises :class:`~opscope.errors.InputError` naming the file when nothing can be read.
+    """
+    del cache  # the files are small text tables; parsing them is cheaper than a cache check
+    path = Path(path)
+    out = find_output_dir(path)
+    if not out.is_dir():
+        raise InputError("not a directory", path)
+    trace_file = out / "trace_view.json"
+    kernel_file = out / "kernel_details.csv"
+    if not trace_file.is_file() and not kernel_file.is_file():
+        raise InputError(
+            f"no trace_view.json or kernel_details.csv in {out.name}: nothing to read", out
+        )
+    rank = rank_of(out)
+    rank_id = 0 if rank is None else rank
+    odd: Counter[str] = Counter()
+    read: list[str] = []
+    meta_extra: dict[str, Any] = {}
+
+    trace = _read_trace_view(trace_file, salvage, odd, meta_extra) if trace_file.is_file() else None
+    if trace is not None:
+        read.append(trace_file.name)
+    if progress is not None:
+        progress("ascend", 1, 3)
+    kernels = _read_kernels(kernel_file, odd) if kernel_file.is_file() else None
+    if kernels is not None:
+        read.append(kernel_file.name)
+    device = _device_of(out, rank_id)
+
+    events, flows, counters, threads = _assemble(trace, kernels, device, odd, meta_extra)
+    events = events.with_columns(pl.lit(rank_id, pl.Int32).alias("rank"))
+    km = _kernel_metrics(events, kernels)
+    events, stacks = _link(events, flows, kernels)
+    steps = _read_steps(out / "step_trace_time.csv", events, odd, read)
+    memory, mem_counters = _read_memory(out, device, odd, read)
+    memory = _memory_links(memory, events)
+    counters = pl.concat([counters, mem_counters], how="vertical")
+    if progress is not None:
+        progress("ascend", 2, 3)
+
+    info = _profiler_info(out)
+    n_links = int(events.filter(pl.col("kind") == "kernel").get_column("op_id").is_not_null().sum())
+    meta: dict[str, Any] = {
+        "format": "ascend",
+        "sources": [str(path)],
+        "ranks": [rank_id],
+        "oddities": dict(odd),
+        "trace_meta": {str(rank_id): info},
+        "ascend": {
+            "files": read,
+            "level": _level(info),
+            "has_trace_view": trace is not None,
+            "op_kernel_links": n_links,
+            **meta_extra,
+        },
+    }
+    if "salvaged" in meta_extra:
+        meta["salvaged"] = meta["ascend"].pop("salvaged")
+    tables: dict[str, pl.DataFrame] = {
+        "events": events,
+        "flows": flows.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+        "stacks": stacks,
+        "memory": memory.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+        "counters": counters.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+        "steps": steps.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+        "kernel_metrics": km,
+        "devices": pl.DataFrame(
+            {
+                "rank": [rank_id],
+                "device": [device],
+                "name": ["Ascend NPU"],
+                "vendor": ["ascend"],
+            },
+            schema={"rank": pl.Int32, "device": pl.Int32, "name": pl.String, "vendor": pl.String},
+        ),
+        "threads": threads.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+    }
+    if progress is not None:
+        progress("ascend", 3, 3)
+    return Profile.from_tables(meta=meta, **tables)
+
+
+def read_communication(path: Path) -> dict[str, pl.DataFrame]:
+    """Per-collective timing and per-link bandwidth of one Ascend rank.
+
+    Reads ``communication.json`` and ``communication_matrix.json`` from the rank's output
+    folder (either may be absent: its tables are then empty). Returns:
+
+    - ``"collectives"``: rank, step, kind (``collective``/``p2p``), op_name, group, start_ns,
+      elapse_ns, transit_ns, wait_ns, synchronization_ns, idle_ns, wait_ratio,
+      synchronization_ratio — one row per collective call.
+    - ``"bandwidth"``: rank, step, kind, op_name, transport (RDMA/HCCS/PCIE/SDMA/SIO),
+      size_bytes, time_ns, bandwidth_gbps — one row per collective per transport.
+    - ``"links"``: rank, step, kind, group, op_name, src_rank, dst_rank, transport, size_bytes,
+      time_ns, bandwidth_gbps — the communication matrix, one row per link.
+
+    Times are ns; sizes bytes (the files' MB are 10^6 bytes); bandwidth GB/s as in the file.
+    "Total Op Info" summary entries are left out (they are sums of the rows kept).
+    """
+    out = find_output_dir(Path(path))
+    rank = rank_of(out)
+    rank_id = 0 if rank is None else rank
+    coll: list[dict[str, Any]] = []
+    bw: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    comm = _load_json(out / "communication.json")
+    for step_key, kinds in comm.items():
+        step = _step_number(step_key)
+        for kind, ops in (kinds or {}).items():
+            for op_key, info in (ops or {}).items():
+                if op_key == "Total Op Info" or not isinstance(info, dict):
+                    continue
+                name, _, group = op_key.partition("@")
+                t = info.get("Communication Time Info", {}) or {}
+                coll.append(
+                    {
+                        "rank": rank_id,
+                        "step": step,
+                        "kind": kind,
+                        "op_name": name,
+                        "group": group or None,
+                        "start_ns": _us_num_to_ns(t.get("Start Timestamp(us)")),
+                        "elapse_ns": _ms_to_ns(t.get("Elapse Time(ms)")),
+                        "transit_ns": _ms_to_ns(t.get("Transit Time(ms)")),
+                        "wait_ns": _ms_to_ns(t.get("Wait Time(ms)")),
+                        "synchronization_ns": _ms_to_ns(t.get("Synchronization Time(ms)")),
+                        "idle_ns": _ms_to_ns(t.get("Idle Time(ms)")),
+                        "wait_ratio": _float(t.get("Wait Time Ratio")),
+                        "synchronization_ratio": _float(t.get("Synchronization Time Ratio")),
+                    }
+                )
+                for transport, b in (info.get("Communication Bandwidth Info", {}) or {}).items():
+                    if not isinstance(b, dict):
+                        continue
+                    bw.append(
+                        {
+                            "rank": rank_id,
+                            "step": step,
+                            "kind": kind,
+                            "op_name": name,
+                            "transport": transport,
+                            "size_bytes": _mb_to_bytes(b.get("Transit Size(MB)")),
+                            "time_ns": _ms_to_ns(b.get("Transit Time(ms)")),
+                            "bandwidth_gbps": _float(b.get("Bandwidth(GB/s)")),
+                        }
+                    )
+    matrix = _load_json(out / "communication_matrix.json")
+    for step_key, kinds in matrix.items():
+        step = _step_number(step_key)
+        for kind, groups in (kinds or {}).items():
+            for group_key, pairs in (groups or {}).items():
+                if group_key == "Total Op Info" or not isinstance(pairs, dict):
+                    continue
+                for pair, v in pairs.items():
+                    src, _, dst = pair.partition("-")
+                    if not isinstance(v, dict):
+                        continue
+                    links.append(
+                        {
+                            "rank": rank_id,
+                            "step": step,
+                            "kind": kind,
+                            "group": group_key,
+                            "op_name": v.get("Op Name"),
+                            "src_rank": int(src) if src.isdigit() else None,
+                            "dst_rank": int(dst) if dst.isdigit() else None,
+                            "transport": v.get("Transport Type"),
+                            "size_bytes": _mb_to_bytes(v.get("Transit Size(MB)")),
+                            "time_ns": _ms_to_ns(v.get("Transit Time(ms)")),
+                            "bandwidth_gbps": _float(v.get("Bandwidth(GB/s)")),
+                        }
+                    )
+    i64, i32, f64, st = pl.Int64, pl.Int32, pl.Float64, pl.String
+    coll_schema = {
+        "rank": i32,
+        "step": i32,
+        "kind": st,
+        "op_name": st,
+        "group": st,
+        "start_ns": i64,
+        "elapse_ns": i64,
+        "transit_ns": i64,
+        "wait_ns": i64,
+        "synchronization_ns": i64,
+        "idle_ns": i64,
+        "wait_ratio": f64,
+        "synchronization_ratio": f64,
+    }
+    bw_schema = {
+        "rank": i32,
+        "step": i32,
+        "kind": st,
+        "op_name": st,
+        "transport": st,
+        "size_bytes": i64,
+        "time_ns": i64,
+        "bandwidth_gbps": f64,
+    }
+    link_schema = {
+        "rank": i32,
+        "step": i32,
+        "kind": st,
+        "group": st,
+        "op_name": st,
+        "src_rank": i32,
+        "dst_rank": i32,
+        "transport": st,
+        "size_bytes": i64,
+        "time_ns": i64,
+        "bandwidth_gbps": f64,
+    }
+    return {
+        "collectives": pl.DataFrame(coll, schema=coll_schema),
+        "bandwidth": pl.DataFrame(bw, schema=bw_schema),
+        "links": pl.DataFrame(links, schema=link_schema),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Small converters
+
+
+def us_text_to_ns(col: pl.Expr) -> pl.Expr:
+    """Microseconds given as decimal text ("1736408883704643.212\\t") -> integer ns, exactly.
+
+    Text in scientific notation ("1.69512E+15") falls back to a float conversion.
+    """
+    s = col.cast(pl.String).str.strip_chars(_STRIP)
+    parts = s.str.split_exact(".", 1)
+    whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
+    frac = (
+        parts.struct.field("field_1")
+        .fill_null("")
+        .str.slice(0, 3)
+        .str.pad_end(3, "0")
+        .cast(pl.Int64, strict=False)
+    )
+    approx = (s.cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
+    return pl.when(s.str.contains(r"^\d+(\.\d*)?$")).then(whole * 1000 + frac).otherwise(approx)
+
+
+def _us_float_to_ns(col: pl.Expr) -> pl.Expr:
+    return (col.cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
+
+
+def _us_num_to_ns(v: Any) -> int | None:
+    f = _float(v)
+    return None if f is None else round(f * 1000.0)
+
+
+def _ms_to_ns(v: Any) -> int | None:
+    f = _float(v)
+    return None if f is None else round(f * 1_000_000.0)
+
+
+def _mb_to_bytes(v: Any) -> int | None:
+    f = _float(v)
+    return None if f is None else round(f * 1_000_000.0)
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _step_number(key: str) -> int | None:
+    m = re.search(r"(\d+)$", str(key))
+    return int(m.group(1)) if m else None
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except ValueError as e:
+        raise InputError(f"not valid JSON ({_first_line(e)})", path) from None
+    return data if isinstance(data, dict) else {}
+
+
+def _shapes_json(col: pl.Expr) -> pl.Expr:
+    """``"32,3,224,224;64,3,11,11"`` -> ``"[[32,3,224,224],[64,3,11,11]]"``."""
+    s = col.str.strip_chars(_STRIP).str.replace_all(r"\s+", "")
+    return (
+        pl.when(s.is_null() | s.is_in(_NULLS))
+        .then(None)
+        .otherwise(pl.lit("[[") + s.str.replace_all(";", "],[", literal=True) + pl.lit("]]"))
+    )
+
+
+def _types_json(col: pl.Expr) -> pl.Expr:
+    """``"FLOAT16;INT64"`` -> ``'["FLOAT16","INT64"]'``."""
+    s = col.str.strip_chars(_STRIP).str.replace_all(r"\s+", "")
+    return (
+        pl.when(s.is_null() | s.is_in(_NULLS))
+        .then(None)
+        .otherwise(pl.lit('["') + s.str.replace_all(";", '","', literal=True) + pl.lit('"]'))
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV
+
+
+def read_csv(path: Path, odd: Counter[str] | None = None) -> pl.DataFrame:
+    """Read one Ascend CSV as strings: header and values stripped of tabs/quotes, ``N/A`` null.
+
+    Tolerates a BOM, CRLF, short rows (nulls) and long rows (extra fields dropped, counted in
+    ``odd`` as ``"<file>: ragged rows"``).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read ({e.strerror})", path) from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if not data.strip():
+        raise InputError("empty CSV file", path)
+    try:
+        df = pl.read_csv(
+            io.BytesIO(data),
+            infer_schema=False,
+            truncate_ragged_lines=True,
+            encoding="utf8-lossy",
+            raise_if_empty=False,
+        )
+    except pl.exceptions.PolarsError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"not a readable CSV ({first})", path) from None
+    names = [c.strip(_STRIP).lstrip("\ufeff") for c in df.columns]
+    df.columns = _dedupe(names)
+    if df.width:
+        df = df.with_columns(pl.all().str.strip_chars(_STRIP))
+        df = df.with_columns(
+            pl.when(pl.all().is_in(_NULLS)).then(None).otherwise(pl.all()).name.keep()
+        )
+        # A row with more fields than the header: polars drops the extras; count those rows.
+        if odd is not None:
+            ragged = _count_ragged(data, df.width)
+            if ragged:
+                odd[f"{path.name}: rows with extra fields"] += ragged
+    return df
+
+
+def _dedupe(names: list[str]) -> list[str]:
+    seen: Counter[str] = Counter()
+    out = []
+    for n in names:
+        seen[n] += 1
+        out.append(n if seen[n] == 1 else f"{n}_{seen[n] - 1}")
+    return out
+
+
+def _count_ragged(data: bytes, width: int) -> int:
+    """Rows with more fields than the header, counted by a quote-aware scan (polars drops them)."""
+    # A cheap check: count delimiter-separated fields outside quotes per line with polars.
+    lines = pl.Series(data.decode("utf-8", "replace").splitlines()[1:], dtype=pl.String)
+    no_quotes = lines.str.replace_all(r'"[^"]*"', "")
+    balanced = lines.str.count_matches('"') % 2 == 0
+    fields = no_quotes.str.count_matches(",") + 1
+    return int(((fields > width) & balanced).sum())
+
+
+def _col(df: pl.DataFrame, *names: str) -> pl.Expr:
+    """The first of ``names`` present in ``df``, else a null string column."""
+    for n in names:
+        if n in df.columns:
+            return pl.col(n)
+    return pl.lit(None, pl.String)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel_details.csv
+
+
+def _read_kernels(path: Path, odd: Counter[str]) -> pl.DataFrame:
+    df = read_csv(path, odd)
+    missing = [c for c in ("Name", "Start Time(us)", "Duration(us)") if c not in df.columns]
+    if missing:
+        raise InputError(f"kernel table lacks column(s) {', '.join(missing)}", path)
+    k = df.with_columns(
+        us_text_to_ns(pl.col("Start Time(us)")).alias("_ts"),
+        _us_float_to_ns(pl.col("Duration(us)")).alias("_dur"),
+    )
+    bad = k.filter(pl.col("_ts").is_null() | pl.col("_dur").is_null()).height
+    if bad:
+        odd["kernel_details.csv: rows without start or duration (dropped)"] += bad
+        k = k.filter(pl.col("_ts").is_not_null() & pl.col("_dur").is_not_null())
+    neg = k.filter(pl.col("_dur") < 0).height
+    if neg:
+        odd["kernel_details.csv: negative durations (clamped)"] += neg
+    return k.with_columns(pl.col("_dur").clip(lower_bound=0)).with_row_index("_krow")
+
+
+# ---------------------------------------------------------------------------------------------
+# trace_view.json
+
+
+def _read_trace_view(
+    path: Path, salvage: bool, odd: Counter[str], meta_extra: dict[str, Any]
+) -> pl.DataFrame:
+    data = path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if not data.strip():
+        raise InputError("empty trace file", path)
+    try:
+        df = _decode_trace(data)
+    except ValueError as e:
+        truncated = _looks_truncated(data)
+        if not truncated:
+            raise InputError(f"not a trace_view.json ({_first_line(e)})", path) from None
+        if not salvage:
+            raise TruncatedTraceError(
+                "trace ends before its JSON does (truncated); --salvage recovers the "
+                "complete events",
+                path,
+            ) from None
+        df = _salvage(data, path)
+        meta_extra["salvaged"] = {"events": df.height, "reason": "truncated trace_view.json"}
+    return df
+
+
+def _decode_trace(data: bytes) -> pl.DataFrame:
+    head = data.lstrip()[:1]
+    if head == b"{":
+        # Some exports wrap the array: {"traceEvents": [...]}.
+        obj = json.loads(data)
+        events = obj.get("traceEvents") if isinstance(obj, dict) else None
+        if not isinstance(events, list):
+            raise ValueError("no event array")
+        data = json.dumps(events).encode()
+    elif head != b"[":
+        raise ValueError("does not start with a JSON array")
+    try:
+        return pl.read_json(io.BytesIO(data), schema=_TRACE_SCHEMA)
+    except pl.exceptions.PolarsError as e:
+        raise ValueError(_first_line(e)) from None
+
+
+def _looks_truncated(data: bytes) -> bool:
+    tail = data.rstrip()[-1:]
+    if tail in (b"]", b"}"):
+        try:
+            json.loads(data)
+        except json.JSONDecodeError as e:
+            return bool(e.pos >= len(data.rstrip()) - 1)
+        return False
+    return True
+
+
+def _salvage(data: bytes, path: Path) -> pl.DataFrame:
+    # Cut after the last complete object "}," and close the array; retry a few objects back.
+    end = len(data)
+    for _ in range(64):
+        cut = data.rfind(b"}", 0, end)
+        if cut < 0:
+            break
+        try:
+            return _decode_trace(data[: cut + 1] + b"]")
+        except ValueError:
+            end = cut
+    raise TruncatedTraceError("truncated, and no complete event could be recovered", path)
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Assemble events
+
+
+def _device_of(out: Path, rank: int) -> int:
+    for name in ("memory_record.csv", "operator_memory.csv"):
+        f = out / name
+        if f.is_file():
+            try:
+                head = f.read_text(encoding="utf-8-sig", errors="replace")[:4096]
+            except OSError:
+                continue
+            m = re.search(r"NPU:(\d+)", head)
+            if m:
+                return int(m.group(1))
+    return rank
+
+
+_EVENT_COLS = [c for c in S.EVENTS if c not in ("rank",)]
+
+
+def _assemble(
+    trace: pl.DataFrame | None,
+    kernels: pl.DataFrame | None,
+    device: int,
+    odd: Counter[str],
+    meta_extra: dict[str, Any],
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    parts: list[pl.DataFrame] = []
+    flows = S.empty("flows").drop("rank").with_columns(pl.lit(None, pl.Int64).alias("_ts"))
+    flow_parts: list[pl.DataFrame] = []
+    counters = S.empty("counters").drop("rank")
+    threads = S.empty("threads").drop("rank")
+    hw_pid: int | None = None
+
+    if trace is not None:
+        t = (
+            trace.with_columns(
+                pl.col("pid").str.strip_chars(_STRIP).cast(pl.Int64, strict=False),
+                pl.col("tid").str.strip_chars(_STRIP).cast(pl.Int64, strict=False),
+                us_text_to_ns(pl.col("ts")).alias("ts_ns"),
+                _us_float_to_ns(pl.col("dur")).alias("dur_ns"),
+            )
+            .with_columns(
+                pl.col("args").struct.rename_fields(
+                    [f if f != "name" else "_argname" for f in _TRACE_SCHEMA["args"].to_schema()]
+                )
+            )
+            .unnest("args")
+        )
+        pnames = _meta_names(trace, "process_name")
+        tnames = _meta_names(trace, "thread_name", with_tid=True)
+        proc = dict(zip(pnames["pid"].to_list(), pnames["value"].to_list(), strict=True))
+        hw = [p for p, n in proc.items() if n == "Ascend Hardware"]
+        hccl = [p for p, n in proc.items() if n == "HCCL"]
+        cann = [p for p, n in proc.items() if n == "CANN"]
+        skip_procs = [p for p, n in proc.items() if n == "Overlap Analysis"]
+        hw_pid = hw[0] if hw else None
+        python_pids = [p for p, n in proc.items() if n == "Python"]
+        host_pid = python_pids[0] if len(python_pids) == 1 else None
+
+        x = t.filter(pl.col("ph") == "X")
+        skipped = x.filter(pl.col("pid").is_in(skip_procs)).height
+        if skipped:
+            meta_extra["skipped_overlap_analysis_slices"] = skipped
+        x = x.filter(~pl.col("pid").is_in(skip_procs))
+        bad = x.filter(pl.col("ts_ns").is_null() | pl.col("dur_ns").is_null()).height
+        if bad:
+            odd["trace_view.json: slices without ts or dur (dropped)"] += bad
+            x = x.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+        neg = x.filter(pl.col("dur_ns") < 0).height
+        if neg:
+            odd["trace_view.json: negative durations (clamped)"] += neg
+            x = x.with_columns(pl.col("dur_ns").clip(lower_bound=0))
+
+        is_hw = pl.col("pid").is_in(hw)
+        is_hccl = pl.col("pid").is_in(hccl)
+        is_cann = pl.col("pid").is_in(cann)
+        cat = pl.col("cat").fill_null("")
+        kind = (
+            pl.when(is_hw & pl.col("name").str.contains("(?i)memcpy|memset"))
+            .then(
+                pl.when(pl.col("name").str.contains("(?i)memset"))
+                .then(pl.lit("memset"))
+                .otherwise(pl.lit("memcpy"))
+            )
+            .when(is_hw)
+            .then(pl.lit("other"))
+            .when(is_hccl & (pl.col("tid") == 0))
+            .then(pl.lit("kernel"))
+            .when(is_hccl)
+            .then(pl.lit("communication"))
+            .when(is_cann)
+            .then(pl.lit("runtime"))
+            .when(pl.col("name").str.starts_with("ProfilerStep#"))
+            .then(pl.lit("step"))
+            .when(cat == "cpu_op")
+            .then(pl.lit("cpu_op"))
+            .when(cat == "python_function")
+            .then(pl.lit("python_function"))
+            .when(cat == "user_annotation")
+            .then(pl.lit("user_annotation"))
+            .otherwise(pl.lit("other"))
+        )
+        on_device = is_hw | is_hccl
+        host_pid_expr = (
+            pl.when(is_cann).then(pl.lit(host_pid, pl.Int64)).otherwise(pl.col("pid"))
+            if host_pid is not None
+            else pl.col("pid")
+        )
+        comm_args = pl.struct(
+            [
+                pl.col(c)
+                for c in (
+                    "src rank",
+                    "dst rank",
+                    "size(Byte)",
+                    "transport type",
+                    "link type",
+                    "bandwidth(GB/s)",
+                    "data_type",
+                    "count",
+                    "alg_type",
+                    "Task Type",
+                )
+            ]
+        )
+        ev = x.select(
+            kind.cast(S.EventKind).alias("kind"),
+            pl.col("name"),
+            host_pid_expr.alias("pid"),
+            pl.col("tid"),
+            pl.col("ts_ns"),
+            pl.col("dur_ns"),
+            pl.when(on_device).then(pl.lit(device, pl.Int32)).alias("device"),
+            pl.when(is_hccl)
+            .then(pl.col("stream id"))
+            .when(is_hw)
+            .then(pl.col("tid"))
+            .alias("stream"),
+            pl.col("correlation_id").alias("external_id"),
+            pl.col("connection_id").alias("correlation"),
+            pl.col("Sequence number").alias("seq"),
+            pl.col("Fwd thread id").alias("fwd_tid"),
+            _dims_json(pl.col("Input Dims")).alias("input_dims"),
+            _types_json(pl.col("Input type").str.replace_all(r"\r?\n", "")).alias("input_types"),
+            pl.col("Python id").alias("python_id"),
+            pl.col("Python parent id").alias("python_parent_id"),
+            pl.when(on_device).then(comm_args.struct.json_encode()).alias("args"),
+            pl.col("Call stack").alias("_call_stack"),
+            pl.col("size(Byte)").alias("bytes"),
+        ).with_columns(
+            pl.when(pl.col("kind").is_in(["communication", "kernel"])).then(pl.col("bytes"))
+        )
+        parts.append(ev)
+
+        # Flows (s/f pairs by id within a category).
+        fl = t.filter(pl.col("ph").is_in(["s", "f", "t"]) & pl.col("id").is_not_null())
+        fl = fl.select(
+            pl.col("cat").fill_null(""),
+            pl.col("ph"),
+            pl.col("id").str.strip_chars(_STRIP).alias("fid"),
+            host_pid_expr.alias("pid"),
+            pl.col("tid"),
+            pl.col("ts_ns"),
+        )
+        flow_parts.append(fl)
+
+        c = t.filter(pl.col("ph") == "C")
+        if c.height:
+            procname = pl.col("pid").replace_strict(proc, default=None, return_dtype=pl.String)
+            counters = c.select(
+                pl.when(procname.is_not_null() & (procname != pl.col("name")))
+                .then(procname + pl.lit("/") + pl.col("name"))
+                .otherwise(pl.col("name"))
+                .alias("name"),
+                pl.col("ts_ns"),
+                pl.coalesce([pl.col(k) for k in _COUNTER_KEYS]).alias("value"),
+            )
+            nov = counters.filter(pl.col("value").is_null()).height
+            if nov:
+                odd["trace_view.json: counters with no known value key (dropped)"] += nov
+                counters = counters.filter(pl.col("value").is_not_null())
+
+        threads = _threads(pnames, tnames, hw + hccl)
+
+    if kernels is not None:
+        k = kernels
+        kev = k.select(
+            pl.lit("kernel").cast(S.EventKind).alias("kind"),
+            pl.col("Name").alias("name"),
+            pl.lit(hw_pid if hw_pid is not None else device, pl.Int64).alias("pid"),
+            _col(k, "Stream ID").cast(pl.Int64, strict=False).alias("tid"),
+            pl.col("_ts").alias("ts_ns"),
+            pl.col("_dur").alias("dur_ns"),
+            pl.lit(device, pl.Int32).alias("device"),
+            _col(k, "Stream ID").cast(pl.Int64, strict=False).alias("stream"),
+            _shapes_json(_col(k, "Input Shapes")).alias("input_dims"),
+            _types_json(_col(k, "Input Data Types")).alias("input_types"),
+            _col(k, "Block Num", "Block Dim").cast(pl.Int64, strict=False).alias("blocks"),
+            pl.struct([_col(k, c).alias(c) for c in _KERNEL_ARGS if c in k.columns])
+            .struct.json_encode()
+            .alias("args")
+            if any(c in k.columns for c in _KERNEL_ARGS)
+            else pl.lit(None, pl.String).alias("args"),
+            _col(k, "Type").alias("op_type"),
+            _col(k, "Accelerator Core").alias("core_type"),
+            _col(k, "Step Id").cast(pl.Int32, strict=False).alias("step"),
+            pl.col("_krow"),
+        )
+        if parts:
+            ev = parts[0]
+            # The NPU task of a kernel_details row starts at the same ns on the same stream;
+            # HCCL collectives (no stream in the table) match by name within 2 µs.
+            dev = ev.with_row_index("_erow").filter(pl.col("device").is_not_null())
+            hc = dev.filter(pl.col("kind") == "kernel").select(
+                "name",
+                pl.col("ts_ns").alias("_hts"),
+                pl.col("correlation").alias("_corr"),
+                "_erow",
+            )
+            # HCCL collectives (no stream in the table) match the HCCL group slice by name
+            # within 2 µs; every other row matches the NPU task starting at the same ns.
+            hccl_match = (
+                kev.join(hc, on="name", how="inner")
+                .filter((pl.col("_hts") - pl.col("ts_ns")).abs() <= 2000)
+                .sort("_krow", (pl.col("_hts") - pl.col("ts_ns")).abs())
+                .unique("_krow", keep="first")
+                .unique("_erow", keep="first")
+            )
+            rest = kev.filter(~pl.col("_krow").is_in(hccl_match.get_column("_krow").implode()))
+            hw_match = (
+                rest.join(
+                    dev.filter(pl.col("kind") != "kernel").select(
+                        "ts_ns",
+                        pl.col("stream").alias("_hstream"),
+                        pl.col("correlation").alias("_corr"),
+                        "_erow",
+                    ),
+                    on="ts_ns",
+                    how="inner",
+                )
+                .filter(pl.col("stream").is_null() | (pl.col("stream") == pl.col("_hstream")))
+                .unique("_krow", keep="first")
+                .unique("_erow", keep="first")
+            )
+            matched = pl.concat(
+                [
+                    hw_match.select("_krow", "_corr", "_erow"),
+                    hccl_match.select("_krow", "_corr", "_erow"),
+                ]
+            )
+            kev = (
+                kev.join(matched.select("_krow", "_corr"), on="_krow", how="left")
+                .with_columns(pl.col("_corr").alias("correlation"))
+                .drop("_corr")
+            )
+            drop_rows = matched.get_column("_erow")
+            meta_extra["kernels_matched_to_trace"] = matched.height
+            parts[0] = (
+                ev.with_row_index("_erow")
+                .filter(~pl.col("_erow").is_in(drop_rows.implode()))
+                .drop("_erow")
+            )
+        parts.append(kev)
+
+    events = pl.concat(parts, how="diagonal_relaxed") if parts else S.empty("events").drop("rank")
+    events = events.with_columns(
+        [
+            pl.lit(None, dtype).alias(c)
+            for c, dtype in S.EVENTS.items()
+            if c not in events.columns and c not in ("id", "rank")
+        ]
+    )
+    if "_krow" not in events.columns:
+        events = events.with_columns(pl.lit(None, pl.UInt32).alias("_krow"))
+    if "_call_stack" not in events.columns:
+        events = events.with_columns(pl.lit(None, pl.String).alias("_call_stack"))
+    events = (
+        events.sort(["ts_ns", "dur_ns"], descending=[False, True], maintain_order=True)
+        .with_row_index("id")
+        .with_columns(pl.col("id").cast(pl.Int64))
+    )
+
+    flows = _resolve_flows(flow_parts, events) if flow_parts else S.empty("flows").drop("rank")
+    return events, flows, counters, threads
+
+
+def _dims_json(col: pl.Expr) -> pl.Expr:
+    """Trace "Input Dims" text ("32,3;\\r\\n;\\r\\n64") -> compact JSON lists."""
+    s = col.str.replace_all(r"\r?\n", "")
+    return _shapes_json(s)
+
+
+def _meta_names(trace: pl.DataFrame, what: str, *, with_tid: bool = False) -> pl.DataFrame:
+    m = trace.filter((pl.col("ph") == "M") & (pl.col("name") == what))
+    cols = [
+        pl.col("pid").str.strip_chars(_STRIP).cast(pl.Int64, strict=False),
+        pl.col("args").struct.field("name").alias("value"),
+    ]
+    if with_tid:
+        cols.insert(1, pl.col("tid").str.strip_chars(_STRIP).cast(pl.Int64, strict=False))
+    return m.select(cols).unique(maintain_order=True)
+
+
+def _threads(pnames: pl.DataFrame, tnames: pl.DataFrame, device_pids: list[int]) -> pl.DataFrame:
+    return tnames.select(
+        pl.col("pid"),
+        pl.col("tid"),
+        pl.col("value").alias("name"),
+        pl.col("pid").is_in(device_pids).alias("is_device"),
+    ).unique(["pid", "tid"], keep="first", maintain_order=True)
+
+
+def _resolve_flows(parts: list[pl.DataFrame], events: pl.DataFrame) -> pl.DataFrame:
+    fl = pl.concat(parts)
+    kind = (
+        pl.when(pl.col("cat") == "async_npu")
+        .then(pl.lit("async_npu"))
+        .when(pl.col("cat") == "fwdbwd")
+        .then(pl.lit("fwdbwd"))
+        .when(pl.col("cat") == "HostToDevice")
+        .then(pl.lit("ac2g"))
+        .otherwise(pl.lit("other"))
+    )
+    fl = fl.with_columns(kind.alias("kind"))
+    # An end point binds to the slice on its thread that starts at its timestamp; several slices
+    # may start there (nested ops): the source takes the innermost host op, the target the
+    # device event (or the outermost slice).
+    ev = events.select(
+        "id",
+        "pid",
+        "tid",
+        "ts_ns",
+        "dur_ns",
+        "kind",
+        pl.col("device").is_not_null().alias("_dev"),
+    )
+    src = (
+        fl.filter(pl.col("ph") == "s")
+        .join(ev.rename({"kind": "ekind"}), on=["pid", "tid", "ts_ns"], how="inner")
+        .with_columns(
+            pl.when(pl.col("ekind").is_in(["cpu_op", "user_annotation"]))
+            .then(0)
+            .when(pl.col("ekind") == "runtime")
+            .then(1)
+            .otherwise(2)
+            .alias("_pr")
+        )
+        .sort(["kind", "fid", "_pr", "dur_ns"])
+        .unique(["kind", "fid"], keep="first")
+        .select("kind", "fid", pl.col("id").alias("src_id"))
+    )
+    # Targets: the trace's device pid/tid; kernels from the table sit on the hardware pid with
+    # tid = stream, so match on ts first by (pid, tid), then on ts alone for device targets.
+    fin = fl.filter(pl.col("ph").is_in(["f", "t"]))
+    dst_exact = (
+        fin.join(ev.rename({"kind": "ekind"}), on=["pid", "tid", "ts_ns"], how="inner")
+        .with_columns(pl.when(pl.col("ekind") == "kernel").then(0).otherwise(1).alias("_pr"))
+        .sort(["kind", "fid", "_pr", "dur_ns"], descending=[False, False, False, True])
+        .unique(["kind", "fid"], keep="first")
+        .select("kind", "fid", pl.col("id").alias("dst_id"))
+    )
+    dst_dev = (
+        fin.join(
+            ev.filter(pl.col("_dev")).rename({"kind": "ekind", "pid": "_p", "tid": "_t"}),
+            on="ts_ns",
+            how="inner",
+        )
+        .with_columns(pl.when(pl.col("ekind") == "kernel").then(0).otherwise(1).alias("_pr"))
+        .sort(["kind", "fid", "_pr"])
+        .unique(["kind", "fid"], keep="first")
+        .select("kind", "fid", pl.col("id").alias("dst_dev"))
+    )
+    out = (
+        src.join(dst_exact, on=["kind", "fid"], how="left")
+        .join(dst_dev, on=["kind", "fid"], how="left")
+        .with_columns(pl.coalesce("dst_id", "dst_dev").alias("dst_id"))
+        .filter(pl.col("dst_id").is_not_null())
+        .select(
+            pl.col("kind").cast(S.FlowKind),
+            pl.col("fid").cast(pl.Int64, strict=False).alias("flow_id"),
+            "src_id",
+            "dst_id",
+        )
+        .sort("src_id")
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Linking
+
+
+def _nest(events: pl.DataFrame, n_total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parent id (-1: none) and depth, indexed by event id, of the given slices on their
+    (pid, tid), by time containment."""
+    n = events.height
+    parent = np.full(n_total, -1, dtype=np.int64)
+    depth = np.zeros(n_total, dtype=np.int32)
+    if n == 0:
+        return parent, depth
+    order_df = (
+        events.select("id", "pid", "tid", "ts_ns", "dur_ns")
+        .with_columns(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1))
+        .sort(
+            ["pid", "tid", "ts_ns", "dur_ns", "id"], descending=[False, False, False, True, False]
+        )
+    )
+    ids = order_df.get_column("id").to_numpy()
+    pid = order_df.get_column("pid").to_numpy()
+    tid = order_df.get_column("tid").to_numpy()
+    ts = order_df.get_column("ts_ns").to_numpy()
+    end = ts + order_df.get_column("dur_ns").to_numpy()
+    # Positions in sorted order; candidate parent = the previous slice on the same thread, then
+    # its ancestors, climbed level by level for all slices at once (pointer jumping).
+    same = np.zeros(n, dtype=bool)
+    same[1:] = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
+    cand = np.where(same, np.arange(n) - 1, -1)
+    par = np.full(n, -2, dtype=np.int64)  # -2 unresolved, -1 root
+    par[cand < 0] = -1
+    for _ in range(10_000):
+        todo = np.nonzero(par == -2)[0]
+        if todo.size == 0:
+            break
+        c = cand[todo]
+        contains = (ts[c] <= ts[todo]) & (end[c] >= end[todo])
+        par[todo[contains]] = c[contains]
+        rest = todo[~contains]
+        cr = cand[rest]
+        ready = par[cr] != -2
+        nxt = par[cr[ready]]
+        cand[rest[ready]] = nxt
+        par[rest[ready][nxt < 0]] = -1
+        if not contains.any() and not ready.any():  # pragma: no cover - cannot happen
+            par[todo] = -1
+    # Depth by levels.
+    d = np.full(n, -1, dtype=np.int32)
+    d[par == -1] = 0
+    for lvl in range(1, 10_000):
+        todo = np.nonzero(d == -1)[0]
+        if todo.size == 0:
+            break
+        ok = d[par[todo]] == lvl - 1
+        d[todo[ok]] = lvl
+    parent[ids] = np.where(par >= 0, ids[np.maximum(par, 0)], -1)
+    depth[ids] = d
+    return parent, depth
+
+
+def _link(
+    events: pl.DataFrame, flows: pl.DataFrame, kernels: pl.DataFrame | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    del kernels
+    host = pl.col("device").is_null()
+    n = events.height
+    par_all, dep_all = _nest(events.filter(host).select("id", "pid", "tid", "ts_ns", "dur_ns"), n)
+    events = events.with_columns(
+        pl.Series("parent_id", par_all).replace(-1, None),
+        pl.Series("depth", dep_all),
+    )
+
+    # Stacks from "Call stack" text, interned.
+    stacks, events = _intern_stacks(events)
+
+    # Walk down the nesting levels: module path, inherited stack, backward flag.
+    module_name = (
+        pl.when(pl.col("kind") == "python_function")
+        .then(pl.col("name").str.extract(r"^nn\.Module:\s*(.+)$"))
+        .otherwise(None)
+    )
+    events = events.with_columns(
+        module_name.alias("_mod"),
+        (
+            (pl.col("fwd_tid").fill_null(0) > 0)
+            | pl.col("name").str.contains(r"(?i)backward|autograd::engine")
+        )
+        .and_(host)
+        .alias("is_backward"),
+    )
+    # Level by level (vectorised per nesting depth): module path = ancestors' module names
+    # joined by "/", stack inherited from the nearest ancestor that has one, backward flag
+    # inherited from any ancestor.
+    max_depth = int(events.get_column("depth").fill_null(0).max() or 0)  # type: ignore[arg-type]
+    base = events.select("id", "parent_id", "depth", "_mod", "stack_id", "is_backward")
+    level = base.filter(pl.col("depth") == 0).select(
+        "id", pl.col("_mod").alias("module"), "stack_id", "is_backward"
+    )
+    done = [level]
+    for lvl in range(1, max_depth + 1):
+        rows = base.filter(pl.col("depth") == lvl).join(
+            level.rename(
+                {"id": "parent_id", "module": "_pm", "stack_id": "_ps", "is_backward": "_pb"}
+            ),
+            on="parent_id",
+            how="left",
+        )
+        level = rows.select(
+            "id",
+            pl.when(pl.col("_pm").is_not_null() & pl.col("_mod").is_not_null())
+            .then(pl.col("_pm") + pl.lit("/") + pl.col("_mod"))
+            .otherwise(pl.coalesce("_mod", "_pm"))
+            .alias("module"),
+            pl.coalesce("stack_id", "_ps").alias("stack_id"),
+            (pl.col("is_backward") | pl.col("_pb").fill_null(False)).alias("is_backward"),
+        )
+        done.append(level)
+    walked = pl.concat(done)
+    events = events.drop("stack_id", "is_backward", "module").join(walked, on="id", how="left")
+    # Non-module events keep only the module of their ancestors; python frames that are modules
+    # keep their own path.
+
+    # Steps on the host: the ProfilerStep slice that contains the event's start.
+    steps = (
+        events.filter(pl.col("kind") == "step")
+        .select(
+            pl.col("ts_ns").alias("_sts"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("_send"),
+            pl.col("name").str.extract(r"#(\d+)").cast(pl.Int32, strict=False).alias("_step"),
+        )
+        .sort("_sts")
+    )
+    if steps.height:
+        tagged = (
+            events.select("id", "ts_ns")
+            .sort("ts_ns")
+            .join_asof(steps, left_on="ts_ns", right_on="_sts", strategy="backward")
+            .select(
+                "id",
+                pl.when(pl.col("ts_ns") < pl.col("_send")).then(pl.col("_step")).alias("_hstep"),
+            )
+        )
+        events = events.join(tagged, on="id", how="left")
+    else:
+        events = events.with_columns(pl.lit(None, pl.Int32).alias("_hstep"))
+
+    # Kernel -> host op through async_npu flows; launch through the CANN call's connection id.
+    a = (
+        flows.filter(pl.col("kind") == "async_npu")
+        .select(pl.col("dst_id").alias("id"), pl.col("src_id").alias("_op"))
+        .unique("id", keep="first")
+    )
+    launches = (
+        events.filter(pl.col("kind") == "runtime")
+        .filter(pl.col("correlation").is_not_null())
+        .select(pl.col("correlation"), pl.col("id").alias("_launch"))
+        .unique("correlation", keep="first")
+    )
+    events = events.join(a, on="id", how="left").join(launches, on="correlation", how="left")
+    events = events.with_columns(
+        pl.when(host).then(None).otherwise(pl.col("_launch")).alias("launch_id"),
+        pl.when(host).then(None).otherwise(pl.col("_op")).alias("op_id"),
+    )
+    # Host runtime calls: the innermost enclosing cpu_op is their op.
+    events = _host_op_of_runtime(events)
+    # Fill device rows from their op: step, stack, module, backward; host rows take _hstep.
+    opinfo = events.select(
+        pl.col("id").alias("op_id"),
+        pl.col("_hstep").alias("_ostep"),
+        pl.col("stack_id").alias("_ostack"),
+        pl.col("module").alias("_omod"),
+        pl.col("is_backward").alias("_obwd"),
+    )
+    events = events.join(opinfo, on="op_id", how="left").with_columns(
+        pl.when(host).then(pl.col("_hstep")).otherwise(pl.coalesce("step", "_ostep")).alias("step"),
+        pl.when(host).then(pl.col("stack_id")).otherwise(pl.col("_ostack")).alias("stack_id"),
+        pl.when(host).then(pl.col("module")).otherwise(pl.col("_omod")).alias("module"),
+        pl.when(host)
+        .then(pl.col("is_backward"))
+        .otherwise(pl.col("_obwd").fill_null(False))
+        .alias("is_backward"),
+    )
+    # Backward op -> forward op via fwdbwd flows.
+    fb = (
+        flows.filter(pl.col("kind") == "fwdbwd")
+        .select(pl.col("dst_id").alias("id"), pl.col("src_id").alias("_fwd"))
+        .unique("id", keep="first")
+    )
+    events = events.join(fb, on="id", how="left").with_columns(pl.col("_fwd").alias("fwd_id"))
+    events = events.sort("id").select([c for c in S.EVENTS if c in events.columns])
+    return events, stacks
+
+
+def _host_op_of_runtime(events: pl.DataFrame) -> pl.DataFrame:
+    """Runtime (CANN) calls and other host slices: op_id = innermost enclosing cpu_op."""
+    ops = events.select("id", "kind", "parent_id")
+    is_op = ops.get_column("kind").to_numpy() == "cpu_op"
+    par = ops.get_column("parent_id").fill_null(-1).to_numpy()
+    n = ops.height
+    owner = np.full(n, -1, dtype=np.int64)
+    cur = par.copy()
+    host = events.get_column("device").is_null().to_numpy()
+    todo = np.nonzero(host & (events.get_column("kind").to_numpy() == "runtime"))[0]
+    for _ in range(256):
+        if todo.size == 0:
+            break
+        c = cur[todo]
+        valid = c >= 0
+        hit = valid & is_op[np.maximum(c, 0)]
+        owner[todo[hit]] = c[hit]
+        keep = valid & ~hit
+        todo = todo[keep]
+        cur[todo] = par[cur[todo]]
+    return events.with_columns(
+        pl.when(pl.col("kind") == "runtime")
+        .then(pl.Series("_own", owner).replace(-1, None))
+        .otherwise(pl.col("op_id"))
+        .alias("op_id")
+    )
+
+
+_FRAME = r"^(?P<file>.*)\((?P<line>\d+)\):\s*(?P<function>.*)$"
+
+
+def parse_stacks(texts: pl.Series) -> pl.DataFrame:
+    """Intern ``Call stack`` strings ("file(line): func;\\nfile(line): func", innermost first).
+
+    Returns the STACKS table (stack_id = position of the distinct string in ``texts``).
+    """
+    u = pl.DataFrame({"text": texts}).with_row_index("stack_id")
+    frames = (
+        u.with_columns(pl.col("text").str.split(";").alias("f"))
+        .explode("f")
+        .with_columns(pl.col("f").str.strip_chars(" \t\r\n"))
+        .filter(pl.col("f").str.len_chars() > 0)
+        .with_columns(pl.int_range(pl.len()).over("stack_id").alias("depth"))
+        .with_columns(pl.col("f").str.extract_groups(_FRAME).alias("g"))
+        .unnest("g")
+    )
+    file_ = pl.coalesce("file", "f")
+    return frames.select(
+        pl.col("stack_id").cast(pl.Int64),
+        pl.col("depth").cast(pl.Int32),
+        file_.alias("file"),
+        pl.col("line").cast(pl.Int32, strict=False),
+        pl.col("function"),
+        ~file_.str.contains(
+            r"site-packages|dist-packages|/lib/python\d|^<|torch_npu/|/torch/|"
+            r"\\lib\\|threading\.py|multiprocessing/"
+        ).alias("is_user"),
+    )
+
+
+def _intern_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    text = pl.col("_call_stack").str.replace_all(r"\r?\n", "")
+    events = events.with_columns(
+        pl.when(text.str.strip_chars(" ;").str.len_chars() > 0).then(text).alias("_cs")
+    )
+    uniq = events.get_column("_cs").drop_nulls().unique(maintain_order=True)
+    if uniq.len() == 0:
+        return S.empty("stacks"), events.with_columns(pl.lit(None, pl.Int64).alias("stack_id"))
+    stacks = parse_stacks(uniq)
+    ids = (
+        pl.DataFrame({"_cs": uniq})
+        .with_row_index("stack_id")
+        .with_columns(pl.col("stack_id").cast(pl.Int64))
+    )
+    events = events.drop("stack_id", strict=False).join(ids, on="_cs", how="left")
+    return stacks, events.sort("id")
+
+
+def _kernel_metrics(events: pl.DataFrame, kernels: pl.DataFrame | None) -> pl.DataFrame:
+    if kernels is None or "_krow" not in events.columns:
+        return S.empty("kernel_metrics")
+    metric_cols = [
+        c for c in kernels.columns if c not in _KERNEL_DESCRIPTIVE and not c.startswith("_")
+    ]
+    if not metric_cols:
+        return S.empty("kernel_metrics")
+    ids = events.filter(pl.col("_krow").is_not_null()).select(
+        pl.col("id").alias("event_id"), "_krow"
+    )
+    long = (
+        kernels.select("_krow", *[pl.col(c).cast(pl.Float64, strict=False) for c in metric_cols])
+        .unpivot(index="_krow", variable_name="metric", value_name="value")
+        .filter(pl.col("value").is_not_null())
+    )
+    return (
+        long.join(ids, on="_krow", how="inner")
+        .select("event_id", "metric", "value")
+        .sort("event_id", maintain_order=True)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps, memory, info
+
+
+def _read_steps(
+    path: Path, events: pl.DataFrame, odd: Counter[str], read: list[str]
+) -> pl.DataFrame:
+    marks = (
+        events.filter(pl.col("kind") == "step")
+        .select(
+            pl.col("name").str.extract(r"#(\d+)").cast(pl.Int32, strict=False).alias("step"),
+            "ts_ns",
+            "dur_ns",
+        )
+        .unique("step", keep="first")
+    )
+    dev = (
+        events.filter(pl.col("device").is_not_null() & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(
+            pl.col("ts_ns").min().alias("_dts"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("_dend"),
+        )
+    )
+    if not path.is_file():
+        if marks.height:
+            return marks.sort("step")
+        return dev.select(
+            "step",
+            pl.col("_dts").alias("ts_ns"),
+            (pl.col("_dend") - pl.col("_dts")).alias("dur_ns"),
+        ).sort("step")
+    df = read_csv(path, odd)
+    read.append(path.name)
+    if "Step" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.String).alias("Step"))
+    ms = pl.Float64
+    b = df.select(
+        pl.col("Step").str.extract(r"(\d+)$").cast(pl.Int32, strict=False).alias("step"),
+        _us_float_to_ns(_col(df, "Computing").cast(ms, strict=False)).alias("computing_ns"),
+        _us_float_to_ns(_col(df, "Communication").cast(ms, strict=False)).alias("communication_ns"),
+        _us_float_to_ns(_col(df, "Communication(Not Overlapped)").cast(ms, strict=False)).alias(
+            "communication_not_overlapped_ns"
+        ),
+        _us_float_to_ns(_col(df, "Free").cast(ms, strict=False)).alias("free_ns"),
+        _us_float_to_ns(_col(df, "Stage").cast(ms, strict=False)).alias("_stage"),
+    )
+    out = b.join(marks, on="step", how="left").join(dev, on="step", how="left")
+    return out.with_columns(
+        pl.coalesce("ts_ns", "_dts").alias("ts_ns"),
+        pl.coalesce("dur_ns", "_stage", pl.col("_dend") - pl.col("_dts")).alias("dur_ns"),
+    ).select([c for c in S.STEPS if c != "rank"])
+
+
+def _read_memory(
+    out: Path, device: int, odd: Counter[str], read: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    mib = 1024 * 1024
+    memory = S.empty("memory").drop("rank")
+    counters = S.empty("counters").drop("rank")
+    om = out / "operator_memory.csv"
+    if om.is_file():
+        df = read_csv(om, odd)
+        read.append(om.name)
+        if "Size(KB)" in df.columns and "Allocation Time(us)" in df.columns:
+            size = (
+                (pl.col("Size(KB)").cast(pl.Float64, strict=False) * 1024).round(0).cast(pl.Int64)
+            )
+            dev = _col(df, "Device Type").str.extract(r"(\d+)$").cast(pl.Int32, strict=False)
+
+            def mb(c: str) -> pl.Expr:
+                return (_col(df, c).cast(pl.Float64, strict=False) * mib).round(0).cast(pl.Int64)
+
+            alloc = df.select(
+                us_text_to_ns(pl.col("Allocation Time(us)")).alias("ts_ns"),
+                size.alias("bytes"),
+                mb("Allocation Total Allocated(MB)").alias("total_allocated"),
+                mb("Allocation Total Reserved(MB)").alias("total_reserved"),
+                dev.alias("device"),
+            )
+            free = df.select(
+                us_text_to_ns(_col(df, "Release Time(us)")).alias("ts_ns"),
+                (-size).alias("bytes"),
+                mb("Release Total Allocated(MB)").alias("total_allocated"),
+                mb("Release Total Reserved(MB)").alias("total_reserved"),
+                dev.alias("device"),
+            ).filter(pl.col("ts_ns").is_not_null())
+            memory = (
+                pl.concat([alloc, free])
+                .filter(pl.col("ts_ns").is_not_null())
+                .with_columns(pl.lit(20, pl.Int32).alias("device_type"))
+                .sort("ts_ns")
+            )
+    mr = out / "memory_record.csv"
+    if mr.is_file():
+        df = read_csv(mr, odd)
+        read.append(mr.name)
+        if "Timestamp(us)" in df.columns:
+            comp = _col(df, "Component").fill_null("memory")
+            longs = []
+            for col, label in (
+                ("Total Allocated(MB)", "allocated"),
+                ("Total Reserved(MB)", "reserved"),
+                ("Total Active(MB)", "active"),
+            ):
+                if col not in df.columns:
+                    continue
+                longs.append(
+                    df.select(
+                        (pl.lit("memory_record/") + comp + pl.lit(f" {label} bytes")).alias("name"),
+                        us_text_to_ns(pl.col("Timestamp(us)")).alias("ts_ns"),
+                        (pl.col(col).cast(pl.Float64, strict=False) * mib).alias("value"),
+                    ).filter(pl.col("value").is_not_null() & pl.col("ts_ns").is_not_null())
+                )
+            if longs:
+                counters = pl.concat(longs)
+    del device
+    return memory, counters
+
+
+def _memory_links(memory: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """Step of each allocation: the ProfilerStep slice holding its timestamp."""
+    steps = (
+        events.filter(pl.col("kind") == "step")
+        .select(
+            pl.col("ts_ns").alias("_sts"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("_send"),
+            pl.col("step").alias("_step"),
+        )
+        .sort("_sts")
+    )
+    if memory.height == 0 or steps.height == 0:
+        return memory
+    m = memory.with_row_index("_r").sort("ts_ns")
+    m = m.join_asof(steps, left_on="ts_ns", right_on="_sts", strategy="backward")
+    m = m.with_columns(
+        pl.when(pl.col("ts_ns") < pl.col("_send")).then(pl.col("_step")).alias("step")
+    )
+    return m.sort("_r").drop("_r", "_sts", "_send", "_step")
+
+
+def _profiler_info(out: Path) -> dict[str, Any]:
+    root = out.parent if out.name == OUTPUT_DIR else out
+    info: dict[str, Any] = {}
+    for f in sorted(root.glob("profiler_info*.json")):
+        data = _load_json(f)
+        info["profiler_info"] = {k: v for k, v in data.items() if k != "ENV_VARIABLES"}
+        break
+    md = root / "profiler_metadata.json"
+    if md.is_file():
+        try:
+            data = _load_json(md)
+        except InputError:
+            data = {}
+        # Environment variables can hold secrets: never kept.
+        info["profiler_metadata"] = {k: v for k, v in data.items() if k != "ENV_VARIABLES"}
+    return info
+
+
+def _level(info: dict[str, Any]) -> str | None:
+    exp = info.get("profiler_info", {}).get("config", {}).get("experimental_config", {})
+    lvl = exp.get("_profiler_level") if isinstance(exp, dict) else None
+    return lvl if isinstance(lvl, str) else None
