@@ -1,0 +1,373 @@
+"""compare(): matching, planted speedups, significance, normalisation, cross-device matching.
+
+Profiles here are built directly from tables (Profile.from_tables), so these tests need no
+reader; the expected figures are computed in the test from what was planted.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import pytest
+
+from opscope.analysis.compare import MIN_REL_CHANGE, Comparison, compare
+from opscope.errors import AnalysisError
+from opscope.model import Profile
+
+
+@dataclass
+class _Builder:
+    """Plants steps, ops (optionally with one kernel each) and records what it planted (µs)."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    stacks: list[dict[str, Any]] = field(default_factory=list)
+    planted: dict[str, list[float]] = field(default_factory=dict)  # op name -> per-call µs
+    kernel_planted: dict[str, list[float]] = field(default_factory=dict)
+    t: int = 0
+
+    def _id(self) -> int:
+        return len(self.events)
+
+    def step(self, n: int, ops: list[dict[str, Any]]) -> None:
+        sid = self._id()
+        start = self.t
+        self.events.append(
+            {"id": sid, "kind": "step", "name": f"ProfilerStep#{n}", "ts_ns": start, "step": n}
+        )
+        for o in ops:
+            dur = round(o["us"] * 1000)
+            oid = self._id()
+            self.events.append(
+                {
+                    "id": oid,
+                    "kind": "cpu_op",
+                    "name": o["name"],
+                    "ts_ns": self.t,
+                    "dur_ns": dur,
+                    "step": n,
+                    "parent_id": sid,
+                    "input_dims": o.get("dims", "[[4,4]]"),
+                    "module": o.get("module"),
+                    "stack_id": o.get("stack_id"),
+                }
+            )
+            self.planted.setdefault(o["name"], []).append(dur / 1000)
+            if "child" in o:  # a nested op inside this one, taking half of it
+                self.events.append(
+                    {
+                        "id": self._id(),
+                        "kind": "cpu_op",
+                        "name": o["child"],
+                        "ts_ns": self.t + 1,
+                        "dur_ns": dur // 2,
+                        "step": n,
+                        "parent_id": oid,
+                        "input_dims": o.get("dims", "[[4,4]]"),
+                        "module": o.get("module"),
+                        "stack_id": o.get("stack_id"),
+                    }
+                )
+                launcher = self._id() - 1
+            else:
+                launcher = oid
+            span = dur
+            if "kernel" in o:
+                kdur = round(o["kernel_us"] * 1000)
+                self.events.append(
+                    {
+                        "id": self._id(),
+                        "kind": "kernel",
+                        "name": o["kernel"],
+                        "ts_ns": self.t + 10,
+                        "dur_ns": kdur,
+                        "step": n,
+                        "op_id": launcher,
+                        "device": 0,
+                        "pid": 0,
+                    }
+                )
+                self.kernel_planted.setdefault(o["kernel"], []).append(kdur / 1000)
+                span = max(dur, kdur + 10)
+            self.t += span + 1000
+        self.events[sid]["dur_ns"] = self.t - start
+        self.t += 1000
+
+    def profile(self, sources: str = "planted") -> Profile:
+        ev = pl.DataFrame(self.events, infer_schema_length=None)
+        tables: dict[str, pl.DataFrame] = {"events": ev}
+        if self.stacks:
+            tables["stacks"] = pl.DataFrame(self.stacks)
+        return Profile.from_tables(meta={"sources": [sources]}, **tables)
+
+
+def _planted(x_us: float, *, steps: int = 5, seed: int = 0, noise: float = 3.0) -> _Builder:
+    """X takes ``x_us`` per call, Y 500 µs, Z 300 µs, each ± ``noise`` µs (uniform)."""
+    r = random.Random(seed)
+    b = _Builder()
+    for s in range(steps):
+        b.step(
+            s,
+            [
+                {"name": "aten::X", "us": x_us + r.uniform(-noise, noise), "module": "M/x"},
+                {"name": "aten::Y", "us": 500 + r.uniform(-noise, noise), "module": "M/y"},
+                {"name": "aten::Z", "us": 300 + r.uniform(-noise, noise), "module": "M/y"},
+            ],
+        )
+    return b
+
+
+def _row(c: Comparison, kind: str, key: str) -> dict[str, Any]:
+    rows = c.rows.filter((pl.col("kind") == kind) & (pl.col("key") == key)).to_dicts()
+    assert len(rows) == 1, (kind, key, c.rows)
+    return rows[0]
+
+
+def test_profile_against_itself_has_no_change() -> None:
+    p = _planted(1000).profile()
+    c = compare(p, p)
+    assert c.rows.height > 0
+    assert c.rows.get_column("speedup").to_list() == [1.0] * c.rows.height
+    assert c.rows.get_column("significant").to_list() == [False] * c.rows.height
+    assert set(c.rows.get_column("verdict")) == {"noise"}
+    assert c.step_speedup == 1.0
+    assert c.step_significant is False
+    assert c.added.height == 0
+    assert c.removed.height == 0
+
+
+def test_planted_speedup_is_found_and_equal_ops_are_noise() -> None:
+    before, after = _planted(1000, seed=1), _planted(250, seed=2)
+    c = compare(before.profile(), after.profile())
+    x = _row(c, "op", "aten::X")
+    assert x["before_us"] == pytest.approx(sum(before.planted["aten::X"]), abs=1e-6)
+    assert x["after_us"] == pytest.approx(sum(after.planted["aten::X"]), abs=1e-6)
+    expected = sum(before.planted["aten::X"]) / sum(after.planted["aten::X"])
+    assert x["speedup"] == pytest.approx(expected, rel=1e-9)
+    assert x["speedup"] == pytest.approx(4.0, rel=0.03)
+    assert x["significant"] is True
+    assert x["verdict"] == "gain"
+    assert x["calls_before"] == 5 and x["calls_after"] == 5
+    for name in ("aten::Y", "aten::Z"):
+        r = _row(c, "op", name)
+        assert r["verdict"] == "noise", r
+        assert r["significant"] is False
+    # the step got faster by the X saving, beyond noise
+    assert c.step_verdict == "gain"
+    assert c.step_speedup is not None and c.step_speedup > 1.5
+    # module rows: M/x holds only X
+    mx = _row(c, "module", "M/x")
+    assert mx["speedup"] == pytest.approx(expected, rel=1e-9)
+    # the summary names the operator in the seed's form
+    labels = c.summary.get_column("metric").to_list()
+    assert "aten::X (x)" in labels
+    assert labels[0].startswith("iteration time")
+
+
+def test_noise_is_judged_against_the_step_to_step_spread() -> None:
+    # Y changes by 10 % but the per-step values scatter by ±40 %: noise. X's 4x shift is not.
+    r = random.Random(7)
+    a, b = _Builder(), _Builder()
+    for s in range(6):
+        a.step(s, [{"name": "aten::X", "us": 1000}, {"name": "aten::Y", "us": r.uniform(300, 700)}])
+        b.step(s, [{"name": "aten::X", "us": 250}, {"name": "aten::Y", "us": r.uniform(330, 770)}])
+    c = compare(a.profile(), b.profile())
+    y = _row(c, "op", "aten::Y")
+    # the change is above the relative floor, so the spread is what makes it noise
+    assert abs(y["delta_us"]) / max(y["before_us"], y["after_us"]) >= MIN_REL_CHANGE
+    assert y["verdict"] == "noise"
+    assert y["noise_us"] > 0
+    assert _row(c, "op", "aten::X")["verdict"] == "gain"
+
+
+def test_a_planted_regression_is_a_loss() -> None:
+    c = compare(_planted(250, seed=3).profile(), _planted(1000, seed=4).profile())
+    x = _row(c, "op", "aten::X")
+    assert x["verdict"] == "loss"
+    assert x["speedup"] == pytest.approx(0.25, rel=0.03)
+    assert c.step_verdict == "loss"
+    assert c.step_regression_pct > 50
+
+
+def test_different_step_counts_compare_per_step_averages() -> None:
+    before, after = _planted(1000, steps=5, seed=5), _planted(1000, steps=3, seed=6)
+    c = compare(before.profile(), after.profile())
+    assert "per-step" in c.normalisation and "5 vs 3" in c.normalisation
+    x = _row(c, "op", "aten::X")
+    assert x["before_us"] == pytest.approx(sum(before.planted["aten::X"]) / 5, abs=1e-6)
+    assert x["after_us"] == pytest.approx(sum(after.planted["aten::X"]) / 3, abs=1e-6)
+    assert x["verdict"] == "noise"
+
+
+def test_fewer_than_three_steps_leaves_changes_untested() -> None:
+    c = compare(_planted(1000, steps=2, seed=1).profile(), _planted(250, steps=2).profile())
+    assert _row(c, "op", "aten::X")["verdict"] == "untested"
+    assert _row(c, "op", "aten::X")["significant"] is None
+    # a change under MIN_REL_CHANGE is noise even untested
+    assert _row(c, "op", "aten::Y")["verdict"] == "noise"
+    assert any("fewer than 3 steps" in n for n in c.notes)
+
+
+def test_added_and_removed_rows() -> None:
+    a, b = _Builder(), _Builder()
+    for s in range(3):
+        a.step(s, [{"name": "aten::X", "us": 100}, {"name": "aten::matmul", "us": 900}])
+        b.step(s, [{"name": "aten::X", "us": 100}, {"name": "aten::linear", "us": 300}])
+    c = compare(a.profile(), b.profile())
+    removed = {(r["kind"], r["key"]): r for r in c.removed.to_dicts()}
+    added = {(r["kind"], r["key"]): r for r in c.added.to_dicts()}
+    assert removed[("op", "aten::matmul")]["us"] == pytest.approx(2700.0)
+    assert removed[("op", "aten::matmul")]["calls"] == 3
+    assert added[("op", "aten::linear")]["us"] == pytest.approx(900.0)
+    assert ("op", "aten::linear") not in removed
+
+
+def test_no_common_operators_is_an_analysis_error() -> None:
+    a, b = _Builder(), _Builder()
+    a.step(0, [{"name": "aten::A", "us": 10}])
+    b.step(0, [{"name": "aten::B", "us": 10}])
+    with pytest.raises(AnalysisError, match="no common operators between"):
+        compare(a.profile("a.json"), b.profile("b.json"))
+
+
+def _device_pair() -> tuple[_Builder, _Builder]:
+    """CUDA-like before, Ascend-like after: kernel names differ, host ops and modules match."""
+    a, b = _Builder(), _Builder()
+    for s in range(4):
+        a.step(
+            s,
+            [
+                {
+                    "name": "aten::linear",
+                    "child": "aten::addmm",
+                    "us": 50,
+                    "module": "Net/fc",
+                    "kernel": "volta_sgemm_128x64_nn",
+                    "kernel_us": 400 + s,
+                },
+                {
+                    "name": "aten::relu",
+                    "us": 20,
+                    "module": "Net/act",
+                    "kernel": "vectorized_elementwise_kernel",
+                    "kernel_us": 30,
+                },
+            ],
+        )
+        b.step(
+            s,
+            [
+                {
+                    "name": "aten::linear",
+                    "child": "aten::addmm",
+                    "us": 50,
+                    "module": "Net/fc",
+                    "kernel": "MatMulV2",
+                    "kernel_us": 100 + s,
+                },
+                {
+                    "name": "aten::relu",
+                    "us": 20,
+                    "module": "Net/act",
+                    "kernel": "vectorized_elementwise_kernel",
+                    "kernel_us": 30,
+                },
+            ],
+        )
+    return a, b
+
+
+def test_renamed_kernels_match_through_their_host_operator() -> None:
+    a, b = _device_pair()
+    c = compare(a.profile(), b.profile())
+    assert c.basis == "device"
+    k = _row(c, "kernel", "via aten::addmm @ Net/fc")
+    assert k["match"] == "host op"
+    assert k["before_us"] == pytest.approx(sum(a.kernel_planted["volta_sgemm_128x64_nn"]))
+    assert k["after_us"] == pytest.approx(sum(b.kernel_planted["MatMulV2"]))
+    assert k["verdict"] == "gain"
+    same = _row(c, "kernel", "vectorized_elementwise_kernel")
+    assert same["match"] == "exact" and same["speedup"] == 1.0
+    # renamed kernels are matched, so they are neither added nor removed
+    assert c.added.filter(pl.col("kind") == "kernel").height == 0
+    assert c.removed.filter(pl.col("kind") == "kernel").height == 0
+    # device basis: the outer op is charged with the kernel launched by its child (inclusive)
+    lin = _row(c, "op", "aten::linear")
+    assert lin["before_us"] == pytest.approx(sum(a.kernel_planted["volta_sgemm_128x64_nn"]))
+    assert lin["calls_before"] == 4
+    assert _row(c, "module", "Net/fc")["after_us"] == pytest.approx(sum(b.kernel_planted["MatMulV2"]))
+
+
+def test_device_busy_and_idle_match_a_union_of_intervals() -> None:
+    a, b = _device_pair()
+    pa = a.profile()
+    c = compare(pa, b.profile())
+    ev = pa.events.to_dicts()
+    steps = [e for e in ev if e["kind"] == "step"]
+    lo = min(e["ts_ns"] for e in steps)
+    hi = max(e["ts_ns"] + e["dur_ns"] for e in steps)
+    iv = sorted(
+        (max(e["ts_ns"], lo), min(e["ts_ns"] + e["dur_ns"], hi)) for e in ev if e["kind"] == "kernel"
+    )
+    busy, cur_s, cur_e = 0, None, None
+    for s, e in iv:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s  # type: ignore[operator]
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s  # type: ignore[operator]
+    side = c.sides.row(0, named=True)
+    assert side["device_busy_us"] == pytest.approx(busy / 1000)
+    assert side["device_idle_us"] == pytest.approx((hi - lo - busy) / 1000)
+    assert "device busy" in c.summary.get_column("metric").to_list()
+
+
+def test_changed_shapes_match_by_operator_and_source_line() -> None:
+    a, b = _Builder(), _Builder()
+    for bld in (a, b):
+        bld.stacks = [
+            {"stack_id": 1, "depth": 0, "file": "torch/nn/functional.py", "line": 9, "is_user": False},
+            {"stack_id": 1, "depth": 1, "file": "model.py", "line": 30, "function": "forward", "is_user": True},
+            {"stack_id": 2, "depth": 0, "file": "model.py", "line": 41, "function": "forward", "is_user": True},
+        ]
+    for s in range(3):
+        a.step(
+            s,
+            [
+                {"name": "aten::mm", "us": 800, "dims": "[[256,1000],[1000,256]]", "stack_id": 1},
+                {"name": "aten::mm", "us": 100, "dims": "[[8,8],[8,8]]", "stack_id": 2},
+            ],
+        )
+        b.step(
+            s,
+            [
+                {"name": "aten::mm", "us": 200, "dims": "[[256,1024],[1024,256]]", "stack_id": 1},
+                {"name": "aten::mm", "us": 100, "dims": "[[8,8],[8,8]]", "stack_id": 2},
+            ],
+        )
+    c = compare(a.profile(), b.profile())
+    r = _row(c, "op_shape", "aten::mm @ model.py:30 (shape changed)")
+    assert r["match"] == "shape changed"
+    assert r["before_us"] == pytest.approx(2400.0)
+    assert r["after_us"] == pytest.approx(600.0)
+    assert _row(c, "op_shape", "aten::mm [[8,8],[8,8]]")["match"] == "exact"
+    assert c.added.filter(pl.col("kind") == "op_shape").height == 0
+    # source-line rows: the innermost user frame, not torch's
+    assert _row(c, "line", "model.py:30")["speedup"] == pytest.approx(4.0)
+
+
+def test_json_has_the_documented_keys() -> None:
+    c = compare(_planted(1000, seed=1).profile(), _planted(250).profile())
+    j = c.to_json()
+    assert set(j["step_time"]) >= {"before_us", "after_us", "speedup", "significant", "noise_us"}
+    assert j["rows"]
+    assert set(j["rows"][0]) >= {"key", "kind", "before_us", "after_us", "speedup", "significant"}
+    assert {"summary", "added", "removed", "roofline", "sides", "notes"} <= set(j)
+    assert j["summary"][0]["metric"].startswith("iteration time")
+    md = c.to_markdown()
+    assert "| metric | before | after | change |" in md
+    assert "aten::X" in md
