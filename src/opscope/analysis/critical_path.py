@@ -1,0 +1,306 @@
+"""Critical path of each step across host threads, launches and device streams.
+
+The graph of one step (one rank):
+
+- **host nodes** — each host thread's time cut at its runtime calls: node *i* runs from the end
+  of runtime call *i-1* to the end of call *i* (the host work that led to the launch, plus the
+  launch). Threads with no runtime calls (a CPU-only profile) use their top-level operators.
+  Consecutive nodes of a thread are joined by an edge.
+- **device nodes** — kernels, copies and fills; consecutive nodes of a stream are joined.
+- **launch edges** — host node of the runtime call -> the kernel it launched (``launch_id``).
+- **sync edges** — ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` /
+  ``cudaEventSynchronize`` / ``hipDeviceSynchronize`` / ``aclrtSynchronizeStream`` (and blocking
+  copies) wait on the last device node of every stream that ends before the call returns.
+
+A node's contribution along an edge ``u -> v`` is the part of ``v`` after ``u`` ended
+(``end(v) - max(start(v), end(u))``): time overlapped with the predecessor is not counted
+twice, so a path's length never exceeds the step's span, and a stream's own chain of kernels
+weighs exactly its busy time. Edges only go forward in end time, so ordering nodes by end time
+is a topological order and the longest path is one pass over nodes and edges (O(N + E)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+
+from opscope.analysis.registry import Options, Result, analysis
+from opscope.model import Profile
+
+SYNC_CALLS: Final = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaStreamWaitEvent",
+    "hipDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipEventSynchronize",
+    "aclrtSynchronizeStream",
+    "aclrtSynchronizeDevice",
+    "aclrtSynchronizeEvent",
+)
+_BLOCKING_COPIES: Final = ("cudaMemcpy", "hipMemcpy", "aclrtMemcpy")  # not the *Async forms
+_DEVICE_KINDS: Final = ("kernel", "memcpy", "memset")
+
+
+@dataclass(frozen=True)
+class CriticalPathResult(Result):
+    """``path``: the nodes on each step's critical path in order; ``ops``: per step and
+    operator, time on the path and its share of step time; ``steps``: path length vs step."""
+
+    path: pl.DataFrame
+    ops: pl.DataFrame
+    steps: pl.DataFrame
+
+    def to_json(self) -> dict[str, Any]:
+        """Per step: path length, step time, and the operators on the path (µs)."""
+        out = []
+        for s in self.steps.iter_rows(named=True):
+            ops = self.ops.filter((pl.col("rank") == s["rank"]) & (pl.col("step") == s["step"]))
+            out.append(
+                {
+                    "rank": s["rank"],
+                    "step": s["step"],
+                    "step_us": s["step_ns"] / 1e3,
+                    "path_us": s["path_ns"] / 1e3,
+                    "host_us": s["host_ns"] / 1e3,
+                    "device_us": s["device_ns"] / 1e3,
+                    "ops": [
+                        {"name": r["op"], "on_path_us": r["on_path_ns"] / 1e3, "share": r["share"]}
+                        for r in ops.iter_rows(named=True)
+                    ],
+                }
+            )
+        return {"steps": out}
+
+    def to_markdown(self, top: int = 10) -> str:
+        """Per step: path vs step time, and the top operators on the path."""
+        lines = []
+        for s in self.steps.iter_rows(named=True):
+            lines.append(
+                f"Step {s['step']} (rank {s['rank']}): critical path {s['path_ns'] / 1e3:.1f} µs "
+                f"of {s['step_ns'] / 1e3:.1f} µs (host {s['host_ns'] / 1e3:.1f}, "
+                f"device {s['device_ns'] / 1e3:.1f})"
+            )
+            lines.append("")
+            lines.append("| operator | on path (µs) | share of step |")
+            lines.append("|---|---:|---:|")
+            ops = self.ops.filter((pl.col("rank") == s["rank"]) & (pl.col("step") == s["step"]))
+            for r in ops.head(top).iter_rows(named=True):
+                lines.append(f"| {r['op']} | {r['on_path_ns'] / 1e3:.1f} | {r['share']:.1%} |")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _nodes(profile: Profile) -> pl.DataFrame:
+    """Every node of every step: host segments and device work, with their attribution."""
+    ev = profile.events.with_columns(pl.col("step").fill_null(-1))
+    names = ev.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
+    runtime = ev.filter(pl.col("kind").is_in(["runtime", "driver"]))
+    # host segments cut at runtime calls, per (rank, step, pid, tid)
+    rt = runtime.sort("ts_ns").with_columns(
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+    )
+    rt = rt.with_columns(
+        pl.col("end_ns").shift(1).over("rank", "step", "pid", "tid").alias("prev_end"),
+    )
+    steps = profile.steps.select("rank", "step", pl.col("ts_ns").alias("step_ts"))
+    rt = rt.join(steps, on=["rank", "step"], how="left").with_columns(
+        pl.coalesce("prev_end", "step_ts", "ts_ns").alias("start_ns")
+    )
+    rt = rt.with_columns(pl.min_horizontal("start_ns", "ts_ns").alias("start_ns"))
+    sync = pl.col("name").is_in(list(SYNC_CALLS)) | pl.col("name").is_in(list(_BLOCKING_COPIES))
+    host = rt.select(
+        "rank", "step", "id", pl.lit("host").alias("lane_kind"),
+        pl.col("tid").alias("lane"), "start_ns", "end_ns", "op_id", "name",
+        sync.alias("is_sync"),
+    )  # fmt: skip
+    # threads without runtime calls: their top-level operators
+    threads_rt = runtime.select("rank", "pid", "tid").unique()
+    ops = ev.filter(pl.col("kind") == "cpu_op").join(
+        threads_rt, on=["rank", "pid", "tid"], how="anti", nulls_equal=True
+    )
+    parent_kind = ev.select(pl.col("id").alias("parent_id"), pl.col("kind").alias("pk"))
+    top = ops.join(parent_kind, on="parent_id", how="left").filter(
+        pl.col("pk").is_null() | (pl.col("pk") != "cpu_op")
+    )
+    top_nodes = top.select(
+        "rank", "step", "id", pl.lit("host").alias("lane_kind"), pl.col("tid").alias("lane"),
+        pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+        pl.col("id").alias("op_id"), "name", pl.lit(False).alias("is_sync"),
+    )  # fmt: skip
+    dev = ev.filter(pl.col("kind").is_in(list(_DEVICE_KINDS))).select(
+        "rank", "step", "id", pl.lit("device").alias("lane_kind"),
+        (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000 + pl.col("stream").fill_null(
+            pl.col("tid"))).alias("lane"),
+        pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+        "op_id", "name", pl.lit(False).alias("is_sync"),
+    )  # fmt: skip
+    nodes = pl.concat([host, top_nodes, dev], how="vertical_relaxed")
+    return nodes.join(names, on="op_id", how="left").with_columns(
+        pl.coalesce("op", "name").alias("op")
+    )
+
+
+def _edges(nodes: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """(src, dst) event ids of lane-order, launch and sync edges."""
+    lane = (
+        nodes.sort("start_ns", "end_ns")
+        .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
+        .filter(pl.col("src").is_not_null())
+        .select("src", pl.col("id").alias("dst"))
+    )
+    launch = events.filter(pl.col("launch_id").is_not_null()).select(
+        pl.col("launch_id").alias("src"), pl.col("id").alias("dst")
+    )
+    dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
+    syncs = nodes.filter(pl.col("is_sync")).sort("end_ns")
+    sync_edges = []
+    if syncs.height and dev.height:
+        # the last device node of each stream that ends before the sync returns
+        for (rank, step), s in syncs.group_by("rank", "step"):
+            d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
+            if d.height == 0:
+                continue
+            for ln in d.get_column("lane").unique().to_list():
+                dl = d.filter(pl.col("lane") == ln).select(pl.col("id").alias("src"), "end_ns")
+                e = s.select(pl.col("id").alias("dst"), "end_ns").join_asof(
+                    dl, on="end_ns", strategy="backward"
+                )
+                sync_edges.append(e.filter(pl.col("src").is_not_null()).select("src", "dst"))
+    parts = [lane, launch, *sync_edges]
+    return pl.concat([p.cast({"src": pl.Int64, "dst": pl.Int64}) for p in parts])
+
+
+def longest_path(
+    ids: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    *,
+    waits: np.ndarray | None = None,
+    device: np.ndarray | None = None,
+) -> tuple[list[int], list[int], int]:
+    """Longest path by covered time; returns (node ids in order, their contributions, length).
+
+    ``ids`` must be sorted by ``end`` (a topological order, as edges go forward in end time);
+    edges whose end time goes backwards are ignored. A node flagged in ``waits`` (a
+    synchronisation) only counts from the moment its last ``device`` predecessor ended: the time
+    it spent waiting belongs to the device work it waited on.
+    """
+    n = len(ids)
+    if n == 0:
+        return [], [], 0
+    index = {int(i): k for k, i in enumerate(ids)}
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+        ks, kd = index.get(s), index.get(d)
+        if ks is None or kd is None or ks == kd or end[ks] > end[kd]:
+            continue
+        preds[kd].append(ks)
+    st = start.tolist()
+    en = end.tolist()
+    if waits is not None and device is not None:
+        w = waits.tolist()
+        dv = device.tolist()
+        for k in range(n):
+            if w[k]:
+                ready = max((en[p] for p in preds[k] if dv[p]), default=st[k])
+                st[k] = min(max(st[k], ready), en[k])
+    best = [0] * n
+    via = [-1] * n
+    gain = [0] * n
+    for k in range(n):
+        b = en[k] - st[k]
+        bv = -1
+        g = b
+        for p in preds[k]:
+            c = max(en[k] - max(st[k], en[p]), 0)
+            if best[p] + c > b:
+                b, bv, g = best[p] + c, p, c
+        best[k], via[k], gain[k] = b, bv, g
+    k = max(range(n), key=best.__getitem__)
+    length = best[k]
+    path: list[int] = []
+    contrib: list[int] = []
+    while k != -1:
+        path.append(int(ids[k]))
+        contrib.append(gain[k])
+        k = via[k]
+    return path[::-1], contrib[::-1], length
+
+
+@analysis("critical_path")
+def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
+    """The critical path of every step, the operators on it and their share of step time."""
+    nodes = _nodes(profile)
+    edges = _edges(nodes, profile.events)
+    step_spans = profile.steps.select("rank", "step", "dur_ns")
+    paths = []
+    for (rank, step), group in nodes.group_by("rank", "step", maintain_order=True):
+        g = group.sort("end_ns", "start_ns")
+        ids = g.get_column("id").to_numpy()
+        e = edges.filter(pl.col("dst").is_in(g.get_column("id").implode()))
+        p, c, _ = longest_path(
+            ids,
+            g.get_column("start_ns").to_numpy(),
+            g.get_column("end_ns").to_numpy(),
+            e.get_column("src").to_numpy(),
+            e.get_column("dst").to_numpy(),
+            waits=g.get_column("is_sync").to_numpy(),
+            device=(g.get_column("lane_kind") == "device").to_numpy(),
+        )
+        paths.append(
+            pl.DataFrame(
+                {
+                    "rank": [rank] * len(p),
+                    "step": [step] * len(p),
+                    "order": list(range(len(p))),
+                    "id": p,
+                    "on_path_ns": c,
+                },
+                schema={
+                    "rank": pl.Int32,
+                    "step": pl.Int32,
+                    "order": pl.Int64,
+                    "id": pl.Int64,
+                    "on_path_ns": pl.Int64,
+                },
+            )
+        )
+    schema = {"rank": pl.Int32, "step": pl.Int32, "order": pl.Int64, "id": pl.Int64,
+              "on_path_ns": pl.Int64}  # fmt: skip
+    path = pl.concat(paths) if paths else pl.DataFrame(schema=schema)
+    path = path.join(
+        nodes.select("id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op", "op_id"),
+        on="id",
+        how="left",
+    ).sort("rank", "step", "order")
+    span = nodes.group_by("rank", "step").agg(
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns")
+    )
+    steps = (
+        path.group_by("rank", "step")
+        .agg(
+            pl.col("on_path_ns").sum().alias("path_ns"),
+            pl.col("on_path_ns").filter(pl.col("lane_kind") == "host").sum().alias("host_ns"),
+            pl.col("on_path_ns").filter(pl.col("lane_kind") == "device").sum().alias("device_ns"),
+        )
+        .join(span, on=["rank", "step"], how="left")
+        .join(step_spans, on=["rank", "step"], how="left")
+        .with_columns(pl.coalesce("dur_ns", "span_ns").alias("step_ns"))
+        .drop("dur_ns")
+        .sort("rank", "step")
+    )
+    ops = (
+        path.group_by("rank", "step", "op")
+        .agg(pl.col("on_path_ns").sum(), pl.len().alias("nodes"))
+        .join(steps.select("rank", "step", "step_ns"), on=["rank", "step"])
+        .with_columns((pl.col("on_path_ns") / pl.col("step_ns")).alias("share"))
+        .sort(["rank", "step", "on_path_ns"], descending=[False, False, True])
+    )
+    return CriticalPathResult(path=path, ops=ops, steps=steps)
