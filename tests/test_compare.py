@@ -297,7 +297,9 @@ def test_renamed_kernels_match_through_their_host_operator() -> None:
     lin = _row(c, "op", "aten::linear")
     assert lin["before_us"] == pytest.approx(sum(a.kernel_planted["volta_sgemm_128x64_nn"]))
     assert lin["calls_before"] == 4
-    assert _row(c, "module", "Net/fc")["after_us"] == pytest.approx(sum(b.kernel_planted["MatMulV2"]))
+    assert _row(c, "module", "Net/fc")["after_us"] == pytest.approx(
+        sum(b.kernel_planted["MatMulV2"])
+    )
 
 
 def test_device_busy_and_idle_match_a_union_of_intervals() -> None:
@@ -309,7 +311,9 @@ def test_device_busy_and_idle_match_a_union_of_intervals() -> None:
     lo = min(e["ts_ns"] for e in steps)
     hi = max(e["ts_ns"] + e["dur_ns"] for e in steps)
     iv = sorted(
-        (max(e["ts_ns"], lo), min(e["ts_ns"] + e["dur_ns"], hi)) for e in ev if e["kind"] == "kernel"
+        (max(e["ts_ns"], lo), min(e["ts_ns"] + e["dur_ns"], hi))
+        for e in ev
+        if e["kind"] == "kernel"
     )
     busy, cur_s, cur_e = 0, None, None
     for s, e in iv:
@@ -330,9 +334,29 @@ def test_changed_shapes_match_by_operator_and_source_line() -> None:
     a, b = _Builder(), _Builder()
     for bld in (a, b):
         bld.stacks = [
-            {"stack_id": 1, "depth": 0, "file": "torch/nn/functional.py", "line": 9, "is_user": False},
-            {"stack_id": 1, "depth": 1, "file": "model.py", "line": 30, "function": "forward", "is_user": True},
-            {"stack_id": 2, "depth": 0, "file": "model.py", "line": 41, "function": "forward", "is_user": True},
+            {
+                "stack_id": 1,
+                "depth": 0,
+                "file": "torch/nn/functional.py",
+                "line": 9,
+                "is_user": False,
+            },
+            {
+                "stack_id": 1,
+                "depth": 1,
+                "file": "model.py",
+                "line": 30,
+                "function": "forward",
+                "is_user": True,
+            },
+            {
+                "stack_id": 2,
+                "depth": 0,
+                "file": "model.py",
+                "line": 41,
+                "function": "forward",
+                "is_user": True,
+            },
         ]
     for s in range(3):
         a.step(
