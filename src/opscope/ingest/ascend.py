@@ -467,8 +467,10 @@ def _load_json(path: Path) -> dict[str, Any]:
 def _shapes_json(col: pl.Expr) -> pl.Expr:
     """``"32,3,224,224;64,3,11,11"`` -> ``"[[32,3,224,224],[64,3,11,11]]"``."""
     s = col.str.strip_chars(_STRIP).str.replace_all(r"\s+", "")
+    # Only digits, commas and semicolons make a shape; anything else (a shifted column) is null.
+    ok = s.str.contains(r"^[\d,;]*$") & ~s.str.contains(r",,|,;|;,|^,|,$")
     return (
-        pl.when(s.is_null() | s.is_in(_NULLS))
+        pl.when(s.is_null() | s.is_in(_NULLS) | ~ok)
         .then(None)
         .otherwise(pl.lit("[[") + s.str.replace_all(";", "],[", literal=True) + pl.lit("]]"))
     )
@@ -522,9 +524,11 @@ def read_csv(path: Path, odd: Counter[str] | None = None) -> pl.DataFrame:
         )
         # A row with more fields than the header: polars drops the extras; count those rows.
         if odd is not None:
-            ragged = _count_ragged(data, df.width)
-            if ragged:
-                odd[f"{path.name}: rows with extra fields"] += ragged
+            extra, short = _count_ragged(data, df.width)
+            if extra:
+                odd[f"{path.name}: rows with extra fields"] += extra
+            if short:
+                odd[f"{path.name}: rows with missing fields"] += short
     return df
 
 
@@ -537,14 +541,19 @@ def _dedupe(names: list[str]) -> list[str]:
     return out
 
 
-def _count_ragged(data: bytes, width: int) -> int:
-    """Rows with more fields than the header, counted by a quote-aware scan (polars drops them)."""
-    # A cheap check: count delimiter-separated fields outside quotes per line with polars.
+def _count_ragged(data: bytes, width: int) -> tuple[int, int]:
+    """Rows with more / fewer fields than the header (polars drops extras, null-fills short).
+
+    Counted per line on the text outside quotes; a file with quoted multi-line fields (an
+    unbalanced quote on some line) is not counted.
+    """
     lines = pl.Series(data.decode("utf-8", "replace").splitlines()[1:], dtype=pl.String)
-    no_quotes = lines.str.replace_all(r'"[^"]*"', "")
+    lines = lines.filter(lines.str.strip_chars().str.len_chars() > 0)
     balanced = lines.str.count_matches('"') % 2 == 0
-    fields = no_quotes.str.count_matches(",") + 1
-    return int(((fields > width) & balanced).sum())
+    if lines.len() == 0 or not bool(balanced.all()):
+        return 0, 0
+    fields = lines.str.replace_all(r'"[^"]*"', "").str.count_matches(",") + 1
+    return int((fields > width).sum()), int((fields < width).sum())
 
 
 def _col(df: pl.DataFrame, *names: str) -> pl.Expr:
