@@ -1,0 +1,218 @@
+"""Core utilisation ("parallel efficiency"): how well each kernel's launch fills the device.
+
+GPUs: from the kernel's grid, block, registers per thread and shared memory per block, the
+resident blocks per SM are estimated from the architecture's limits (the CUDA occupancy
+calculator's rules: threads, warps, blocks, registers in 256-register warp allocations, shared
+memory); then ``waves = blocks / (SMs x blocks_per_SM)`` and the tail effect is the share of the
+last wave's slots left idle. The profiler's ``est. achieved occupancy %`` is carried alongside.
+
+Ascend: ``Block Num`` against the AI-core count (cube cores for ``AI_CORE`` kernels, vector
+cores, twice as many on 910B, for ``AI_VECTOR_CORE`` ones), and the pipe ratios
+(``aic_mac_ratio``, ``aic_mte2_ratio``, ``aiv_vec_ratio``...) from ``kernel_metrics``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import polars as pl
+
+from opscope.analysis.devices import match
+from opscope.analysis.registry import Options, Result, analysis
+from opscope.model import Profile
+
+# Per-SM limits by compute capability: (max threads, max blocks, registers, shared memory bytes)
+# from the CUDA C Programming Guide's "Technical Specifications per Compute Capability" table.
+_SM_LIMITS: Final[dict[str, tuple[int, int, int, int]]] = {
+    "7.0": (2048, 32, 65536, 96 * 1024),
+    "7.2": (2048, 32, 65536, 96 * 1024),
+    "7.5": (1024, 16, 65536, 64 * 1024),
+    "8.0": (2048, 32, 65536, 164 * 1024),
+    "8.6": (1536, 16, 65536, 100 * 1024),
+    "8.7": (2048, 16, 65536, 164 * 1024),
+    "8.9": (1536, 24, 65536, 100 * 1024),
+    "9.0": (2048, 32, 65536, 228 * 1024),
+    "10.0": (2048, 32, 65536, 228 * 1024),
+}
+# AMD CDNA: 4 SIMDs x 8 wavefronts x 64 lanes per CU, 64 KiB LDS (registers not in the traces).
+_AMD_LIMITS: Final = (2048, 32, 0, 64 * 1024)
+_REG_ALLOC_PER_WARP: Final = 256  # registers are allocated per warp in units of 256
+_SMEM_RESERVED_PER_BLOCK: Final = 1024  # sm80+ reserve 1 KiB of shared memory per block
+PIPE_METRICS: Final = (
+    "aic_mac_ratio",
+    "aic_mte1_ratio",
+    "aic_mte2_ratio",
+    "aic_fixpipe_ratio",
+    "aic_scalar_ratio",
+    "aiv_vec_ratio",
+    "aiv_mte2_ratio",
+    "aiv_mte3_ratio",
+    "aiv_scalar_ratio",
+)
+
+
+@dataclass(frozen=True)
+class UtilisationResult(Result):
+    """``kernels``: per (name, grid, block) group: calls, time, blocks, estimated blocks per
+    SM, waves, tail idle share, wave efficiency, achieved occupancy, pipe ratios (Ascend).
+    ``wave_efficiency``: time-weighted mean over all kernels (1.0 = every wave full)."""
+
+    kernels: pl.DataFrame
+    compute_units: int | None
+    wave_efficiency: float | None
+    note: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The groups as a list of dicts, and the overall figures."""
+        return {
+            "compute_units": self.compute_units,
+            "wave_efficiency": self.wave_efficiency,
+            "note": self.note,
+            "kernels": self.kernels.to_dicts(),
+        }
+
+
+def _limits(vendor: str | None, cc: str | None) -> tuple[int, int, int, int] | None:
+    if vendor == "amd":
+        return _AMD_LIMITS
+    if cc and cc in _SM_LIMITS:
+        return _SM_LIMITS[cc]
+    if cc:
+        major = cc.split(".")[0]
+        same = [v for k, v in _SM_LIMITS.items() if k.split(".")[0] == major]
+        if same:
+            return same[0]
+    return None
+
+
+def _device(
+    profile: Profile, options: Options
+) -> tuple[str | None, str | None, str | None, int | None]:
+    dev = profile.devices
+    name = options.device_name
+    vendor = cc = None
+    cu: int | None = None
+    if dev.height:
+        r = dev.row(0, named=True)
+        name = name or r["name"]
+        vendor, cc, cu = r["vendor"], r["compute_capability"], r["compute_units"]
+    spec = match(name) if name else None
+    if cu is None and spec is not None:
+        cu = spec.compute_units
+    if vendor is None and spec is not None:
+        vendor = spec.vendor
+    return name, vendor, cc, cu
+
+
+def _shape_product(col: str) -> pl.Expr:
+    return (
+        pl.col(col)
+        .str.json_decode(pl.List(pl.Int64))
+        .list.eval(pl.element().product())
+        .list.first()
+    )
+
+
+@analysis("utilisation")
+def utilisation(profile: Profile, options: Options) -> UtilisationResult:
+    """Waves, tail effect and occupancy of every kernel group (GPU), or blocks vs AI cores and
+    pipe ratios (Ascend)."""
+    name, vendor, cc, cu = _device(profile, options)
+    k = profile.events.filter(pl.col("kind") == "kernel")
+    is_ascend = vendor == "ascend" or (profile.meta.get("format") == "ascend")
+    k = k.with_columns(
+        pl.coalesce("blocks", _shape_product("grid")).alias("n_blocks"),
+        _shape_product("block").alias("threads"),
+    )
+    lim = None if is_ascend else _limits(vendor, cc)
+    if is_ascend:
+        # vector kernels run on the vector cores: two per cube core on 910B
+        cores = (
+            pl.when(pl.col("core_type") == "AI_VECTOR_CORE")
+            .then(pl.lit(2 * cu if cu else None))
+            .otherwise(pl.lit(cu))
+        )
+        k = k.with_columns(cores.cast(pl.Float64).alias("slots"), pl.lit(1.0).alias("per_sm"))
+        note = f"blocks vs {cu} AI cores" if cu else "AI-core count unknown"
+    elif lim is not None and cu:
+        max_t, max_b, regs, smem = lim
+        threads = pl.col("threads").clip(lower_bound=1)
+        warps = (threads + 31) // 32
+        by_threads = max_t // threads
+        reg_warp = (
+            (pl.col("registers").cast(pl.Int64) * 32 + _REG_ALLOC_PER_WARP - 1)
+            // _REG_ALLOC_PER_WARP
+            * _REG_ALLOC_PER_WARP
+        )
+        by_regs = (
+            pl.when((pl.col("registers").fill_null(0) > 0) & pl.lit(regs > 0))
+            .then(pl.lit(regs) // (reg_warp * warps))
+            .otherwise(None)
+        )
+        reserved = _SMEM_RESERVED_PER_BLOCK if vendor != "amd" else 0
+        by_smem = (
+            pl.when(pl.col("shared_mem").fill_null(0) > 0)
+            .then(pl.lit(smem) // (pl.col("shared_mem") + reserved))
+            .otherwise(None)
+        )
+        per_sm = pl.min_horizontal(by_threads, pl.lit(max_b), by_regs, by_smem).clip(lower_bound=1)
+        k = k.with_columns(
+            per_sm.cast(pl.Float64).alias("per_sm"),
+        ).with_columns((pl.col("per_sm") * cu).alias("slots"))
+        note = f"{cu} SMs/CUs, limits of compute capability {cc or vendor}"
+    else:
+        k = k.with_columns(
+            pl.lit(None, dtype=pl.Float64).alias("per_sm"),
+            pl.lit(None, dtype=pl.Float64).alias("slots"),
+        )
+        note = f"no SM count or architecture limits for {name or 'this device'}"
+    waves = pl.col("n_blocks") / pl.col("slots")
+    k = (
+        k.with_columns(waves.alias("waves"))
+        .with_columns(
+            (pl.col("waves") / pl.col("waves").ceil()).alias("wave_efficiency"),
+        )
+        .with_columns((1 - (pl.col("waves") - pl.col("waves").floor())).alias("_t"))
+    )
+    k = k.with_columns(
+        pl.when(pl.col("waves") - pl.col("waves").floor() > 0)
+        .then(pl.col("_t"))
+        .otherwise(0.0)
+        .alias("tail_idle")
+    )
+    w = pl.col("dur_ns").cast(pl.Float64)
+    groups = k.group_by("name", "grid", "block", maintain_order=True).agg(
+        pl.len().alias("calls"),
+        pl.col("dur_ns").sum().alias("time_ns"),
+        pl.col("n_blocks").first().alias("blocks"),
+        pl.col("threads").first().alias("threads_per_block"),
+        pl.col("registers").first(),
+        pl.col("shared_mem").first(),
+        pl.col("per_sm").first().alias("blocks_per_sm"),
+        pl.col("waves").first(),
+        pl.col("tail_idle").first(),
+        pl.col("wave_efficiency").first(),
+        ((pl.col("occupancy") * w).sum() / w.filter(pl.col("occupancy").is_not_null()).sum()).alias(
+            "achieved_occupancy"
+        ),
+    )
+    km = profile.kernel_metrics.filter(pl.col("metric").is_in(list(PIPE_METRICS)))
+    if km.height:
+        wide = km.pivot(on="metric", index="event_id", values="value", aggregate_function="first")
+        present = [m for m in PIPE_METRICS if m in wide.columns]
+        j = k.select(pl.col("id").alias("event_id"), "name", "grid", "block", "dur_ns").join(
+            wide, on="event_id"
+        )
+        agg = j.group_by("name", "grid", "block").agg(
+            [((pl.col(m) * w).sum() / w.sum()).alias(m) for m in present]
+        )
+        groups = groups.join(agg, on=["name", "grid", "block"], how="left", nulls_equal=True)
+    groups = groups.sort("time_ns", descending=True)
+    valid = groups.filter(pl.col("wave_efficiency").is_not_null())
+    eff = None
+    total = float(valid.get_column("time_ns").sum() or 0)
+    if valid.height and total > 0:
+        weighted = (valid.get_column("wave_efficiency") * valid.get_column("time_ns")).sum()
+        eff = float(weighted) / total
+    return UtilisationResult(kernels=groups, compute_units=cu, wave_efficiency=eff, note=note)
