@@ -283,7 +283,10 @@ def test_read_communication(rel: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Odd and bad inputs (written in tmp_path)
 
-_HEADER = "Step Id,Stream ID,Name,Type,Accelerator Core,Start Time(us),Duration(us),Block Num,Input Shapes,Input Data Types,aic_mac_ratio"
+_HEADER = (
+    "Step Id,Stream ID,Name,Type,Accelerator Core,Start Time(us),Duration(us),Block Num,"
+    "Input Shapes,Input Data Types,aic_mac_ratio"
+)
 
 
 def _write(p: Path, text: str, *, bom: bool = False, crlf: bool = False) -> None:
@@ -298,7 +301,8 @@ def test_bom_crlf_quotes_tabs(tmp_path: Path) -> None:
         out / "kernel_details.csv",
         _HEADER
         + "\n"
-        + '3,2,MatMul_1,MatMulV2,AI_CORE,"1700000000000.123\t",12.5,24,"""4,8;8,16""",FLOAT16;FLOAT16,0.5\n'
+        + '3,2,MatMul_1,MatMulV2,AI_CORE,"1700000000000.123\t",12.5,24,'
+        + '"""4,8;8,16""",FLOAT16;FLOAT16,0.5\n'
         + '3,2,Add_1,Add,AI_VECTOR_CORE,1700000000100.9\t,1.25,N/A,"""4,16""",FLOAT16,N/A\n',
         bom=True,
         crlf=True,
