@@ -103,25 +103,7 @@ def read_directory(
     ranks = list_ranks(path)
     if len(ranks) == 1 and ranks[0][1] == path:
         return ascend.read_ascend(path, salvage=salvage, cache=cache, progress=progress)
-    n = workers if workers is not None else min(4, os.cpu_count() or 1, len(ranks))
-    n = max(1, min(n, len(ranks)))
-    profiles: list[Profile] = []
-    if n == 1:
-        for i, (r, p, fmt) in enumerate(ranks):
-            profiles.append(_with_rank(_read_one(p, fmt, salvage, cache), r))
-            if progress is not None:
-                progress("ranks", i + 1, len(ranks))
-    else:
-        tmp = Path(tempfile.mkdtemp(prefix="opscope-ranks-"))
-        try:
-            jobs = [(str(p), fmt, r, salvage, cache, str(tmp / f"rank{r}")) for r, p, fmt in ranks]
-            with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
-                for i, (saved, r) in enumerate(pool.map(_worker, jobs)):
-                    profiles.append(_with_rank(Profile.open(saved), r))
-                    if progress is not None:
-                        progress("ranks", i + 1, len(ranks))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    profiles = read_inputs(ranks, salvage=salvage, cache=cache, progress=progress, workers=workers)
     formats = {p.meta.get("format") for p in profiles}
     meta: dict[str, Any] = {
         "format": formats.pop() if len(formats) == 1 else "mixed",
@@ -140,6 +122,45 @@ def read_directory(
             "reason": "; ".join(str(s.get("reason")) for s in salvaged),
         }
     return concat(profiles, meta=meta)
+
+
+def read_inputs(
+    items: list[tuple[int, Path, str]],
+    *,
+    salvage: bool = False,
+    cache: bool = True,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> list[Profile]:
+    """Read each ``(rank, path, format)`` with its format's reader, in a spawn process pool
+    when ``workers`` > 1 (default: up to 4, never more than the CPUs or the inputs).
+
+    Workers save each Profile as Parquet and return the folder; the parent opens it (nothing
+    is pickled back). Results keep the order of ``items``; every table's ``rank`` is set.
+    """
+    n = workers if workers is not None else min(4, os.cpu_count() or 1, len(items))
+    n = max(1, min(n, len(items)))
+    profiles: list[Profile] = []
+    if n == 1:
+        for i, (r, p, fmt) in enumerate(items):
+            profiles.append(_with_rank(_read_one(p, fmt, salvage, cache), r))
+            if progress is not None:
+                progress("ranks", i + 1, len(items))
+        return profiles
+    tmp = Path(tempfile.mkdtemp(prefix="opscope-ranks-"))
+    try:
+        jobs = [
+            (str(p), fmt, r, salvage, cache, str(tmp / f"input{i}"))
+            for i, (r, p, fmt) in enumerate(items)
+        ]
+        with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
+            for i, (saved, r) in enumerate(pool.map(_worker, jobs)):
+                profiles.append(_with_rank(Profile.open(saved), r))
+                if progress is not None:
+                    progress("ranks", i + 1, len(items))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return profiles
 
 
 # ---------------------------------------------------------------------------------------------
