@@ -1,0 +1,156 @@
+"""Bounded reading of possibly-compressed trace files.
+
+Readers call :func:`read_bytes` for any file: gzip (detected by its magic bytes, not its name) is
+inflated with ``isal`` when installed (about half the CPU of the stdlib) or ``zlib`` otherwise, and
+never beyond a size bound, so that a small malicious archive cannot fill memory (a "gzip bomb").
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from opscope.errors import CorruptArchiveError, InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+#: Absolute bound on the decompressed size of one file.
+DEFAULT_MAX_BYTES = 16 * 1024**3
+#: Bound relative to the compressed size: real traces compress 5-20x; a bomb 1000x.
+DEFAULT_MAX_RATIO = 50
+#: Compressed inputs smaller than this may always inflate to this much (tiny files, huge ratios).
+MIN_ALLOWANCE = 256 * 1024**2
+
+_CHUNK = 4 * 1024**2
+
+
+def _zlib_module() -> Any:
+    try:
+        from isal import isal_zlib
+
+        return isal_zlib
+    except ImportError:  # pragma: no cover - isal is an optional speed-up
+        return zlib
+
+
+def is_gzip(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` starts with the gzip magic bytes."""
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def max_output_bytes(compressed_size: int, max_bytes: int | None, max_ratio: float | None) -> int:
+    """The decompression bound for a compressed input of ``compressed_size`` bytes.
+
+    ``OPSCOPE_MAX_DECOMPRESSED`` (bytes) in the environment overrides the absolute bound.
+    """
+    env = os.environ.get("OPSCOPE_MAX_DECOMPRESSED")
+    absolute = int(env) if env and env.isdigit() else (max_bytes or DEFAULT_MAX_BYTES)
+    ratio = DEFAULT_MAX_RATIO if max_ratio is None else max_ratio
+    return int(min(absolute, max(MIN_ALLOWANCE, compressed_size * ratio)))
+
+
+def gunzip_bytes(
+    data: bytes | memoryview,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    max_bytes: int | None = None,
+    max_ratio: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    allow_truncated: bool = False,
+) -> bytes:
+    """Inflate gzip ``data`` (possibly several concatenated members), bounded.
+
+    Raises :class:`~opscope.errors.CorruptArchiveError` naming ``path`` when the data is not valid
+    gzip, ends early (unless ``allow_truncated``: then what inflated is returned, for salvage), or
+    would inflate beyond the bound.
+    """
+    zmod = _zlib_module()
+    limit = max_output_bytes(len(data), max_bytes, max_ratio)
+    view = memoryview(data)
+    n = len(view)
+    out: list[bytes] = []
+    total = 0
+    pos = 0  # bytes of ``view`` handed to the decompressor so far
+    try:
+        d = zmod.decompressobj(31)  # 16 + MAX_WBITS: expect a gzip header
+        tail: bytes = b""
+        while True:
+            if tail:
+                buf: bytes | memoryview = tail
+            elif pos < n:
+                buf = view[pos : pos + _CHUNK]
+                pos += len(buf)
+            else:
+                break
+            piece = d.decompress(buf, _CHUNK * 8)
+            total += len(piece)
+            if total > limit:
+                raise CorruptArchiveError(
+                    f"gzip inflates beyond {limit} bytes (compressed {n}); looks like a "
+                    "decompression bomb (set OPSCOPE_MAX_DECOMPRESSED to allow more)",
+                    path,
+                )
+            out.append(piece)
+            tail = d.unconsumed_tail
+            if progress is not None:
+                progress(pos, n)
+            if d.eof:
+                # Concatenated members: restart on what follows the end of this one.
+                end = pos - len(d.unused_data) - len(tail)
+                rest = bytes(view[end : end + 2])
+                if end >= n or bytes(view[end:]).strip(b"\x00") == b"":
+                    break
+                if rest != GZIP_MAGIC:
+                    raise CorruptArchiveError(
+                        f"trailing garbage after gzip data at byte {end}", path
+                    )
+                pos = end
+                tail = b""
+                d = zmod.decompressobj(31)
+        if not d.eof and not allow_truncated:
+            raise CorruptArchiveError(
+                "gzip data ends early (truncated archive; --salvage reads what is there)", path
+            )
+    except CorruptArchiveError:
+        raise
+    except Exception as e:  # zlib.error, isal's IsalError, OSError, ValueError
+        if allow_truncated and out:
+            return b"".join(out)
+        raise CorruptArchiveError(f"corrupt gzip data ({e})", path) from None
+    if progress is not None:
+        progress(n, n)
+    return b"".join(out)
+
+
+def read_bytes(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    max_ratio: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    allow_truncated: bool = False,
+) -> bytes:
+    """The content of ``path``, inflated when it is gzip (bounded). Raises InputError subclasses."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a trace file", p) from None
+    except OSError as e:
+        raise InputError(f"cannot read ({e.strerror or e})", p) from None
+    if raw[:2] == GZIP_MAGIC:
+        return gunzip_bytes(
+            raw,
+            path=p,
+            max_bytes=max_bytes,
+            max_ratio=max_ratio,
+            progress=progress,
+            allow_truncated=allow_truncated,
+        )
+    if p.name.endswith(".gz"):
+        raise CorruptArchiveError("named .gz but is not gzip data", p)
+    return raw

@@ -1,0 +1,636 @@
+"""Reader for Kineto / Chrome trace JSON (``torch.profiler`` output), plain or gzip.
+
+Both the current schema (``cpu_op``, ``kernel``, ``cuda_runtime``, ``python_function``, flows
+``ac2g``/``fwdbwd``) and the 2021 one (``Operator``, ``Kernel``, ``Runtime``, flows ``async``,
+lower-case ``external id``, string tids like ``"stream 7"``) are read; ROCm traces use the same
+categories with ``hip*`` names. See docs/loading.md for the mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from opscope.errors import InputError, TruncatedTraceError
+from opscope.ingest import gz, jsonscan, link
+from opscope.ingest.jsonscan import ScanError
+from opscope.model import Profile, schema
+
+_KIND_OF_CAT = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "python_function": "python_function",
+    "user_annotation": "user_annotation",
+    "gpu_user_annotation": "gpu_annotation",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "driver",
+    "driver": "driver",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+}
+_FLOW_KIND = {
+    "ac2g": "ac2g",
+    "async": "ac2g",
+    "async_cpu_to_gpu": "ac2g",
+    "fwdbwd": "fwdbwd",
+    "async_npu": "async_npu",
+}
+_DEVICE_KINDS = list(schema.DEVICE_KINDS)
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def read_kineto(
+    path: Path,
+    *,
+    salvage: bool = False,
+    cache: bool = True,
+    progress: ProgressFn | None = None,
+    rank: int | None = None,
+) -> Profile:
+    """Read one Kineto trace file into a linked Profile.
+
+    ``rank`` overrides the trace's own ``distributedInfo.rank`` (the multi-rank reader passes the
+    rank it found in a file name). With ``cache`` the columnar cache beside the trace is used and
+    refreshed (:mod:`opscope.ingest.cache`). Raises :class:`~opscope.errors.InputError`
+    subclasses naming the file for unreadable input.
+    """
+    path = Path(path)
+    if cache:
+        from opscope.ingest import cache as cache_mod
+
+        hit = cache_mod.lookup(path, salvage=salvage, rank=rank)
+        if hit is not None:
+            return hit
+    prof = parse_kineto(path, salvage=salvage, progress=progress, rank=rank)
+    if cache:
+        from opscope.ingest import cache as cache_mod
+
+        cache_mod.store(path, prof, salvage=salvage, rank=rank)
+    return prof
+
+
+def parse_kineto(
+    path: Path,
+    *,
+    salvage: bool = False,
+    progress: ProgressFn | None = None,
+    rank: int | None = None,
+) -> Profile:
+    """Parse without the cache (see :func:`read_kineto`)."""
+
+    def gz_progress(done: int, total: int) -> None:
+        if progress is not None:
+            progress("decompress", done, total)
+
+    data = gz.read_bytes(path, progress=gz_progress, allow_truncated=salvage)
+    return parse_bytes(data, path, salvage=salvage, progress=progress, rank=rank)
+
+
+# --------------------------------------------------------------------------------------------------
+# top level
+
+
+def _first_char(data: bytes) -> tuple[int, bytes]:
+    m = re.compile(rb"\S").search(data)
+    if m is None:
+        return -1, b""
+    return m.start(), data[m.start() : m.start() + 1]
+
+
+def _find_array(data: bytes, raw: msgspec.Raw | None) -> tuple[int, int]:
+    """Byte offsets of the ``traceEvents`` array's ``[`` and one past its ``]``."""
+    size = None if raw is None else len(memoryview(raw))
+    for m in re.finditer(rb'"traceEvents"\s*:\s*\[', data):
+        start = m.end() - 1
+        if size is None:
+            return start, -1
+        if data[start + size - 1 : start + size] == b"]":
+            return start, start + size
+    raise InputError("cannot locate the traceEvents array")
+
+
+def parse_bytes(
+    data: bytes,
+    path: Path,
+    *,
+    salvage: bool = False,
+    progress: ProgressFn | None = None,
+    rank: int | None = None,
+) -> Profile:
+    """Parse the (decompressed) bytes of a Kineto trace."""
+    pos, ch = _first_char(data)
+    if pos < 0:
+        raise InputError("empty file" if not data else "file holds only whitespace", path)
+    oddities: dict[str, int] = {}
+    header: dict[str, Any] = {}
+    salvaged: dict[str, Any] | None = None
+    if ch == b"[":
+        start, end = pos, len(data.rstrip())
+        if not data.rstrip().endswith(b"]"):
+            end = -1
+    elif ch == b"{":
+        try:
+            top = _TOP.decode(data)
+        except msgspec.DecodeError as e:
+            err = jsonscan._decode_error(e, 0)
+            if not err.truncated:
+                raise InputError(f"not valid JSON ({_short(e)})", path) from None
+            top = None
+        if top is not None:
+            if "traceEvents" not in top:
+                raise InputError("JSON object has no traceEvents: not a Kineto/Chrome trace", path)
+            header = {k: _loads(v) for k, v in top.items() if k != "traceEvents"}
+            try:
+                start, end = _find_array(data, top["traceEvents"])
+            except InputError:
+                te = _loads(top["traceEvents"])
+                raise InputError(
+                    f"traceEvents is a {type(te).__name__}, expected an array", path
+                ) from None
+            del top
+        else:
+            # Truncated: keep what precedes the array as header, salvage the array.
+            m = re.search(rb'"traceEvents"\s*:\s*\[', data)
+            if m is None:
+                raise TruncatedTraceError(
+                    f"trace is truncated at byte {len(data)} (0 complete events before it)"
+                    + ("" if salvage else "; rerun with --salvage"),
+                    path,
+                )
+            start, end = m.end() - 1, -1
+            header = _salvage_header(data[:start])
+    else:
+        raise InputError(
+            f"not a JSON trace (starts with {data[pos : pos + 16]!r}); expected a Chrome trace "
+            "object with traceEvents",
+            path,
+        )
+    if end < 0:
+        end, n_ok = _salvage_end(data, start)
+        if not salvage:
+            raise TruncatedTraceError(
+                f"trace is truncated at byte {len(data)} ({n_ok} complete events before it); "
+                "rerun with --salvage",
+                path,
+            )
+        salvaged = {"events": n_ok, "reason": f"truncated at byte {len(data)}"}
+        data = data[:end] + b"]"
+        end = len(data)
+
+    def scan_progress(done: int, total: int) -> None:
+        if progress is not None:
+            progress("parse", done, total)
+
+    try:
+        cols = jsonscan.scan_array(data, start, end, progress=scan_progress)
+    except ScanError as e:
+        if e.truncated and salvage:  # pragma: no cover - handled above
+            raise
+        where = f" at byte {e.offset}" if e.offset is not None else ""
+        if "Expected" in str(e) or "expected" in str(e):
+            cols = _lenient(data, start, end, oddities, path)
+        else:
+            raise InputError(f"not valid JSON{where} ({e})", path) from None
+    raw = cols.frame()
+    exact = None
+    if jsonscan.needs_exact_times(raw.get_column("ts")):
+        exact = jsonscan.exact_times(data, start, end)
+    del data
+    prof = build_profile(raw, cols.counters, header, path, oddities, exact=exact, rank=rank)
+    if salvaged is not None:
+        prof = prof.with_meta(salvaged=salvaged)
+    return prof
+
+
+def _short(e: Exception) -> str:
+    s = str(e)
+    return s if len(s) < 120 else s[:117] + "..."
+
+
+def _loads(raw: msgspec.Raw) -> Any:
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _salvage_header(text: bytes) -> dict[str, Any]:
+    """Top-level keys written before ``traceEvents`` in a truncated file."""
+    body = text.rstrip()
+    body = body[: body.rfind(b'"traceEvents"')].rstrip().rstrip(b",")
+    try:
+        out = json.loads(body.decode("utf-8", "replace") + "}")
+        return out if isinstance(out, dict) else {}
+    except ValueError:
+        return {}
+
+
+def _salvage_end(data: bytes, start: int) -> tuple[int, int]:
+    """For a truncated array starting at ``start``: (end of the last complete event, #events)."""
+    n = len(data)
+    window = 1 << 20
+    tried = 0
+    while True:
+        lo = max(start, n - window)
+        cands = [m.start() + 1 for m in jsonscan._BOUNDARY.finditer(data, lo)]
+        last = data.rstrip().rfind(b"}")
+        if last >= lo:
+            cands.append(last + 1)
+        for cut in sorted(set(cands), reverse=True):
+            tried += 1
+            try:
+                cols = jsonscan.scan_array(data[:cut] + b"]", start, cut + 1)
+            except ScanError:
+                if tried > 64:
+                    break
+                continue
+            return cut, cols.n_events
+        if lo == start or tried > 64:
+            return start + 1, 0
+        window *= 8
+
+
+def _lenient(
+    data: bytes, start: int, end: int, oddities: dict[str, int], path: Path
+) -> jsonscan.Columns:
+    """Slow path for events whose fields have unexpected types: convert one event at a time,
+    dropping (and counting) those that cannot be read."""
+    try:
+        items = msgspec.json.decode(memoryview(data)[start:end])
+    except msgspec.DecodeError as e:
+        raise InputError(f"not valid JSON ({_short(e)})", path) from None
+    if not isinstance(items, list):
+        raise InputError("traceEvents is not an array", path)
+    good: list[jsonscan.Event] = []
+    for it in items:  # only reached for malformed traces
+        try:
+            good.append(_EV_DEC.decode(msgspec.json.encode(it)))
+        except (msgspec.DecodeError, TypeError):
+            cleaned = _clean_event(it)
+            if cleaned is None:
+                oddities["unreadable event"] = oddities.get("unreadable event", 0) + 1
+            else:
+                oddities["odd field types"] = oddities.get("odd field types", 0) + 1
+                good.append(cleaned)
+    out = jsonscan.Columns()
+    out.frames.append(jsonscan._build(good))
+    out.n_events = len(good)
+    return out
+
+
+_EVENT_KEYS = tuple(f.encode_name for f in msgspec.structs.fields(jsonscan.Event))
+_ARG_KEYS = tuple(f.encode_name for f in msgspec.structs.fields(jsonscan.Args))
+_EV_DEC = msgspec.json.Decoder(jsonscan.Event, strict=False)
+_ARGS_DEC = msgspec.json.Decoder(jsonscan.Args, strict=False)
+
+
+def _fits(dec: msgspec.json.Decoder[Any], key: str, value: Any) -> bool:
+    try:
+        dec.decode(msgspec.json.encode({key: value}))
+    except (msgspec.DecodeError, TypeError):
+        return False
+    return True
+
+
+def _clean_event(it: Any) -> jsonscan.Event | None:
+    """The fields of one event that have usable types (the rest dropped)."""
+    if not isinstance(it, dict):
+        return None
+    ev = {k: it[k] for k in _EVENT_KEYS if k in it and k != "args" and _fits(_EV_DEC, k, it[k])}
+    args = it.get("args")
+    if isinstance(args, dict):
+        ev["args"] = {k: args[k] for k in _ARG_KEYS if k in args and _fits(_ARGS_DEC, k, args[k])}
+    try:
+        out: jsonscan.Event = _EV_DEC.decode(msgspec.json.encode(ev))
+    except (msgspec.DecodeError, TypeError):
+        return None
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# tables
+
+
+def _bump(odd: dict[str, int], key: str, n: int) -> None:
+    if n:
+        odd[key] = odd.get(key, 0) + int(n)
+
+
+def _rank_of(header: dict[str, Any], rank: int | None) -> int:
+    if rank is not None:
+        return int(rank)
+    di = header.get("distributedInfo")
+    if isinstance(di, str):
+        try:
+            di = json.loads(di)
+        except ValueError:
+            di = None
+    if isinstance(di, dict):
+        r = di.get("rank")
+        if isinstance(r, int):
+            return r
+        if isinstance(r, str) and r.strip().isdigit():
+            return int(r)
+    return 0
+
+
+def redact(obj: Any) -> Any:
+    """Copy of ``obj`` with the values of secret-looking keys replaced by ``"<redacted>"``."""
+    if isinstance(obj, dict):
+        return {
+            k: ("<redacted>" if isinstance(k, str) and _SECRET.search(k) else redact(v))
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def _track_ids(num: pl.Expr, text: pl.Expr) -> pl.Expr:
+    """Numeric pid/tid: the number, else the digits a string ends with ("stream 7" -> 7)."""
+    return pl.coalesce(num, text.str.extract(r"(-?\d+)\s*$", 1).cast(pl.Int64, strict=False))
+
+
+def _compact_numeric(col: str) -> pl.Expr:
+    return pl.col(col).str.replace_all(r"\s+", "")
+
+
+def _compact_strings(col: str) -> pl.Expr:
+    return (
+        pl.col(col)
+        .str.replace_all(r'",\s+"', '","')
+        .str.replace_all(r"\[\s+", "[")
+        .str.replace_all(r"\s+\]", "]")
+    )
+
+
+def build_profile(
+    raw: pl.DataFrame,
+    counters: list[jsonscan.CounterEvent],
+    header: dict[str, Any],
+    path: Path,
+    oddities: dict[str, int],
+    *,
+    exact: tuple[pl.Series, pl.Series] | None = None,
+    rank: int | None = None,
+) -> Profile:
+    """Turn decoded columns into linked Profile tables (all vectorised)."""
+    rk = _rank_of(header, rank)
+    if exact is not None:
+        ts_ns, dur_ns = exact
+        raw = raw.with_columns(ts_ns.alias("ts_ns"), dur_ns.alias("dur_ns"))
+    else:
+        raw = raw.with_columns(
+            jsonscan.float_us_to_ns(pl.col("ts")).alias("ts_ns"),
+            jsonscan.float_us_to_ns(pl.col("dur")).alias("dur_ns"),
+        )
+    raw = raw.with_columns(
+        _track_ids(pl.col("pid"), pl.col("pid_str")).alias("pid_n"),
+        _track_ids(pl.col("tid"), pl.col("tid_str")).alias("tid_n"),
+    )
+    # Non-numeric track names ("Spans", "") get stable negative ids.
+    for c in ("pid", "tid"):
+        bad = raw.get_column(f"{c}_n").is_null() & raw.get_column(f"{c}_str").is_not_null()
+        if bad.any():
+            raw = raw.with_columns(
+                pl.when(pl.col(f"{c}_n").is_null() & pl.col(f"{c}_str").is_not_null())
+                .then(-1 - pl.col(f"{c}_str").rank("dense").cast(pl.Int64))
+                .otherwise(pl.col(f"{c}_n"))
+                .alias(f"{c}_n")
+            )
+    ph = pl.col("ph")
+    cat_l = pl.col("cat").str.to_lowercase()
+    # --- slices
+    xs = raw.filter(ph == "X")
+    _bump(
+        oddities,
+        "unsupported phase",
+        raw.filter(~ph.is_in(["X", "i", "I", "s", "f", "t", "M", "C", "R", "n"])).height,
+    )
+    xs = xs.filter(cat_l.fill_null("") != "trace")
+    missing_ts = xs.get_column("ts_ns").is_null()
+    _bump(oddities, "slice without ts (dropped)", int(missing_ts.sum()))
+    xs = xs.filter(pl.col("ts_ns").is_not_null())
+    _bump(oddities, "slice without dur (0 used)", int(xs.get_column("dur_ns").is_null().sum()))
+    _bump(oddities, "negative duration (clamped to 0)", int((xs.get_column("dur_ns") < 0).sum()))
+    _bump(oddities, "slice without name", int(xs.get_column("name").is_null().sum()))
+    kind = (
+        pl.when(
+            pl.col("name").str.contains(r"^ProfilerStep#\d+$").fill_null(False)
+            & cat_l.is_in(["cpu_op", "operator", "user_annotation"])
+        )
+        .then(pl.lit("step"))
+        .otherwise(cat_l.replace_strict(_KIND_OF_CAT, default="other"))
+        .cast(schema.EventKind)
+    )
+    is_dev = kind.cast(pl.String).is_in(_DEVICE_KINDS)
+    grid_dims = pl.col("grid").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64))
+    extra = pl.struct(
+        [pl.col(field).alias(key) for field, key in jsonscan.EXTRA_ARGS if field != "pg_ranks"]
+        + [pl.col("pg_ranks").alias("Process Group Ranks")]
+    )
+    any_extra = pl.any_horizontal([pl.col(f).is_not_null() for f, _ in jsonscan.EXTRA_ARGS])
+    events = xs.select(
+        pl.lit(rk, pl.Int32).alias("rank"),
+        kind.alias("kind"),
+        pl.col("name").fill_null(""),
+        pl.col("pid_n").alias("pid"),
+        pl.col("tid_n").alias("tid"),
+        pl.col("ts_ns"),
+        pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("dur_ns"),
+        pl.when(is_dev)
+        .then(pl.coalesce(pl.col("device"), pl.col("pid_n")))
+        .otherwise(None)
+        .cast(pl.Int32)
+        .alias("device"),
+        pl.when(is_dev)
+        .then(pl.coalesce(pl.col("stream"), pl.col("tid_n")))
+        .otherwise(None)
+        .alias("stream"),
+        pl.coalesce("external_id", "external_id_2021").alias("external_id"),
+        pl.col("correlation"),
+        pl.col("seq"),
+        pl.col("fwd_tid"),
+        pl.col("flops").round(0).cast(pl.Int64, strict=False).alias("flops"),
+        _compact_numeric("input_dims").alias("input_dims"),
+        _compact_strings("input_types").alias("input_types"),
+        _compact_numeric("input_strides").alias("input_strides"),
+        _compact_strings("concrete_inputs").alias("concrete_inputs"),
+        pl.coalesce("bytes_", "size").round(0).cast(pl.Int64, strict=False).alias("bytes"),
+        _compact_numeric("grid").alias("grid"),
+        _compact_numeric("block").alias("block"),
+        pl.when(pl.col("grid").str.contains(r"^\s*\[[\d,\s]*\]\s*$").fill_null(False))
+        .then(grid_dims.list.eval(pl.element().product()).list.first())
+        .otherwise(None)
+        .alias("blocks"),
+        pl.col("registers").cast(pl.Int32, strict=False),
+        pl.col("shared_mem").alias("shared_mem"),
+        pl.col("occupancy").cast(pl.Float64),
+        pl.col("python_id"),
+        pl.col("python_parent_id"),
+        pl.when(any_extra).then(extra.struct.json_encode()).otherwise(None).alias("args"),
+        pl.col("call_stack"),
+        pl.col("module_hierarchy"),
+    )
+    events = (
+        events.sort(["ts_ns"], maintain_order=True)
+        .with_row_index("id")
+        .with_columns(pl.col("id").cast(pl.Int64))
+    )
+    # --- flows
+    fl = raw.filter(ph.is_in(["s", "f", "t"]))
+    _bump(oddities, "flow without id (dropped)", int(fl.get_column("id").is_null().sum()))
+    raw_flows = fl.filter(pl.col("id").is_not_null() & pl.col("ts_ns").is_not_null()).select(
+        pl.lit(rk, pl.Int32).alias("rank"),
+        cat_l.replace_strict(_FLOW_KIND, default="other").cast(schema.FlowKind).alias("kind"),
+        pl.col("id").alias("flow_id"),
+        pl.col("ph").alias("phase"),
+        pl.col("pid_n").alias("pid"),
+        pl.col("tid_n").alias("tid"),
+        pl.col("ts_ns"),
+    )
+    linked = link.link_events(events, raw_flows)
+    n_flow_pairs = raw_flows.filter(pl.col("phase") == "s").height
+    _bump(oddities, "flow not bound to events", max(0, n_flow_pairs - linked.flows.height))
+    # --- memory
+    mem = raw.filter(ph.is_in(["i", "I"]) & (pl.col("name") == "[memory]")).select(
+        pl.lit(rk, pl.Int32).alias("rank"),
+        pl.col("ts_ns"),
+        pl.col("mem_bytes").alias("bytes"),
+        pl.col("addr"),
+        pl.col("total_allocated"),
+        pl.col("total_reserved"),
+        pl.col("device_type").cast(pl.Int32),
+        pl.col("device_id").cast(pl.Int32).alias("device"),
+        pl.col("pid_n").alias("pid"),
+        pl.col("tid_n").alias("tid"),
+    )
+    memory = link.link_memory(linked.events, mem, linked.steps)
+    # --- threads
+    threads = _threads(linked.events, raw.filter(ph == "M"), rk)
+    # --- counters
+    counters_df = _counters(counters, rk)
+    devices = _devices(header, rk)
+    ev = linked.events
+    meta: dict[str, Any] = {
+        "format": "kineto",
+        "sources": [str(path)],
+        "ranks": [rk],
+        "oddities": oddities,
+        "trace_meta": {str(rk): redact(header)},
+    }
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, int):
+        meta["base_time_ns"] = base
+    return Profile.from_tables(
+        meta=meta,
+        events=ev,
+        flows=linked.flows,
+        stacks=linked.stacks,
+        memory=memory,
+        counters=counters_df,
+        steps=linked.steps,
+        devices=devices,
+        threads=threads,
+    )
+
+
+def _threads(events: pl.DataFrame, meta_ev: pl.DataFrame, rk: int) -> pl.DataFrame:
+    names = meta_ev.filter(pl.col("name") == "thread_name").select(
+        pl.col("pid_n").alias("pid"), pl.col("tid_n").alias("tid"), pl.col("meta_name").alias("tn")
+    )
+    names = names.unique(["pid", "tid"], keep="first")
+    tracks = events.group_by(["pid", "tid"]).agg(
+        pl.col("kind").cast(pl.String).is_in(_DEVICE_KINDS).any().alias("is_device")
+    )
+    out = tracks.join(names, on=["pid", "tid"], how="full", coalesce=True).select(
+        pl.lit(rk, pl.Int32).alias("rank"),
+        "pid",
+        "tid",
+        pl.when(pl.col("tn").is_not_null())
+        .then(pl.col("tn"))
+        .when(pl.col("is_device").fill_null(False))
+        .then(pl.format("stream {}", pl.col("tid")))
+        .otherwise(None)
+        .alias("name"),
+        pl.col("is_device").fill_null(False),
+    )
+    return schema.conform("threads", out.sort(["pid", "tid"]))
+
+
+def _counters(counters: list[jsonscan.CounterEvent], rk: int) -> pl.DataFrame:
+    rows: list[tuple[str, Any, float]] = []
+    for c in counters:  # counter records are few (one per sample)
+        if c.args is None or c.ts is None:
+            continue
+        try:
+            vals = msgspec.json.decode(c.args)
+        except msgspec.DecodeError:
+            continue
+        if not isinstance(vals, dict):
+            continue
+        for k, v in vals.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                series = f"{c.name}.{k}" if c.name and k != c.name else (c.name or k)
+                rows.append((series, c.ts, float(v)))
+    if not rows:
+        return schema.empty("counters")
+    df = pl.DataFrame(
+        rows, schema={"name": pl.String, "ts": pl.Float64, "value": pl.Float64}, orient="row"
+    )
+    df = df.select(
+        pl.lit(rk, pl.Int32).alias("rank"),
+        "name",
+        jsonscan.float_us_to_ns(pl.col("ts")).alias("ts_ns"),
+        "value",
+    )
+    return schema.conform("counters", df)
+
+
+def _devices(header: dict[str, Any], rk: int) -> pl.DataFrame:
+    props = header.get("deviceProperties")
+    if not isinstance(props, list) or not props:
+        return schema.empty("devices")
+    amd = any(k.startswith(("hip_", "roctracer")) for k in header)
+    rows = []
+    for i, d in enumerate(props):  # one row per device
+        if not isinstance(d, dict):
+            continue
+        name = str(d.get("name", ""))
+        low = name.lower()
+        if amd or "amd" in low or "instinct" in low or re.search(r"\bmi\d{3}", low):
+            vendor = "amd"
+        elif "ascend" in low:
+            vendor = "ascend"
+        else:
+            vendor = "nvidia"
+        major, minor = d.get("computeMajor"), d.get("computeMinor")
+        cc = f"{major}.{minor}" if major is not None and minor is not None else None
+        dev_id = d.get("id", i)
+        rows.append(
+            {
+                "rank": rk,
+                "device": int(dev_id) if isinstance(dev_id, int) else i,
+                "name": name,
+                "vendor": vendor,
+                "compute_units": d.get("numSms") if isinstance(d.get("numSms"), int) else None,
+                "memory_bytes": d.get("totalGlobalMem")
+                if isinstance(d.get("totalGlobalMem"), int)
+                else None,
+                "compute_capability": cc,
+            }
+        )
+    return schema.conform("devices", pl.DataFrame(rows, schema=dict(schema.DEVICES)))

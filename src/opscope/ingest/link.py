@@ -1,0 +1,800 @@
+"""Linking, once, vectorised: nesting, launches, flows, forward/backward, steps, stacks, memory.
+
+Every function here is pure (DataFrames in, DataFrames out) and works for any reader that fills
+the ``events`` columns of :data:`opscope.model.schema.EVENTS` (``id`` 0..n-1, ``rank``, ``kind``,
+``name``, ``pid``, ``tid``, ``ts_ns``, ``dur_ns`` and whatever of ``correlation``,
+``external_id``, ``seq``, ``fwd_tid`` the source has). The Ascend reader calls the same functions.
+
+Rules (also in docs/loading.md):
+
+- **Nesting** (``parent_id``, ``depth``): per ``(rank, pid, tid)`` (device events: per stream), an
+  event's parent is the nearest earlier-starting event on the same track that ends at or after it
+  ends (ties: longer first, then step > annotation > python frame > op > runtime). Host tracks mix
+  ops, python frames, annotations, steps and runtime calls; device tracks mix kernels and
+  ``gpu_annotation`` ranges. Computed by pointer jumping over sorted arrays, no per-event loop.
+- **Launch** (``launch_id``): a device event's runtime/driver call with the same
+  ``(rank, correlation)``; else the source of its ``ac2g`` flow.
+- **Op** (``op_id``): a runtime/driver event's innermost enclosing ``cpu_op``; a device event's
+  launch's op; if none, the ``cpu_op`` with the same ``(rank, external_id)``.
+- **Backward** (``is_backward``): ``autograd::engine::evaluate_function*`` ops, autograd node ops
+  (names ending in ``Backward`` + digits, how 2021 traces record them) and everything nested in
+  them; device events inherit from their op.
+- **Forward** (``fwd_id``): set on every backward op that carries a sequence number, to the forward
+  op its ``fwdbwd`` flow starts at (the flow's key ``(rank, seq, fwd_tid)`` covers both the
+  ``evaluate_function`` wrapper and the node op inside it); without flows, the deepest forward op
+  with the same ``(rank, seq)`` (and ``fwd_tid`` when both sides have one).
+- **Step** (``step``): the ProfilerStep#N (kind ``step``) whose time range holds the event's start,
+  per rank; device events take their op's step (their launch's, else their own time).
+- **Stacks** (``stack_id``, ``module``): an event's innermost enclosing ``python_function`` frame
+  (interned as a path of frames, ``nn.Module`` frames left out) or its ``call_stack`` string; the
+  module path is the chain of enclosing ``nn.Module: X`` frames joined by ``/`` (or the source's
+  "Module Hierarchy"). Device events take their op's.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from opscope.model import schema
+
+IntArray = np.ndarray[Any, np.dtype[np.int64]]
+BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
+
+#: Extra input columns link_events understands (dropped from its output).
+HELPER_COLUMNS: tuple[str, ...] = ("call_stack", "module_hierarchy")
+
+#: Raw flow endpoints as readers produce them (one row per ``s``/``f``/``t`` record).
+RAW_FLOWS: dict[str, pl.DataType | type[pl.DataType]] = {
+    "rank": pl.Int32,
+    "kind": schema.FlowKind,
+    "flow_id": pl.Int64,
+    "phase": pl.String,  # "s" (start) or "f" / "t" (finish / step)
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "ts_ns": pl.Int64,
+}
+
+_PRIORITY = {
+    "step": 0,
+    "gpu_annotation": 0,
+    "user_annotation": 1,
+    "python_function": 2,
+    "cpu_op": 3,
+    "communication": 4,
+    "runtime": 5,
+    "driver": 6,
+    "kernel": 7,
+    "memcpy": 7,
+    "memset": 7,
+    "other": 8,
+}
+_STEP_RE = r"^ProfilerStep#(\d+)$"
+_EVAL_FN = "autograd::engine::evaluate_function"
+_FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
+
+
+@dataclass(frozen=True)
+class Linked:
+    """What :func:`link_events` returns."""
+
+    events: pl.DataFrame
+    flows: pl.DataFrame
+    stacks: pl.DataFrame
+    steps: pl.DataFrame
+
+
+# --------------------------------------------------------------------------------------------------
+# array helpers
+
+
+def _np(s: pl.Series, fill: int = -1) -> IntArray:
+    out: IntArray = np.array(s.fill_null(fill).cast(pl.Int64).to_numpy(), dtype=np.int64)
+    return out
+
+
+def _nullable(name: str, arr: IntArray, dtype: Any = pl.Int64) -> pl.Series:
+    """Series from an index array where negative means null."""
+    out = pl.Series(name, arr, dtype=pl.Int64)
+    neg = np.nonzero(arr < 0)[0]
+    if neg.size:
+        out = out.scatter(neg, None)
+    return out.cast(dtype)
+
+
+def _gather(s: pl.Series, idx: IntArray) -> pl.Series:
+    """``s[idx]`` with nulls where ``idx < 0``."""
+    out = s.gather(np.maximum(idx, 0))
+    neg = np.nonzero(idx < 0)[0]
+    if neg.size:
+        out = out.scatter(neg, None)
+    return out
+
+
+def nearest_ancestor(parent: IntArray, mask: BoolArray, *, include_self: bool = False) -> IntArray:
+    """For each row, the nearest ancestor (by ``parent`` index, -1 = none) where ``mask`` is True.
+
+    One vectorised step up the tree per round, only over rows still climbing.
+    """
+    n = parent.shape[0]
+    res = np.full(n, -1, dtype=np.int64)
+    if include_self:
+        res[mask] = np.nonzero(mask)[0]
+        cur = np.where(mask, -1, parent)
+    else:
+        cur = parent.copy()
+    idx = np.nonzero(cur >= 0)[0]
+    c = cur[idx]
+    while idx.size:
+        hit = mask[c]
+        res[idx[hit]] = c[hit]
+        keep = ~hit
+        idx = idx[keep]
+        c = parent[c[keep]]
+        alive = c >= 0
+        idx = idx[alive]
+        c = c[alive]
+    return res
+
+
+def _depths(parent: IntArray) -> IntArray:
+    """Distance to the root for every row (list ranking by pointer doubling)."""
+    d = (parent >= 0).astype(np.int64)
+    j = parent.copy()
+    while True:
+        m = j >= 0
+        if not m.any():
+            return d
+        jm = j[m]
+        d_new = d.copy()
+        d_new[m] = d[m] + d[jm]
+        j_new = j.copy()
+        j_new[m] = j[jm]
+        d, j = d_new, j_new
+
+
+def _group_codes(df: pl.DataFrame, keys: list[str]) -> IntArray:
+    codes = df.select(pl.struct(keys).rank("dense").cast(pl.Int64) - 1).to_series()
+    return _np(codes, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# nesting
+
+
+def nest(events: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``parent_id`` and ``depth`` (see the module doc). ``events.id`` must be 0..n-1."""
+    n = events.height
+    if n == 0:
+        return events.with_columns(
+            pl.lit(None, pl.Int64).alias("parent_id"), pl.lit(None, pl.Int32).alias("depth")
+        )
+    prio = events.select(
+        pl.col("kind").cast(pl.String).replace_strict(_PRIORITY, default=8, return_dtype=pl.Int32)
+    ).to_series()
+    key = events.select(
+        pl.col("rank").fill_null(0),
+        pl.col("pid").fill_null(-(2**62)),
+        pl.col("tid").fill_null(-(2**62)),
+        pl.col("ts_ns"),
+        (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("end"),
+        pl.col("id"),
+    ).with_columns(prio.alias("prio"))
+    order = _np(
+        key.with_row_index("i")
+        .sort(
+            ["rank", "pid", "tid", "ts_ns", "end", "prio", "id"],
+            descending=[False, False, False, False, True, False, False],
+        )
+        .get_column("i")
+    )
+    k = key[order]
+    end = _np(k.get_column("end"))
+    grp = _group_codes(k, ["rank", "pid", "tid"])
+    same = np.zeros(n, dtype=bool)
+    same[1:] = grp[1:] == grp[:-1]
+    cand = np.where(same, np.arange(n, dtype=np.int64) - 1, -1)
+    # Pointer jumping: move each candidate to its own candidate until it ends at/after us.
+    idx = np.nonzero(cand >= 0)[0]
+    idx = idx[end[cand[idx]] < end[idx]]
+    while idx.size:
+        cand[idx] = cand[cand[idx]]
+        c = cand[idx]
+        idx = idx[(c >= 0)]
+        idx = idx[end[cand[idx]] < end[idx]]
+    parent_sorted = cand
+    depth_sorted = _depths(parent_sorted)
+    # Back to original row order; parents as event ids.
+    ids_sorted = order
+    parent_ids = np.where(parent_sorted >= 0, ids_sorted[np.maximum(parent_sorted, 0)], -1)
+    parent = np.empty(n, dtype=np.int64)
+    depth = np.empty(n, dtype=np.int64)
+    parent[ids_sorted] = parent_ids
+    depth[ids_sorted] = depth_sorted
+    return events.with_columns(
+        _nullable("parent_id", parent), pl.Series("depth", depth, dtype=pl.Int32)
+    )
+
+
+def enclosing(
+    events: pl.DataFrame,
+    points: pl.DataFrame,
+    mask: BoolArray,
+) -> IntArray:
+    """For each point ``(rank, pid, tid, ts_ns)``, the innermost event on that track holding it.
+
+    Only events where ``mask`` is True qualify. ``events`` must have been through :func:`nest`.
+    Returns event ids (-1 where none). The latest-starting event at or before the point is tried
+    first, so a point at an event's exact start binds to that event.
+    """
+    m = points.height
+    out = np.full(m, -1, dtype=np.int64)
+    if m == 0 or events.height == 0:
+        return out
+    parent = _np(events.get_column("parent_id"))
+    ts = _np(events.get_column("ts_ns"))
+    end = ts + _np(events.get_column("dur_ns"), 0)
+    ev = events.select(
+        pl.col("rank").fill_null(0),
+        pl.col("pid"),
+        pl.col("tid"),
+        pl.col("ts_ns"),
+        (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("end"),
+        pl.col("kind")
+        .cast(pl.String)
+        .replace_strict(_PRIORITY, default=8, return_dtype=pl.Int32)
+        .alias("prio"),
+        pl.col("id"),
+    ).sort(
+        ["rank", "pid", "tid", "ts_ns", "end", "prio", "id"],
+        descending=[False, False, False, False, True, False, False],
+    )
+    pts = points.select(
+        pl.col("rank").fill_null(0), pl.col("pid"), pl.col("tid"), pl.col("ts_ns")
+    ).with_row_index("i")
+    for (rank, pid, tid), grp in pts.group_by(["rank", "pid", "tid"]):
+        sel = ev.filter((pl.col("rank") == rank) & (pl.col("pid") == pid) & (pl.col("tid") == tid))
+        if sel.height == 0:
+            continue
+        gts = _np(sel.get_column("ts_ns"))
+        gid = _np(sel.get_column("id"))
+        pt = _np(grp.get_column("ts_ns"))
+        pi = _np(grp.get_column("i"))
+        pos = np.searchsorted(gts, pt, side="right") - 1
+        cand = np.where(pos >= 0, gid[np.maximum(pos, 0)], -1)
+        active = np.nonzero(cand >= 0)[0]
+        res = np.full(pt.shape[0], -1, dtype=np.int64)
+        while active.size:
+            c = cand[active]
+            ok = mask[c] & (end[c] >= pt[active])
+            res[active[ok]] = c[ok]
+            active = active[~ok]
+            cand[active] = parent[cand[active]]
+            active = active[cand[active] >= 0]
+        out[pi] = res
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# flows, launches, ops
+
+
+def resolve_flows(events: pl.DataFrame, raw_flows: pl.DataFrame) -> pl.DataFrame:
+    """Bind each flow's start and finish records to events; returns the FLOWS table.
+
+    ``ac2g`` starts bind to runtime/driver calls and finishes to device events; ``fwdbwd`` and
+    ``async_npu`` ends bind to host ops; every endpoint binds to the innermost qualifying event on
+    its track holding its time (the record's own ``ts`` is the event's start in Kineto). Flows with
+    an unbound end are dropped (counted by the caller as oddities).
+    """
+    if raw_flows.height == 0 or events.height == 0:
+        return schema.empty("flows")
+    kind = events.get_column("kind").cast(pl.String)
+    host_op = kind.is_in(["cpu_op", "user_annotation", "step"]).to_numpy()
+    launch = kind.is_in(["runtime", "driver"]).to_numpy()
+    device = kind.is_in(["kernel", "memcpy", "memset", "communication"]).to_numpy()
+    anyk = np.ones(events.height, dtype=bool)
+    raw = raw_flows.with_columns(pl.col("kind").cast(pl.String).alias("k"))
+    parts = []
+    for (k, phase), grp in raw.group_by(["k", pl.col("phase") == "s"]):
+        if k == "ac2g":
+            mask = launch if phase else device
+        elif k in ("fwdbwd", "async_npu"):
+            mask = host_op if k == "fwdbwd" or phase else (host_op | device)
+        else:
+            mask = anyk
+        bound = enclosing(events, grp, mask)
+        parts.append(
+            grp.with_columns(
+                pl.Series("event_id", bound).replace(-1, None), pl.lit(phase).alias("is_start")
+            )
+        )
+    allp = pl.concat(parts)
+    starts = (
+        allp.filter(pl.col("is_start"))
+        .select("rank", "kind", "flow_id", pl.col("event_id").alias("src_id"))
+        .unique(["rank", "kind", "flow_id"], keep="first", maintain_order=True)
+    )
+    ends = (
+        allp.filter(~pl.col("is_start"))
+        .select("rank", "kind", "flow_id", pl.col("event_id").alias("dst_id"))
+        .unique(["rank", "kind", "flow_id"], keep="first", maintain_order=True)
+    )
+    flows = starts.join(ends, on=["rank", "kind", "flow_id"], how="inner", nulls_equal=True)
+    flows = flows.filter(pl.col("src_id").is_not_null() & pl.col("dst_id").is_not_null())
+    return schema.conform("flows", flows.sort(["rank", "kind", "flow_id"]))
+
+
+def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``launch_id`` and ``op_id`` (see the module doc). Needs :func:`nest` first."""
+    n = events.height
+    kind = events.get_column("kind").cast(pl.String)
+    parent = _np(events.get_column("parent_id"))
+    is_op = (kind == "cpu_op").to_numpy()
+    is_launch = kind.is_in(["runtime", "driver"]).to_numpy()
+    is_dev = kind.is_in(
+        ["kernel", "memcpy", "memset", "communication", "gpu_annotation"]
+    ).to_numpy()
+    # op of host events: innermost enclosing cpu_op (runtime calls, python frames inside ops...)
+    op = nearest_ancestor(parent, is_op)
+    op[is_op] = -1
+    # launches by correlation
+    ev = events.select("id", "rank", "kind", "correlation")
+    launches = (
+        ev.filter(
+            pl.col("kind").cast(pl.String).is_in(["runtime", "driver"])
+            & pl.col("correlation").is_not_null()
+        )
+        .unique(["rank", "correlation"], keep="first", maintain_order=True)
+        .select("rank", "correlation", pl.col("id").alias("launch"))
+    )
+    dev = ev.filter(pl.Series(is_dev)).join(launches, on=["rank", "correlation"], how="left")
+    launch = np.full(n, -1, dtype=np.int64)
+    did = _np(dev.get_column("id"))
+    launch[did] = _np(dev.get_column("launch"))
+    # flow fallback (ac2g without a correlation arg)
+    if flows.height:
+        ac = flows.filter(pl.col("kind") == "ac2g")
+        dst = _np(ac.get_column("dst_id"))
+        src = _np(ac.get_column("src_id"))
+        ok = (dst >= 0) & (src >= 0)
+        dst, src = dst[ok], src[ok]
+        need = (launch[dst] < 0) & is_launch[src]
+        launch[dst[need]] = src[need]
+    has_l = launch >= 0
+    op[has_l] = op[launch[has_l]]
+    # External id fallback for launches and device events without an enclosing op
+    need = (op < 0) & (is_launch | is_dev)
+    if need.any():
+        ops = (
+            events.filter(pl.Series(is_op) & pl.col("external_id").is_not_null())
+            .unique(["rank", "external_id"], keep="first", maintain_order=True)
+            .select("rank", "external_id", pl.col("id").alias("xop"))
+        )
+        miss = events.filter(pl.Series(need)).select("id", "rank", "external_id")
+        miss = miss.join(ops, on=["rank", "external_id"], how="left")
+        mid = _np(miss.get_column("id"))
+        op[mid] = _np(miss.get_column("xop"))
+    return events.with_columns(_nullable("launch_id", launch), _nullable("op_id", op))
+
+
+def mark_backward(events: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``is_backward`` (needs :func:`nest` and :func:`link_launches`)."""
+    name = events.get_column("name")
+    kind = events.get_column("kind").cast(pl.String)
+    # evaluate_function wraps each node in current traces; 2021 traces record the node alone
+    # ("AddmmBackward"), so a node name is a root too.
+    root = (
+        (name.str.starts_with(_EVAL_FN) | name.str.contains(r"Backward\d*$")).fill_null(False)
+        & (kind == "cpu_op")
+    ).to_numpy()
+    parent = _np(events.get_column("parent_id"))
+    anc = nearest_ancestor(parent, root, include_self=True)
+    bwd = anc >= 0
+    op = _np(events.get_column("op_id"))
+    has = op >= 0
+    bwd[has] = bwd[has] | bwd[op[has]]
+    return events.with_columns(pl.Series("is_backward", bwd, dtype=pl.Boolean))
+
+
+def link_fwd_bwd(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``fwd_id`` on backward ops (needs :func:`mark_backward`; see the module doc)."""
+    n = events.height
+    fwd = np.full(n, -1, dtype=np.int64)
+    ops = events.select(
+        "id", "rank", "kind", "seq", "fwd_tid", "is_backward", "depth", "ts_ns"
+    ).filter((pl.col("kind") == "cpu_op") & pl.col("seq").is_not_null())
+    bwd = ops.filter(pl.col("is_backward"))
+    fw = ops.filter(~pl.col("is_backward"))
+    if flows.height:
+        fb = flows.filter(pl.col("kind") == "fwdbwd").select("src_id", "dst_id")
+        if fb.height:
+            src = _np(fb.get_column("src_id"))
+            dst = _np(fb.get_column("dst_id"))
+            fwd[dst] = src
+            keyed = (
+                fb.join(
+                    events.select("id", "rank", "seq", "fwd_tid"), left_on="dst_id", right_on="id"
+                )
+                .filter(pl.col("seq").is_not_null())
+                .select("rank", "seq", pl.col("fwd_tid").fill_null(-1), "src_id")
+                .unique(["rank", "seq", "fwd_tid"], keep="first")
+            )
+            hit = bwd.with_columns(pl.col("fwd_tid").fill_null(-1)).join(
+                keyed, on=["rank", "seq", "fwd_tid"], how="inner"
+            )
+            hid = _np(hit.get_column("id"))
+            sel = fwd[hid] < 0
+            fwd[hid[sel]] = _np(hit.get_column("src_id"))[sel]
+    # Fallback by sequence number for backward ops still unlinked.
+    todo = bwd.filter(pl.Series(fwd[_np(bwd.get_column("id"))] < 0))
+    if todo.height and fw.height:
+        cand = fw.sort(["depth", "ts_ns"], descending=[True, True])
+        exact = (
+            cand.filter(pl.col("fwd_tid").is_not_null())
+            .unique(["rank", "seq", "fwd_tid"], keep="first")
+            .select("rank", "seq", "fwd_tid", pl.col("id").alias("f1"))
+        )
+        loose = cand.unique(["rank", "seq"], keep="first").select(
+            "rank", "seq", pl.col("id").alias("f2")
+        )
+        t = todo.join(exact, on=["rank", "seq", "fwd_tid"], how="left").join(
+            loose, on=["rank", "seq"], how="left"
+        )
+        tid_ = _np(t.get_column("id"))
+        fwd[tid_] = _np(t.select(pl.coalesce("f1", "f2")).to_series())
+    return events.with_columns(_nullable("fwd_id", fwd))
+
+
+# --------------------------------------------------------------------------------------------------
+# steps
+
+
+def step_numbers(events: pl.DataFrame) -> pl.DataFrame:
+    """The STEPS table from ``kind == "step"`` events named ``ProfilerStep#N``."""
+    st = (
+        events.filter(pl.col("kind") == "step")
+        .select(
+            "rank",
+            pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int32, strict=False).alias("step"),
+            "ts_ns",
+            "dur_ns",
+        )
+        .filter(pl.col("step").is_not_null())
+    )
+    st = st.sort(["rank", "ts_ns"]).unique(["rank", "step"], keep="first", maintain_order=True)
+    return schema.conform("steps", st)
+
+
+def step_of_times(steps: pl.DataFrame, rank: pl.Series, ts: pl.Series) -> pl.Series:
+    """The step holding each ``(rank, ts)`` (start <= ts < end), null where none."""
+    out = np.full(ts.len(), -1, dtype=np.int64)
+    if steps.height and ts.len():
+        r = _np(rank, 0)
+        t = _np(ts, np.iinfo(np.int64).min)
+        for (rk,), grp in steps.sort("ts_ns").group_by(["rank"]):
+            s0 = _np(grp.get_column("ts_ns"))
+            s1 = s0 + _np(grp.get_column("dur_ns"), 0)
+            num = _np(grp.get_column("step"))
+            sel = np.nonzero(r == int(rk or 0))[0]  # type: ignore[call-overload]
+            pos = np.searchsorted(s0, t[sel], side="right") - 1
+            ok = (pos >= 0) & (t[sel] < s1[np.maximum(pos, 0)])
+            out[sel[ok]] = num[pos[ok]]
+    return _nullable("step", out, pl.Int32)
+
+
+def assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``step`` (needs :func:`link_launches`)."""
+    st = _np(step_of_times(steps, events.get_column("rank"), events.get_column("ts_ns")))
+    kind = events.get_column("kind").cast(pl.String)
+    is_dev = kind.is_in(
+        ["kernel", "memcpy", "memset", "communication", "gpu_annotation"]
+    ).to_numpy()
+    op = _np(events.get_column("op_id"))
+    la = _np(events.get_column("launch_id"))
+    via = np.where(op >= 0, op, la)
+    use = is_dev & (via >= 0)
+    st[use] = st[via[use]]
+    return events.with_columns(_nullable("step", st, pl.Int32))
+
+
+# --------------------------------------------------------------------------------------------------
+# stacks and modules
+
+_NOT_USER_TOP = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "functorch",
+        "triton",
+        "numpy",
+        "transformers",
+        "accelerate",
+        "deepspeed",
+        "lightning",
+        "pytorch_lightning",
+        "apex",
+        "fairscale",
+        "timm",
+        "torch_npu",
+        "megatron",
+        "opscope",
+        "typer",
+        "click",
+        "pytest",
+        "_pytest",
+        "pluggy",
+        "tqdm",
+        "safetensors",
+        "tokenizers",
+        "datasets",
+        "huggingface_hub",
+    }
+)
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+def is_user_file(file: str | None) -> bool:
+    """True for the user's own code: not torch or other frameworks, site-packages, stdlib or
+    built-ins. Traces give paths relative to ``sys.path`` (``torch/nn/modules/linear.py``,
+    ``threading.py``) or absolute ones."""
+    if not file:
+        return False
+    f = file.replace("\\", "/")
+    if f.startswith("<") or "site-packages/" in f or "dist-packages/" in f:
+        return False
+    if re.search(r"/lib/python\d+(\.\d+)?/", f):
+        return False
+    parts = [p for p in f.split("/") if p]
+    if not parts:
+        return False
+    top = parts[0] if not f.startswith("/") else None
+    if top is not None:
+        stem = top[:-3] if top.endswith(".py") else top
+        if stem in _STDLIB or stem in _NOT_USER_TOP:
+            return False
+    return not any(p in ("torch", "torch_npu") for p in parts[:-1])
+
+
+def parse_frame(text: str) -> tuple[str | None, int | None, str]:
+    """``"file.py(12): func"`` -> ``("file.py", 12, "func")``; a built-in -> ``("<built-in>", None,
+    text)``."""
+    t = text.strip()
+    m = _FRAME_RE.match(t)
+    if m:
+        return m.group(1), int(m.group(2)), m.group(3)
+    if t.startswith("<built-in") or t.startswith("<method"):
+        return "<built-in>", None, t
+    return None, None, t
+
+
+def _frames_table(texts: list[str]) -> pl.DataFrame:
+    parsed = [parse_frame(t) for t in texts]
+    return pl.DataFrame(
+        {
+            "text": texts,
+            "file": [p[0] for p in parsed],
+            "line": [p[1] for p in parsed],
+            "function": [p[2] for p in parsed],
+            "is_user": [is_user_file(p[0]) for p in parsed],
+        },
+        schema={
+            "text": pl.String,
+            "file": pl.String,
+            "line": pl.Int32,
+            "function": pl.String,
+            "is_user": pl.Boolean,
+        },
+    )
+
+
+def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Fill ``stack_id`` and ``module``; return ``(events, stacks)`` (needs linking first).
+
+    Python frames are interned by path: two calls through the same chain of frames share a
+    stack id. A ``call_stack`` column (``"file(line): func;..."``, innermost first) is interned
+    the same way for the events that carry it.
+    """
+    n = events.height
+    kind = events.get_column("kind").cast(pl.String)
+    name = events.get_column("name").fill_null("")
+    parent = _np(events.get_column("parent_id"))
+    is_py = (kind == "python_function").to_numpy()
+    is_mod = is_py & name.str.starts_with("nn.Module: ").to_numpy()
+    is_frame = is_py & ~is_mod
+    stack = np.full(n, -1, dtype=np.int64)
+    nodes: list[pl.DataFrame] = []  # stack_id, parent_stack, text
+    next_id = 0
+    # --- python frames: trie by levels
+    if is_frame.any():
+        fpar = nearest_ancestor(parent, is_frame)
+        fidx = np.nonzero(is_frame)[0]
+        lvl_parent = np.where(is_frame, fpar, -1)
+        depth = _depths(lvl_parent)
+        fr = pl.DataFrame(
+            {"i": fidx, "par": fpar[fidx], "d": depth[fidx], "text": name.gather(fidx)}
+        )
+        for d in range(int(depth[fidx].max()) + 1):
+            lv = fr.filter(pl.col("d") == d)
+            pst = np.where(
+                _np(lv.get_column("par")) >= 0, stack[np.maximum(_np(lv.get_column("par")), 0)], -1
+            )
+            lv = lv.with_columns(pl.Series("pstack", pst))
+            keys = lv.select("pstack", "text").unique(maintain_order=True).with_row_index("k")
+            keys = keys.with_columns((pl.col("k").cast(pl.Int64) + next_id).alias("sid"))
+            lv = lv.join(keys, on=["pstack", "text"], how="left")
+            stack[_np(lv.get_column("i"))] = _np(lv.get_column("sid"))
+            nodes.append(keys.select("sid", "pstack", "text"))
+            next_id += keys.height
+        # every event: nearest enclosing non-module frame
+        anc = nearest_ancestor(parent, is_frame)
+        stack = np.where(is_frame, stack, np.where(anc >= 0, stack[np.maximum(anc, 0)], -1))
+    # --- call stack strings
+    if "call_stack" in events.columns:
+        cs = events.get_column("call_stack")
+        has_cs = cs.is_not_null() & (cs.str.len_bytes() > 0)
+        if has_cs.any():
+            uniq = cs.filter(has_cs).unique(maintain_order=True).to_list()
+            trie: dict[tuple[int, str], int] = {}
+            sid_of: dict[str, int] = {}
+            cs_nodes: list[tuple[int, int, str]] = []
+            for text in uniq:  # loop over distinct stacks, not events
+                frames = [f for f in text.split(";") if f.strip()]
+                p = -1
+                for fr_text in reversed(frames):  # outermost first
+                    key = (p, fr_text.strip())
+                    sid = trie.get(key)
+                    if sid is None:
+                        sid = next_id
+                        next_id += 1
+                        trie[key] = sid
+                        cs_nodes.append((sid, p, key[1]))
+                    p = sid
+                sid_of[text] = p
+            nodes.append(
+                pl.DataFrame(
+                    cs_nodes,
+                    schema={"sid": pl.Int64, "pstack": pl.Int64, "text": pl.String},
+                    orient="row",
+                )
+            )
+            mapped = _np(cs.replace_strict(sid_of, default=None, return_dtype=pl.Int64))
+            use = (mapped >= 0) & (stack < 0)
+            stack[use] = mapped[use]
+    # --- modules from nn.Module frames, one level of nesting at a time
+    path = pl.Series("module", [None] * n, dtype=pl.String)
+    if is_mod.any():
+        mpar = nearest_ancestor(parent, is_mod)
+        midx = np.nonzero(is_mod)[0]
+        mdepth = _depths(np.where(is_mod, mpar, -1))
+        short = name.str.strip_prefix("nn.Module: ")
+        for d in range(int(mdepth[midx].max()) + 1):
+            sel = midx[mdepth[midx] == d]
+            base = _gather(path, mpar[sel])
+            own = short.gather(sel)
+            val = (
+                pl.DataFrame({"b": base, "o": own})
+                .select(
+                    pl.when(pl.col("b").is_null())
+                    .then(pl.col("o"))
+                    .otherwise(pl.col("b") + "/" + pl.col("o"))
+                )
+                .to_series()
+            )
+            path = path.scatter(sel, val)
+        anc = nearest_ancestor(parent, is_mod, include_self=True)
+        module = _gather(path, anc).alias("module")
+    else:
+        module = path
+    if "module_hierarchy" in events.columns:
+        mh = events.get_column("module_hierarchy").replace("", None)
+        module = pl.DataFrame({"a": module, "b": mh}).select(pl.coalesce("a", "b")).to_series()
+    # device / launch events take their op's stack and module
+    op = _np(events.get_column("op_id"))
+    dev = kind.is_in(
+        ["kernel", "memcpy", "memset", "communication", "gpu_annotation", "runtime", "driver"]
+    ).to_numpy()
+    use = dev & (op >= 0) & (stack < 0)
+    stack[use] = stack[op[use]]
+    from_op = _gather(module, np.where(dev, op, -1))
+    module = (
+        pl.DataFrame({"a": module, "b": from_op})
+        .select(pl.coalesce("a", "b").alias("module"))
+        .to_series()
+    )
+    events = events.with_columns(_nullable("stack_id", stack), module.alias("module"))
+    stacks = _stack_rows(nodes)
+    return events, stacks
+
+
+def _stack_rows(nodes: list[pl.DataFrame]) -> pl.DataFrame:
+    if not nodes:
+        return schema.empty("stacks")
+    nd = pl.concat(nodes).sort("sid")
+    sid = _np(nd.get_column("sid"))
+    size = int(sid.max()) + 1
+    par = np.full(size, -1, dtype=np.int64)
+    par[sid] = _np(nd.get_column("pstack"))
+    texts = nd.get_column("text")
+    uniq = texts.unique().to_list()
+    ft = _frames_table(uniq)
+    text_of = np.empty(size, dtype=object)
+    text_of[sid] = texts.to_numpy()
+    rows_sid: list[IntArray] = []
+    rows_depth: list[IntArray] = []
+    rows_node: list[IntArray] = []
+    cur = sid.copy()
+    owner = sid.copy()
+    d = 0
+    while cur.size:
+        rows_sid.append(owner)
+        rows_depth.append(np.full(cur.size, d, dtype=np.int64))
+        rows_node.append(cur)
+        nxt = par[cur]
+        keep = nxt >= 0
+        owner, cur = owner[keep], nxt[keep]
+        d += 1
+    all_node = np.concatenate(rows_node)
+    out = (
+        pl.DataFrame(
+            {
+                "stack_id": np.concatenate(rows_sid),
+                "depth": np.concatenate(rows_depth).astype(np.int32),
+                "text": pl.Series(text_of[all_node].tolist(), dtype=pl.String),
+            }
+        )
+        .join(ft, on="text", how="left")
+        .drop("text")
+    )
+    return schema.conform("stacks", out.sort(["stack_id", "depth"]))
+
+
+# --------------------------------------------------------------------------------------------------
+# memory
+
+
+def link_memory(events: pl.DataFrame, memory: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Fill memory ``op_id`` (innermost enclosing cpu_op on the allocation's thread) and ``step``.
+
+    ``memory`` may carry ``pid``/``tid`` helper columns (dropped here); without them only the step
+    is filled.
+    """
+    if memory.height == 0:
+        return schema.conform("memory", memory.drop(["pid", "tid"], strict=False))
+    if "pid" in memory.columns and "tid" in memory.columns and events.height:
+        is_op = (events.get_column("kind") == "cpu_op").to_numpy()
+        op = enclosing(events, memory.select("rank", "pid", "tid", "ts_ns"), is_op)
+        memory = memory.with_columns(_nullable("op_id", op))
+    memory = memory.with_columns(
+        step_of_times(steps, memory.get_column("rank"), memory.get_column("ts_ns"))
+    )
+    return schema.conform("memory", memory.drop(["pid", "tid"], strict=False))
+
+
+# --------------------------------------------------------------------------------------------------
+# all of it
+
+
+def link_events(events: pl.DataFrame, raw_flows: pl.DataFrame) -> Linked:
+    """Run every linking step on ``events`` (ids 0..n-1) and raw flow records (:data:`RAW_FLOWS`).
+
+    Returns the linked events (conformed to :data:`~opscope.model.schema.EVENTS`, helper columns
+    dropped), the resolved FLOWS table, the STACKS table and the STEPS table.
+    """
+    ev = nest(events)
+    flows = resolve_flows(ev, raw_flows) if raw_flows.height else schema.empty("flows")
+    ev = link_launches(ev, flows)
+    ev = mark_backward(ev)
+    ev = link_fwd_bwd(ev, flows)
+    steps = step_numbers(ev)
+    ev = assign_steps(ev, steps)
+    ev, stacks = build_stacks(ev)
+    ev = ev.drop([c for c in HELPER_COLUMNS if c in ev.columns])
+    return Linked(schema.conform("events", ev), flows, stacks, steps)
