@@ -446,3 +446,21 @@ def resolve(
             return cal, f"CPU peaks measured by opscope calibrate ({cal.source})"
         return None, "no peaks for the CPU: run `opscope calibrate` to measure them"
     return None, f"no peaks known for device {name!r}: run `opscope calibrate` on it"
+
+
+def write_calibration(data: dict[str, Any], directory: Path | None = None) -> Path:
+    """Write a calibration record as ``<device-key>.json``, atomically (temp file + rename)."""
+    import tempfile
+
+    d = directory or cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    target = d / f"{device_key(str(data['name']))}.json"
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -848,6 +848,8 @@ def cost(name: str, input_dims: str | None, input_types: str | None, concrete: s
         return _embedding_backward(ts)
     if b in _COPIES:
         return _copy(ts, cin, b)
+    if b == "dropout" and _concrete(cin, 2) is False:
+        return UNKNOWN  # eval-mode dropout returns its input: no work to cost
     if b.rstrip("_") in _ELEMENTWISE:
         return _elementwise(ts, b)
     return UNKNOWN
