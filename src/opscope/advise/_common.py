@@ -1,0 +1,503 @@
+"""Helpers shared by the rules: device, steps, shapes and dtypes, op costs, source locations.
+
+Private to :mod:`opscope.advise`. The location walk here is a small stand-in for the analysis
+layer's attribution (it resolves only the few events a rule flags), kept private so the rules
+work from the Profile alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from opscope.model import Profile
+
+MAX_WALK = 48  # deepest op nesting followed when walking parent links
+
+_DTYPES: dict[str, str] = {
+    "float": "float32",
+    "float32": "float32",
+    "torch.float32": "float32",
+    "fp32": "float32",
+    "dt_float": "float32",
+    "dt_float32": "float32",
+    "c10::half": "float16",
+    "half": "float16",
+    "float16": "float16",
+    "fp16": "float16",
+    "dt_float16": "float16",
+    "dt_half": "float16",
+    "c10::bfloat16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "dt_bf16": "bfloat16",
+    "dt_bfloat16": "bfloat16",
+    "double": "float64",
+    "float64": "float64",
+    "dt_double": "float64",
+    "c10::complex<double>": "complex128",
+    "long int": "int64",
+    "int64": "int64",
+    "dt_int64": "int64",
+    "int": "int32",
+    "int32": "int32",
+    "dt_int32": "int32",
+    "bool": "bool",
+}
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "complex128": 16,
+    "int64": 8,
+    "int32": 4,
+    "bool": 1,
+}
+SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
+
+
+def norm_dtype(t: str | None) -> str | None:
+    """A torch-style dtype name for Kineto (``"c10::BFloat16"``) or Ascend (``"DT_BF16"``) names."""
+    if not t:
+        return None
+    return _DTYPES.get(t.strip().strip('"').lower(), t.strip().lower())
+
+
+def parse_dims(s: str | None) -> list[list[int]] | None:
+    """Shapes from compact JSON ``[[256,1024],[1024]]`` or Ascend's ``"256,1024;1024"``."""
+    if s is None:
+        return None
+    s = s.strip().strip('"').strip()
+    if not s or s.upper() == "N/A":
+        return None
+    if s.startswith("["):
+        try:
+            v = json.loads(s)
+        except ValueError:
+            return None
+        out: list[list[int]] = []
+        for d in v if isinstance(v, list) else []:
+            if isinstance(d, list) and all(isinstance(x, int) for x in d):
+                out.append([int(x) for x in d])
+            else:
+                out.append([])  # scalars, tensor lists: no shape
+        return out
+    out = []
+    for part in s.split(";"):
+        try:
+            out.append([int(x) for x in part.split(",") if x.strip()])
+        except ValueError:
+            out.append([])
+    return out
+
+
+def parse_types(s: str | None) -> list[str | None]:
+    """Dtypes from compact JSON ``["float","float"]`` or Ascend's ``DT_BF16;DT_BF16``."""
+    if s is None:
+        return []
+    s = s.strip()
+    if s.startswith("["):
+        try:
+            v = json.loads(s)
+        except ValueError:
+            return []
+        return [norm_dtype(x) if isinstance(x, str) else None for x in v]
+    return [norm_dtype(x) for x in s.split(";")]
+
+
+# Devices -------------------------------------------------------------------------------------
+
+DEVICE_KINDS = ("cpu", "nvidia", "amd", "ascend")
+
+
+def device_kind(profile: Profile) -> str:
+    """``"cpu"``, ``"nvidia"``, ``"amd"`` or ``"ascend"``: the device the profile ran on."""
+    if profile.meta.get("format") == "ascend":
+        return "ascend"
+    dev = profile.devices
+    if dev.height:
+        vendors = [str(v).lower() for v in dev.get_column("vendor").drop_nulls().to_list()]
+        for v in ("ascend", "nvidia", "amd"):
+            if v in vendors:
+                return v
+        names = " ".join(str(n).lower() for n in dev.get_column("name").drop_nulls().to_list())
+        if "ascend" in names:
+            return "ascend"
+        if any(w in names for w in ("nvidia", "tesla", "a100", "h100", "v100", "geforce")):
+            return "nvidia"
+        if any(w in names for w in ("amd", "instinct", "mi250", "mi300", "radeon")):
+            return "amd"
+    if profile.has_device:
+        knames = profile.kernels.get_column("name")
+        if knames.str.contains(r"(?i)aclnn|aicore|MatMulV\d").any():
+            return "ascend"
+        if knames.str.contains(r"(?i)^(void )?(hip|rocm|ck_|Cijk_)").any():
+            return "amd"
+        return "nvidia"
+    return "cpu"
+
+
+def device_name(profile: Profile) -> str | None:
+    """The first non-CPU device name of the profile, if any."""
+    dev = profile.devices.filter(pl.col("vendor").fill_null("") != "cpu")
+    names = dev.get_column("name").drop_nulls().to_list()
+    return str(names[0]) if names else None
+
+
+def target_of(profile: Profile, results: Mapping[str, Any]) -> str:
+    """The device the advice is for: ``results["target"]`` or the profile's own device."""
+    t = results.get("target")
+    if t in (None, "", "auto"):
+        return device_kind(profile)
+    t = str(t).lower()
+    aliases = {"cuda": "nvidia", "gpu": "nvidia", "npu": "ascend", "rocm": "amd", "hip": "amd"}
+    t = aliases.get(t, t)
+    if t not in DEVICE_KINDS:
+        raise ValueError(f"unknown target device {t!r} (one of {', '.join(DEVICE_KINDS)})")
+    return t
+
+
+# Steps ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """How many steps the profile holds and how long one takes (ns)."""
+
+    n: int
+    step_ns: float
+
+    def per_step_us(self, total_ns: float) -> float:
+        """A profile-wide total (ns) as µs per step."""
+        return total_ns / max(self.n, 1) / 1000.0
+
+    def pct(self, total_ns: float) -> float:
+        """A profile-wide total (ns) as % of step time."""
+        if self.step_ns <= 0:
+            return 0.0
+        return 100.0 * total_ns / max(self.n, 1) / self.step_ns
+
+
+def step_info(profile: Profile) -> StepInfo:
+    """Steps from the ``steps`` table (first rank), else the whole span counts as one step."""
+    st = profile.steps
+    if st.height:
+        r0 = st.get_column("rank").min()
+        st = st.filter(pl.col("rank") == r0) if r0 is not None else st
+        dur = st.get_column("dur_ns").drop_nulls()
+        if dur.len():
+            return StepInfo(int(dur.len()), float(dur.mean()))  # type: ignore[arg-type]
+    ev = profile.events
+    if ev.height == 0:
+        return StepInfo(1, 0.0)
+    steps = ev.filter(pl.col("kind") == "step")
+    if steps.height:
+        return StepInfo(steps.height, float(steps.get_column("dur_ns").mean()))  # type: ignore[arg-type]
+    span = ev.select((pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()).item()
+    return StepInfo(1, float(span or 0))
+
+
+# Costs ---------------------------------------------------------------------------------------
+
+
+def ancestors(profile: Profile, ids: pl.Series | None = None) -> pl.DataFrame:
+    """``[id, anc_id, hops]``: each of ``ids`` (default every event) with each of its ancestors
+    (and itself at hops 0)."""
+    ev = profile.events.select("id", "parent_id")
+    start = ev.get_column("id") if ids is None else ids.cast(pl.Int64).unique()
+    cur = pl.DataFrame({"id": start, "anc_id": start}).with_columns(pl.lit(0).alias("hops"))
+    parts = [cur]
+    par = ev.rename({"id": "anc_id"})
+    for h in range(1, MAX_WALK):
+        cur = (
+            cur.join(par, on="anc_id", how="inner")
+            .filter(pl.col("parent_id").is_not_null())
+            .select(pl.col("id"), pl.col("parent_id").alias("anc_id"), pl.lit(h).alias("hops"))
+        )
+        if cur.height == 0:
+            break
+        parts.append(cur)
+    return pl.concat(parts)
+
+
+def op_cost(profile: Profile) -> pl.DataFrame:
+    """``[id, cost_ns]`` per host op: device kernel time it issued (itself and the ops it calls),
+    when the profile has a device; else its own inclusive host duration."""
+    ops = profile.ops.select("id", "dur_ns")
+    if not profile.has_device:
+        return ops.select("id", pl.col("dur_ns").fill_null(0).alias("cost_ns"))
+    k = profile.kernels.filter(pl.col("op_id").is_not_null()).select(
+        pl.col("op_id").alias("id"), "dur_ns"
+    )
+    if k.height == 0:
+        return ops.select("id", pl.lit(0, pl.Int64).alias("cost_ns"))
+    per = k.group_by("id").agg(pl.col("dur_ns").sum())
+    anc = ancestors(profile, per.get_column("id"))
+    rolled = (
+        per.join(anc, on="id")
+        .group_by("anc_id")
+        .agg(pl.col("dur_ns").sum().alias("cost_ns"))
+        .rename({"anc_id": "id"})
+    )
+    return (
+        ops.select("id")
+        .join(rolled, on="id", how="left")
+        .with_columns(pl.col("cost_ns").fill_null(0))
+    )
+
+
+def kernels_of(profile: Profile, op_ids: Sequence[int]) -> pl.DataFrame:
+    """Device kernels issued by the given ops or the ops they call."""
+    if not profile.has_device or not op_ids:
+        return profile.kernels.head(0)
+    kern = profile.kernels.filter(pl.col("op_id").is_not_null())
+    anc = ancestors(profile, kern.get_column("op_id")).filter(pl.col("anc_id").is_in(list(op_ids)))
+    below = anc.get_column("id").unique()
+    return kern.filter(pl.col("op_id").is_in(below.implode()))
+
+
+# Locations -----------------------------------------------------------------------------------
+
+
+def _first_up(profile: Profile, ids: pl.Series, column: str) -> pl.DataFrame:
+    """``[id, value]``: the first non-null ``column`` on the event or its nearest ancestor."""
+    ev = profile.events.select("id", "parent_id", column)
+    start = pl.DataFrame({"id": ids.cast(pl.Int64)}).unique()
+    cur = start.with_columns(pl.col("id").alias("at"))
+    found = []
+    for _ in range(MAX_WALK):
+        cur = cur.join(ev.rename({"id": "at"}), on="at", how="inner")
+        hit = cur.filter(pl.col(column).is_not_null())
+        found.append(hit.select("id", pl.col(column).alias("value")))
+        cur = cur.filter(pl.col(column).is_null() & pl.col("parent_id").is_not_null()).select(
+            "id", pl.col("parent_id").alias("at")
+        )
+        if cur.height == 0:
+            break
+    out = pl.concat(found) if found else pl.DataFrame({"id": [], "value": []})
+    return start.join(out.unique("id", keep="first"), on="id", how="left")
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where an event came from in the user's code."""
+
+    file: str | None
+    line: int | None
+    function: str | None
+    module: str | None
+
+
+def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
+    """The user's file, line, function and module for each event id.
+
+    Kernels go to their launching op; backward ops go to the forward op they differentiate
+    (``fwd_id``, on the op or an enclosing op); then the innermost user frame (``is_user``) of
+    the op's stack (or an enclosing op's), and the op's module path.
+    """
+    if not ids:
+        return {}
+    ev = profile.events
+    base = pl.DataFrame({"id": list(ids)}, schema={"id": pl.Int64}).unique()
+    b = base.join(ev.select("id", "op_id", "kind", "is_backward"), on="id", how="left")
+    b = b.with_columns(
+        pl.when(pl.col("kind").cast(pl.String).is_in(["kernel", "memcpy", "memset"]))
+        .then(pl.coalesce("op_id", "id"))
+        .otherwise(pl.col("id"))
+        .alias("op")
+    )
+    fwd = _first_up(profile, b.get_column("op"), "fwd_id").rename({"id": "op", "value": "fwd"})
+    b = b.join(fwd, on="op", how="left").with_columns(pl.coalesce("fwd", "op").alias("src"))
+    stk = _first_up(profile, b.get_column("src"), "stack_id").rename(
+        {"id": "src", "value": "stack"}
+    )
+    mod = _first_up(profile, b.get_column("src"), "module").rename({"id": "src", "value": "module"})
+    # A backward op's own module (if the reader gave one) is a fallback for the forward's.
+    b = b.join(stk, on="src", how="left").join(mod, on="src", how="left")
+    st = profile.stacks
+    if st.height:
+        user = (
+            st.filter(pl.col("is_user").fill_null(False))
+            .sort("stack_id", "depth")
+            .unique("stack_id", keep="first")
+            .select(pl.col("stack_id").alias("stack"), "file", "line", "function")
+        )
+        b = b.join(user, on="stack", how="left")
+    else:
+        b = b.with_columns(
+            pl.lit(None, pl.String).alias("file"),
+            pl.lit(None, pl.Int32).alias("line"),
+            pl.lit(None, pl.String).alias("function"),
+        )
+    out: dict[int, Location] = {}
+    for r in b.iter_rows(named=True):  # one row per flagged event, not per profile event
+        out[int(r["id"])] = Location(r["file"], r["line"], r["function"], r["module"])
+    return out
+
+
+def op_parents(profile: Profile) -> pl.DataFrame:
+    """``[id, op_parent]``: each host op's nearest enclosing host op (null at top level)."""
+    ops = profile.ops.select("id", "parent_id")
+    kinds = profile.events.select(pl.col("id").alias("at"), "parent_id", "kind")
+    cur = ops.select("id", pl.col("parent_id").alias("at")).filter(pl.col("at").is_not_null())
+    found = []
+    for _ in range(MAX_WALK):
+        cur = cur.join(kinds, on="at", how="inner")
+        found.append(cur.filter(pl.col("kind") == "cpu_op").select("id", op_parent="at"))
+        cur = cur.filter((pl.col("kind") != "cpu_op") & pl.col("parent_id").is_not_null()).select(
+            "id", pl.col("parent_id").alias("at")
+        )
+        if cur.height == 0:
+            break
+    par = (
+        pl.concat(found) if found else pl.DataFrame(schema={"id": pl.Int64, "op_parent": pl.Int64})
+    )
+    return ops.select("id").join(par, on="id", how="left")
+
+
+def shapes_table(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with ``dims`` (list of shapes) and ``dtypes`` (list of names) parsed, per unique
+    input string (never per event)."""
+    dims_u = df.get_column("input_dims").unique().to_list()
+    types_u = df.get_column("input_types").unique().to_list()
+    dmap = pl.DataFrame(
+        {
+            "input_dims": dims_u,
+            "dims": [parse_dims(s) for s in dims_u],
+        },
+        schema={"input_dims": pl.String, "dims": pl.List(pl.List(pl.Int64))},
+    )
+    tmap = pl.DataFrame(
+        {"input_types": types_u, "dtypes": [parse_types(s) for s in types_u]},
+        schema={"input_types": pl.String, "dtypes": pl.List(pl.String)},
+    )
+    return df.join(dmap, on="input_dims", how="left", nulls_equal=True).join(
+        tmap, on="input_types", how="left", nulls_equal=True
+    )
+
+
+MATMUL_OPS = (
+    "aten::mm",
+    "aten::matmul",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::linear",
+    "aten::addmv",
+    "aten::mv",
+    "aten::dot",
+)
+LEAF_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    """``[256, 1024]`` as ``"256x1024"``."""
+    return "x".join(str(int(x)) for x in shape) if shape else "scalar"
+
+
+def pad_up(x: int, multiple: int) -> int:
+    """``x`` rounded up to a multiple of ``multiple``."""
+    return -(-int(x) // multiple) * multiple
+
+
+def severity_for(pct: float, cap: str | None = None) -> str:
+    """``high`` ≥ 5 % of step time, ``medium`` ≥ 1 %, else ``low`` (then capped at ``cap``)."""
+    sev = "high" if pct >= 5.0 else "medium" if pct >= 1.0 else "low"
+    order = ["high", "medium", "low"]
+    if cap is not None and order.index(sev) < order.index(cap):
+        sev = cap
+    return sev
+
+
+def args_field(df: pl.DataFrame, key: str) -> pl.Expr:
+    """An expression extracting ``$.key`` from the ``args`` JSON column (null when absent)."""
+    del df
+    return pl.col("args").str.json_path_match(f"$.{_jsonpath_key(key)}")
+
+
+def _jsonpath_key(key: str) -> str:
+    return key if re.fullmatch(r"\w+", key) else f"['{key}']"
+
+
+def user_level_ops(profile: Profile) -> pl.DataFrame:
+    """Host ops called directly from Python (no enclosing host op), in order per thread, with
+    ``op_parent`` and their cost; the sequence the user's code issued."""
+    ops = profile.ops.join(op_parents(profile), on="id", how="left").join(
+        op_cost(profile), on="id", how="left"
+    )
+    return ops.filter(pl.col("op_parent").is_null()).sort("rank", "tid", "ts_ns")
+
+
+def group_by_location(
+    profile: Profile, df: pl.DataFrame, id_col: str = "id"
+) -> dict[tuple[str | None, int | None, str | None], list[int]]:
+    """Ids of ``df`` grouped by the user's (file, line, module) they come from."""
+    ids = [int(x) for x in df.get_column(id_col).to_list()]
+    locs = locate(profile, ids)
+    out: dict[tuple[str | None, int | None, str | None], list[int]] = {}
+    for i in ids:
+        loc = locs.get(i, Location(None, None, None, None))
+        out.setdefault((loc.file, loc.line, loc.module), []).append(i)
+    return out
+
+
+def make_finding(
+    profile: Profile,
+    *,
+    rule: str,
+    title: str,
+    where: tuple[str | None, int | None, str | None],
+    key: str,
+    saving_ns: float,
+    saving_how: str,
+    fix: str,
+    evidence: dict[str, Any],
+    cap: str | None = None,
+    severity: str | None = None,
+    steps: StepInfo | None = None,
+) -> Any:
+    """A :class:`~opscope.advise.finding.Finding` at ``where`` with the saving per step."""
+    from opscope.advise.finding import Finding, finding_id
+
+    si = steps or step_info(profile)
+    saving_us = si.per_step_us(saving_ns)
+    pct = si.pct(saving_ns)
+    sev = severity or severity_for(pct, cap)
+    file, line, module = where
+    return Finding(
+        id=finding_id(rule, file, line, module, key),
+        rule=rule,
+        severity=sev,  # type: ignore[arg-type]
+        title=title,
+        evidence=evidence,
+        file=file,
+        line=None if line is None else int(line),
+        module=module,
+        saving_us=round(saving_us, 3),
+        saving_pct=round(pct, 3),
+        saving_how=saving_how,
+        fix=fix,
+    )
+
+
+def has_tensor_dtype(df: pl.DataFrame, wanted: Sequence[str]) -> pl.DataFrame:
+    """Rows of ``df`` (with ``input_dims``/``input_types``) having a tensor input (ndim ≥ 1,
+    not a Python scalar) of one of the ``wanted`` dtypes; checked once per distinct pair."""
+    pairs = df.select("input_dims", "input_types").unique()
+    hits = []
+    for dims_s, types_s in pairs.iter_rows():
+        dims = parse_dims(dims_s) or []
+        types = parse_types(types_s)
+        if any(t in wanted and i < len(dims) and len(dims[i]) > 0 for i, t in enumerate(types)):
+            hits.append((dims_s, types_s))
+    sel = pl.DataFrame(
+        {"input_dims": [h[0] for h in hits], "input_types": [h[1] for h in hits]},
+        schema={"input_dims": pl.String, "input_types": pl.String},
+    )
+    return df.join(sel, on=["input_dims", "input_types"], how="semi", nulls_equal=True)

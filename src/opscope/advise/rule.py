@@ -1,0 +1,164 @@
+"""The Rule protocol, the rule registry and :func:`advise`, which runs every rule.
+
+A rule is any object with an ``id``, a one-paragraph ``doc`` and ``match(profile, results)``.
+``results`` is a mapping of analysis results by name (``"hotspots"``, ``"roofline"``, ...) that
+rules may use when present; rules must work from the Profile alone. Two reserved keys carry
+options: ``"target"`` (the device the advice is for: ``"cpu"``, ``"nvidia"``, ``"amd"``,
+``"ascend"``; default the profile's own device) and ``"target_name"`` (a device name such as
+``"H100"`` for peak look-ups).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from opscope.advise.finding import SEVERITIES, Finding
+from opscope.model import Profile
+
+RULE_MODULES: tuple[str, ...] = (
+    "opscope.advise.rules.alignment",
+    "opscope.advise.rules.layout",
+    "opscope.advise.rules.fusion",
+    "opscope.advise.rules.precision",
+    "opscope.advise.rules.overhead",
+    "opscope.advise.rules.memory",
+)
+
+
+@runtime_checkable
+class Rule(Protocol):
+    """What every rule provides."""
+
+    id: str
+    doc: str
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        """The findings of this rule on ``profile`` (empty when it does not apply)."""
+        ...
+
+
+_RULES: dict[str, Rule] = {}
+
+
+def register(rule: Rule) -> Rule:
+    """Add ``rule`` to the registry (ids are unique)."""
+    if rule.id in _RULES and _RULES[rule.id] is not rule:
+        raise ValueError(f"rule {rule.id!r} registered twice")
+    _RULES[rule.id] = rule
+    return rule
+
+
+def rules() -> dict[str, Rule]:
+    """Every registered rule by id (importing the built-in rule modules first)."""
+    for mod in RULE_MODULES:
+        importlib.import_module(mod)
+    return dict(sorted(_RULES.items()))
+
+
+def _sort_key(f: Finding) -> tuple[float, int, str]:
+    return (-f.saving_us, SEVERITIES.index(f.severity), f.id)
+
+
+@dataclass(frozen=True)
+class Findings:
+    """The findings of a run of :func:`advise`, sorted by estimated saving (largest first).
+
+    Usable as a Report section: :meth:`to_json` gives the ``"findings"`` list of
+    ``opscope report --json``; :meth:`to_markdown` a table.
+    """
+
+    items: tuple[Finding, ...] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)  # rule id -> why it could not run
+
+    title: str = "Findings"
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Finding:
+        return self.items[i]
+
+    def by_rule(self, rule_id: str) -> list[Finding]:
+        """The findings of one rule."""
+        return [f for f in self.items if f.rule == rule_id]
+
+    def get(self, finding_id: str) -> Finding | None:
+        """The finding with this id (or a unique id prefix), else ``None``."""
+        hits = [f for f in self.items if f.id == finding_id or f.id.startswith(finding_id)]
+        return hits[0] if len(hits) == 1 else None
+
+    def replace_items(self, items: Iterable[Finding]) -> Findings:
+        """A copy holding ``items`` (re-sorted)."""
+        return Findings(tuple(sorted(items, key=_sort_key)), self.errors, self.title)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """``[{"rule", "severity", "title", "file", "line", "module", "saving_us",
+        "saving_pct", "fix", "verified_speedup"}]``, sorted by saving."""
+        return [f.to_report_json() for f in self.items]
+
+    def to_json_full(self) -> list[dict[str, Any]]:
+        """Every field of every finding (ids, evidence, verification)."""
+        return [f.to_json() for f in self.items]
+
+    def to_markdown(self) -> str:
+        """A Markdown section: one table row per finding, then each fix."""
+        if not self.items:
+            return f"## {self.title}\n\nNo findings.\n"
+        lines = [
+            f"## {self.title}",
+            "",
+            "| severity | rule | finding | where | saving/step | verified |",
+            "|---|---|---|---|---|---|",
+        ]
+        for f in self.items:
+            saving = f"{f.saving_us:.1f} µs ({f.saving_pct:.1f}%)" if f.saving_us else "—"
+            ver = "—" if f.verified_speedup is None else f"{f.verified_speedup:.2f}×"
+            title = f.title.replace("|", "\\|")
+            lines.append(f"| {f.severity} | {f.rule} | {title} | {f.location} | {saving} | {ver} |")
+        lines.append("")
+        for f in self.items:
+            lines += [f"### {f.title} (`{f.id}`)", "", f"Saving: {f.saving_how}", ""]
+            if f.fix:
+                lines += ["```python", f.fix.rstrip(), "```", ""]
+            if f.verification and f.verification.get("summary"):
+                lines += [f"Verification: {f.verification['summary']}", ""]
+        return "\n".join(lines)
+
+
+def advise(
+    profile: Profile,
+    results: Mapping[str, Any] | None = None,
+    *,
+    target: str | None = None,
+    only: Iterable[str] | None = None,
+) -> Findings:
+    """Run every registered rule (or those in ``only``) and return the findings by saving.
+
+    ``target`` is the device the advice is for (see the module doc); default the profile's own.
+    A rule that raises on odd input is recorded in ``Findings.errors``, not fatal.
+    """
+    ctx: dict[str, Any] = dict(results or {})
+    if target is not None:
+        ctx["target"] = target
+    selected = rules()
+    if only is not None:
+        wanted = set(only)
+        unknown = wanted - set(selected)
+        if unknown:
+            raise KeyError(f"unknown rules: {sorted(unknown)}")
+        selected = {k: v for k, v in selected.items() if k in wanted}
+    found: dict[str, Finding] = {}
+    errors: dict[str, str] = {}
+    for rid, rule in selected.items():
+        try:
+            for f in rule.match(profile, ctx):
+                found.setdefault(f.id, f)
+        except (ValueError, KeyError, TypeError, IndexError) as e:  # odd input, not a crash
+            errors[rid] = f"{type(e).__name__}: {e}"
+    return Findings(tuple(sorted(found.values(), key=_sort_key)), errors)

@@ -1,0 +1,288 @@
+"""Shape alignment of matmul, convolution and attention dimensions, per device and dtype."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from opscope.advise import _common as c
+from opscope.advise.finding import Finding
+from opscope.advise.rule import register
+from opscope.model import Profile
+
+# NVIDIA Tensor Cores: dims in multiples of 8 elements (16 bytes) for fp16/bf16 and of 4 (16
+# bytes) for tf32 — NVIDIA "Matrix Multiplication Background User's Guide" and the cuBLAS
+# documentation ("Tensor Core usage requirements").
+NVIDIA_MULTIPLE = {"float16": 8, "bfloat16": 8, "float32": 4}
+# Ascend cube units: the seed article's rule — hidden dims in multiples of 128.
+ASCEND_MULTIPLE = 128
+# Ascend inner (last, contiguous) axis: multiples of 256 elements (msprof-analyze advisor's
+# AI-core matmul rule) and of 512 bytes (one burst of the MTE2 load path).
+ASCEND_INNER_ELEMS = 256
+ASCEND_INNER_BYTES = 512
+# Ascend flash attention: head dim and sequence length multiples of 128 (FlashAttentionScore
+# tiling in the CANN operator docs).
+ASCEND_FA_MULTIPLE = 128
+# CPU profiles (usually meant for a GPU/NPU later): the seed's generic 128 rule, low severity.
+CPU_MULTIPLE = 128
+
+_HOST_MM = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+_HOST_CONV = ("aten::convolution",)
+_HOST_ATTN = ("aten::scaled_dot_product_attention",)
+_KERNEL_MM = r"(?i)matmul|gemm"
+_KERNEL_FA = r"(?i)flashattention"
+
+
+def _mkn(name: str, dims: list[list[int]]) -> tuple[int, int, int, int] | None:
+    """(batch, m, k, n) of a host matmul op from its input shapes."""
+    d = [x for x in dims if x]
+    if name in ("aten::addmm", "aten::baddbmm"):
+        d = d[1:] if len(d) >= 3 else d
+    if len(d) < 2:
+        return None
+    a, b = d[0], d[1]
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+        return 1, a[0], a[1], b[1]
+    if len(a) == 3 and len(b) == 3 and a[2] == b[1]:
+        return a[0], a[1], a[2], b[2]
+    return None
+
+
+def kernel_mkn(dims: list[list[int]]) -> tuple[int, int, int] | None:
+    """(m, k, n) of an Ascend MatMul kernel ``x1;x2[;bias]`` (either operand may be transposed)."""
+    d = [x for x in dims if len(x) == 2]
+    if len(d) < 2:
+        return None
+    (a0, a1), (b0, b1) = d[0], d[1]
+    if a1 == b0:
+        return a0, a1, b1
+    if a1 == b1:
+        return a0, a1, b0
+    if a0 == b0:
+        return a1, a0, b1
+    if a0 == b1:
+        return a1, a0, b0
+    return None
+
+
+class Alignment:
+    """Matmul / conv / attention dims that are not multiples of what the target's units want."""
+
+    id = "shape-alignment"
+    doc = (
+        "Matrix units process tiles: a matmul, convolution or attention whose dimensions are not "
+        "multiples of the tile wastes the padded part of the last tile and can fall back to "
+        "slower kernels. NVIDIA Tensor Cores want multiples of 8 elements in fp16/bf16 and 4 in "
+        "tf32 (16 bytes; NVIDIA's matrix-multiplication guide); Ascend's cube units want hidden "
+        "dims in multiples of 128 (the seed's rule), inner axes in multiples of 256 elements "
+        "(msprof-analyze) and of 512 bytes, and flash-attention head dims and sequence lengths "
+        "in multiples of 128. A CPU profile gets the seed's generic 128 rule at low severity, "
+        "since it is usually meant for an accelerator later (pass target= to pick one). Dims "
+        "smaller than the multiple are not flagged (padding them costs more than it saves). "
+        "Fix: pad the dimension (e.g. a layer's out_features) to the multiple shown and slice "
+        "the result; `opscope verify` measures the padded shape on the present device."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        target = c.target_of(profile, results)
+        rows = self._candidates(profile)
+        if rows.height == 0:
+            return []
+        steps = c.step_info(profile)
+        flagged: list[dict[str, Any]] = []
+        for r in rows.iter_rows(named=True):  # one row per distinct (op, shapes, dtypes)
+            v = self._violations(target, r)
+            if v:
+                flagged.append({**r, **v})
+        if not flagged:
+            return []
+        fl = pl.DataFrame(flagged, infer_schema_length=None)
+        ids = [i for lst in fl.get_column("ids").to_list() for i in lst[:1]]
+        locs = c.locate(profile, ids)
+        groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for r in flagged:
+            loc = locs.get(r["ids"][0], c.Location(None, None, None, None))
+            key = (loc.file, loc.line, loc.module, tuple(sorted(r["bad"])), r["multiple"])
+            groups.setdefault(key, []).append(r)
+        out = []
+        for (file, line, module, bad, multiple), rs in groups.items():
+            total_ns = float(sum(r["cost_ns"] for r in rs))
+            calls = int(sum(r["calls"] for r in rs))
+            pads = {d: c.pad_up(d, multiple) for d in bad}
+            pad_txt = ", ".join(f"{d} → {p}" for d, p in pads.items())
+            dtype = rs[0]["dtype"]
+            cap = "low" if target == "cpu" else "medium"
+            bench = self._bench(rs, multiple)
+            ev = {
+                "operators": sorted({r["name"] for r in rs}),
+                "shapes": [r["input_dims"] for r in rs],
+                "dtypes": sorted({str(r["dtype"]) for r in rs}),
+                "calls": calls,
+                "figures": {
+                    "time_us_per_step": round(steps.per_step_us(total_ns), 3),
+                    "pct_of_step": round(steps.pct(total_ns), 3),
+                    "misaligned_dims": list(bad),
+                    "multiple": multiple,
+                    "padded": pads,
+                },
+                "rule_set": rs[0]["rule_set"],
+                "target": target,
+                "event_ids": [r["ids"][0] for r in rs][:10],
+            }
+            if bench:
+                ev["bench"] = bench
+            fix = (
+                f"# pad {pad_txt} (multiple of {multiple} for {rs[0]['rule_set']}), then slice\n"
+                + "".join(
+                    f"layer = nn.Linear(in_features, {p})  # was {d}\ny = layer(x)[..., :{d}]\n"
+                    for d, p in list(pads.items())[:1]
+                )
+            )
+            out.append(
+                c.make_finding(
+                    profile,
+                    rule=self.id,
+                    title=(
+                        f"{'/'.join(ev['operators'])} dims {', '.join(map(str, bad))} not a "
+                        f"multiple of {multiple} ({dtype}, {target})"
+                    ),
+                    where=(file, line, module),
+                    key=f"{bad}:{multiple}",
+                    saving_ns=0.0,
+                    saving_how=(
+                        "not estimated from the profile: the padded shape was not run; "
+                        f"{steps.per_step_us(total_ns):.1f} µs/step is at stake — "
+                        "`opscope verify` measures the padded shape"
+                    ),
+                    fix=fix,
+                    evidence=ev,
+                    severity=c.severity_for(steps.pct(total_ns), cap),
+                    steps=steps,
+                )
+            )
+        return out
+
+    @staticmethod
+    def _bench(rs: list[dict[str, Any]], multiple: int) -> dict[str, Any] | None:
+        for r in rs:
+            if r.get("mkn"):
+                m, k, n = r["mkn"]
+                return {
+                    "op": "matmul",
+                    "m": m,
+                    "k": k,
+                    "n": n,
+                    "dtype": r["dtype"],
+                    "fix": "padded",
+                    "pad_to": multiple,
+                }
+        return None
+
+    @staticmethod
+    def _candidates(profile: Profile) -> pl.DataFrame:
+        """Distinct (name, input_dims, input_types) of matmul-like work, with calls and cost."""
+        kern = profile.kernels.filter(
+            pl.col("input_dims").is_not_null()
+            & (pl.col("name").str.contains(_KERNEL_MM) | pl.col("name").str.contains(_KERNEL_FA))
+        )
+        if kern.height:
+            # Ascend kernel rows carry their own shapes: the device's view is the truth.
+            src = kern.with_columns(pl.col("dur_ns").alias("cost_ns"), pl.lit(True).alias("dev"))
+        else:
+            ops = profile.ops.filter(
+                pl.col("name").is_in([*_HOST_MM, *_HOST_CONV, *_HOST_ATTN])
+                & pl.col("input_dims").is_not_null()
+            )
+            src = ops.join(c.op_cost(profile), on="id", how="left").with_columns(
+                pl.lit(False).alias("dev")
+            )
+        if src.height == 0:
+            return src
+        g = src.group_by("name", "input_dims", "input_types", "dev").agg(
+            pl.len().alias("calls"),
+            pl.col("cost_ns").fill_null(0).sum(),
+            pl.col("id").sort().alias("ids"),
+        )
+        return c.shapes_table(g).sort("cost_ns", descending=True)
+
+    def _violations(self, target: str, r: dict[str, Any]) -> dict[str, Any] | None:
+        dims: list[list[int]] = r["dims"] or []
+        types = [t for t in (r["dtypes"] or []) if t]
+        dtype = types[0] if types else "float32"
+        name: str = r["name"]
+        bad: set[int] = set()
+        mkn: tuple[int, int, int] | None = None
+        if not r["dev"] and name in _HOST_MM:
+            bmkn = _mkn(name, dims)
+            if bmkn is None:
+                return None
+            mkn = bmkn[1:]
+            axes = list(mkn)
+        elif not r["dev"] and name in _HOST_CONV:
+            if len(dims) < 2 or len(dims[0]) < 3 or len(dims[1]) < 2:
+                return None
+            axes = [dims[0][1], dims[1][0]]  # in and out channels
+        elif not r["dev"] and name in _HOST_ATTN:
+            if not dims or len(dims[0]) < 2:
+                return None
+            axes = [dims[0][-1], dims[0][-2]]  # head dim, sequence length
+        else:
+            axes = []
+        if target in {"nvidia", "amd"}:
+            mult = NVIDIA_MULTIPLE.get(dtype)
+            if mult is None:
+                return None
+            if r["dev"]:
+                km = kernel_mkn(dims)
+                axes = list(km) if km else []
+            bad = {a for a in axes if a >= mult and a % mult}
+            rule_set = f"tensor cores ({c.SHORT_DTYPE.get(dtype, dtype)})"
+        elif target == "ascend":
+            mult = ASCEND_MULTIPLE
+            rule_set = "Ascend cube"
+            if r["dev"]:
+                bad, mult, rule_set, mkn = self._ascend_kernel(name, dims, dtype)
+            else:
+                bad = {a for a in axes if a >= mult and a % mult}
+        else:
+            mult = CPU_MULTIPLE
+            rule_set = "generic 128 rule (CPU profile)"
+            bad = {a for a in axes if a >= mult and a % mult}
+        if not bad:
+            return None
+        return {
+            "bad": sorted(bad),
+            "multiple": mult,
+            "dtype": dtype,
+            "rule_set": rule_set,
+            "mkn": list(mkn) if mkn else None,
+        }
+
+    @staticmethod
+    def _ascend_kernel(
+        name: str, dims: list[list[int]], dtype: str
+    ) -> tuple[set[int], int, str, tuple[int, int, int] | None]:
+        size = c.DTYPE_BYTES.get(dtype, 2)
+        if "flashattention" in name.lower():
+            q = dims[0] if dims else []
+            axes = q[-2:] if len(q) >= 2 else []
+            m = ASCEND_FA_MULTIPLE
+            return {a for a in axes if a >= m and a % m}, m, "Ascend flash attention", None
+        inner = math.lcm(ASCEND_INNER_ELEMS, max(ASCEND_INNER_BYTES // size, 1))
+        bad_inner: set[int] = set()
+        bad_outer: set[int] = set()
+        mats = [d for d in dims if len(d) >= 2][:2]
+        for i, d in enumerate(mats):
+            if d[-1] >= inner and d[-1] % inner:
+                bad_inner.add(d[-1])
+            if i == 1 and d[-2] >= ASCEND_MULTIPLE and d[-2] % ASCEND_MULTIPLE:
+                bad_outer.add(d[-2])
+        rule_set = f"Ascend cube (128; inner axis {inner} elements / {ASCEND_INNER_BYTES} B)"
+        mult = inner if bad_inner else ASCEND_MULTIPLE
+        return bad_inner | bad_outer, mult, rule_set, kernel_mkn(dims)
+
+
+register(Alignment())

@@ -1,0 +1,544 @@
+"""Overhead: launch/dispatch-bound steps, host-device syncs, data-loader stalls, device idle
+gaps, dynamic-shape recompiles, AICPU operators and float64 paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from opscope.advise import _common as c
+from opscope.advise.finding import Finding
+from opscope.advise.rule import register
+from opscope.model import Profile
+
+# A kernel shorter than this is dominated by its launch: CUDA launch overhead is ~2-5 µs
+# (NVIDIA, "Getting Started with CUDA Graphs"; measured launch rates of 200-400k/s).
+LAUNCH_US = 5.0
+# Launch-bound: at least this share of kernels are that short, and at least this many per step.
+LAUNCH_SHORT_SHARE = 0.5
+LAUNCH_MIN_KERNELS = 100
+# Host-only profiles: user-level ops shorter than this are eager dispatch overhead (the
+# dispatcher + Python binding cost a few µs per op on a CPU; PyTorch's own "overhead-bound"
+# guidance in the performance tuning guide).
+DISPATCH_US = 20.0
+DISPATCH_MIN_OPS = 200  # per step
+DISPATCH_MIN_SHARE = 0.3  # of step time
+SYNC_OPS = (
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "aten::equal",
+    "aten::is_nonzero",
+    "aten::tolist",
+)
+SYNC_RUNTIME = r"(?i)(cuda|hip)(Stream|Device|Event)Synchronize|aclrtSynchronize"
+DATALOADER = r"^enumerate\(DataLoader\)"
+# Data-loader time at least this share of the step is a stall worth fixing.
+DATALOADER_MIN_PCT = 10.0
+# Device idle (no kernel on any stream) at least this share of the step.
+IDLE_MIN_PCT = 20.0
+RECOMPILE = r"(?i)aclopCompile|opCompile|TorchDynamo.*recompil|CompileFunction"
+FLOAT64_TYPES = ("float64",)
+
+
+def _sync_ops(profile: Profile) -> pl.DataFrame:
+    ops = c.user_level_ops(profile)
+    # Syncs nested in other ops (e.g. item inside a user op's implementation) count too.
+    nested = (
+        profile.ops.filter(pl.col("name").is_in(SYNC_OPS))
+        .join(c.op_parents(profile), on="id", how="left")
+        .join(c.op_cost(profile), on="id", how="left")
+    )
+    names = profile.ops.select(pl.col("id").alias("op_parent"), pl.col("name").alias("pname"))
+    nested = nested.join(names, on="op_parent", how="left").filter(
+        ~pl.col("pname").fill_null("").is_in(SYNC_OPS)
+    )
+    del ops
+    return nested
+
+
+class HostSync:
+    """Host-device synchronisations inside the step."""
+
+    id = "overhead-host-sync"
+    doc = (
+        "`tensor.item()`, `.cpu()`, `.tolist()`, `torch.nonzero` and data-dependent Python "
+        "`if tensor:` make the host wait until the device has finished everything queued, "
+        "then the device waits for the host to queue more: the pipeline drains at every one. "
+        "The rule counts these ops (`aten::item`, `aten::_local_scalar_dense`, "
+        "`aten::nonzero`, ...) and runtime syncs (`cudaStreamSynchronize`, "
+        "`aclrtSynchronizeStream`). Saving: the time the host spent in them (runtime sync "
+        "calls when present; else the ops' own time) — on a CPU profile that is only the op "
+        "cost (low severity), on a device it is the drain. Fix: keep values on the device "
+        "(`torch.where`, masks), log every N steps, or move the check out of the step."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        ops = _sync_ops(profile)
+        rt = profile.events.filter(
+            pl.col("kind").is_in(["runtime", "driver", "cpu_op", "other"])
+            & pl.col("name").str.contains(SYNC_RUNTIME)
+        )
+        if ops.height == 0 and rt.height == 0:
+            return []
+        steps = c.step_info(profile)
+        target = c.target_of(profile, results)
+        out = []
+        if ops.height:
+            for where, ids in c.group_by_location(profile, ops).items():
+                rs = ops.filter(pl.col("id").is_in(ids))
+                # Runtime sync calls issued under these ops are the host's wait.
+                rt_under = (
+                    c.ancestors(profile, rt.get_column("id")).filter(pl.col("anc_id").is_in(ids))
+                    if rt.height
+                    else None
+                )
+                wait = (
+                    float(
+                        rt.filter(pl.col("id").is_in(rt_under.get_column("id").implode()))
+                        .get_column("dur_ns")
+                        .sum()
+                    )
+                    if rt_under is not None
+                    else 0.0
+                )
+                cost = wait or float(rs.get_column("dur_ns").sum())
+                names = sorted(set(rs.get_column("name").to_list()))
+                out.append(
+                    c.make_finding(
+                        profile,
+                        rule=self.id,
+                        title=f"{rs.height} host-device syncs ({', '.join(names)})",
+                        where=where,
+                        key=",".join(names),
+                        saving_ns=cost,
+                        saving_how=(
+                            "time blocked in runtime sync calls"
+                            if wait
+                            else "the sync ops' own time (the device drain is not in this profile)"
+                        ),
+                        fix=(
+                            "# keep it on the device instead of branching on a Python value:\n"
+                            "x = torch.where(mask, a, b)  # not: if t.item() > 0: ...\n"
+                            "# log losses every N steps, not every step"
+                        ),
+                        evidence={
+                            "operators": names,
+                            "shapes": [],
+                            "dtypes": [],
+                            "calls": rs.height,
+                            "figures": {
+                                "calls_per_step": rs.height / max(steps.n, 1),
+                                "us_per_step": round(steps.per_step_us(cost), 3),
+                            },
+                            "event_ids": ids[:10],
+                        },
+                        cap="low" if target == "cpu" else None,
+                        steps=steps,
+                    )
+                )
+        covered = set()
+        for f in out:
+            covered.update(f.evidence["event_ids"])
+        if rt.height:
+            anc = c.ancestors(profile, rt.get_column("id")).filter(
+                pl.col("anc_id").is_in(ops.get_column("id").implode())
+            )
+            lone = rt.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
+            for where, ids in c.group_by_location(profile, lone).items():
+                rs = lone.filter(pl.col("id").is_in(ids))
+                cost = float(rs.get_column("dur_ns").sum())
+                names = sorted(set(rs.get_column("name").to_list()))
+                out.append(
+                    c.make_finding(
+                        profile,
+                        rule=self.id,
+                        title=f"{rs.height} device synchronisations ({', '.join(names[:3])})",
+                        where=where,
+                        key="rt:" + ",".join(names),
+                        saving_ns=cost,
+                        saving_how="time blocked in runtime sync calls",
+                        fix="# remove explicit synchronize() / .cpu() inside the step",
+                        evidence={
+                            "operators": names,
+                            "shapes": [],
+                            "dtypes": [],
+                            "calls": rs.height,
+                            "figures": {"us_per_step": round(steps.per_step_us(cost), 3)},
+                            "event_ids": ids[:10],
+                        },
+                        steps=steps,
+                    )
+                )
+        return out
+
+
+class LaunchBound:
+    """Steps made of many tiny kernels (device) or tiny ops (host only)."""
+
+    id = "overhead-launch-bound"
+    doc = (
+        "When most kernels run shorter than their own launch (≈5 µs on CUDA, NVIDIA's CUDA "
+        "Graphs article), the device waits for the host: the step is launch-bound, and faster "
+        f"kernels would not help. Device profiles: ≥ {LAUNCH_SHORT_SHARE:.0%} of kernels "
+        f"shorter than {LAUNCH_US:g} µs and ≥ {LAUNCH_MIN_KERNELS} kernels per step; saving = "
+        "device idle time between them (what CUDA graphs / torch.compile can recover, an upper "
+        f"bound). Host-only profiles: ≥ {DISPATCH_MIN_OPS} user-level ops per step shorter "
+        f"than {DISPATCH_US:g} µs taking ≥ {DISPATCH_MIN_SHARE:.0%} of the step (eager "
+        "dispatch overhead); saving = their time (upper bound). Fix: batch the work into "
+        "fewer, larger ops (vectorise Python loops), `torch.compile(mode='reduce-overhead')`, "
+        "CUDA graphs."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        steps = c.step_info(profile)
+        if profile.has_device:
+            return self._device(profile, steps)
+        ops = c.user_level_ops(profile)
+        tiny = ops.filter(pl.col("dur_ns") < DISPATCH_US * 1000)
+        per_step = tiny.height / max(steps.n, 1)
+        total = float(tiny.get_column("dur_ns").sum())
+        if per_step < DISPATCH_MIN_OPS or steps.pct(total) < DISPATCH_MIN_SHARE * 100:
+            return []
+        top = tiny.group_by("name").len().sort("len", descending=True).head(5)
+        loc = c.group_by_location(profile, tiny)
+        where = max(loc, key=lambda k: len(loc[k]))
+        return [
+            c.make_finding(
+                profile,
+                rule=self.id,
+                title=f"dispatch-bound: {per_step:.0f} ops per step under {DISPATCH_US:g} µs",
+                where=where,
+                key="host",
+                saving_ns=total,
+                saving_how="the tiny ops' total time (upper bound: batched ops are not free)",
+                fix=(
+                    "# vectorise the Python loop into one op over a stacked tensor:\n"
+                    "y = torch.stack(xs).mul_(w).sum(0)  # not: for x in xs: y = y + x * w\n"
+                    "model = torch.compile(model)"
+                ),
+                evidence={
+                    "operators": top.get_column("name").to_list(),
+                    "shapes": [],
+                    "dtypes": [],
+                    "calls": tiny.height,
+                    "figures": {
+                        "tiny_ops_per_step": per_step,
+                        "share_of_step_pct": round(steps.pct(total), 2),
+                        "threshold_us": DISPATCH_US,
+                    },
+                    "event_ids": loc[where][:10],
+                },
+                steps=steps,
+            )
+        ]
+
+    @staticmethod
+    def _device(profile: Profile, steps: c.StepInfo) -> list[Finding]:
+        k = profile.kernels.filter(pl.col("kind") == "kernel")
+        if k.height == 0:
+            return []
+        short = k.filter(pl.col("dur_ns") < LAUNCH_US * 1000)
+        share = short.height / k.height
+        if share < LAUNCH_SHORT_SHARE or k.height / max(steps.n, 1) < LAUNCH_MIN_KERNELS:
+            return []
+        idle = _idle_ns(profile)
+        loc = c.group_by_location(profile, short)
+        where = max(loc, key=lambda kk: len(loc[kk]))
+        return [
+            c.make_finding(
+                profile,
+                rule="overhead-launch-bound",
+                title=f"launch-bound: {share:.0%} of {k.height} kernels under {LAUNCH_US:g} µs",
+                where=where,
+                key="device",
+                saving_ns=idle,
+                saving_how="device idle time between kernels (upper bound CUDA graphs recover)",
+                fix="model = torch.compile(model, mode='reduce-overhead')  # CUDA graphs",
+                evidence={
+                    "operators": short.group_by("name")
+                    .len()
+                    .sort("len", descending=True)
+                    .head(5)
+                    .get_column("name")
+                    .to_list(),
+                    "shapes": [],
+                    "dtypes": [],
+                    "calls": short.height,
+                    "figures": {
+                        "kernels": k.height,
+                        "short_kernels": short.height,
+                        "short_share": round(share, 4),
+                        "threshold_us": LAUNCH_US,
+                        "idle_us_per_step": round(steps.per_step_us(idle), 3),
+                    },
+                    "event_ids": short.get_column("id").to_list()[:10],
+                },
+                steps=steps,
+            )
+        ]
+
+
+def _idle_ns(profile: Profile) -> float:
+    """Time inside the kernels' span (per rank and device) when no kernel runs on any stream."""
+    k = profile.kernels.select("rank", "device", "ts_ns", "dur_ns").drop_nulls(["ts_ns"])
+    if k.height == 0:
+        return 0.0
+    k = k.with_columns(pl.col("device").fill_null(0), end=pl.col("ts_ns") + pl.col("dur_ns"))
+    k = k.sort("rank", "device", "ts_ns").with_columns(
+        pl.col("end").cum_max().shift(1).over("rank", "device").alias("prev_end")
+    )
+    gaps = k.select(
+        (pl.col("ts_ns") - pl.col("prev_end")).clip(lower_bound=0).fill_null(0).sum()
+    ).item()
+    return float(gaps or 0)
+
+
+class DeviceIdle:
+    """Device idle gaps within steps."""
+
+    id = "overhead-device-idle"
+    doc = (
+        "Time inside a step when no kernel runs on any stream of the device is time the "
+        "device waits for the host (Python, data, syncs, launches). The rule sums the gaps "
+        "between kernels (union of all streams, per device) and fires when they are ≥ "
+        f"{IDLE_MIN_PCT:g}% of step time. Saving: the idle time (an upper bound: some host "
+        "work cannot be overlapped). Fix: overlap the host work (prefetch data, avoid syncs, "
+        "`torch.compile`, CUDA graphs); see the launch-bound and host-sync findings for the "
+        "cause."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        if not profile.has_device:
+            return []
+        steps = c.step_info(profile)
+        idle = _idle_ns(profile)
+        if steps.pct(idle) < IDLE_MIN_PCT:
+            return []
+        return [
+            c.make_finding(
+                profile,
+                rule=self.id,
+                title=f"device idle {steps.pct(idle):.0f}% of the step",
+                where=(None, None, None),
+                key="idle",
+                saving_ns=idle,
+                saving_how="the device idle time between kernels (upper bound)",
+                fix="# overlap host work: DataLoader(num_workers>0, pin_memory=True), no syncs,\n"
+                "model = torch.compile(model)",
+                evidence={
+                    "operators": [],
+                    "shapes": [],
+                    "dtypes": [],
+                    "calls": 0,
+                    "figures": {
+                        "idle_us_per_step": round(steps.per_step_us(idle), 3),
+                        "step_us": round(steps.step_ns / 1000, 3),
+                    },
+                    "event_ids": [],
+                },
+                steps=steps,
+            )
+        ]
+
+
+class DataLoader:
+    """Steps waiting on the data loader."""
+
+    id = "overhead-dataloader"
+    doc = (
+        "torch's DataLoader marks each batch fetch as an `enumerate(DataLoader)#...__next__` "
+        "range. When fetching takes a large share of the step the model waits for data. The "
+        f"rule fires when those ranges are ≥ {DATALOADER_MIN_PCT:g}% of step time. Saving: "
+        "their time per step (upper bound: with workers prefetching, fetching overlaps the "
+        "step). Fix: `num_workers>0`, `pin_memory=True`, `persistent_workers=True`, cheaper "
+        "transforms, or pre-processed data."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        dl = profile.events.filter(
+            pl.col("name").str.contains(DATALOADER) & (pl.col("kind") != "python_function")
+        )
+        if dl.height == 0:
+            return []
+        # Nested ranges of the same fetch count once.
+        anc = c.ancestors(profile, dl.get_column("id")).filter(
+            (pl.col("hops") > 0) & pl.col("anc_id").is_in(dl.get_column("id").implode())
+        )
+        top = dl.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
+        steps = c.step_info(profile)
+        total = float(top.get_column("dur_ns").sum())
+        if steps.pct(total) < DATALOADER_MIN_PCT:
+            return []
+        where = next(iter(c.group_by_location(profile, top)))
+        return [
+            c.make_finding(
+                profile,
+                rule=self.id,
+                title=f"data loading takes {steps.pct(total):.0f}% of the step",
+                where=where,
+                key="dl",
+                saving_ns=total,
+                saving_how="the data-loader fetch time (upper bound, overlappable with workers)",
+                fix="loader = DataLoader(ds, batch_size=bs, num_workers=4, pin_memory=True,\n"
+                "                    persistent_workers=True, prefetch_factor=2)",
+                evidence={
+                    "operators": sorted(set(top.get_column("name").to_list()))[:3],
+                    "shapes": [],
+                    "dtypes": [],
+                    "calls": top.height,
+                    "figures": {"fetch_us_per_step": round(steps.per_step_us(total), 3)},
+                    "event_ids": top.get_column("id").to_list()[:10],
+                },
+                steps=steps,
+            )
+        ]
+
+
+class Recompile:
+    """Operator compilation inside the steps (dynamic shapes)."""
+
+    id = "overhead-recompile"
+    doc = (
+        "On Ascend, an operator whose shapes change is compiled again at run time "
+        "(`aclopCompileAndExecute` / `opCompile` in the trace); with torch.compile, guards "
+        "failing on new shapes recompile the graph. Either costs milliseconds per occurrence "
+        "inside the step. The rule fires on any such event. Saving: their time. Fix: make "
+        "shapes static (pad batches/sequences to a few buckets), "
+        "`torch_npu.npu.set_compile_mode(jit_compile=False)` on Ascend, or "
+        "`torch.compile(dynamic=True)` / `mark_dynamic`."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        ev = profile.events.filter(
+            pl.col("name").str.contains(RECOMPILE) & (pl.col("kind") != "python_function")
+        )
+        if ev.height == 0:
+            return []
+        anc = c.ancestors(profile, ev.get_column("id")).filter(
+            (pl.col("hops") > 0) & pl.col("anc_id").is_in(ev.get_column("id").implode())
+        )
+        top = ev.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
+        steps = c.step_info(profile)
+        out = []
+        for where, ids in c.group_by_location(profile, top).items():
+            rs = top.filter(pl.col("id").is_in(ids))
+            cost = float(rs.get_column("dur_ns").sum())
+            out.append(
+                c.make_finding(
+                    profile,
+                    rule=self.id,
+                    title=f"{rs.height} run-time operator compilations "
+                    f"({', '.join(sorted(set(rs.get_column('name').to_list()))[:2])})",
+                    where=where,
+                    key="compile",
+                    saving_ns=cost,
+                    saving_how="the compile events' time removed",
+                    fix="torch_npu.npu.set_compile_mode(jit_compile=False)  # Ascend\n"
+                    "# and pad inputs to a few fixed shapes",
+                    evidence={
+                        "operators": sorted(set(rs.get_column("name").to_list())),
+                        "shapes": [],
+                        "dtypes": [],
+                        "calls": rs.height,
+                        "figures": {"us_per_step": round(steps.per_step_us(cost), 3)},
+                        "event_ids": ids[:10],
+                    },
+                    steps=steps,
+                )
+            )
+        return out
+
+
+class AscendSlowPaths:
+    """AICPU operators and float64 work, on Ascend."""
+
+    id = "overhead-ascend-slow-path"
+    doc = (
+        "Ascend's AI cores have no float64 units and some operators (and some dtypes of "
+        "others) have only AICPU implementations, which run on the NPU's small CPU cores, "
+        "orders of magnitude slower, often with extra copies. The rule fires when the target "
+        "is Ascend and the profile has kernels on `AI_CPU` (the `Accelerator Core` column) or "
+        "ops/kernels with float64 inputs (on a CPU or GPU profile meant for Ascend, the "
+        "float64 ops show where the slow path will be). Saving: the time of those kernels "
+        "(or ops). Fix: keep tensors in float32/bf16 (`torch.tensor(..., dtype=torch.float32)`"
+        ", `.float()`), and replace AICPU-only ops."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        if c.target_of(profile, results) != "ascend":
+            return []
+        steps = c.step_info(profile)
+        out = []
+        aicpu = profile.kernels.filter(pl.col("core_type").fill_null("").str.contains("(?i)AI_CPU"))
+        if aicpu.height:
+            cost = float(aicpu.get_column("dur_ns").sum())
+            names = sorted(set(aicpu.get_column("name").to_list()))
+            for where, ids in c.group_by_location(profile, aicpu).items():
+                rs = aicpu.filter(pl.col("id").is_in(ids))
+                cost = float(rs.get_column("dur_ns").sum())
+                out.append(
+                    c.make_finding(
+                        profile,
+                        rule=self.id,
+                        title=f"{rs.height} AICPU kernels ({names[0]}...)",
+                        where=where,
+                        key="aicpu",
+                        saving_ns=cost,
+                        saving_how="the AICPU kernels' time (upper bound)",
+                        fix="# use an AI-core operator / dtype instead of the AICPU one",
+                        evidence={
+                            "operators": names[:10],
+                            "shapes": [],
+                            "dtypes": [],
+                            "calls": rs.height,
+                            "figures": {},
+                            "event_ids": ids[:10],
+                        },
+                        steps=steps,
+                    )
+                )
+        src = (
+            profile.kernels
+            if profile.kernels.filter(pl.col("input_types").is_not_null()).height
+            else c.user_level_ops(profile)
+        )
+        if "cost_ns" not in src.columns:
+            src = src.with_columns(pl.col("dur_ns").alias("cost_ns"))
+        src = src.filter(pl.col("input_types").is_not_null())
+        if src.height:
+            t = src.select("id", "name", "input_dims", "input_types", "cost_ns")
+            f64 = c.has_tensor_dtype(t, FLOAT64_TYPES)
+            for where, ids in c.group_by_location(profile, f64).items():
+                rs = f64.filter(pl.col("id").is_in(ids))
+                cost = float(rs.get_column("cost_ns").fill_null(0).sum())
+                names = sorted(set(rs.get_column("name").to_list()))
+                out.append(
+                    c.make_finding(
+                        profile,
+                        rule=self.id,
+                        title=f"float64 work ({', '.join(names[:3])}) runs on Ascend's slow path",
+                        where=where,
+                        key="fp64",
+                        saving_ns=cost,
+                        saving_how="the float64 ops' time (upper bound)",
+                        fix="x = x.float()  # or create it as float32: torch.tensor(v, "
+                        "dtype=torch.float32)",
+                        evidence={
+                            "operators": names,
+                            "shapes": sorted(set(map(str, rs.get_column("input_dims"))))[:10],
+                            "dtypes": ["float64"],
+                            "calls": rs.height,
+                            "figures": {"us_per_step": round(steps.per_step_us(cost), 3)},
+                            "event_ids": ids[:10],
+                        },
+                        steps=steps,
+                    )
+                )
+        return out
+
+
+for _r in (HostSync(), LaunchBound(), DeviceIdle(), DataLoader(), Recompile(), AscendSlowPaths()):
+    register(_r)
