@@ -38,7 +38,7 @@ def _hta_dir(tmp_path: Path) -> Path:
 
 
 def _stdlib_counts(path: Path) -> tuple[int, Counter[str]]:
-    d = json.loads(gzip.open(path).read())
+    d = json.loads(gzip.decompress(path.read_bytes()))
     kinds: Counter[str] = Counter()
     for e in d["traceEvents"]:
         if e.get("ph") != "X" or e.get("cat") == "Trace":
