@@ -90,7 +90,7 @@ def test_synthetic_known_path() -> None:
     assert res.path.get_column("id").to_list() == [10, 11, 21, 12]
     assert res.path.get_column("on_path_ns").to_list() == [15, 10, 54, 10]
     s = res.steps.row(0, named=True)
-    assert s["path_ns"] == 89 and s["step_ns"] == 100
+    assert s["path_ns"] == 89 and s["step_ns"] == 90 and s["host_step_ns"] == 100
     assert s["device_ns"] == 54 and s["host_ns"] == 35
     ops = dict(zip(res.ops.get_column("op"), res.ops.get_column("on_path_ns"), strict=True))
     assert ops == {"opA": 15, "opB": 64, "cudaDeviceSynchronize": 10}
@@ -126,6 +126,8 @@ def test_alexnet_a100_bounds() -> None:
         for e in xs
         if e["name"].startswith("ProfilerStep#")
     }
+    if not steps:  # this trace has no ProfilerStep: the whole trace is one step (-1)
+        steps = {-1: (min(e["ts"] for e in xs), max(e["ts"] + e.get("dur", 0) for e in xs))}
     launch_ts = {
         e["args"]["correlation"]: e["ts"]
         for e in xs
@@ -146,6 +148,7 @@ def test_alexnet_a100_bounds() -> None:
         a, b = steps[s["step"]]
         assert s["path_ns"] <= (b - a) * 1000 + 1000
         longest_stream = max(busy[s["step"]].values(), default=0.0)
+        assert longest_stream > 0
         assert s["path_ns"] >= longest_stream * 1000 - 1000
         checked += 1
     assert checked >= 1

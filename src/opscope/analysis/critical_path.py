@@ -49,7 +49,9 @@ _DEVICE_KINDS: Final = ("kernel", "memcpy", "memset")
 @dataclass(frozen=True)
 class CriticalPathResult(Result):
     """``path``: the nodes on each step's critical path in order; ``ops``: per step and
-    operator, time on the path and its share of step time; ``steps``: path length vs step."""
+    operator, time on the path and its share of step time; ``steps``: path length (``path_ns``,
+    split into ``host_ns`` and ``device_ns``) vs the step's span (``step_ns``: first node's start
+    to last node's end, device tail included) and its ProfilerStep range (``host_step_ns``)."""
 
     path: pl.DataFrame
     ops: pl.DataFrame
@@ -292,8 +294,10 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         )
         .join(span, on=["rank", "step"], how="left")
         .join(step_spans, on=["rank", "step"], how="left")
-        .with_columns(pl.coalesce("dur_ns", "span_ns").alias("step_ns"))
-        .drop("dur_ns")
+        # a step's device work can finish after its ProfilerStep range on the host closes: the
+        # step's time is the span from its first to its last node
+        .with_columns(pl.col("span_ns").alias("step_ns"), pl.col("dur_ns").alias("host_step_ns"))
+        .drop("dur_ns", "span_ns")
         .sort("rank", "step")
     )
     ops = (

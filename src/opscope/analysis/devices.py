@@ -44,6 +44,8 @@ class DeviceSpec:
         if dtype is None:
             return None
         if roof == "matrix":
+            if dtype == "tf32" and "tf32" not in self.matrix:
+                return self.matrix.get("fp32")
             return self.matrix.get(dtype)
         return self.vector.get(
             dtype, self.vector.get("fp32") if dtype in ("fp16", "bf16") else None

@@ -173,11 +173,23 @@ def _metrics(df: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
     peaks = []
     if spec is not None:
         for dt, roof in df.select("dtype", "roof").unique().iter_rows():
+            tf32 = spec.peak("tf32", roof) if dt == "fp32" and roof == "matrix" else None
             peaks.append(
-                {"dtype": dt, "roof": roof, "peak_flops": spec.peak(dt, roof) if dt else None}
+                {
+                    "dtype": dt,
+                    "roof": roof,
+                    "peak_flops": spec.peak(dt, roof) if dt else None,
+                    "peak_tf32": tf32,
+                }
             )
     peak_df = pl.DataFrame(
-        peaks, schema={"dtype": pl.String, "roof": pl.String, "peak_flops": pl.Float64}
+        peaks,
+        schema={
+            "dtype": pl.String,
+            "roof": pl.String,
+            "peak_flops": pl.Float64,
+            "peak_tf32": pl.Float64,
+        },
     )
     bw = spec.mem_bw if spec is not None else None
     secs = pl.col("time_ns").cast(pl.Float64) / 1e9
@@ -187,6 +199,17 @@ def _metrics(df: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
         (pl.col("bytes") / secs / 1e9).alias("achieved_gbps"),
         pl.lit(bw, dtype=pl.Float64).alias("peak_bw"),
     )
+    # fp32 matmul/conv beyond the fp32 roof ran on TF32 tensor cores (cuDNN's default for
+    # convolutions, torch.backends.cuda.matmul.allow_tf32 for matmul): use the TF32 roof
+    df = df.with_columns(
+        pl.when(
+            pl.col("peak_tf32").is_not_null()
+            & (pl.col("achieved_tflops") * 1e12 > pl.col("peak_flops"))
+        )
+        .then(pl.col("peak_tf32"))
+        .otherwise(pl.col("peak_flops"))
+        .alias("peak_flops")
+    ).drop("peak_tf32")
     # at or right of the ridge point the compute roof applies, left of it the bandwidth roof
     compute_side = (pl.col("roof") != "memory") & (
         pl.col("intensity") >= pl.col("peak_flops") / pl.col("peak_bw")
