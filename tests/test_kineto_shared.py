@@ -47,7 +47,7 @@ CAT = {
 
 
 def _ref(path: Path) -> dict[str, Any]:
-    doc = json.loads(gzip.open(path).read())
+    doc = json.loads(gzip.decompress(path.read_bytes()))
     evs = doc["traceEvents"]
     kinds: collections.Counter[str] = collections.Counter()
     steps = set()
@@ -129,7 +129,7 @@ def test_shared_trace_counts_match_stdlib(rel: str) -> None:
 
 def test_2021_schema_string_tids_and_external_id() -> None:
     path = shared_trace("gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz")
-    doc = json.loads(gzip.open(path).read())
+    doc = json.loads(gzip.decompress(path.read_bytes()))
     prof = parse_kineto(path)
     ev = prof.events
     kernels = ev.filter(pl.col("kind") == "kernel")
