@@ -151,7 +151,7 @@ def test_fwd_bwd_pairs_follow_flows(ref: dict[str, Any], loaded: Any) -> None:
 
 def test_nesting_matches_timestamps(ref: dict[str, Any], loaded: Any) -> None:
     # brute force: innermost enclosing host slice on the same thread
-    sl = [e for e in _slices(ref)]
+    sl = list(_slices(ref))
     rows = [
         (e["tid"], round(e["ts"] * 1000), round(e["dur"] * 1000), e["name"], e["cat"]) for e in sl
     ]
