@@ -52,6 +52,8 @@ def list_traces(path: Path) -> list[tuple[int, Path, str]]:
             out.append((rank, d, "ascend"))
             continue
         for f in sorted(d.rglob("*")):
+            if any(part.startswith(".") for part in f.relative_to(d).parts):
+                continue  # caches (".trace.json.gz.opscope/") and other hidden files
             if f.is_dir() and ascend.is_ascend_dir(f):
                 out.append((rank, f, "ascend"))
             elif (
