@@ -152,3 +152,36 @@ def test_h100_trace_matmul_group_against_raw_json() -> None:
         assert r["achieved_tflops"] == pytest.approx(
             ours / (dur[r["input_dims"]] * 1e-6) / 1e12, rel=1e-3
         )
+
+
+def test_ascend_matmul_kernels_against_kernel_details_csv() -> None:
+    import csv
+
+    root = shared_trace("ascend/alexnet_ddp_910b/level1_rank0_ascend_pt")
+    ascend = pytest.importorskip("opscope.ingest.ascend")
+    profile = ascend.read_ascend(root, cache=False)
+    res = roofline(profile, Options())
+    # independent: every MatMulV2 row of kernel_details.csv, FLOPs from the output [M, N] and
+    # the first input's other dim K; duration and cube utilisation straight from the CSV
+    with (root / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["Type"] == "MatMulV2"]
+    assert rows
+    want: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for r in rows:
+        shapes = [[int(v) for v in s.split(",")] for s in r["Input Shapes"].strip('"').split(";")]
+        m, n = (int(v) for v in r["Output Shapes"].strip('"').split(","))
+        a = shapes[0]
+        k = a[1] if a[0] == m else a[0]
+        dims = json.dumps(shapes, separators=(",", ":"))
+        dur = float(r["Duration(us)"])
+        want[dims][0] += 2 * m * n * k
+        want[dims][1] += dur
+        want[dims][2] += float(r["cube_utilization(%)"]) * dur
+    got = res.kernel_groups.filter(pl.col("name") == "MatMulV2")
+    assert got.height == len(want)
+    for g in got.iter_rows(named=True):
+        flops, dur, cube = want[g["input_dims"]]
+        assert g["flops"] == flops
+        assert g["time_ns"] == pytest.approx(dur * 1000, abs=g["calls"])
+        assert g["achieved_tflops"] == pytest.approx(flops / (dur * 1e-6) / 1e12, rel=1e-4)
+        assert g["cube_utilization(%)"] == pytest.approx(cube / dur, rel=1e-6)
