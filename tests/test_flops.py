@@ -14,6 +14,10 @@ from opscope.analysis.flops import ascend_kernel_cost, cost, op_costs
 torch = pytest.importorskip("torch")
 
 
+def _dumps(v: object) -> str | None:
+    return None if v is None else json.dumps(v, separators=(",", ":"))
+
+
 def _events_from_chrome(path: Path) -> tuple[pl.DataFrame, dict[int, int]]:
     """cpu_op rows as the events table would hold them, and torch's flops by External id."""
     data = json.loads(path.read_text())
@@ -22,14 +26,13 @@ def _events_from_chrome(path: Path) -> tuple[pl.DataFrame, dict[int, int]]:
         if e.get("cat") != "cpu_op":
             continue
         a = e.get("args", {})
-        dumps = lambda v: None if v is None else json.dumps(v, separators=(",", ":"))
         rows.append(
             {
                 "id": i,
                 "name": e["name"],
-                "input_dims": dumps(a.get("Input Dims")),
-                "input_types": dumps(a.get("Input type")),
-                "concrete_inputs": dumps(a.get("Concrete Inputs")),
+                "input_dims": _dumps(a.get("Input Dims")),
+                "input_types": _dumps(a.get("Input type")),
+                "concrete_inputs": _dumps(a.get("Concrete Inputs")),
             }
         )
     return pl.DataFrame(rows), {}
@@ -74,7 +77,7 @@ def test_flops_equal_torch_with_flops(tmp_path: Path) -> None:
 def test_conv_formula_against_nested_loops() -> None:
     # 1-d, 2-d and 3-d convolutions, strided, padded, dilated and grouped: count MACs by
     # walking every output element and every weight tap that lands inside the padded input.
-    def macs(
+    def macs(  # noqa: PLR0917 - a convolution's parameters, in PyTorch's order
         n: int, c: int, sp: list[int], co: int, k: list[int], s: int, p: int, d: int, g: int
     ) -> int:
         out = [(i + 2 * p - d * (kk - 1) - 1) // s + 1 for i, kk in zip(sp, k, strict=True)]
