@@ -6,6 +6,7 @@ reader; the expected figures are computed in the test from what was planted.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -395,3 +396,49 @@ def test_json_has_the_documented_keys() -> None:
     md = c.to_markdown()
     assert "| metric | before | after | change |" in md
     assert "aten::X" in md
+
+
+def _brute_force_mann_whitney_p(x: list[float], y: list[float]) -> float:
+    """Two-sided exact p by enumerating every split of the pooled values (no ties here)."""
+    pooled = sorted(x + y)
+    rank = {v: i + 1 for i, v in enumerate(pooled)}
+    m, n = len(x), len(y)
+
+    def u_of(ranks: tuple[int, ...]) -> float:
+        return sum(ranks) - m * (m + 1) / 2
+
+    observed = u_of(tuple(rank[v] for v in x))
+    lo = min(observed, m * n - observed)
+    splits = list(itertools.combinations(range(1, m + n + 1), m))
+    extreme = sum(1 for s in splits if min(u_of(s), m * n - u_of(s)) <= lo)
+    return min(1.0, extreme / len(splits))
+
+
+def test_consistent_shift_with_one_noisy_side_is_found_by_the_rank_test() -> None:
+    # every after step is slower than every before step, but the after side scatters so much
+    # that the MAD rule alone would call it noise: the U test does not
+    before = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0]
+    after = [1100.0, 1500.0, 2200.0, 1050.0, 1800.0, 2150.0]
+    a, b = _Builder(), _Builder()
+    for s, (x, y) in enumerate(zip(before, after, strict=True)):
+        a.step(s, [{"name": "aten::X", "us": x}])
+        b.step(s, [{"name": "aten::X", "us": y}])
+    c = compare(a.profile(), b.profile())
+    x = _row(c, "op", "aten::X")
+    assert x["p_value"] == pytest.approx(_brute_force_mann_whitney_p(before, after), rel=1e-12)
+    assert x["p_value"] < 0.01
+    assert x["noise_us"] > abs(1650.0 - 1001.0)  # the MAD threshold alone exceeds the shift
+    assert x["verdict"] == "loss"
+
+
+def test_p_value_matches_brute_force_on_overlapping_samples() -> None:
+    before = [500.0, 520.0, 480.0, 515.0, 470.0]
+    after = [505.0, 530.0, 490.0, 560.0, 540.0]
+    a, b = _Builder(), _Builder()
+    for s, (x, y) in enumerate(zip(before, after, strict=True)):
+        a.step(s, [{"name": "aten::Y", "us": x}])
+        b.step(s, [{"name": "aten::Y", "us": y}])
+    c = compare(a.profile(), b.profile())
+    y = _row(c, "op", "aten::Y")
+    assert y["p_value"] == pytest.approx(_brute_force_mann_whitney_p(before, after), rel=1e-12)
+    assert y["verdict"] == "noise"

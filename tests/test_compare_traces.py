@@ -187,20 +187,24 @@ def _record(tmp: Path, fixed: bool) -> tuple[Path, dict[str, tuple[float, int]]]
 
     fn = fast if fixed else slow
     path = tmp / ("fixed.json" if fixed else "slow.json")
+    avg: dict[str, tuple[float, int]] = {}
+
+    def ready(p: Any) -> None:
+        p.export_chrome_trace(str(path))
+        # the profiler clears its events after the cycle: take torch's own averages here
+        for e in p.key_averages():
+            if not e.key.startswith("ProfilerStep"):
+                avg[e.key] = (e.cpu_time_total, e.count)
+
     with profile(
         activities=[ProfilerActivity.CPU],
         schedule=schedule(wait=0, warmup=1, active=5),
-        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+        on_trace_ready=ready,
     ) as prof:
         for _ in range(6):
             for _ in range(4):
                 fn()
             prof.step()
-    avg = {
-        e.key: (e.cpu_time_total, e.count)
-        for e in prof.key_averages()
-        if not e.key.startswith("ProfilerStep")
-    }
     return path, avg
 
 
@@ -260,8 +264,9 @@ def _raw(path: Path) -> dict[str, Any]:
     kernels: dict[str, list[float]] = {}
     for e in ev:
         if e.get("cat") == "kernel":
-            ts = launch_ts.get(e["args"].get("correlation"))
-            if ts is not None and in_step(ts):
+            # the step of its launch; a kernel whose launch is not in the trace: its own start
+            ts = launch_ts.get(e["args"].get("correlation"), e["ts"])
+            if in_step(ts):
                 kernels.setdefault(e["name"], []).append(e["dur"])
     op_calls: dict[str, int] = {}
     for e in ev:

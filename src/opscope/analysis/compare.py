@@ -20,11 +20,12 @@ Steps
 
 Significance (documented in ``docs/compare.md``)
     A change is *significant* when the relative change is at least :data:`MIN_REL_CHANGE` and,
-    with at least :data:`MIN_STEPS` steps on each side, the shift of the per-step medians is
-    larger than :data:`NOISE_K` pooled scaled MADs of the per-step values (a robust
-    "difference exceeds k sigma of the step-to-step spread" rule that needs no distribution
-    assumption and is deterministic). With fewer steps a change of at least
-    :data:`MIN_REL_CHANGE` is *untested*; a smaller one is always noise.
+    with at least :data:`MIN_STEPS` steps on each side, the per-step values say so by either of
+    two criteria: the shift of the per-step medians exceeds :data:`NOISE_K` pooled scaled MADs
+    (a robust "larger than the step-to-step scatter" rule that works from 3 steps), or the
+    two-sided Mann-Whitney U test gives p < :data:`ALPHA` (which catches a consistent shift that
+    one noisy side's MAD hides). Both are deterministic and assume no distribution. With fewer
+    steps a change of at least :data:`MIN_REL_CHANGE` is *untested*; a smaller one is noise.
 
 Matching that survives a fix
     Kernels whose names have no counterpart (a CUDA trace against an Ascend one, a new GEMM
@@ -36,12 +37,14 @@ Matching that survives a fix
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import numpy as np
 import polars as pl
 
 from opscope.analysis.registry import Result
@@ -56,6 +59,13 @@ NOISE_K: Final = 3.0
 
 MAD_SCALE: Final = 1.4826
 """Scales a median absolute deviation to a standard deviation for normally distributed data."""
+
+ALPHA: Final = 0.01
+"""Or a change is significant when the Mann-Whitney U test of the per-step values gives p < ALPHA
+(with 5 steps a side only a complete separation does: p = 0.008)."""
+
+MW_EXACT_MAX: Final = 25
+"""Up to this many steps a side the U test's p-value is exact; beyond, a normal approximation."""
 
 MIN_REL_CHANGE: Final = 0.02
 """A change below 2 % of the larger side is noise whatever the spread (timer and jitter floor)."""
@@ -84,6 +94,7 @@ _ROW_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
     "significant": pl.Boolean,
     "verdict": pl.String,
     "noise_us": pl.Float64,
+    "p_value": pl.Float64,
 }
 _ONE_SIDE_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
     "key": pl.String,
@@ -109,7 +120,7 @@ class Comparison(Result):
       step_mad_us, step_min_us, step_max_us, samples_per_s, metrics_wall_us, device_busy_us,
       device_idle_us, peak_mem_bytes``.
     - ``rows``: matched rows — ``key, kind, match, before_us, after_us, delta_us, speedup,
-      calls_before, calls_after, significant, verdict, noise_us``; ``kind`` is one of
+      calls_before, calls_after, significant, verdict, noise_us, p_value``; ``kind`` is one of
       :data:`ROW_KINDS`, ``match`` is ``"exact"``, ``"shape changed"`` or ``"host op"``,
       ``speedup = before / after`` (> 1 is faster), ``verdict`` is ``"gain"``, ``"loss"``,
       ``"noise"`` or ``"untested"``. Sorted by ``|delta_us|``, largest first.
@@ -122,7 +133,7 @@ class Comparison(Result):
 
     Scalars: ``names``, ``basis`` (``"device"``/``"host"``), ``normalisation``, the step-time
     figures ``step_before_us, step_after_us, step_speedup, step_significant, step_noise_us,
-    step_verdict``, and ``notes`` (what was omitted and why).
+    step_p_value, step_verdict``, and ``notes`` (what was omitted and why).
     """
 
     sides: pl.DataFrame
@@ -139,6 +150,7 @@ class Comparison(Result):
     step_speedup: float | None = None
     step_significant: bool | None = None
     step_noise_us: float | None = None
+    step_p_value: float | None = None
     step_verdict: str = "untested"
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -161,6 +173,7 @@ class Comparison(Result):
                 "speedup": self.step_speedup,
                 "significant": self.step_significant,
                 "noise_us": self.step_noise_us,
+                "p_value": self.step_p_value,
                 "verdict": self.step_verdict,
                 "regression_pct": self.step_regression_pct,
             },
@@ -258,6 +271,7 @@ def compare(
         step_speedup=step.speedup,
         step_significant=step.significant,
         step_noise_us=step.noise_us,
+        step_p_value=step.p_value,
         step_verdict=step.verdict,
         notes=tuple(notes),
     )
@@ -359,8 +373,9 @@ class _Side:
             "op": pl.col("name"),
             "op_shape": pl.col("name") + pl.lit(" ") + pl.col("dims"),
         }
-        anchor = pl.coalesce("line", "module", pl.lit("?"))
-        shape_fallback = pl.col("name") + pl.lit(" @ ") + anchor + pl.lit(" (shape changed)")
+        # no line and no module: match the operator's unmatched shapes by name alone
+        anchor = pl.coalesce(pl.lit(" @ ") + pl.coalesce("line", "module"), pl.lit(""))
+        shape_fallback = pl.col("name") + anchor + pl.lit(" (shape changed)")
         none = pl.lit(None, dtype=pl.String)
         if kind == "kernel":
             host = ops.select(
@@ -368,8 +383,7 @@ class _Side:
                 (
                     pl.lit("via ")
                     + pl.col("name")
-                    + pl.lit(" @ ")
-                    + pl.coalesce("module", "line", pl.lit("?"))
+                    + pl.coalesce(pl.lit(" @ ") + pl.coalesce("module", "line"), pl.lit(""))
                 ).alias("fallback"),
             )
             return self.kernels.join(host, on="op_id", how="left").select(
@@ -658,12 +672,15 @@ def _match(
     tot_b = _totals(rb, scale_b)
     mat_a = tot_a.filter(pl.col("match").is_not_null())
     mat_b = tot_b.filter(pl.col("match").is_not_null())
-    per_a = _per_step(ra.filter(pl.col("match").is_not_null()), sa.steps)
-    per_b = _per_step(rb.filter(pl.col("match").is_not_null()), sb.steps)
+    stats = _stats(
+        _per_step(ra.filter(pl.col("match").is_not_null()), sa.steps),
+        _per_step(rb.filter(pl.col("match").is_not_null()), sb.steps),
+        sa.n_steps,
+        sb.n_steps,
+    )
     m = (
         mat_a.join(mat_b.drop("match"), on="key", how="inner", suffix="_b")
-        .join(per_a, on="key", how="left")
-        .join(per_b, on="key", how="left", suffix="_b")
+        .join(stats, on="key", how="left")
         .filter((pl.col("us") > 0) | (pl.col("us_b") > 0))
     )
     m = _significance(
@@ -698,15 +715,86 @@ def _totals(f: pl.DataFrame, scale: float) -> pl.DataFrame:
 
 
 def _per_step(f: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Per key: median and scaled MAD (ns) of its per-step time, steps without it counting 0."""
+    """Per key and step: its time ``v`` (ns), 0 in the steps where it does not run."""
     keys = f.select("key").unique()
     grid = keys.join(steps.select("step"), how="cross")
     per = f.group_by("key", "step").agg(pl.col("t_ns").sum().cast(pl.Float64).alias("v"))
-    g = grid.join(per, on=["key", "step"], how="left").with_columns(pl.col("v").fill_null(0.0))
-    return g.group_by("key").agg(
-        pl.col("v").median().alias("med"),
-        ((pl.col("v") - pl.col("v").median()).abs().median() * MAD_SCALE).alias("mad"),
+    return (
+        grid.join(per, on=["key", "step"], how="left")
+        .with_columns(pl.col("v").fill_null(0.0))
+        .select("key", "v")
     )
+
+
+def _stats(ga: pl.DataFrame, gb: pl.DataFrame, na: int, nb: int) -> pl.DataFrame:
+    """Per key: median and scaled MAD of each side's per-step values, and the two-sided
+    Mann-Whitney p-value of before vs after (U from mid-ranks within the key)."""
+
+    def spread(g: pl.DataFrame, suffix: str) -> pl.DataFrame:
+        return g.group_by("key").agg(
+            pl.col("v").median().alias("med" + suffix),
+            ((pl.col("v") - pl.col("v").median()).abs().median() * MAD_SCALE).alias("mad" + suffix),
+        )
+
+    both = pl.concat(
+        [
+            ga.with_columns(pl.lit(0, dtype=pl.Int8).alias("side")),
+            gb.with_columns(pl.lit(1, dtype=pl.Int8).alias("side")),
+        ]
+    )
+    u = (
+        both.with_columns(pl.col("v").rank("average").over("key").alias("r"))
+        .filter(pl.col("side") == 0)
+        .group_by("key")
+        .agg((pl.col("r").sum() - na * (na + 1) / 2.0).alias("u"))
+    )
+    table = {
+        x: _mann_whitney_p(x, na, nb) for x in u.get_column("u").unique().drop_nulls().to_list()
+    }
+    u = u.with_columns(
+        pl.col("u").replace_strict(table, default=None, return_dtype=pl.Float64).alias("p_value")
+    ).drop("u")
+    return (
+        spread(ga, "")
+        .join(spread(gb, "_b"), on="key", how="full", coalesce=True)
+        .join(u, on="key", how="left")
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _u_counts(m: int, n: int) -> tuple[float, ...]:
+    """How many of the C(m+n, m) orderings give each U = 0..m*n (no ties)."""
+    # f(m, n)[u] = f(m-1, n)[u-n] + f(m, n-1)[u], built row by row over m
+    prev = [np.ones(1)] * (n + 1)  # m = 0: U is 0 whatever n
+    for i in range(1, m + 1):
+        cur = [np.ones(1)]  # n = 0
+        for j in range(1, n + 1):
+            a = np.zeros(i * j + 1)
+            a[j : j + prev[j].size] += prev[j]
+            a[: cur[j - 1].size] += cur[j - 1]
+            cur.append(a)
+        prev = cur
+    return tuple(prev[n].tolist())
+
+
+def _mann_whitney_p(u: float, m: int, n: int) -> float:
+    """Two-sided p of the Mann-Whitney U statistic ``u`` for samples of ``m`` and ``n``.
+
+    Exact (no-tie null distribution, ties rounded towards the centre, which is conservative)
+    up to :data:`MW_EXACT_MAX` values a side; the normal approximation with continuity
+    correction beyond.
+    """
+    if m == 0 or n == 0:
+        return 1.0
+    lo = min(u, m * n - u)
+    if max(m, n) <= MW_EXACT_MAX:
+        counts = _u_counts(m, n)
+        tail = sum(counts[: math.ceil(lo) + 1]) / sum(counts)
+        return min(1.0, 2.0 * tail)
+    mu = m * n / 2.0
+    sigma = math.sqrt(m * n * (m + n + 1) / 12.0)
+    z = max(abs(u - mu) - 0.5, 0.0) / sigma
+    return min(1.0, math.erfc(z / math.sqrt(2.0)))
 
 
 def _significance(m: pl.DataFrame, testable: bool) -> pl.DataFrame:
@@ -716,14 +804,14 @@ def _significance(m: pl.DataFrame, testable: bool) -> pl.DataFrame:
     noise_ns = NOISE_K * ((pl.col("mad").pow(2) + pl.col("mad_b").pow(2)) / 2.0).sqrt()
     shift_ns = (pl.col("med_b") - pl.col("med")).abs()
     big = rel >= MIN_REL_CHANGE
-    significant = (
-        (big & (shift_ns > noise_ns)) if testable else pl.when(big).then(None).otherwise(False)
-    )
+    beyond = (shift_ns > noise_ns) | (pl.col("p_value").fill_null(1.0) < ALPHA)
+    significant = (big & beyond) if testable else pl.when(big).then(None).otherwise(False)
     return m.with_columns(
         (after - before).alias("delta_us"),
         pl.when(after > 0).then(before / after).otherwise(None).alias("speedup"),
         significant.cast(pl.Boolean).alias("significant"),
         (noise_ns / 1000.0).alias("noise_us") if testable else pl.lit(None).alias("noise_us"),
+        pl.col("p_value") if testable else pl.lit(None, dtype=pl.Float64).alias("p_value"),
     ).with_columns(
         pl.when(pl.col("significant").is_null())
         .then(pl.lit("untested"))
@@ -743,20 +831,21 @@ class _StepChange:
     speedup: float | None
     significant: bool | None
     noise_us: float | None
+    p_value: float | None
     verdict: str
 
 
 def _step_change(sa: _Side, sb: _Side, testable: bool) -> _StepChange:
     """The median step time of each side and whether it changed beyond the noise."""
-    m = pl.DataFrame(
-        {
-            "before_us": [_median(sa.steps) / 1000.0],
-            "after_us": [_median(sb.steps) / 1000.0],
-            "med": [_median(sa.steps)],
-            "med_b": [_median(sb.steps)],
-            "mad": [_mad(sa.steps)],
-            "mad_b": [_mad(sb.steps)],
-        }
+
+    def grid(side: _Side) -> pl.DataFrame:
+        return side.steps.select(
+            pl.lit("step").alias("key"), pl.col("dur_ns").cast(pl.Float64).alias("v")
+        )
+
+    m = _stats(grid(sa), grid(sb), sa.steps.height, sb.steps.height).with_columns(
+        (pl.col("med") / 1000.0).alias("before_us"),
+        (pl.col("med_b") / 1000.0).alias("after_us"),
     )
     r = _significance(m, testable).row(0, named=True)
     return _StepChange(
@@ -765,20 +854,9 @@ def _step_change(sa: _Side, sb: _Side, testable: bool) -> _StepChange:
         speedup=r["speedup"],
         significant=r["significant"],
         noise_us=r["noise_us"],
+        p_value=r["p_value"],
         verdict=r["verdict"],
     )
-
-
-def _median(steps: pl.DataFrame) -> float:
-    d = steps.get_column("dur_ns").cast(pl.Float64)
-    return float(d.median()) if d.len() else 0.0  # type: ignore[arg-type]
-
-
-def _mad(steps: pl.DataFrame) -> float:
-    d = steps.get_column("dur_ns").cast(pl.Float64)
-    if d.len() == 0:
-        return 0.0
-    return float((d - d.median()).abs().median()) * MAD_SCALE  # type: ignore[arg-type, operator]
 
 
 # Roofline figures of the heaviest matched operators -----------------------------------------
@@ -971,7 +1049,7 @@ def _summary(
                 ("FLOP/s utilisation", "flops_util"),
             ):
                 x, y = r[f"before_{col}"], r[f"after_{col}"]
-                if x is not None and y is not None:
+                if x is not None and y is not None and (x > 0 or y > 0):
                     out.append(
                         {
                             "metric": f"{metric} ({r['key']})",
