@@ -105,10 +105,11 @@ class Alignment:
         groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for r in flagged:
             loc = locs.get(r["ids"][0], c.Location(None, None, None, None))
-            key = (loc.file, loc.line, loc.module, tuple(sorted(r["bad"])), r["multiple"])
+            key = (loc.file, loc.line, loc.module, tuple(sorted(r["bad"])))
             groups.setdefault(key, []).append(r)
         out = []
-        for (file, line, module, bad, multiple), rs in groups.items():
+        for (file, line, module, bad), rs in groups.items():
+            multiple = max(r["multiple"] for r in rs)
             total_ns = float(sum(r["cost_ns"] for r in rs))
             calls = int(sum(r["calls"] for r in rs))
             pads = {d: c.pad_up(d, multiple) for d in bad}
@@ -170,6 +171,7 @@ class Alignment:
         for r in rs:
             if r.get("mkn"):
                 m, k, n = r["mkn"]
+                bad = set(r["bad"])
                 return {
                     "op": "matmul",
                     "m": m,
@@ -178,6 +180,8 @@ class Alignment:
                     "dtype": r["dtype"],
                     "fix": "padded",
                     "pad_to": multiple,
+                    # only the misaligned dims are padded (M=32 stays 32)
+                    "padded_shape": [c.pad_up(d, multiple) if d in bad else d for d in (m, k, n)],
                 }
         return None
 

@@ -1,0 +1,293 @@
+"""Micro-benchmark sweeps of an operator at a shape, and of its candidate fixes.
+
+``sweep_matmul(256, 1024, 256, "bf16", "auto")`` times ``a @ b`` and each variant (padded dims,
+transposed vs contiguous weight, ``F.linear`` vs matmul + bias add, other dtypes) on the
+present device and returns a Polars table; nothing is printed. torch is imported lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import polars as pl
+
+from opscope.advise import _bench as b
+
+MATMUL_VARIANTS = ("original", "padded", "transposed_b", "contiguous_b", "linear", "addmm")
+# Default pad multiple per device and dtype: tensor cores want 8 (fp16/bf16) or 4 (tf32);
+# Ascend cube units 128 (the alignment rule's constants); the CPU gets the generic 128 rule.
+PAD_DEFAULTS = {"cuda": {"float16": 8, "bfloat16": 8, "float32": 4}, "npu": {}, "cpu": {}}
+PAD_FALLBACK = 128
+# A CPU micro-benchmark of more FLOPs than this per call is refused (it would take minutes).
+CPU_MAX_FLOPS = 4e10
+
+SWEEP_SCHEMA = {
+    "variant": pl.String,
+    "m": pl.Int64,
+    "k": pl.Int64,
+    "n": pl.Int64,
+    "dtype": pl.String,
+    "device": pl.String,
+    "median_us": pl.Float64,
+    "q1_us": pl.Float64,
+    "q3_us": pl.Float64,
+    "iqr_us": pl.Float64,
+    "repeats": pl.Int64,
+    "tflops": pl.Float64,
+    "speedup": pl.Float64,
+    "faster": pl.Boolean,
+}
+
+
+def default_pad(device: str, dtype: str) -> int:
+    """The pad multiple the alignment rule would ask for on ``device`` in ``dtype``."""
+    return PAD_DEFAULTS.get(device, {}).get(b.TORCH_DTYPES.get(dtype, dtype), PAD_FALLBACK)
+
+
+def _pad(x: int, mult: int) -> int:
+    return -(-x // mult) * mult
+
+
+def matmul_variants(
+    m: int,
+    k: int,
+    n: int,
+    dtype: str,
+    device: str,
+    *,
+    variants: Sequence[str] = ("original", "padded"),
+    pad_to: int | None = None,
+    padded_shape: Sequence[int] | None = None,
+    bias: bool = False,
+    transposed_b: bool = False,
+) -> dict[str, tuple[Callable[[], Any], tuple[int, int, int], str]]:
+    """Callables for each variant: ``{name: (fn, (m, k, n) run, dtype)}``.
+
+    ``original`` is ``a @ b`` (``b = W.t()`` when ``transposed_b``), plus ``y += bias`` when
+    ``bias``; the other variants change one thing each. ``padded`` pads every dim to a multiple
+    of ``pad_to`` (default: the device rule's), or runs ``padded_shape`` when given.
+    """
+    torch = b.torch_mod()
+    F = torch.nn.functional
+    if device == "cpu" and 2.0 * m * k * n > CPU_MAX_FLOPS:
+        raise b.BenchError(
+            f"matmul {m}x{k}x{n} is too large for a CPU micro-benchmark "
+            f"({2.0 * m * k * n:.2g} FLOP > {CPU_MAX_FLOPS:.0g}); run it on the device"
+        )
+    dt_name = b.TORCH_DTYPES.get(dtype.lower(), dtype)
+    tdev = torch.device(device)
+    mult = pad_to or default_pad(device, dt_name)
+    gen = torch.Generator().manual_seed(0)
+
+    def mk(*shape: int, dt: Any) -> Any:
+        return torch.randn(*shape, generator=gen).to(device=tdev, dtype=dt)
+
+    def build(mm: int, kk: int, nn: int, dt_s: str, layout: str) -> Callable[[], Any]:
+        dt = b.torch_dtype(dt_s)
+        a = mk(mm, kk, dt=dt)
+        w = mk(nn, kk, dt=dt)  # weight [out, in] like nn.Linear
+        wt = w.t().contiguous()  # [in, out], contiguous
+        bb = mk(nn, dt=dt)
+        if layout == "linear":
+            return lambda: F.linear(a, w, bb if bias else None)
+        if layout == "addmm":
+            return lambda: torch.addmm(bb, a, w.t()) if bias else torch.mm(a, w.t())
+        rhs = w.t() if layout == "transposed" else wt
+
+        if bias:
+
+            def fn() -> Any:
+                y = torch.matmul(a, rhs)
+                y += bb
+                return y
+
+            return fn
+        return lambda: torch.matmul(a, rhs)
+
+    orig_layout = "transposed" if transposed_b else "contiguous"
+    out: dict[str, tuple[Callable[[], Any], tuple[int, int, int], str]] = {}
+    for v in variants:
+        if v in ("original", "identity"):
+            out[v] = (build(m, k, n, dt_name, orig_layout), (m, k, n), dt_name)
+        elif v == "padded":
+            if padded_shape is not None:
+                pm, pk, pn = (int(x) for x in padded_shape)
+            else:
+                pm, pk, pn = _pad(m, mult), _pad(k, mult), _pad(n, mult)
+            out[v] = (build(pm, pk, pn, dt_name, orig_layout), (pm, pk, pn), dt_name)
+        elif v == "transposed_b":
+            out[v] = (build(m, k, n, dt_name, "transposed"), (m, k, n), dt_name)
+        elif v == "contiguous_b":
+            out[v] = (build(m, k, n, dt_name, "contiguous"), (m, k, n), dt_name)
+        elif v in ("linear", "addmm"):
+            out[v] = (build(m, k, n, dt_name, v), (m, k, n), dt_name)
+        elif v.startswith("dtype:"):
+            raw = v.split(":", 1)[1].lower()
+            other = b.TORCH_DTYPES.get(raw)
+            if other is None:
+                raise b.BenchError(f"unknown dtype in variant {v!r}")
+            fn = build(m, k, n, other, orig_layout)
+            out[v] = (_tf32(fn) if raw == "tf32" else fn, (m, k, n), raw)
+        else:
+            raise b.BenchError(
+                f"unknown matmul variant {v!r} ({', '.join(MATMUL_VARIANTS)}, dtype:X, identity)"
+            )
+    if dtype.lower() == "tf32":
+        out = {
+            name: (_tf32(fn), shp, "tf32") if dt_ == "float32" else (fn, shp, dt_)
+            for name, (fn, shp, dt_) in out.items()
+        }
+    if "original" not in out:
+        out = {"original": (build(m, k, n, dt_name, orig_layout), (m, k, n), dt_name), **out}
+    return out
+
+
+def _tf32(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Run ``fn`` with TF32 matmuls allowed (CUDA; a no-op elsewhere)."""
+    torch = b.torch_mod()
+
+    def run() -> Any:
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return fn()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+
+    return run
+
+
+def _table(
+    timings: dict[str, b.Timing],
+    shapes: dict[str, tuple[int, int, int]],
+    dtypes: dict[str, str],
+    device: str,
+) -> pl.DataFrame:
+    orig = timings["original"]
+    rows = []
+    for name, t in timings.items():
+        mm, kk, nn = shapes[name]
+        med = t.median_ns
+        rows.append(
+            {
+                "variant": name,
+                "m": mm,
+                "k": kk,
+                "n": nn,
+                "dtype": dtypes[name],
+                "device": device,
+                "median_us": med / 1e3,
+                "q1_us": t.q1_ns / 1e3,
+                "q3_us": t.q3_ns / 1e3,
+                "iqr_us": t.iqr_ns / 1e3,
+                "repeats": len(t.samples_ns),
+                "tflops": 2.0 * mm * kk * nn / med / 1e3 if mm * kk * nn else None,
+                "speedup": orig.median_ns / med if med > 0 else None,
+                "faster": name != "original" and b.is_faster(orig, t),
+            }
+        )
+    return pl.DataFrame(rows, schema=SWEEP_SCHEMA)
+
+
+def sweep_matmul(
+    m: int,
+    k: int,
+    n: int,
+    dtype: str = "float32",
+    device: str = "auto",
+    *,
+    variants: Sequence[str] = MATMUL_VARIANTS,
+    pad_to: int | None = None,
+    bias: bool = False,
+    transposed_b: bool = False,
+    budget_s: float = 2.0,
+) -> pl.DataFrame:
+    """Time ``[m, k] @ [k, n]`` and each variant on ``device``; one row per variant.
+
+    Columns: variant, m, k, n (the shape run), dtype, device, median_us, q1_us, q3_us, iqr_us,
+    repeats, tflops, speedup (original median / variant median), faster (beyond the noise).
+    ``linear``/``addmm`` fuse the bias when ``bias`` is set.
+    """
+    if min(m, k, n) <= 0:
+        raise b.BenchError(f"matmul dims must be positive, got m={m} k={k} n={n}")
+    dev = b.resolve_device(device)
+    fns = matmul_variants(
+        m,
+        k,
+        n,
+        dtype,
+        dev,
+        variants=variants,
+        pad_to=pad_to,
+        bias=bias,
+        transposed_b=transposed_b,
+    )
+    timings = b.time_variants({k_: v[0] for k_, v in fns.items()}, dev, budget_s)
+    return _table(
+        timings, {k_: v[1] for k_, v in fns.items()}, {k_: v[2] for k_, v in fns.items()}, dev
+    )
+
+
+def sweep_linear(
+    m: int,
+    k: int,
+    n: int,
+    dtype: str = "float32",
+    device: str = "auto",
+    *,
+    budget_s: float = 2.0,
+) -> pl.DataFrame:
+    """The seed's layer: ``matmul(x, W.t()); += b`` vs contiguous weight vs ``F.linear``."""
+    return sweep_matmul(
+        m,
+        k,
+        n,
+        dtype,
+        device,
+        variants=("original", "contiguous_b", "linear", "addmm"),
+        bias=True,
+        transposed_b=True,
+        budget_s=budget_s,
+    )
+
+
+def attention_variants(
+    shape: Sequence[int], kv_len: int, dtype: str, device: str
+) -> dict[str, Callable[[], Any]]:
+    """``softmax(q kᵀ · s) v`` written out vs ``F.scaled_dot_product_attention``."""
+    torch = b.torch_mod()
+    dt = b.torch_dtype(dtype)
+    *batch, length, d = (int(x) for x in shape)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(*batch, length, d, generator=gen).to(device=device, dtype=dt)
+    k = torch.randn(*batch, kv_len, d, generator=gen).to(device=device, dtype=dt)
+    v = torch.randn(*batch, kv_len, d, generator=gen).to(device=device, dtype=dt)
+    scale = d**-0.5
+
+    def eager() -> Any:
+        return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1) @ v
+
+    return {
+        "original": eager,
+        "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+    }
+
+
+def optimizer_variants(
+    name: str, shapes: Sequence[Sequence[int]], dtype: str, device: str
+) -> dict[str, Callable[[], Any]]:
+    """``optimizer.step()`` per parameter (``foreach=False``) vs ``foreach=True``."""
+    torch = b.torch_mod()
+    cls = getattr(torch.optim, name, None)
+    if cls is None:
+        raise b.BenchError(f"unknown optimizer {name!r}")
+    dt = b.torch_dtype(dtype)
+    out: dict[str, Callable[[], Any]] = {}
+    for label, foreach in (("original", False), ("foreach", True)):
+        params = [torch.zeros(*s, device=device, dtype=dt, requires_grad=True) for s in shapes]
+        for p in params:
+            p.grad = torch.full_like(p, 1e-3)
+        opt = cls(params, lr=1e-3, foreach=foreach)
+        out[label] = opt.step
+    return out
