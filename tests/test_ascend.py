@@ -410,3 +410,23 @@ def test_registry_routes_bare_kernel_table() -> None:
     for r in rows:
         by_type[r["Type"]] += 1
     assert dict(p.events.group_by("op_type").len().iter_rows()) == by_type
+
+
+def test_cache_of_large_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from opscope.ingest import ascend
+
+    d = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(shared_trace(L1R0), d)
+    monkeypatch.setattr(ascend, "CACHE_MIN_BYTES", 1)
+    first = read_ascend(d)
+    assert not first.meta.get("from_cache")
+    second = read_ascend(d)
+    assert second.meta.get("from_cache") is True
+    assert second.events.equals(first.events)
+    assert second.kernel_metrics.equals(first.kernel_metrics)
+    # A changed trace_view.json invalidates the entry.
+    tv = d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    tv.write_bytes(tv.read_bytes().rstrip() + b"\n")
+    assert not read_ascend(d).meta.get("from_cache")

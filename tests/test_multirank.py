@@ -84,6 +84,19 @@ def test_pool_equals_sequential(tmp_path: Path) -> None:
     assert a.flows.equals(b.flows)
 
 
+def test_pool_workers_write_the_cache(tmp_path: Path) -> None:
+    job = _hta_dir(tmp_path)
+    ref = read_directory(job, workers=1, cache=False)
+    got = read_directory(job, workers=2, cache=True)
+    nested = job / "nested"
+    for name in ("worker1_a.json.gz", "worker0_b.json.gz"):
+        meta = json.loads((nested / f".{name}.opscope" / "meta.json").read_text())
+        assert meta["cache_key"]["size"] == (nested / name).stat().st_size
+    assert got.events.equals(ref.events)
+    again = read_directory(job, workers=2, cache=True)
+    assert again.events.equals(ref.events)
+
+
 def test_ascend_two_ranks(tmp_path: Path) -> None:
     src = shared_trace("ascend/small_two_rank")
     p = opscope.load(src)

@@ -180,12 +180,44 @@ def read_ascend(
     """Read one Ascend rank (a ``*_ascend_pt`` dir, its ``ASCEND_PROFILER_OUTPUT``, or a folder
     holding only ``kernel_details.csv``) into a linked :class:`~opscope.model.Profile`.
 
-    ``salvage`` recovers the complete events of a truncated ``trace_view.json``. ``cache`` is
-    accepted for the reader interface; Ascend directories are small and read directly.
-    Raises :class:`~opscope.errors.InputError` naming the file when nothing can be read.
+    ``salvage`` recovers the complete events of a truncated ``trace_view.json``. With
+    ``cache``, outputs whose ``trace_view.json`` is at least :data:`CACHE_MIN_BYTES` are cached
+    (:mod:`opscope.ingest.cache`, keyed by that file's size and mtime); smaller ones parse
+    faster than a cache is written. Raises :class:`~opscope.errors.InputError` naming the file
+    when nothing can be read.
     """
-    del cache  # the files are small text tables; parsing them is cheaper than a cache check
     path = Path(path)
+    anchor = cache_anchor(path)
+    use_cache = cache and anchor is not None and anchor.stat().st_size >= CACHE_MIN_BYTES
+    if use_cache and anchor is not None:
+        from opscope.ingest import cache as cache_mod
+
+        hit = cache_mod.lookup(anchor, salvage=salvage)
+        if hit is not None:
+            return hit
+    prof = _parse(path, salvage=salvage, progress=progress)
+    if use_cache and anchor is not None:
+        from opscope.ingest import cache as cache_mod
+
+        cache_mod.store(anchor, prof, salvage=salvage)
+    return prof
+
+
+#: trace_view.json size from which a parsed Ascend output is cached.
+CACHE_MIN_BYTES = 16 * 1024 * 1024
+
+
+def cache_anchor(path: Path) -> Path | None:
+    """The file whose size and mtime key the cache of an Ascend output (its trace_view.json,
+    else its kernel_details.csv); None when neither exists."""
+    out = find_output_dir(Path(path))
+    for name in ("trace_view.json", "kernel_details.csv"):
+        if (out / name).is_file():
+            return out / name
+    return None
+
+
+def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
     out = find_output_dir(path)
     if not out.is_dir():
         raise InputError("not a directory", path)

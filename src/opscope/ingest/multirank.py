@@ -15,9 +15,10 @@ Two inputs claiming the same rank is an :class:`~opscope.errors.InputError` nami
 
 Reading (:func:`read_directory`): each rank is read by its format's reader. With more than one
 worker, ranks are read in a process pool started with ``spawn`` (forking a process after Polars
-has started its threads can deadlock); each worker saves its rank's Profile as Parquet
-(:meth:`Profile.save`) and returns only the folder's path, and the parent opens those folders:
-no DataFrame is pickled back. The ranks are then joined with :func:`opscope.model.concat`.
+has started its threads can deadlock); each worker's reader writes the rank's columnar cache
+entry (:mod:`opscope.ingest.cache`; a temporary :meth:`Profile.save` folder when there is no
+cache) and returns only the folder's path, and the parent opens those folders: no DataFrame is
+pickled back. The ranks are then joined with :func:`opscope.model.concat`.
 """
 
 from __future__ import annotations
@@ -135,15 +136,17 @@ def read_inputs(
     """Read each ``(rank, path, format)`` with its format's reader, in a spawn process pool
     when ``workers`` > 1 (default: up to 4, never more than the CPUs or the inputs).
 
-    Workers save each Profile as Parquet and return the folder; the parent opens it (nothing
-    is pickled back). Results keep the order of ``items``; every table's ``rank`` is set.
+    Each worker's reader writes the input's cache entry (:mod:`opscope.ingest.cache`) and the
+    worker returns that folder's path; without a cache entry it saves the Profile to a
+    temporary folder instead. The parent opens the folder: no DataFrame is pickled back.
+    Results keep the order of ``items``; every table's ``rank`` is set.
     """
     n = workers if workers is not None else min(4, os.cpu_count() or 1, len(items))
     n = max(1, min(n, len(items)))
     profiles: list[Profile] = []
     if n == 1:
         for i, (r, p, fmt) in enumerate(items):
-            profiles.append(_with_rank(_read_one(p, fmt, salvage, cache), r))
+            profiles.append(_with_rank(_read_one(p, fmt, salvage, cache, r), r))
             if progress is not None:
                 progress("ranks", i + 1, len(items))
         return profiles
@@ -168,14 +171,42 @@ def read_inputs(
 
 def _worker(job: tuple[str, str, int, bool, bool, str]) -> tuple[str, int]:
     src, fmt, rank, salvage, cache, out = job
-    prof = _with_rank(_read_one(Path(src), fmt, salvage, cache), rank)
+    prof = _read_one(Path(src), fmt, salvage, cache, rank)
+    # The reader wrote its cache entry: hand the parent that folder. Otherwise (cache off, or
+    # nowhere writable, or an output too small to cache) save the Profile for it.
+    entry = _fresh_entry(Path(src), fmt, salvage, rank) if cache else None
+    if entry is not None:
+        return str(entry), rank
     prof.save(out)
     return out, rank
 
 
-def _read_one(path: Path, fmt: str, salvage: bool, cache: bool) -> Profile:
-    fn = ascend.read_ascend if fmt == "ascend" else reader("kineto")
-    return fn(path, salvage=salvage, cache=cache, progress=None)
+def _fresh_entry(src: Path, fmt: str, salvage: bool, rank: int) -> Path | None:
+    """The cache folder holding ``src``'s current entry (checked by its key, not opened)."""
+    from opscope.ingest import cache as cache_mod
+
+    anchor = ascend.cache_anchor(src) if fmt == "ascend" else src
+    if anchor is None:
+        return None
+    try:
+        key = cache_mod.cache_key(anchor, salvage=salvage, rank=None if fmt == "ascend" else rank)
+    except OSError:
+        return None
+    for entry in cache_mod.candidates(anchor):
+        try:
+            stored = json.loads((entry / "meta.json").read_text()).get("cache_key")
+        except (OSError, ValueError):
+            continue
+        if stored == key:
+            return entry
+    return None
+
+
+def _read_one(path: Path, fmt: str, salvage: bool, cache: bool, rank: int) -> Profile:
+    if fmt == "ascend":
+        return ascend.read_ascend(path, salvage=salvage, cache=cache, progress=None)
+    fn = reader("kineto")
+    return fn(path, salvage=salvage, cache=cache, progress=None, rank=rank)
 
 
 def _with_rank(p: Profile, rank: int) -> Profile:
