@@ -19,12 +19,17 @@ if TYPE_CHECKING:
 
 _VERDICT_STYLE = {"gain": "green", "loss": "red", "noise": "dim", "untested": "yellow"}
 _KIND_TITLE = {
-    "op": "operator",
-    "op_shape": "operator + shapes",
+    "op": "op",
+    "op_shape": "op+shapes",
     "kernel": "kernel",
     "module": "module",
-    "line": "source line",
+    "line": "line",
 }
+_KEY_MAX = 110  # long shape lists are cut in the views (the JSON keeps them whole)
+
+
+def _short(key: str) -> str:
+    return key if len(key) <= _KEY_MAX else key[: _KEY_MAX - 1] + "…"
 
 
 def _top_rows(comp: Comparison, top: int) -> pl.DataFrame:
@@ -63,7 +68,11 @@ def render_rich(comp: Comparison, top: int = 15) -> RenderableType:
 
     summary = Table(title="summary", title_justify="left", show_edge=False)
     for c in ("metric", comp.names[0], comp.names[1], "change"):
-        summary.add_column(c, justify="left" if c in ("metric", "change") else "right")
+        summary.add_column(
+            c,
+            justify="left" if c in ("metric", "change") else "right",
+            no_wrap=c != "metric",
+        )
     for r in comp.summary.iter_rows(named=True):
         style = (
             "green"
@@ -76,16 +85,22 @@ def render_rich(comp: Comparison, top: int = 15) -> RenderableType:
     parts.append(summary)
 
     rows = Table(title=f"top {top} matched rows", title_justify="left", show_edge=False)
-    for c in ("kind", "key", comp.names[0], comp.names[1], "delta", "change", "calls"):
-        rows.add_column(c, justify="right" if c in (*comp.names, "delta", "calls") else "left")
+    # no delta column here (it is in the JSON and Markdown): the key needs the width
+    for c in ("kind", "key", comp.names[0], comp.names[1], "change", "calls"):
+        rows.add_column(
+            c,
+            justify="right" if c in (*comp.names, "calls") else "left",
+            no_wrap=c not in ("key", "calls"),
+            ratio=1 if c == "key" else None,
+        )
     for r in _top_rows(comp, top).iter_rows(named=True):
-        key = r["key"] if r["match"] == "exact" else f"{r['key']} [{r['match']}]"
+        # fallback keys already say how they matched ("via op", "(shape changed)")
+        key = _short(r["key"])
         rows.add_row(
             _KIND_TITLE.get(r["kind"], r["kind"]),
             Text(key, overflow="fold"),
             fmt_us(r["before_us"]),
             fmt_us(r["after_us"]),
-            fmt_us(r["delta_us"]),
             Text(
                 change_text(r["speedup"], r["verdict"], r["noise_us"]),
                 style=_VERDICT_STYLE.get(r["verdict"], ""),
@@ -104,11 +119,16 @@ def render_rich(comp: Comparison, top: int = 15) -> RenderableType:
             title=f"{title} (top {top} of {df.height})", title_justify="left", show_edge=False
         )
         for c in ("kind", "key", "time", "calls"):
-            t.add_column(c, justify="right" if c in ("time", "calls") else "left")
+            t.add_column(
+                c,
+                justify="right" if c in ("time", "calls") else "left",
+                no_wrap=c != "key",
+                ratio=1 if c == "key" else None,
+            )
         for r in df.head(top).iter_rows(named=True):
             t.add_row(
                 _KIND_TITLE.get(r["kind"], r["kind"]),
-                Text(r["key"], overflow="fold"),
+                Text(_short(r["key"]), overflow="fold"),
                 fmt_us(r["us"]),
                 str(r["calls"]),
             )
@@ -173,7 +193,7 @@ def render_markdown(comp: Comparison, top: int = 15) -> str:
         [
             [
                 _KIND_TITLE.get(r["kind"], r["kind"]),
-                f"`{r['key']}`" + ("" if r["match"] == "exact" else f" ({r['match']})"),
+                f"`{_short(r['key'])}`",
                 fmt_us(r["before_us"]),
                 fmt_us(r["after_us"]),
                 fmt_us(r["delta_us"]),
