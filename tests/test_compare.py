@@ -284,7 +284,7 @@ def test_renamed_kernels_match_through_their_host_operator() -> None:
     a, b = _device_pair()
     c = compare(a.profile(), b.profile())
     assert c.basis == "device"
-    k = _row(c, "kernel", "via aten::addmm @ Net/fc")
+    k = _row(c, "kernel", "via aten::linear @ Net/fc")
     assert k["match"] == "host op"
     assert k["before_us"] == pytest.approx(sum(a.kernel_planted["volta_sgemm_128x64_nn"]))
     assert k["after_us"] == pytest.approx(sum(b.kernel_planted["MatMulV2"]))

@@ -29,9 +29,9 @@ Significance (documented in ``docs/compare.md``)
 
 Matching that survives a fix
     Kernels whose names have no counterpart (a CUDA trace against an Ascend one, a new GEMM
-    kernel) are matched through their host operator: the launching operator's name and module
-    (``match == "host op"``). Operator + shape rows whose exact shapes have no counterpart (the
-    fixed model's padded dims) are matched by operator name and source line (else module)
+    kernel) are matched through their host operator: the outermost operator around the launch
+    and its module (``match == "host op"``). Operator + shape rows whose exact shapes have no
+    counterpart (the fixed model's padded dims) are matched by operator name and source line (else module)
     (``match == "shape changed"``).
 """
 
@@ -378,15 +378,26 @@ class _Side:
         shape_fallback = pl.col("name") + anchor + pl.lit(" (shape changed)")
         none = pl.lit(None, dtype=pl.String)
         if kind == "kernel":
-            host = ops.select(
-                pl.col("id").alias("op_id"),
-                (
-                    pl.lit("via ")
-                    + pl.col("name")
-                    + pl.coalesce(pl.lit(" @ ") + pl.coalesce("module", "line"), pl.lit(""))
-                ).alias("fallback"),
+            # The outermost operator around the launch is what two devices' traces share
+            # (aten::linear on both, where CUDA goes on to aten::addmm and Ascend to aclnnMatmul).
+            outer = (
+                self._kernel_ancestors()
+                .join(
+                    ops.select(pl.col("id").alias("anc_id"), "name", "module", "line"), on="anc_id"
+                )
+                .sort("level")
+                .group_by("kernel_id")
+                .last()
+                .select(
+                    pl.col("kernel_id").alias("id"),
+                    (
+                        pl.lit("via ")
+                        + pl.col("name")
+                        + pl.coalesce(pl.lit(" @ ") + pl.coalesce("module", "line"), pl.lit(""))
+                    ).alias("fallback"),
+                )
             )
-            return self.kernels.join(host, on="op_id", how="left").select(
+            return self.kernels.join(outer, on="id", how="left").select(
                 pl.col("name").alias("key"),
                 "fallback",
                 "step",
@@ -449,7 +460,8 @@ class _Side:
         return pl.concat([calls, dev], how="vertical")
 
     def _kernel_ancestors(self) -> pl.DataFrame:
-        """(kernel_id, anc_id, kstep, kdur) for every cpu_op enclosing each kernel's launch."""
+        """(kernel_id, anc_id, kstep, kdur, level) for every event enclosing each kernel's launch
+        (level 0: the launching op, 1: its parent, ...)."""
         parent = self.profile.events.select(
             pl.col("id").alias("anc_id"), pl.col("parent_id").alias("next_id")
         )
@@ -458,13 +470,20 @@ class _Side:
             pl.col("op_id").alias("anc_id"),
             pl.col("step").alias("kstep"),
             pl.col("dur_ns").alias("kdur"),
+            pl.lit(0, dtype=pl.Int32).alias("level"),
         )
         out = [cur]
-        for _ in range(_MAX_DEPTH):
+        for level in range(1, _MAX_DEPTH):
             cur = (
                 cur.join(parent, on="anc_id", how="inner")
                 .filter(pl.col("next_id").is_not_null())
-                .select("kernel_id", pl.col("next_id").alias("anc_id"), "kstep", "kdur")
+                .select(
+                    "kernel_id",
+                    pl.col("next_id").alias("anc_id"),
+                    "kstep",
+                    "kdur",
+                    pl.lit(level, dtype=pl.Int32).alias("level"),
+                )
             )
             if cur.height == 0:
                 break
