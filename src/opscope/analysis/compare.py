@@ -31,8 +31,8 @@ Matching that survives a fix
     Kernels whose names have no counterpart (a CUDA trace against an Ascend one, a new GEMM
     kernel) are matched through their host operator: the outermost operator around the launch
     and its module (``match == "host op"``). Operator + shape rows whose exact shapes have no
-    counterpart (the fixed model's padded dims) are matched by operator name and source line (else module)
-    (``match == "shape changed"``).
+    counterpart (the fixed model's padded dims) are matched by operator name and source line
+    (else module) (``match == "shape changed"``).
 """
 
 from __future__ import annotations
