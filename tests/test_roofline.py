@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -185,3 +186,34 @@ def test_ascend_matmul_kernels_against_kernel_details_csv() -> None:
         assert g["time_ns"] == pytest.approx(dur * 1000, abs=g["calls"])
         assert g["achieved_tflops"] == pytest.approx(flops / (dur * 1e-6) / 1e12, rel=1e-4)
         assert g["cube_utilization(%)"] == pytest.approx(cube / dur, rel=1e-6)
+
+
+def test_training_step_backward_costs_from_the_ops_it_runs(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    kineto = pytest.importorskip("opscope.ingest.kineto")
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4 * 8 * 8, 10),
+    )
+    x = torch.randn(2, 3, 8, 8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        model(x).sum().backward()
+    trace = tmp_path / "train.json"
+    prof.export_chrome_trace(str(trace))
+    res = roofline(kineto.read_kineto(trace, cache=False), Options())
+    g = res.groups
+    # the input needs no gradient: the conv's backward computes grad_weight only, one forward's
+    # worth: 2 * N * C_out * H * W * C_in * kh * kw
+    conv_bwd = g.filter(pl.col("name") == "aten::convolution_backward")
+    assert conv_bwd.get_column("flops").to_list() == [2 * 2 * 4 * 8 * 8 * 3 * 3 * 3]
+    # the linear's backward: grad_input [2,10] @ [10,256] and grad_weight [10,2] @ [2,256]
+    mm = g.filter(pl.col("name") == "aten::mm")
+    assert mm.get_column("flops").sum() == 2 * 2 * 256 * 10 + 2 * 10 * 256 * 2
+    # the autograd nodes above them are not counted again
+    names = g.get_column("name").to_list()
+    assert not any("ConvolutionBackward0" in n or "AddmmBackward0" in n for n in names)

@@ -18,6 +18,7 @@ gathers: bytes only).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -337,6 +338,9 @@ def _tensors(dims: Any, types: Any) -> list[_Tensor | None]:
     return out
 
 
+_PY_JSON: Final = {"True": "true", "False": "false", "None": "null"}
+
+
 def _concrete(concrete: Any, i: int) -> Any:
     """Argument ``i`` of "Concrete Inputs", parsed ("[1, 1]" -> [1, 1], "True" -> True)."""
     if not isinstance(concrete, list) or i >= len(concrete):
@@ -349,8 +353,13 @@ def _concrete(concrete: Any, i: int) -> Any:
         return None
     if s in ("True", "False"):
         return s == "True"
+    if s.startswith("["):  # Python reprs of lists: "[False, True, True]", "[1, 1]"
+        js = re.sub(r"\b(True|False|None)\b", lambda m: _PY_JSON[m.group(1)], s)
+        s_json = js.replace("'", '"')
+    else:
+        s_json = s
     try:
-        return msgspec.json.decode(s.replace("'", '"'))
+        return msgspec.json.decode(s_json)
     except msgspec.DecodeError:
         return s
 
@@ -693,7 +702,7 @@ def _elementwise(ts: list[_Tensor | None], name: str) -> Cost:
     ref = _first_float(tens) or tens[0]
     out_size = 1 if name.rstrip("_") in _COMPARISONS else ref.size
     reads = sum(t.nbytes for t in tens)
-    if name.rstrip("_") in ("fill", "zero"):
+    if name.rstrip("_") in ("fill", "zero", "zeros_like", "ones_like", "full_like"):
         reads = 0  # a fill only writes
     nbytes = reads + out_numel * out_size
     return Cost(per * out_numel, nbytes, f"elementwise: {per} x numel", ref.dtype, "vector")

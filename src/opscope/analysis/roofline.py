@@ -168,6 +168,32 @@ def _owners(ops: pl.DataFrame, costed: pl.Series) -> pl.DataFrame:
     return pl.concat(parts) if parts else known
 
 
+def _with_direct_descendant(ops: pl.DataFrame, direct: pl.Series) -> pl.Series:
+    """For each op: does any op below it have a direct (shape-based) formula?"""
+    base = ops.select("id", "parent_id", pl.col("depth").fill_null(0)).with_columns(
+        direct.alias("direct"), pl.lit(False).alias("below")
+    )
+    flags = pl.DataFrame(schema={"id": pl.Int64, "below": pl.Boolean})
+    # one group-by per nesting level, deepest first: a parent learns from its children
+    for d in sorted(base.get_column("depth").unique().to_list(), reverse=True):
+        level = base.filter(pl.col("depth") == d).join(flags, on="id", how="left", suffix="_c")
+        level = level.with_columns(pl.col("below_c").fill_null(False).alias("below"))
+        up = (
+            level.filter(pl.col("parent_id").is_not_null())
+            .group_by("parent_id")
+            .agg((pl.col("direct") | pl.col("below")).any().alias("below"))
+            .rename({"parent_id": "id"})
+        )
+        flags = pl.concat([flags, up]).group_by("id").agg(pl.col("below").any())
+    return (
+        ops.select("id")
+        .join(flags, on="id", how="left")
+        .get_column("below")
+        .fill_null(False)
+        .alias("below")
+    )
+
+
 def _metrics(df: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
     """Add intensity, achieved rates, % of peak and bound to rows with flops/bytes/time_ns."""
     peaks = []
@@ -267,6 +293,12 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
     costs = op_costs(ops)
     ops = ops.join(costs.rename({"flops": "our_flops", "bytes": "our_bytes"}), on="id", how="left")
     costed = ops.get_column("our_flops").is_not_null() | ops.get_column("our_bytes").is_not_null()
+    # a cost derived from the forward op (autograd nodes) yields to exact, shape-based costs of
+    # the ops it runs (convolution_backward knows which gradients were needed)
+    derived = ops.get_column("formula").fill_null("").str.starts_with("backward: ")
+    direct = costed & ~derived
+    if derived.any():
+        costed = direct | (derived & ~_with_direct_descendant(ops, direct))
     owners = _owners(ops, costed)
     ops = ops.join(owners, on="id", how="left")
     kernels = ev.filter(pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null())
