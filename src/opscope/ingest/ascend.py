@@ -38,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from opscope.errors import InputError, TruncatedTraceError
+from opscope.ingest import link
 from opscope.ingest.registry import Progress
 from opscope.model import Profile
 from opscope.model import schema as S
@@ -1089,73 +1090,14 @@ def _resolve_flows(parts: list[pl.DataFrame], events: pl.DataFrame) -> pl.DataFr
 # Linking
 
 
-def _nest(events: pl.DataFrame, n_total: int) -> tuple[np.ndarray, np.ndarray]:
-    """Parent id (-1: none) and depth, indexed by event id, of the given slices on their
-    (pid, tid), by time containment."""
-    n = events.height
-    parent = np.full(n_total, -1, dtype=np.int64)
-    depth = np.zeros(n_total, dtype=np.int32)
-    if n == 0:
-        return parent, depth
-    order_df = (
-        events.select("id", "pid", "tid", "ts_ns", "dur_ns")
-        .with_columns(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1))
-        .sort(
-            ["pid", "tid", "ts_ns", "dur_ns", "id"], descending=[False, False, False, True, False]
-        )
-    )
-    ids = order_df.get_column("id").to_numpy()
-    pid = order_df.get_column("pid").to_numpy()
-    tid = order_df.get_column("tid").to_numpy()
-    ts = order_df.get_column("ts_ns").to_numpy()
-    end = ts + order_df.get_column("dur_ns").to_numpy()
-    # Positions in sorted order; candidate parent = the previous slice on the same thread, then
-    # its ancestors, climbed level by level for all slices at once (pointer jumping).
-    same = np.zeros(n, dtype=bool)
-    same[1:] = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
-    cand = np.where(same, np.arange(n) - 1, -1)
-    par = np.full(n, -2, dtype=np.int64)  # -2 unresolved, -1 root
-    par[cand < 0] = -1
-    for _ in range(10_000):
-        todo = np.nonzero(par == -2)[0]
-        if todo.size == 0:
-            break
-        c = cand[todo]
-        contains = (ts[c] <= ts[todo]) & (end[c] >= end[todo])
-        par[todo[contains]] = c[contains]
-        rest = todo[~contains]
-        cr = cand[rest]
-        ready = par[cr] != -2
-        nxt = par[cr[ready]]
-        cand[rest[ready]] = nxt
-        par[rest[ready][nxt < 0]] = -1
-        if not contains.any() and not ready.any():  # pragma: no cover - cannot happen
-            par[todo] = -1
-    # Depth by levels.
-    d = np.full(n, -1, dtype=np.int32)
-    d[par == -1] = 0
-    for lvl in range(1, 10_000):
-        todo = np.nonzero(d == -1)[0]
-        if todo.size == 0:
-            break
-        ok = d[par[todo]] == lvl - 1
-        d[todo[ok]] = lvl
-    parent[ids] = np.where(par >= 0, ids[np.maximum(par, 0)], -1)
-    depth[ids] = d
-    return parent, depth
-
-
 def _link(
     events: pl.DataFrame, flows: pl.DataFrame, kernels: pl.DataFrame | None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     del kernels
     host = pl.col("device").is_null()
-    n = events.height
-    par_all, dep_all = _nest(events.filter(host).select("id", "pid", "tid", "ts_ns", "dur_ns"), n)
-    events = events.with_columns(
-        pl.Series("parent_id", par_all).replace(-1, None),
-        pl.Series("depth", dep_all),
-    )
+    # Nesting per (rank, pid, tid) track: the shared linker's rule (host threads; device
+    # streams nest nothing here, the table's kernels do not overlap on a stream).
+    events = link.nest(events)
 
     # Stacks from "Call stack" text, interned.
     stacks, events = _intern_stacks(events)
@@ -1274,6 +1216,9 @@ def _link(
         .unique("id", keep="first")
     )
     events = events.join(fb, on="id", how="left").with_columns(pl.col("_fwd").alias("fwd_id"))
+    # Backward: the shared linker's rule (autograd evaluate_function / *Backward ops and what
+    # they enclose; device events through their op), so both formats agree.
+    events = link.mark_backward(events.sort("id"))
     events = events.sort("id").select([c for c in S.EVENTS if c in events.columns])
     return events, stacks
 
