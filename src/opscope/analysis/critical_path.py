@@ -243,10 +243,19 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     edges = _edges(nodes, profile.events)
     step_spans = profile.steps.select("rank", "step", "dur_ns")
     paths = []
+    # edges belong to the step of their destination: partition once, not a filter per step
+    edges = edges.join(
+        nodes.select(pl.col("id").alias("dst"), "rank", "step"), on="dst", how="inner"
+    )
+    by_step = {
+        (int(k[0]), int(k[1])): df
+        for k, df in edges.partition_by("rank", "step", as_dict=True).items()
+    }
+    empty_edges = pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
     for (rank, step), group in nodes.group_by("rank", "step", maintain_order=True):
         g = group.sort("end_ns", "start_ns")
         ids = g.get_column("id").to_numpy()
-        e = edges.filter(pl.col("dst").is_in(g.get_column("id").implode()))
+        e = by_step.get((int(rank), int(step)), empty_edges)  # type: ignore[call-overload]
         p, c, _ = longest_path(
             ids,
             g.get_column("start_ns").to_numpy(),
