@@ -442,3 +442,40 @@ def test_p_value_matches_brute_force_on_overlapping_samples() -> None:
     y = _row(c, "op", "aten::Y")
     assert y["p_value"] == pytest.approx(_brute_force_mann_whitney_p(before, after), rel=1e-12)
     assert y["verdict"] == "noise"
+
+
+def test_run_metrics_and_peak_memory_are_compared() -> None:
+    a, b = _planted(1000, seed=1), _planted(250, seed=2)
+    pa = a.profile().with_tables(
+        metrics=pl.DataFrame(
+            {
+                "step": [0, 1, 2],
+                "wall_ns": [9_000_000, 11_000_000, 10_000_000],
+                "samples_per_s": [100.0, 90.0, 110.0],
+                "mem_allocated_peak": [5, 7, 6],
+            }
+        ),
+        memory=pl.DataFrame(
+            {"ts_ns": [1, 2, 3], "bytes": [10, 20, -10], "total_allocated": [10, 30, 20]}
+        ),
+    )
+    pb = b.profile().with_tables(
+        metrics=pl.DataFrame(
+            {
+                "step": [0, 1, 2],
+                "wall_ns": [5_000_000, 4_000_000, 6_000_000],
+                "samples_per_s": [200.0, 250.0, 150.0],
+                "mem_allocated_peak": [3, 9, 4],
+            }
+        )
+    )
+    c = compare(pa, pb)
+    side_a, side_b = c.sides.row(0, named=True), c.sides.row(1, named=True)
+    assert side_a["samples_per_s"] == 100.0 and side_b["samples_per_s"] == 200.0  # medians
+    assert side_a["metrics_wall_us"] == 10_000.0 and side_b["metrics_wall_us"] == 5_000.0
+    assert side_a["peak_mem_bytes"] == 30  # allocator events win over the run metrics
+    assert side_b["peak_mem_bytes"] == 9
+    s = {r["metric"]: r for r in c.summary.to_dicts()}
+    assert s["samples/s"]["before"] == "100" and s["samples/s"]["change"] == "2.00×"
+    assert s["wall step time (run metrics)"]["after"] == "5 ms"
+    assert "peak memory" in s

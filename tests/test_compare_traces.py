@@ -302,3 +302,31 @@ def test_two_gpu_traces_of_different_jobs() -> None:
     assert not added_ops & set(ra["op_calls"])
     # kernels renamed between A100 and V100 (e.g. GEMMs) are matched through their host op
     assert c.rows.filter((pl.col("kind") == "kernel") & (pl.col("match") == "host op")).height > 0
+
+
+@pytest.mark.slow
+def test_cuda_trace_against_an_ascend_directory() -> None:
+    cuda = shared_trace("gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz")
+    npu = shared_trace("ascend/alexnet_ddp_910b/level1_rank0_ascend_pt")
+    c = compare(cuda, npu)
+    assert c.basis == "device"
+    with gzip.open(cuda, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    steps = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in ev
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    convs = sum(
+        1
+        for e in ev
+        if e.get("cat") in ("Operator", "cpu_op")
+        and e.get("name") == "aten::conv2d"
+        and any(s <= e["ts"] < t for s, t in steps)
+    )
+    r = _row(c, "op", "aten::conv2d")
+    assert r["calls_before"] == convs
+    assert r["calls_after"] > 0 and r["after_us"] > 0
+    # one step on the Ascend side: per-step averages, changes untested
+    assert "per-step" in c.normalisation
+    assert r["verdict"] == "untested"
