@@ -80,3 +80,29 @@ def test_no_calibration_means_no_cpu_peak(tmp_path: Path, monkeypatch: pytest.Mo
     res = roofline(Profile.from_tables(events=ev), Options())
     assert res.groups.get_column("pct_of_peak").to_list() == [None]
     assert "opscope calibrate" in res.peaks_note
+
+
+def test_cpu_calibration_is_not_used_for_an_unnamed_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opscope.analysis.devices import write_calibration
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    write_calibration(
+        {"name": "cpu test", "vendor": "cpu", "matmul_flops": {"fp32": 1e11},
+         "copy_bandwidth": 1e10}
+    )  # fmt: skip
+    ev = pl.DataFrame(
+        {"id": [0, 1], "kind": ["cpu_op", "kernel"], "name": ["aten::mm", "gemm"],
+         "ts_ns": [0, 10], "dur_ns": [20_000, 15_000], "op_id": [None, 0],
+         "input_dims": ["[[512,512],[512,512]]", None],
+         "input_types": ['["float","float"]', None]}
+    )  # fmt: skip
+    res = roofline(Profile.from_tables(events=ev), Options())
+    assert res.groups.get_column("pct_of_peak").to_list() == [None]
+    assert "does not name its device" in res.peaks_note
+    # the same op on the host only does use the CPU calibration: 2*512^3 / 20 µs vs 1e11
+    host = roofline(Profile.from_tables(events=ev.head(1)), Options())
+    flops, nbytes = 2 * 512**3, 3 * 512 * 512 * 4
+    assert flops / nbytes > 1e11 / 1e10  # right of the ridge: the compute roof
+    assert host.groups.get_column("pct_of_peak")[0] == pytest.approx(flops / 20e-6 / 1e11 * 100)

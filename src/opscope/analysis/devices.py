@@ -433,7 +433,7 @@ def resolve(
     """The peaks to use for a device and a one-line note on where they come from.
 
     Order: a calibration cached for this exact device name, the datasheet table, the latest CPU
-    calibration for a host-only profile; else ``(None, reason)``.
+    calibration for a host-only profile (``vendor="cpu"``); else ``(None, reason)``.
     """
     if name:
         cal = load_calibration(name, calibration_dir)
@@ -442,11 +442,13 @@ def resolve(
         spec = match(name, compute_units=compute_units, memory_bytes=memory_bytes)
         if spec is not None:
             return spec, f"datasheet peaks of {spec.label} ({spec.source})"
-    if name is None or vendor == "cpu" or (name or "").lower() == "cpu":
+    if vendor == "cpu" or (name or "").lower().startswith("cpu"):
         cal = any_cpu_calibration(calibration_dir)
         if cal is not None:
             return cal, f"CPU peaks measured by opscope calibrate ({cal.source})"
         return None, "no peaks for the CPU: run `opscope calibrate` to measure them"
+    if name is None:
+        return None, "the profile does not name its device: no peaks (see Options.device_name)"
     return None, f"no peaks known for device {name!r}: run `opscope calibrate` on it"
 
 
