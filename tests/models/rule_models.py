@@ -184,7 +184,9 @@ class SlowData(torch.utils.data.Dataset[torch.Tensor]):
 
 
 def dataloader(fixed: bool) -> Step:
-    model = nn.Sequential(nn.Linear(32, 512), nn.ReLU(), nn.Linear(512, 32))
+    model = nn.Sequential(
+        nn.Linear(32, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 32)
+    )
     loader: Any
     if fixed:
         # pre-processed data, fetched a whole batch per index (one op, no per-sample work)

@@ -22,6 +22,7 @@ FRAG_MIN_BYTES = 64 * MiB
 # allocations per step — the same memory is requested over and over.
 CHURN_RATIO = 20.0
 CHURN_MIN_ALLOCS = 1000
+CHURN_MIN_BYTES = 1 * MiB  # per step: tiny scalar wrappers are not worth a finding
 # Kept alive: allocated memory at the end of each step grows by ≥ this much every step.
 GROWTH_MIN_BYTES = 1 * MiB
 
@@ -107,7 +108,7 @@ class Churn:
         "that allocates many times its peak memory in many small requests is spending time "
         "on temporaries. The rule fires when the bytes allocated per step are ≥ "
         f"{CHURN_RATIO:g}× the step's working set (its allocated peak above the memory "
-        "allocated when it starts) and there are ≥ {CHURN_MIN_ALLOCS} allocations "
+        f"allocated when it starts), at least 1 MiB, and there are ≥ {CHURN_MIN_ALLOCS} allocations "
         "per step. Saving: not estimated (allocator calls are not timed in the trace); "
         "figures give the counts. Fix: in-place ops (`add_`, `out=`), preallocated buffers, "
         "fusing elementwise chains (`torch.compile`)."
@@ -138,7 +139,7 @@ class Churn:
         if ws.height == 0:
             peak = float(m.get_column("total_allocated").max() or 0)  # type: ignore[arg-type]
         peak = max(peak, 1.0)
-        if n < CHURN_MIN_ALLOCS or bytes_step < CHURN_RATIO * peak:
+        if n < CHURN_MIN_ALLOCS or bytes_step < max(CHURN_RATIO * peak, CHURN_MIN_BYTES):
             return []
         by_op = allocs.filter(pl.col("op_id").is_not_null()).group_by("op_id").len()
         where: tuple[str | None, int | None, str | None] = (None, None, None)
