@@ -430,3 +430,34 @@ def test_cache_of_large_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     tv = d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     tv.write_bytes(tv.read_bytes().rstrip() + b"\n")
     assert not read_ascend(d).meta.get("from_cache")
+
+
+def test_trace_view_without_kernel_table(tmp_path: Path) -> None:
+    src = _out(shared_trace(L1R0)) / "trace_view.json"
+    out = tmp_path / "k_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    (out / "trace_view.json").symlink_to(src)
+    trace = json.loads(src.read_text())
+    hw = {
+        e["pid"]
+        for e in trace
+        if e.get("ph") == "M"
+        and e.get("name") == "process_name"
+        and e["args"]["name"] == "Ascend Hardware"
+    }
+    compute = {"AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE"}
+    tasks = [
+        e
+        for e in trace
+        if e.get("ph") == "X" and e["pid"] in hw and e["args"].get("Task Type") in compute
+    ]
+    groups = sum(
+        1
+        for e in trace
+        if e.get("ph") == "X" and e["name"].startswith("hcom_") and e.get("tid") == 0
+    )
+    p = read_ascend(tmp_path / "k_ascend_pt")
+    k = p.events.filter(pl.col("kind") == "kernel")
+    assert k.height == len(tasks) + groups
+    linked = k.filter(pl.col("op_id").is_not_null()).height
+    assert linked >= len(tasks) - 5  # the same flows link the trace's own tasks

@@ -108,6 +108,8 @@ _ARG_FIELDS: dict[str, pl.DataType | type[pl.DataType]] = {
     "count": pl.Int64,
     "alg_type": pl.String,
 }
+# NPU task types that are kernels (the rest are syncs, copies and HCCL sub-tasks).
+_COMPUTE_TASKS = ["AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE"]
 # Counter events carry their one value under a unit-like key.
 _COUNTER_KEYS = [
     "value",
@@ -776,7 +778,10 @@ def _assemble(
         is_cann = pl.col("pid").is_in(cann)
         cat = pl.col("cat").fill_null("")
         kind = (
-            pl.when(is_hw & pl.col("name").str.contains("(?i)memcpy|memset"))
+            # Without a kernel table, compute tasks in the trace are the kernels (MemSet too).
+            pl.when(is_hw & pl.lit(kernels is None) & pl.col("Task Type").is_in(_COMPUTE_TASKS))
+            .then(pl.lit("kernel"))
+            .when(is_hw & pl.col("name").str.contains("(?i)memcpy|memset"))
             .then(
                 pl.when(pl.col("name").str.contains("(?i)memset"))
                 .then(pl.lit("memset"))
