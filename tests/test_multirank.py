@@ -144,3 +144,29 @@ def test_nothing_readable(tmp_path: Path) -> None:
     assert str(tmp_path) in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(InputError):
         opscope.load(tmp_path)
+
+
+def test_truncated_rank_names_the_file(tmp_path: Path) -> None:
+    src = shared_trace(HTA)
+    (tmp_path / "rank-0.json.gz").symlink_to(src / "rank-0.json.gz")
+    data = gzip.decompress((src / "rank-1.json.gz").read_bytes())
+    (tmp_path / "rank-1.json").write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError) as e:
+        read_directory(tmp_path, workers=1, cache=False)
+    assert "rank-1.json" in str(e.value) and "truncated" in str(e.value)
+    p = read_directory(tmp_path, workers=1, cache=False, salvage=True)
+    assert p.ranks == [0, 1]
+    # Independent count: complete events of rank 1 before the cut.
+    text = data[: len(data) // 2].decode()
+    dec = json.JSONDecoder()
+    pos = text.index("[", text.index('"traceEvents"')) + 1
+    complete = 0
+    while True:
+        while pos < len(text) and text[pos] in " \r\n\t,":
+            pos += 1
+        try:
+            _, pos = dec.raw_decode(text, pos)
+        except ValueError:
+            break
+        complete += 1
+    assert p.meta["salvaged"]["events"] == complete
