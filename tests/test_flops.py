@@ -216,3 +216,84 @@ def test_ascend_kernel_matmul_and_conv() -> None:
     assert c.flops == 2 * 3 * 4 * 6 * 5
     c = ascend_kernel_cost("Conv2D", '"32,3,224,224;64,3,11,11"', "FLOAT;FLOAT", '"32,64,55,55"')
     assert c.flops == 2 * 32 * 64 * 55 * 55 * 3 * 11 * 11
+
+
+def test_transposed_conv_against_flop_counter_and_output_shape() -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.randn(2, 6, 5, 7)
+    w = torch.randn(6, 4, 3, 3)
+    with FlopCounterMode(display=False) as fc:
+        y = torch.nn.functional.conv_transpose2d(
+            x, w, stride=2, padding=1, output_padding=1, groups=2
+        )
+    c = cost(
+        "aten::conv_transpose2d",
+        json.dumps([list(x.shape), list(w.shape), [], [], [], [], [], []]),
+        json.dumps(["float", "float", "", "ScalarList", "ScalarList", "ScalarList", "Scalar",
+                    "ScalarList"]),
+        json.dumps(["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "2", "[1, 1]"]),
+    )  # fmt: skip
+    assert c.flops == fc.get_total_flops()
+    assert c.bytes == (x.numel() + w.numel() + y.numel()) * 4
+
+
+def test_attention_layouts_and_ascend_fusion_attention() -> None:
+    # flash forward takes [B, L, H, D]: same count as SDPA's [B, H, L, D] for the same problem
+    b, h, lq, lk, d = 1, 8, 141, 141, 64
+    want = 2 * b * h * lq * lk * d * 2
+    flash = cost(
+        "aten::_flash_attention_forward",
+        json.dumps([[b, lq, h, d], [b, lk, h, d], [b, lk, h, d]]),
+        '["c10::BFloat16","c10::BFloat16","c10::BFloat16"]',
+        None,
+    )
+    sdpa = cost(
+        "aten::_scaled_dot_product_flash_attention",
+        json.dumps([[b, h, lq, d], [b, h, lk, d], [b, h, lk, d], [], []]),
+        '["c10::BFloat16","c10::BFloat16","c10::BFloat16","Scalar","Scalar"]',
+        '["","","","0.","False"]',
+    )
+    assert flash.flops == sdpa.flops == want
+    causal = cost(
+        "aten::scaled_dot_product_attention",
+        json.dumps([[b, h, lq, d], [b, h, lk, d], [b, h, lk, d], [], [], []]),
+        '["float","float","float","","Scalar","Scalar"]',
+        '["","","","","0.","True"]',
+    )
+    assert causal.flops == want // 2
+    # npu_fusion_attention(q, k, v, head_num, input_layout): BSH with H = heads * D
+    bsh = cost(
+        "npu::npu_fusion_attention",
+        json.dumps([[2, 128, 512], [2, 256, 512], [2, 256, 512], [], []]),
+        '["c10::Half","c10::Half","c10::Half","Scalar","Scalar"]',
+        '["","","","8","BSH"]',
+    )
+    assert bsh.flops == 2 * 2 * 8 * 128 * 256 * 64 * 2
+    bnsd = cost(
+        "npu::npu_fusion_attention",
+        json.dumps([[2, 8, 128, 64], [2, 8, 256, 64], [2, 8, 256, 64], [], []]),
+        '["c10::Half","c10::Half","c10::Half","Scalar","Scalar"]',
+        '["","","","8","BNSD"]',
+    )
+    assert bnsd.flops == bsh.flops
+
+
+def test_memory_bound_families_by_hand() -> None:
+    n = 4 * 128 * 1024
+    sm = cost("aten::_softmax", "[[4,128,1024],[],[]]", '["float","Scalar","Scalar"]', None)
+    assert (sm.flops, sm.bytes) == (5 * n, 2 * n * 4)
+    ln = cost(
+        "aten::native_layer_norm",
+        "[[4,128,1024],[],[1024],[1024],[]]",
+        '["c10::BFloat16","ScalarList","c10::BFloat16","c10::BFloat16","Scalar"]',
+        None,
+    )
+    assert (ln.flops, ln.bytes) == (7 * n, (2 * n + 2 * 1024) * 2)
+    # sum over dim 1 of [4,128,1024]: reads everything, writes [4,1024]
+    s = cost("aten::sum", "[[4,128,1024],[],[],[]]", '["float","ScalarList","Scalar",""]',
+             '["","[1]","False",""]')  # fmt: skip
+    assert (s.flops, s.bytes) == (n, (n + 4 * 1024) * 4)
+    # eval-mode dropout does no work
+    assert cost("aten::dropout", "[[8,8],[],[]]", '["float","Scalar","Scalar"]',
+                '["","0.1","False"]').flops is None  # fmt: skip

@@ -477,18 +477,60 @@ def _as_list(v: Any, n: int, default: int) -> list[int]:
 
 # Where stride / padding / dilation / transposed / output_padding sit in each signature.
 _CONV_ARGS: Final[dict[str, dict[str, int]]] = {
-    "conv1d": {"stride": 3, "padding": 4, "dilation": 5},
-    "conv2d": {"stride": 3, "padding": 4, "dilation": 5},
-    "conv3d": {"stride": 3, "padding": 4, "dilation": 5},
-    "convolution": {"stride": 3, "padding": 4, "dilation": 5, "transposed": 6, "out_pad": 7},
-    "_convolution": {"stride": 3, "padding": 4, "dilation": 5, "transposed": 6, "out_pad": 7},
-    "conv_transpose1d": {"stride": 3, "padding": 4, "out_pad": 5, "dilation": 7, "T": 1},
-    "conv_transpose2d": {"stride": 3, "padding": 4, "out_pad": 5, "dilation": 7, "T": 1},
-    "conv_transpose3d": {"stride": 3, "padding": 4, "out_pad": 5, "dilation": 7, "T": 1},
+    "conv1d": {"stride": 3, "padding": 4, "dilation": 5, "groups": 6},
+    "conv2d": {"stride": 3, "padding": 4, "dilation": 5, "groups": 6},
+    "conv3d": {"stride": 3, "padding": 4, "dilation": 5, "groups": 6},
+    "convolution": {
+        "stride": 3,
+        "padding": 4,
+        "dilation": 5,
+        "transposed": 6,
+        "out_pad": 7,
+        "groups": 8,
+    },
+    "_convolution": {
+        "stride": 3,
+        "padding": 4,
+        "dilation": 5,
+        "transposed": 6,
+        "out_pad": 7,
+        "groups": 8,
+    },
+    "conv_transpose1d": {
+        "stride": 3,
+        "padding": 4,
+        "out_pad": 5,
+        "dilation": 7,
+        "groups": 6,
+        "T": 1,
+    },
+    "conv_transpose2d": {
+        "stride": 3,
+        "padding": 4,
+        "out_pad": 5,
+        "dilation": 7,
+        "groups": 6,
+        "T": 1,
+    },
+    "conv_transpose3d": {
+        "stride": 3,
+        "padding": 4,
+        "out_pad": 5,
+        "dilation": 7,
+        "groups": 6,
+        "T": 1,
+    },
     "mkldnn_convolution": {"padding": 3, "stride": 4, "dilation": 5},
     "cudnn_convolution": {"padding": 2, "stride": 3, "dilation": 4},
     "miopen_convolution": {"padding": 3, "stride": 4, "dilation": 5},
-    "cudnn_convolution_transpose": {"padding": 2, "out_pad": 3, "stride": 4, "dilation": 5, "T": 1},
+    "cudnn_convolution_transpose": {
+        "padding": 2,
+        "out_pad": 3,
+        "stride": 4,
+        "dilation": 5,
+        "groups": 6,
+        "T": 1,
+    },
     "thnn_conv2d": {"stride": 4, "padding": 5},
     "_slow_conv2d_forward": {"stride": 4, "padding": 5},
     "slow_conv3d": {"stride": 4, "padding": 5},
@@ -569,8 +611,10 @@ def _conv(ts: list[_Tensor | None], concrete: Any, name: str) -> Cost:
     )
     if any(v <= 0 for v in out_sp):
         return UNKNOWN
-    # transposed weights are [C_in, C_out/g, *k]; groups = C_in / weight[0] is 1 unless grouped
-    c_out = w.shape[1] * max(x.shape[1] // max(w.shape[0], 1), 1) if transposed else w.shape[0]
+    # transposed weights are [C_in, C_out/g, *k]: C_out needs the groups argument
+    groups = _concrete(concrete, spec["groups"]) if "groups" in spec else None
+    groups = groups if isinstance(groups, int) and not isinstance(groups, bool) else 1
+    c_out = w.shape[1] * max(groups, 1) if transposed else w.shape[0]
     flops = _conv_flops(x, w, out_sp, transposed)
     bias = ts[2] if len(ts) > 2 and ts[2] is not None else None
     out_bytes = x.shape[0] * c_out * math.prod(out_sp) * x.size
