@@ -479,3 +479,15 @@ def test_run_metrics_and_peak_memory_are_compared() -> None:
     assert s["samples/s"]["before"] == "100" and s["samples/s"]["change"] == "2.00×"
     assert s["wall step time (run metrics)"]["after"] == "5 ms"
     assert "peak memory" in s
+
+
+def test_module_paths_match_below_a_renamed_root() -> None:
+    a, b = _Builder(), _Builder()
+    for s in range(3):
+        a.step(s, [{"name": "aten::mm", "us": 800, "module": "VisionModel_0/Linear_11"}])
+        b.step(s, [{"name": "aten::mm", "us": 200, "module": "FixedVisionModel_0/Linear_11"}])
+    c = compare(a.profile(), b.profile())
+    r = _row(c, "module", "…/Linear_11")
+    assert r["match"] == "root renamed"
+    assert (r["before_us"], r["after_us"]) == (pytest.approx(2400.0), pytest.approx(600.0))
+    assert c.added.filter(pl.col("kind") == "module").height == 0

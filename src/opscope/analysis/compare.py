@@ -32,7 +32,8 @@ Matching that survives a fix
     kernel) are matched through their host operator: the outermost operator around the launch
     and its module (``match == "host op"``). Operator + shape rows whose exact shapes have no
     counterpart (the fixed model's padded dims) are matched by operator name and source line
-    (else module) (``match == "shape changed"``).
+    (else module) (``match == "shape changed"``). Module paths that differ only in the root
+    (``VisionModel_0/...`` vs ``FixedVisionModel_0/...``) match below it (``"root renamed"``).
 """
 
 from __future__ import annotations
@@ -121,9 +122,9 @@ class Comparison(Result):
       device_idle_us, peak_mem_bytes``.
     - ``rows``: matched rows — ``key, kind, match, before_us, after_us, delta_us, speedup,
       calls_before, calls_after, significant, verdict, noise_us, p_value``; ``kind`` is one of
-      :data:`ROW_KINDS`, ``match`` is ``"exact"``, ``"shape changed"`` or ``"host op"``,
-      ``speedup = before / after`` (> 1 is faster), ``verdict`` is ``"gain"``, ``"loss"``,
-      ``"noise"`` or ``"untested"``. Sorted by ``|delta_us|``, largest first.
+      :data:`ROW_KINDS`, ``match`` is ``"exact"``, ``"shape changed"``, ``"host op"`` or
+      ``"root renamed"``, ``speedup = before / after`` (> 1 is faster), ``verdict`` is
+      ``"gain"``, ``"loss"``, ``"noise"`` or ``"untested"``; sorted by ``|delta_us|``.
     - ``added`` / ``removed``: rows only in the after / before profile — ``key, kind, us, calls``.
     - ``roofline``: achieved FLOP/s and bandwidth of the heaviest matched operators —
       ``key, before_tflops, after_tflops, before_gbps, after_gbps`` and, when the device peaks
@@ -437,9 +438,17 @@ class _Side:
             )
             return pl.concat([calls, dev], how="vertical")
         col = {"module": "module", "line": "line"}[kind]
+        # a fixed twin is often a renamed root class (VisionModel_0/Linear_11 vs
+        # FixedVisionModel_0/Linear_11): match the path below the root when the full one fails
+        below_root = (
+            pl.when(pl.col(col).str.contains("/"))
+            .then(pl.lit("…/") + pl.col(col).str.replace(r"^[^/]*/", ""))
+            .otherwise(None)
+        )
+        fallback_m = below_root if kind == "module" else none
         calls = ops.filter(pl.col(col).is_not_null()).select(
             pl.col(col).alias("key"),
-            none.alias("fallback"),
+            fallback_m.alias("fallback"),
             "step",
             (pl.col("self_ns") if basis == "host" else pl.lit(0, dtype=pl.Int64)).alias("t_ns"),
             pl.lit(1, dtype=pl.Int64).alias("calls"),
@@ -451,7 +460,7 @@ class _Side:
             .filter(pl.col(col).is_not_null())
             .select(
                 pl.col(col).alias("key"),
-                none.alias("fallback"),
+                fallback_m.alias("fallback"),
                 "step",
                 pl.col("dur_ns").alias("t_ns"),
                 pl.lit(0, dtype=pl.Int64).alias("calls"),
@@ -657,7 +666,9 @@ def _match(
     testable: bool,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Matched, added and removed rows of one kind."""
-    label = {"op_shape": "shape changed", "kernel": "host op"}.get(kind, "exact")
+    label = {"op_shape": "shape changed", "kernel": "host op", "module": "root renamed"}.get(
+        kind, "exact"
+    )
     common = set(fa.get_column("key").unique().to_list()) & set(
         fb.get_column("key").unique().to_list()
     )
