@@ -121,9 +121,14 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
     name, vendor, cc, cu = _device(profile, options)
     k = profile.events.filter(pl.col("kind") == "kernel")
     is_ascend = vendor == "ascend" or (profile.meta.get("format") == "ascend")
-    k = k.with_columns(
-        pl.coalesce("blocks", _shape_product("grid")).alias("n_blocks"),
-        _shape_product("block").alias("threads"),
+    # parse each distinct grid / block string once
+    grids = k.select("grid").unique().with_columns(_shape_product("grid").alias("_g"))
+    blocks = k.select("block").unique().with_columns(_shape_product("block").alias("threads"))
+    k = (
+        k.join(grids, on="grid", how="left", nulls_equal=True)
+        .join(blocks, on="block", how="left", nulls_equal=True)
+        .with_columns(pl.coalesce("blocks", "_g").alias("n_blocks"))
+        .drop("_g")
     )
     lim = None if is_ascend else _limits(vendor, cc)
     if is_ascend:
