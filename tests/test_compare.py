@@ -51,6 +51,7 @@ class _Builder:
                     "step": n,
                     "parent_id": sid,
                     "input_dims": o.get("dims", "[[4,4]]"),
+                    "input_types": o.get("types"),
                     "module": o.get("module"),
                     "stack_id": o.get("stack_id"),
                 }
@@ -96,9 +97,13 @@ class _Builder:
         self.events[sid]["dur_ns"] = self.t - start
         self.t += 1000
 
-    def profile(self, sources: str = "planted") -> Profile:
+    def profile(self, sources: str = "planted", device: str | None = None) -> Profile:
         ev = pl.DataFrame(self.events, infer_schema_length=None)
         tables: dict[str, pl.DataFrame] = {"events": ev}
+        if device:
+            tables["devices"] = pl.DataFrame(
+                {"device": [0], "name": [device], "vendor": ["nvidia"]}
+            )
         if self.stacks:
             tables["stacks"] = pl.DataFrame(self.stacks)
         return Profile.from_tables(meta={"sources": [sources]}, **tables)
@@ -491,3 +496,41 @@ def test_module_paths_match_below_a_renamed_root() -> None:
     assert r["match"] == "root renamed"
     assert (r["before_us"], r["after_us"]) == (pytest.approx(2400.0), pytest.approx(600.0))
     assert c.added.filter(pl.col("kind") == "module").height == 0
+
+
+def test_achieved_flops_and_utilisation_of_heavy_operators() -> None:
+    from opscope.analysis.devices import match
+
+    m, n, k = 256, 1024, 256
+    dims = f"[[{m},{k}],[{k},{n}]]"
+    a, b = _Builder(), _Builder()
+    for s in range(3):
+        for bld, kus in ((a, 400.0), (b, 100.0)):
+            bld.step(
+                s,
+                [
+                    {
+                        "name": "aten::mm",
+                        "us": 20,
+                        "dims": dims,
+                        "types": '["float","float"]',
+                        "kernel": "gemm",
+                        "kernel_us": kus,
+                    }
+                ],
+            )
+    gpu = "NVIDIA A100-SXM4-80GB"
+    c = compare(a.profile(device=gpu), b.profile(device=gpu))
+    r = c.roofline.filter(pl.col("key") == "aten::mm").row(0, named=True)
+    flops = 3 * 2 * m * n * k  # three calls, 2mnk each (independent of the formula module)
+    assert r["before_tflops"] == pytest.approx(flops / (3 * 400e-6) / 1e12, rel=1e-9)
+    assert r["after_tflops"] == pytest.approx(flops / (3 * 100e-6) / 1e12, rel=1e-9)
+    spec = match(gpu)
+    assert spec is not None and spec.mem_bw
+    peak = spec.peak("fp32", "matrix")
+    assert peak
+    assert r["after_flops_util"] == pytest.approx(r["after_tflops"] * 1e12 / peak, rel=1e-9)
+    assert r["after_bw_util"] == pytest.approx(r["after_gbps"] * 1e9 / spec.mem_bw, rel=1e-9)
+    metrics = c.summary.get_column("metric").to_list()
+    assert "bandwidth utilisation (aten::mm)" in metrics
+    assert "FLOP/s utilisation (aten::mm)" in metrics

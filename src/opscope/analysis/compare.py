@@ -1071,8 +1071,15 @@ def _summary(
                 "change": change_text(r["speedup"], r["verdict"], r["noise_us"]),
             }
         )
-    if roofline.height:
-        r = roofline.row(0, named=True)
+    from opscope.analysis.flops import is_autograd_node
+
+    # the headline names a real operator, not an autograd wrapper that runs it
+    plain = roofline.filter(
+        ~pl.col("key").str.starts_with("autograd::")
+        & ~pl.col("key").map_elements(is_autograd_node, return_dtype=pl.Boolean)
+    )
+    if plain.height:
+        r = plain.row(0, named=True)
         if "before_bw_util" in roofline.columns:
             for metric, col in (
                 ("bandwidth utilisation", "bw_util"),
