@@ -79,7 +79,8 @@ class Alignment:
         "tf32 (16 bytes; NVIDIA's matrix-multiplication guide); Ascend's cube units want hidden "
         "dims in multiples of 128 (the seed's rule), inner axes in multiples of 256 elements "
         "(msprof-analyze) and of 512 bytes, and flash-attention head dims and sequence lengths "
-        "in multiples of 128. A CPU profile gets the seed's generic 128 rule at low severity, "
+        "in multiples of 128 (BNSD: the last two axes of q; BSH/SBH: the hidden axis and the "
+        "longer leading axis). A CPU profile gets the seed's generic 128 rule at low severity, "
         "since it is usually meant for an accelerator later (pass target= to pick one). Dims "
         "smaller than the multiple are not flagged (padding them costs more than it saves). "
         "Fix: pad the dimension (e.g. a layer's out_features) to the multiple shown and slice "
@@ -272,7 +273,8 @@ class Alignment:
         size = c.DTYPE_BYTES.get(dtype, 2)
         if "flashattention" in name.lower():
             q = dims[0] if dims else []
-            axes = q[-2:] if len(q) >= 2 else []
+            # BNSD: (S, D) are the last two; BSH / SBH: H·D is last, S the longer leading dim.
+            axes = q[-2:] if len(q) == 4 else ([max(q[:2]), q[-1]] if len(q) == 3 else [])
             m = ASCEND_FA_MULTIPLE
             return {a for a in axes if a >= m and a % m}, m, "Ascend flash attention", None
         inner = math.lcm(ASCEND_INNER_ELEMS, max(ASCEND_INNER_BYTES // size, 1))
