@@ -461,3 +461,17 @@ def test_trace_view_without_kernel_table(tmp_path: Path) -> None:
     assert k.height == len(tasks) + groups
     linked = k.filter(pl.col("op_id").is_not_null()).height
     assert linked >= len(tasks) - 5  # the same flows link the trace's own tasks
+
+
+def test_hccl_collective_bytes() -> None:
+    trace = json.loads((_out(shared_trace(L1R0)) / "trace_view.json").read_text())
+    size = {"FP32": 4, "FP16": 2, "BF16": 2, "INT32": 4, "INT64": 8, "INT8": 1}
+    want = {
+        e["name"]: e["args"]["count"] * size[e["args"]["data_type"]]
+        for e in trace
+        if e.get("ph") == "X" and e["name"].startswith("hcom_") and e.get("tid") == 0
+    }
+    p = _load(L1R0)
+    k = p.events.filter((pl.col("kind") == "kernel") & (pl.col("core_type") == "HCCL"))
+    assert len(want) == 4
+    assert dict(k.select("name", "bytes").iter_rows()) == want

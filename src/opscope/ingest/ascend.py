@@ -108,6 +108,22 @@ _ARG_FIELDS: dict[str, pl.DataType | type[pl.DataType]] = {
     "count": pl.Int64,
     "alg_type": pl.String,
 }
+# Element sizes of HCCL data types (collective bytes = count x size).
+_DTYPE_BYTES = {
+    "INT8": 1,
+    "UINT8": 1,
+    "FP16": 2,
+    "BFP16": 2,
+    "BF16": 2,
+    "INT16": 2,
+    "UINT16": 2,
+    "FP32": 4,
+    "INT32": 4,
+    "UINT32": 4,
+    "FP64": 8,
+    "INT64": 8,
+    "UINT64": 8,
+}
 # NPU task types that are kernels (the rest are syncs, copies and HCCL sub-tasks).
 _COMPUTE_TASKS = ["AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE"]
 # Counter events carry their one value under a unit-like key.
@@ -851,7 +867,15 @@ def _assemble(
             pl.col("Python parent id").alias("python_parent_id"),
             pl.when(on_device).then(comm_args.struct.json_encode()).alias("args"),
             pl.col("Call stack").alias("_call_stack"),
-            pl.col("size(Byte)").alias("bytes"),
+            pl.when(is_hccl & (pl.col("tid") == 0))
+            .then(
+                pl.col("count")
+                * pl.col("data_type")
+                .str.to_uppercase()
+                .replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+            )
+            .otherwise(pl.col("size(Byte)"))
+            .alias("bytes"),
         ).with_columns(
             pl.when(pl.col("kind").is_in(["communication", "kernel"])).then(pl.col("bytes"))
         )
@@ -920,6 +944,7 @@ def _assemble(
                 "name",
                 pl.col("ts_ns").alias("_hts"),
                 pl.col("correlation").alias("_corr"),
+                pl.col("bytes").alias("_hb"),
                 "_erow",
             )
             # HCCL collectives (no stream in the table) match the HCCL group slice by name
@@ -949,14 +974,14 @@ def _assemble(
             )
             matched = pl.concat(
                 [
-                    hw_match.select("_krow", "_corr", "_erow"),
-                    hccl_match.select("_krow", "_corr", "_erow"),
+                    hw_match.select("_krow", "_corr", pl.lit(None, pl.Int64).alias("_hb"), "_erow"),
+                    hccl_match.select("_krow", "_corr", "_hb", "_erow"),
                 ]
             )
             kev = (
-                kev.join(matched.select("_krow", "_corr"), on="_krow", how="left")
-                .with_columns(pl.col("_corr").alias("correlation"))
-                .drop("_corr")
+                kev.join(matched.select("_krow", "_corr", "_hb"), on="_krow", how="left")
+                .with_columns(pl.col("_corr").alias("correlation"), pl.col("_hb").alias("bytes"))
+                .drop("_corr", "_hb")
             )
             drop_rows = matched.get_column("_erow")
             meta_extra["kernels_matched_to_trace"] = matched.height
