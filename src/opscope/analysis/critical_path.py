@@ -197,13 +197,24 @@ def longest_path(
     n = len(ids)
     if n == 0:
         return [], [], 0
-    index = {int(i): k for k, i in enumerate(ids)}
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for s, d in zip(src.tolist(), dst.tolist(), strict=True):
-        ks, kd = index.get(s), index.get(d)
-        if ks is None or kd is None or ks == kd or end[ks] > end[kd]:
-            continue
-        preds[kd].append(ks)
+    # edge endpoints -> positions in the end-time order, vectorised
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+
+    def pos(x: np.ndarray) -> np.ndarray:
+        i = np.clip(np.searchsorted(sorted_ids, x), 0, n - 1)
+        return np.where(sorted_ids[i] == x, order[i], -1)
+
+    ks, kd = pos(np.asarray(src)), pos(np.asarray(dst))
+    ok = (ks >= 0) & (kd >= 0) & (ks != kd)
+    ks, kd = ks[ok], kd[ok]
+    ok = end[ks] <= end[kd]
+    ks, kd = ks[ok], kd[ok]
+    by_dst = np.argsort(kd, kind="stable")
+    ks, kd = ks[by_dst], kd[by_dst]
+    bounds = np.searchsorted(kd, np.arange(n + 1)).tolist()
+    pred_list = ks.tolist()
+    preds = [pred_list[bounds[k] : bounds[k + 1]] for k in range(n)]
     st = start.tolist()
     en = end.tolist()
     if waits is not None and device is not None:
