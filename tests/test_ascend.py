@@ -461,6 +461,7 @@ def test_trace_view_without_kernel_table(tmp_path: Path) -> None:
     assert k.height == len(tasks) + groups
     linked = k.filter(pl.col("op_id").is_not_null()).height
     assert linked >= len(tasks) - 5  # the same flows link the trace's own tasks
+    assert k.get_column("core_type").drop_nulls().len() == k.height
 
 
 def test_hccl_collective_bytes() -> None:

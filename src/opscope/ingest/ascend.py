@@ -867,6 +867,11 @@ def _assemble(
             pl.col("Python parent id").alias("python_parent_id"),
             pl.when(on_device).then(comm_args.struct.json_encode()).alias("args"),
             pl.col("Call stack").alias("_call_stack"),
+            pl.when(is_hw & pl.col("Task Type").is_in(_COMPUTE_TASKS))
+            .then(pl.col("Task Type"))
+            .when(is_hccl & (pl.col("tid") == 0))
+            .then(pl.lit("HCCL"))
+            .alias("core_type"),
             pl.when(is_hccl & (pl.col("tid") == 0))
             .then(
                 pl.col("count")
