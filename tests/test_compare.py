@@ -534,3 +534,28 @@ def test_achieved_flops_and_utilisation_of_heavy_operators() -> None:
     metrics = c.summary.get_column("metric").to_list()
     assert "bandwidth utilisation (aten::mm)" in metrics
     assert "FLOP/s utilisation (aten::mm)" in metrics
+
+
+def test_steps_are_assigned_by_time_when_the_reader_left_them_out() -> None:
+    before, after = _planted(1000, seed=1), _planted(250, seed=2)
+    # an event outside every step must not count
+    before.events.append(
+        {
+            "id": len(before.events),
+            "kind": "cpu_op",
+            "name": "aten::X",
+            "ts_ns": before.t + 10**6,
+            "dur_ns": 10**9,
+        }
+    )
+
+    def bare(b: _Builder) -> Profile:
+        return b.profile().with_tables(
+            events=b.profile().events.with_columns(pl.lit(None, dtype=pl.Int32).alias("step"))
+        )
+
+    c = compare(bare(before), bare(after))
+    x = _row(c, "op", "aten::X")
+    assert x["before_us"] == pytest.approx(sum(before.planted["aten::X"]), abs=1e-6)
+    assert x["calls_before"] == 5
+    assert c.sides.get_column("step_source").to_list() == ["ProfilerStep events"] * 2

@@ -616,7 +616,15 @@ def _assign_steps(ev: pl.DataFrame, windows: pl.DataFrame, source: str) -> pl.Da
     host = (
         ev.drop("step")
         .sort("ts_ns")
-        .join_asof(w, left_on="ts_ns", right_on="w_ts", by="rank", strategy="backward")
+        # both sides are sorted by time above; within a rank that is what the join needs
+        .join_asof(
+            w,
+            left_on="ts_ns",
+            right_on="w_ts",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
         .with_columns(
             pl.when(pl.col("ts_ns") < pl.col("w_end")).then(pl.col("w_step")).alias("step")
         )
