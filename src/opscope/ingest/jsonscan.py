@@ -16,6 +16,7 @@ clocks with sub-µs digits) are re-read from the decimal text, so ns digits are 
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -208,39 +209,85 @@ def _empty_frame() -> pl.DataFrame:
     return _build([])
 
 
-def _build(evs: list[Event]) -> pl.DataFrame:
-    """Columns of a chunk of events. One comprehension per column; no per-event branching."""
-    cols: dict[str, pl.Series] = {}
-    cols["ph"] = pl.Series("ph", [e.ph for e in evs], dtype=pl.String)
-    cols["cat"] = pl.Series("cat", [e.cat for e in evs], dtype=pl.String)
-    cols["name"] = pl.Series("name", [e.name for e in evs], dtype=pl.String)
-    for key in ("pid", "tid", "id"):
-        num, strs = _mixed_series(key, [getattr(e, key) for e in evs])
-        cols[key] = num
-        cols[key + "_str"] = (
-            strs if strs is not None else pl.Series(key + "_str", [None] * len(evs), pl.String)
+_EVENT_FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp")
+_EVENT_GETTERS = tuple(operator.attrgetter(f) for f in (*_EVENT_FIELDS, "args"))
+_ARG_GETTERS = tuple(operator.attrgetter(f) for f in ARG_COLUMNS)
+_STR_ARGS = frozenset(n for n in ARG_COLUMNS if Args.__annotations__[n] == "str | None")
+
+
+def _raw_series(name: str, vals: list[msgspec.Raw]) -> pl.Series:
+    """Raw JSON texts to a String Series without a Python call per value.
+
+    NUL cannot occur in JSON text (control characters must be escaped), so the texts are joined
+    with it in C and split in Polars; an empty text (the field was absent) becomes null.
+    """
+    if not vals:
+        return pl.Series(name, [], dtype=pl.String)
+    joined = b"\x00".join(vals).decode("utf-8", "replace")
+    out = pl.Series(name, [joined]).str.split("\x00").explode()
+    return (
+        pl.DataFrame({name: out})
+        .select(
+            pl.when((pl.col(name) == "") | (pl.col(name) == "null"))
+            .then(None)
+            .otherwise(pl.col(name))
+            .alias(name)
         )
-    for key in ("ts", "dur"):
-        vals = [getattr(e, key) for e in evs]
-        cols[key] = pl.Series(key, vals, dtype=pl.Float64, strict=False)
-    cols["bp"] = pl.Series("bp", [e.bp for e in evs], dtype=pl.String)
-    args = [e.args for e in evs]
-    for name in ARG_COLUMNS:
-        vals = [getattr(a, name) for a in args]
+        .to_series()
+    )
+
+
+def _int_series(name: str, vals: list[Any]) -> pl.Series:
+    try:
+        return pl.Series(name, vals, dtype=pl.Int64)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError, ValueError):
+        return pl.Series(
+            name,
+            [v if type(v) is int and -(2**63) <= v < 2**63 else None for v in vals],
+            dtype=pl.Int64,
+        )
+
+
+def _build(evs: list[Event]) -> pl.DataFrame:
+    """Columns of a chunk of events: one C-level attribute sweep per struct type, then a transpose;
+    no Python code runs per event."""
+    n = len(evs)
+    top = [list(map(g, evs)) for g in _EVENT_GETTERS]
+    args = top[-1]
+    cols: dict[str, pl.Series] = {}
+    for i, key in enumerate(_EVENT_FIELDS):
+        vals = top[i]
+        if key in ("pid", "tid", "id"):
+            num, strs = _mixed_series(key, vals)
+            cols[key] = num
+            cols[key + "_str"] = (
+                strs if strs is not None else pl.Series(key + "_str", [None] * n, pl.String)
+            )
+        elif key in ("ts", "dur"):
+            cols[key] = pl.Series(key, vals, dtype=pl.Float64, strict=False)
+        else:
+            cols[key] = pl.Series(key, vals, dtype=pl.String)
+    for name, getter in zip(ARG_COLUMNS, _ARG_GETTERS, strict=True):
+        vals = list(map(getter, args))
         if name in _RAW_ARGS:
-            cols[name] = pl.Series(name, [_raw_str(v) for v in vals], dtype=pl.String)
+            if vals.count(_NO_RAW) == n:
+                cols[name] = pl.Series(name, [], pl.String).extend_constant(None, n)
+                continue
+            cols[name] = _raw_series(name, vals)
+        elif vals.count(None) == n:  # most keys are absent from most chunks: skip the convert
+            dtype: type[pl.DataType] = pl.String if name in _STR_ARGS else pl.Int64
+            if name in _FLOATS:
+                dtype = pl.Float64
+            cols[name] = pl.Series(name, [], dtype).extend_constant(None, n)
         elif name in _MIXED_ARGS:
             num, strs = _mixed_series(name, vals)
             cols[name] = num
             if strs is not None and name in ("stream", "bytes_", "size", "device"):
                 cols[name] = _coalesce_numeric_strings(num, strs)
-        elif Args.__annotations__[name] in ("str | None",):
+        elif name in _STR_ARGS:
             cols[name] = pl.Series(name, vals, dtype=pl.String)
         else:
-            try:
-                cols[name] = pl.Series(name, vals, dtype=pl.Int64)
-            except (TypeError, OverflowError, pl.exceptions.PolarsError):
-                cols[name] = pl.Series(name, vals, dtype=pl.Int64, strict=False)
+            cols[name] = _int_series(name, vals)
     return pl.DataFrame(list(cols.values()))
 
 

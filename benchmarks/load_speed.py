@@ -1,0 +1,150 @@
+"""Kineto load speed, as ratios measured in the same run (each figure in a fresh process).
+
+For each size (default 100, 500, 1000 MB) it generates a trace with gen_trace.py and measures:
+
+- ``msgspec``: a bare typed msgspec decode of the file (read + decode into Structs of the fields
+  opscope reads), the floor any Python-level reader starts from;
+- ``cold``: ``opscope.load(path, cache=False)`` (read, decode, build tables, link);
+- ``cached``: ``opscope.load(path)`` from the cache plus a hotspot table (top ops by total time);
+- peak RSS of the cold load; and, if ``holistictraceanalysis`` is installed, HTA's
+  ``TraceAnalysis`` parse of the same file.
+
+    python benchmarks/load_speed.py [--sizes 100 500 1000] [--gzip] [--dir /tmp/opscope-bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+MSGSPEC = r"""
+import resource, sys, time
+t = time.perf_counter()
+import msgspec
+from opscope.ingest.jsonscan import Event
+class Trace(msgspec.Struct, gc=False):
+    traceEvents: list[Event]
+data = open(sys.argv[1], "rb").read()
+if data[:2] == b"\x1f\x8b":
+    from opscope.ingest.gz import gunzip_bytes
+    data = gunzip_bytes(data)
+n = len(msgspec.json.decode(data, type=Trace).traceEvents)
+print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, n)
+"""
+
+COLD = r"""
+import resource, sys, time
+t = time.perf_counter()
+import opscope
+p = opscope.load(sys.argv[1], cache=False)
+print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+      p.events.height)
+"""
+
+CACHED = r"""
+import resource, sys, time
+t = time.perf_counter()
+import polars as pl
+import opscope
+p = opscope.load(sys.argv[1])
+assert p.meta.get("from_cache"), "cache miss"
+top = (p.ops.group_by("name").agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("total"))
+       .sort("total", descending=True).head(10))
+print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+      top.height)
+"""
+
+HTA = r"""
+import os, resource, sys, time, shutil, tempfile
+t = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+d = tempfile.mkdtemp()
+shutil.copy(sys.argv[1], os.path.join(d, "rank-0.json"))
+TraceAnalysis(trace_dir=d)
+print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, 0)
+"""
+
+
+def run(code: str, path: Path) -> tuple[float, int, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return float(out[0]), int(out[1]), int(out[2])
+
+
+def has_hta() -> bool:
+    r = subprocess.run(
+        [sys.executable, "-c", "import hta.trace_analysis"], capture_output=True, check=False
+    )
+    return r.returncode == 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sizes", type=float, nargs="+", default=[100.0, 500.0, 1000.0])
+    ap.add_argument("--gzip", action="store_true", help="also time the .json.gz of each size")
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "opscope-bench")
+    ap.add_argument("--keep", action="store_true", help="keep the generated traces")
+    a = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    from gen_trace import generate
+
+    a.dir.mkdir(parents=True, exist_ok=True)
+    hta = has_hta()
+    rows = []
+    for mb in a.sizes:
+        path = a.dir / f"trace_{int(mb)}mb.json"
+        if not path.exists():
+            generate(path, mb, seed=0)
+        size = path.stat().st_size
+        ms_t, ms_rss, n = run(MSGSPEC, path)
+        cold_t, cold_rss, n_ev = run(COLD, path)
+        run(COLD.replace("cache=False", "cache=True"), path)  # write the cache
+        cached_t, _, _ = run(CACHED, path)
+        row = {
+            "mb": round(size / 2**20, 1),
+            "events_in_file": n,
+            "rows": n_ev,
+            "msgspec_s": round(ms_t, 3),
+            "cold_s": round(cold_t, 3),
+            "cold_vs_msgspec": round(cold_t / ms_t, 2),
+            "cold_s_per_gb": round(cold_t / (size / 2**30), 2),
+            "peak_rss_gb": round(cold_rss / 2**30, 2),
+            "msgspec_peak_rss_gb": round(ms_rss / 2**30, 2),
+            "cached_reopen_hotspot_s": round(cached_t, 3),
+        }
+        if a.gzip:
+            gzp = path.with_suffix(".json.gz")
+            if not gzp.exists():
+                generate(gzp, mb, seed=0, gz=True)
+            gz_t, _, _ = run(COLD, gzp)
+            row["gzip_cold_s"] = round(gz_t, 3)
+        if hta:
+            hta_t, hta_rss, _ = run(HTA, path)
+            row["hta_s"] = round(hta_t, 3)
+            row["hta_peak_rss_gb"] = round(hta_rss / 2**30, 2)
+            row["hta_vs_cold"] = round(hta_t / cold_t, 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if not a.keep:
+            for p in a.dir.glob(f".{path.name}*"):
+                import shutil
+
+                shutil.rmtree(p, ignore_errors=True)
+    if len(rows) > 1:
+        base = rows[0]
+        for r in rows[1:]:
+            lin = (r["cold_s"] / base["cold_s"]) / (r["mb"] / base["mb"])
+            print(f"linearity {base['mb']} MB -> {r['mb']} MB: time ratio / size ratio = {lin:.2f}")
+    if not hta:
+        print("HTA not installed (pip install HolisticTraceAnalysis) - skipped")
+
+
+if __name__ == "__main__":
+    main()
