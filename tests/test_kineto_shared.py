@@ -157,3 +157,45 @@ def test_2021_schema_string_tids_and_external_id() -> None:
     inner = first["args"]["Call stack"].split(";")[0]
     assert f"{frames['file'][0]}({frames['line'][0]}): {frames['function'][0]}" == inner
     assert frames.height == len(first["args"]["Call stack"].split(";"))
+
+
+def _exact_ns(v: Any) -> int:
+    from decimal import Decimal
+
+    return int((Decimal(str(v)) * 1000).to_integral_value())
+
+
+def _track(v: Any) -> int | None:
+    if isinstance(v, int):
+        return v
+    tail = str(v).split()[-1] if str(v).split() else ""
+    return int(tail) if tail.lstrip("-").isdigit() else None
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_rows_equal_a_stdlib_decode(rel: str) -> None:
+    """Every slice, field by field, equals what the stdlib json module reads (times exact)."""
+    path = shared_trace(rel)
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=lambda s: s)
+    want = []
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X" or str(e.get("cat", "")).lower() == "trace":
+            continue
+        a = e.get("args") or {}
+        want.append(
+            (
+                e.get("name", ""),
+                _exact_ns(e["ts"]),
+                max(0, _exact_ns(e.get("dur", 0))),
+                _track(e.get("pid")),
+                _track(e.get("tid")),
+                a.get("correlation"),
+                a.get("External id", a.get("external id")),
+                a.get("Sequence number"),
+            )
+        )
+    ev = parse_kineto(path).events
+    got = ev.select(
+        "name", "ts_ns", "dur_ns", "pid", "tid", "correlation", "external_id", "seq"
+    ).rows()
+    assert sorted(got, key=repr) == sorted(want, key=repr)

@@ -1,0 +1,277 @@
+"""The linking functions on small hand-made tables (each expectation worked out by hand)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from opscope.ingest import link
+from opscope.model import schema
+
+
+def _events(rows: list[dict[str, object]]) -> pl.DataFrame:
+    df = pl.DataFrame(rows)
+    df = df.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    helpers = [df.get_column(c) for c in ("call_stack",) if c in df.columns]
+    base = df.drop([h.name for h in helpers]).with_columns(pl.lit(0).alias("rank"))
+    return schema.conform("events", base).with_columns(helpers)
+
+
+def _raw_flows(rows: list[dict[str, object]]) -> pl.DataFrame:
+    if not rows:
+        return pl.DataFrame(schema=link.RAW_FLOWS)
+    return (
+        pl.DataFrame(rows)
+        .with_columns(pl.lit(0).alias("rank"))
+        .select([pl.col(c).cast(t) for c, t in link.RAW_FLOWS.items()])
+    )
+
+
+def test_nearest_ancestor() -> None:
+    parent = np.array([-1, 0, 1, 2, 0], dtype=np.int64)
+    mask = np.array([True, False, True, False, False])
+    assert link.nearest_ancestor(parent, mask).tolist() == [-1, 0, 0, 2, 0]
+    assert link.nearest_ancestor(parent, mask, include_self=True).tolist() == [0, 0, 2, 2, 0]
+
+
+def test_nesting_per_thread_with_ties_and_siblings() -> None:
+    ev = _events(
+        [
+            {
+                "kind": "step",
+                "name": "ProfilerStep#3",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 0,
+                "dur_ns": 100,
+            },
+            {"kind": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts_ns": 0, "dur_ns": 100},
+            {"kind": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts_ns": 10, "dur_ns": 20},
+            {"kind": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts_ns": 30, "dur_ns": 20},
+            {"kind": "runtime", "name": "launch", "pid": 1, "tid": 1, "ts_ns": 35, "dur_ns": 5},
+            {
+                "kind": "cpu_op",
+                "name": "other_thread",
+                "pid": 1,
+                "tid": 2,
+                "ts_ns": 20,
+                "dur_ns": 5,
+            },
+        ]
+    )
+    out = link.nest(ev)
+    assert out.get_column("parent_id").to_list() == [None, 0, 1, 1, 3, None]
+    assert out.get_column("depth").to_list() == [0, 1, 2, 2, 3, 0]
+
+
+def test_launch_op_backward_fwd_and_steps() -> None:
+    ev = _events(
+        [
+            {
+                "kind": "step",
+                "name": "ProfilerStep#7",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 0,
+                "dur_ns": 1000,
+            },
+            {
+                "kind": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 10,
+                "dur_ns": 50,
+                "seq": 5,
+                "fwd_tid": 0,
+                "external_id": 11,
+            },
+            {
+                "kind": "runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 20,
+                "dur_ns": 5,
+                "correlation": 99,
+                "external_id": 11,
+            },
+            {
+                "kind": "kernel",
+                "name": "gemm",
+                "pid": 0,
+                "tid": 7,
+                "ts_ns": 2000,
+                "dur_ns": 30,
+                "correlation": 99,
+                "external_id": 11,
+            },
+            {
+                "kind": "cpu_op",
+                "name": "autograd::engine::evaluate_function: MmBackward0",
+                "pid": 1,
+                "tid": 2,
+                "ts_ns": 100,
+                "dur_ns": 80,
+                "seq": 5,
+                "fwd_tid": 0,
+            },
+            {
+                "kind": "cpu_op",
+                "name": "MmBackward0",
+                "pid": 1,
+                "tid": 2,
+                "ts_ns": 105,
+                "dur_ns": 70,
+                "seq": 5,
+                "fwd_tid": 0,
+            },
+            {"kind": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts_ns": 110, "dur_ns": 20},
+            {
+                "kind": "kernel",
+                "name": "orphan",
+                "pid": 0,
+                "tid": 7,
+                "ts_ns": 3000,
+                "dur_ns": 1,
+                "external_id": 11,
+            },
+        ]
+    )
+    linked = link.link_events(ev, _raw_flows([]))
+    e = linked.events
+    assert e.get_column("launch_id").to_list() == [None, None, None, 2, None, None, None, None]
+    # runtime -> enclosing op; kernel -> its launch's op; orphan -> External id fallback;
+    # ops themselves have none (their nesting is parent_id)
+    assert e.get_column("op_id").to_list() == [None, None, 1, 1, None, None, None, 1]
+    assert e.get_column("is_backward").to_list() == [
+        False,
+        False,
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
+    # no flows: fallback by (seq, fwd_tid) on both backward ops carrying the seq
+    assert e.get_column("fwd_id").to_list() == [None, None, None, None, 1, 1, None, None]
+    # the kernel ran after the step ended on the host, but takes its launching op's step
+    assert e.get_column("step").to_list() == [7, 7, 7, 7, 7, 7, 7, 7]
+    assert linked.steps.get_column("step").to_list() == [7]
+
+
+def test_flows_bind_to_exact_starts_and_win_over_seq() -> None:
+    ev = _events(
+        [
+            {
+                "kind": "cpu_op",
+                "name": "aten::linear",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 0,
+                "dur_ns": 100,
+                "seq": 1,
+                "fwd_tid": 0,
+            },
+            {
+                "kind": "cpu_op",
+                "name": "aten::addmm",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 10,
+                "dur_ns": 50,
+                "seq": 1,
+                "fwd_tid": 0,
+            },
+            {
+                "kind": "cpu_op",
+                "name": "autograd::engine::evaluate_function: AddmmBackward0",
+                "pid": 1,
+                "tid": 2,
+                "ts_ns": 200,
+                "dur_ns": 50,
+                "seq": 1,
+                "fwd_tid": 0,
+            },
+            {
+                "kind": "cpu_op",
+                "name": "AddmmBackward0",
+                "pid": 1,
+                "tid": 2,
+                "ts_ns": 205,
+                "dur_ns": 40,
+                "seq": 1,
+                "fwd_tid": 0,
+            },
+        ]
+    )
+    flows = _raw_flows(
+        [
+            {"kind": "fwdbwd", "flow_id": 1, "phase": "s", "pid": 1, "tid": 1, "ts_ns": 0},
+            {"kind": "fwdbwd", "flow_id": 1, "phase": "f", "pid": 1, "tid": 2, "ts_ns": 205},
+        ]
+    )
+    linked = link.link_events(ev, flows)
+    assert linked.flows.select("src_id", "dst_id").rows() == [(0, 3)]
+    # the flow says linear (not the deeper addmm the seq fallback would pick)
+    assert linked.events.get_column("fwd_id").to_list() == [None, None, 0, 0]
+
+
+def test_call_stack_strings_are_interned() -> None:
+    cs = "/home/u/lib/python3.9/site-packages/torch/nn/functional.py(12): relu;train.py(5): main"
+    ev = _events(
+        [
+            {
+                "kind": "cpu_op",
+                "name": "a",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 0,
+                "dur_ns": 1,
+                "call_stack": cs,
+            },
+            {
+                "kind": "cpu_op",
+                "name": "b",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 5,
+                "dur_ns": 1,
+                "call_stack": cs,
+            },
+            {
+                "kind": "cpu_op",
+                "name": "c",
+                "pid": 1,
+                "tid": 1,
+                "ts_ns": 9,
+                "dur_ns": 1,
+                "call_stack": "train.py(5): main",
+            },
+        ]
+    )
+    linked = link.link_events(ev, _raw_flows([]))
+    sid = linked.events.get_column("stack_id").to_list()
+    assert sid[0] == sid[1] != sid[2]
+    st = linked.stacks.filter(pl.col("stack_id") == sid[0]).sort("depth")
+    assert st.get_column("function").to_list() == ["relu", "main"]
+    assert st.get_column("line").to_list() == [12, 5]
+    assert st.get_column("is_user").to_list() == [False, True]
+    # the shorter stack is the outer frame of the longer one, interned once
+    assert linked.stacks.filter(pl.col("stack_id") == sid[2]).height == 1
+
+
+def test_is_user_file() -> None:
+    assert link.is_user_file("train.py")
+    assert link.is_user_file("/home/me/proj/model.py")
+    assert not link.is_user_file("torch/nn/modules/linear.py")
+    assert not link.is_user_file("threading.py")
+    assert not link.is_user_file("/usr/lib/python3.11/site-packages/x/y.py")
+    assert not link.is_user_file("<built-in>")
+    assert link.parse_frame("a/b.py(12): f") == ("a/b.py", 12, "f")
+    assert link.parse_frame("<built-in method foo>") == (
+        "<built-in>",
+        None,
+        "<built-in method foo>",
+    )
