@@ -10,9 +10,9 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import shared_trace
 
 import opscope
+from conftest import shared_trace
 from opscope.advise import advise
 from opscope.model import Profile
 

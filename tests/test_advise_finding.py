@@ -1,0 +1,72 @@
+"""Findings: stable ids, the report JSON shape, Markdown, sorting, the rule registry."""
+
+from __future__ import annotations
+
+from opscope.advise import REPORT_KEYS, Finding, Findings, advise, rules
+from opscope.advise.finding import finding_id
+from opscope.model import Profile
+
+DOCS = __import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "rules"
+
+
+def _f(rule: str, saving: float, sev: str = "low") -> Finding:
+    return Finding(
+        id=finding_id(rule, "a.py", 3, "M", "k"),
+        rule=rule,
+        severity=sev,  # type: ignore[arg-type]
+        title=f"{rule} | x",
+        file="a.py",
+        line=3,
+        module="M",
+        saving_us=saving,
+        saving_pct=saving / 10,
+        saving_how="how",
+        fix="y = f(x)",
+    )
+
+
+def test_ids_are_stable_and_distinct() -> None:
+    assert finding_id("r", "a.py", 3, "M", "k") == finding_id("r", "a.py", 3, "M", "k")
+    assert finding_id("r", "a.py", 3, "M", "k") != finding_id("r", "a.py", 4, "M", "k")
+    assert finding_id("r", "a.py", 3, "M", "k") != finding_id("s", "a.py", 3, "M", "k")
+
+
+def test_report_json_keys_and_order() -> None:
+    fs = Findings((_f("a", 1.0), _f("b", 5.0))).replace_items([_f("a", 1.0), _f("b", 5.0)])
+    js = fs.to_json()
+    assert [list(r) for r in js] == [list(REPORT_KEYS)] * 2
+    assert [r["rule"] for r in js] == ["b", "a"]  # by saving
+    assert js[0]["saving_us"] == 5.0 and js[0]["verified_speedup"] is None
+    full = fs.to_json_full()
+    assert full[0]["id"] == fs[0].id and "evidence" in full[0]
+
+
+def test_markdown_has_rows_and_fixes() -> None:
+    md = Findings((_f("a", 1.0),)).to_markdown()
+    assert md.startswith("## Findings")
+    assert "a \\| x" in md and "a.py:3" in md and "```python\ny = f(x)\n```" in md
+    assert "No findings." in Findings().to_markdown()
+
+
+def test_every_rule_has_doc_and_docs_page() -> None:
+    rs = rules()
+    assert len(rs) >= 15
+    for rid, r in rs.items():
+        assert r.id == rid and len(r.doc) > 200
+        page = DOCS / f"{rid}.md"
+        assert page.is_file(), page
+        assert rid in page.read_text()
+
+
+def test_empty_profile_has_no_findings() -> None:
+    found = advise(Profile.from_tables(meta={"format": "kineto"}))
+    assert len(found) == 0 and found.errors == {}
+
+
+def test_unknown_target_is_an_error() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="unknown target"):
+        from opscope.advise import _common
+
+        _common.target_of(Profile(), {"target": "tpu"})
