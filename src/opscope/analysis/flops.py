@@ -588,7 +588,10 @@ def _conv(ts: list[_Tensor | None], concrete: Any, name: str) -> Cost:
     transposed = bool(spec.get("T")) or (
         "transposed" in spec and _concrete(concrete, spec["transposed"]) is True
     )
-    assumed = concrete is None
+    if concrete is None:
+        # stride and padding change the output size by 4x or more: guessing them would give
+        # figures beyond the device's peak (old traces record no Concrete Inputs)
+        return Cost(None, None, "conv: stride/padding not recorded (no Concrete Inputs)")
     stride = _as_list(_concrete(concrete, spec["stride"]) if "stride" in spec else None, nd, 1)
     pad_raw = _concrete(concrete, spec["padding"]) if "padding" in spec else None
     padding: list[int] | str = (
@@ -620,8 +623,6 @@ def _conv(ts: list[_Tensor | None], concrete: Any, name: str) -> Cost:
     out_bytes = x.shape[0] * c_out * math.prod(out_sp) * x.size
     nbytes = x.nbytes + w.nbytes + (bias.nbytes if bias else 0) + out_bytes
     label = f"conv{nd}d{'_transpose' if transposed else ''}: 2*N*Cout*prod(out)*Cin/g*prod(k)"
-    if assumed:
-        label += " (no Concrete Inputs: stride 1, padding 0 assumed)"
     return Cost(flops, nbytes, label, x.dtype, "matrix")
 
 
@@ -914,6 +915,28 @@ def is_autograd_node(name: str) -> bool:
     return "::" not in n and n[:-1].endswith("Backward") and n[-1:].isdigit()
 
 
+# Forward ops whose gradient needs no arithmetic of its own (identity / pass-through).
+_PASSTHROUGH_BACKWARD: Final = frozenset(
+    {
+        "add",
+        "add_",
+        "sub",
+        "sub_",
+        "rsub",
+        "neg",
+        "clone",
+        "copy_",
+        "_to_copy",
+        "contiguous",
+        "to",
+        "dropout",
+        "native_dropout",
+        "fill_",
+        "zero_",
+        "zeros_like",
+        "ones_like",
+    }
+)
 _COST_SCHEMA: Final = {
     "flops": pl.Int64,
     "bytes": pl.Int64,
@@ -969,7 +992,15 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     names = ev.select(pl.col("name").unique())
     node_names = names.filter(node).get_column("name")
     if node_names.len():
-        fwd = out.select(
+        # only forward ops whose backward is real work: a gradient of add / clone / copy is
+        # passed through (or summed over broadcast dims), not recomputed
+        fwd_names = ev.select(
+            pl.col("id").alias("fwd_id"), pl.col("name").alias("f_name")
+        ).with_columns(pl.col("f_name").str.split("::").list.last().str.split(".").list.first())
+        fwd = out.join(fwd_names.rename({"fwd_id": "id"}), on="id", how="left").filter(
+            ~pl.col("f_name").is_in(list(_PASSTHROUGH_BACKWARD))
+        )
+        fwd = fwd.select(
             pl.col("id").alias("fwd_id"),
             pl.col("flops").alias("f_flops"),
             pl.col("bytes").alias("f_bytes"),

@@ -218,7 +218,7 @@ def _metrics(df: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
         },
     )
     bw = spec.mem_bw if spec is not None else None
-    secs = pl.col("time_ns").cast(pl.Float64) / 1e9
+    secs = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns").cast(pl.Float64) / 1e9)
     df = df.join(peak_df, on=["dtype", "roof"], how="left", nulls_equal=True).with_columns(
         (pl.col("flops") / pl.col("bytes")).alias("intensity"),
         (pl.col("flops") / secs / 1e12).alias("achieved_tflops"),
@@ -328,9 +328,18 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
         .with_columns(
             pl.when(pl.col("device_ns").is_not_null())
             .then(pl.lit("device"))
+            .when(pl.lit(has_device))
+            .then(pl.lit("none"))
             .otherwise(pl.lit("host"))
             .alias("time_source"),
-            pl.coalesce("device_ns", "dur_ns").alias("time_ns"),
+            # on a device profile an op without kernels did no device work (a no-op, a
+            # pass-through, or host tensors): its host time says nothing about throughput
+            pl.when(pl.col("device_ns").is_not_null())
+            .then(pl.col("device_ns"))
+            .when(pl.lit(has_device))
+            .then(None)
+            .otherwise(pl.col("dur_ns"))
+            .alias("time_ns"),
             pl.col("kernels").fill_null(0),
             pl.lit(1, dtype=pl.UInt32).alias("calls"),
         )
@@ -350,7 +359,10 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
         .then(pl.col("torch_flops").sum())
         .otherwise(None)
         .alias("torch_flops"),
-        pl.col("time_ns").sum().alias("time_ns"),
+        pl.when(pl.col("time_ns").is_not_null().any())
+        .then(pl.col("time_ns").sum())
+        .otherwise(None)
+        .alias("time_ns"),
         pl.col("kernels").sum().alias("kernels"),
         pl.col("formula").first(),
         pl.col("dtype").first(),
