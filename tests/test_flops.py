@@ -297,3 +297,19 @@ def test_memory_bound_families_by_hand() -> None:
     # eval-mode dropout does no work
     assert cost("aten::dropout", "[[8,8],[],[]]", '["float","Scalar","Scalar"]',
                 '["","0.1","False"]').flops is None  # fmt: skip
+
+
+def test_pass_through_backward_nodes_are_not_costed() -> None:
+    ev = pl.DataFrame(
+        {
+            "id": [0, 1, 2, 3],
+            "name": ["aten::add", "AddBackward0", "aten::gelu", "GeluBackward0"],
+            "input_dims": ["[[4,4],[4,4],[]]", "[[4,4]]", "[[4,4],[]]", "[[4,4]]"],
+            "input_types": ['["float","float","Scalar"]', '["float"]', '["float",""]',
+                            '["float"]'],
+            "fwd_id": [None, 0, None, 2],
+        },
+        schema_overrides={"fwd_id": pl.Int64},
+    )  # fmt: skip
+    out = op_costs(ev).sort("id")
+    assert out.get_column("flops").to_list() == [16, None, 8 * 16, 2 * 8 * 16]

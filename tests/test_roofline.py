@@ -217,3 +217,18 @@ def test_training_step_backward_costs_from_the_ops_it_runs(tmp_path: Path) -> No
     # the autograd nodes above them are not counted again
     names = g.get_column("name").to_list()
     assert not any("ConvolutionBackward0" in n or "AddmmBackward0" in n for n in names)
+
+
+def test_ops_without_kernels_on_a_device_profile_have_no_rates() -> None:
+    p = _profile([300_000])
+    extra = pl.DataFrame(
+        {"id": [500], "kind": ["cpu_op"], "name": ["aten::mul"], "depth": [0],
+         "ts_ns": [5_000_000], "dur_ns": [2_000], "input_dims": ["[[8,8],[8,8]]"],
+         "input_types": ['["float","float"]']}
+    )  # fmt: skip
+    p = p.with_tables(events=pl.concat([p.events, extra], how="diagonal_relaxed"))
+    res = roofline(p, Options())
+    mul = res.groups.filter(pl.col("name") == "aten::mul").row(0, named=True)
+    assert mul["flops"] == 64 and mul["time_ns"] is None
+    assert mul["achieved_tflops"] is None and mul["pct_of_peak"] is None
+    assert res.calls.filter(pl.col("name") == "aten::mul").get_column("time_source")[0] == "none"
