@@ -282,13 +282,18 @@ class LaunchBound:
 
 
 def _idle_ns(profile: Profile) -> float:
-    """Time inside the kernels' span (per rank and device) when no kernel runs on any stream."""
-    k = profile.kernels.select("rank", "device", "ts_ns", "dur_ns").drop_nulls(["ts_ns"])
+    """Time between kernels when none runs on any stream (per rank and device), counted only
+    inside steps when the kernels carry their step (gaps between steps are not the step's)."""
+    k = profile.kernels.select("rank", "device", "step", "ts_ns", "dur_ns").drop_nulls(["ts_ns"])
     if k.height == 0:
         return 0.0
+    by = ["rank", "device"]
+    if k.get_column("step").drop_nulls().len():
+        k = k.filter(pl.col("step").is_not_null())
+        by.append("step")
     k = k.with_columns(pl.col("device").fill_null(0), end=pl.col("ts_ns") + pl.col("dur_ns"))
-    k = k.sort("rank", "device", "ts_ns").with_columns(
-        pl.col("end").cum_max().shift(1).over("rank", "device").alias("prev_end")
+    k = k.sort([*by, "ts_ns"]).with_columns(
+        pl.col("end").cum_max().shift(1).over(by).alias("prev_end")
     )
     gaps = k.select(
         (pl.col("ts_ns") - pl.col("prev_end")).clip(lower_bound=0).fill_null(0).sum()
@@ -303,7 +308,8 @@ class DeviceIdle:
     doc = (
         "Time inside a step when no kernel runs on any stream of the device is time the "
         "device waits for the host (Python, data, syncs, launches). The rule sums the gaps "
-        "between kernels (union of all streams, per device) and fires when they are ≥ "
+        "between kernels (union of all streams, per device, within each step when kernels "
+        "carry their step) and fires when they are ≥ "
         f"{IDLE_MIN_PCT:g}% of step time. Saving: the idle time (an upper bound: some host "
         "work cannot be overlapped). Fix: overlap the host work (prefetch data, avoid syncs, "
         "`torch.compile`, CUDA graphs); see the launch-bound and host-sync findings for the "
