@@ -152,3 +152,32 @@ def test_alexnet_a100_bounds() -> None:
         assert s["path_ns"] >= longest_stream * 1000 - 1000
         checked += 1
     assert checked >= 1
+
+
+def test_ascend_step_bounds_against_step_trace_time() -> None:
+    import csv
+
+    root = shared_trace("ascend/alexnet_ddp_910b/level1_rank0_ascend_pt")
+    ascend = pytest.importorskip("opscope.ingest.ascend")
+    res = critical_path(ascend.read_ascend(root, cache=False), Options())
+    out = root / "ASCEND_PROFILER_OUTPUT"
+    with (out / "step_trace_time.csv").open(newline="") as f:
+        steps = {int(r["Step"]): r for r in csv.DictReader(f)}
+    # compute kernels of each step from kernel_details.csv, summed per stream
+    busy: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    with (out / "kernel_details.csv").open(newline="") as f:
+        for r in csv.DictReader(f):
+            busy[int(r["Step Id"])][r["Stream ID"]] += float(r["Duration(us)"])
+    checked = 0
+    for s in res.steps.iter_rows(named=True):
+        if s["step"] not in steps:
+            continue
+        st = steps[s["step"]]
+        # the whole step is at least its computing + non-overlapped communication + free time
+        step_us = (
+            float(st["Computing"]) + float(st["Communication(Not Overlapped)"]) + float(st["Free"])
+        )
+        assert s["path_ns"] <= step_us * 1000 * 1.01
+        assert s["path_ns"] >= max(busy[s["step"]].values()) * 1000 * 0.99
+        checked += 1
+    assert checked == len(steps)

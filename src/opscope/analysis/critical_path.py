@@ -30,20 +30,14 @@ import polars as pl
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
 
-SYNC_CALLS: Final = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "cudaStreamWaitEvent",
-    "hipDeviceSynchronize",
-    "hipStreamSynchronize",
-    "hipEventSynchronize",
-    "aclrtSynchronizeStream",
-    "aclrtSynchronizeDevice",
-    "aclrtSynchronizeEvent",
+# Host calls that block until device work is done (Ascend names carry an "AscendCL@" prefix and
+# may end in "WithTimeout"). cudaStreamWaitEvent is not one: it makes a stream wait, not the host.
+SYNC_PATTERN: Final = (
+    r"(?:^|@)(?:(?:cuda|hip)(?:Device|Stream|Event)Synchronize"
+    r"|aclrtSynchronize(?:Stream|Device|Event)\w*"
+    r"|(?:cudaMemcpy|hipMemcpy|aclrtMemcpy))$"
 )
-_BLOCKING_COPIES: Final = ("cudaMemcpy", "hipMemcpy", "aclrtMemcpy")  # not the *Async forms
-_DEVICE_KINDS: Final = ("kernel", "memcpy", "memset")
+_DEVICE_KINDS: Final = ("kernel", "memcpy", "memset", "communication")
 
 
 @dataclass(frozen=True)
@@ -114,7 +108,7 @@ def _nodes(profile: Profile) -> pl.DataFrame:
         pl.coalesce("prev_end", "step_ts", "ts_ns").alias("start_ns")
     )
     rt = rt.with_columns(pl.min_horizontal("start_ns", "ts_ns").alias("start_ns"))
-    sync = pl.col("name").is_in(list(SYNC_CALLS)) | pl.col("name").is_in(list(_BLOCKING_COPIES))
+    sync = pl.col("name").str.contains(SYNC_PATTERN)
     host = rt.select(
         "rank", "step", "id", pl.lit("host").alias("lane_kind"),
         pl.col("tid").alias("lane"), "start_ns", "end_ns", "op_id", "name",
@@ -136,8 +130,8 @@ def _nodes(profile: Profile) -> pl.DataFrame:
     )  # fmt: skip
     dev = ev.filter(pl.col("kind").is_in(list(_DEVICE_KINDS))).select(
         "rank", "step", "id", pl.lit("device").alias("lane_kind"),
-        (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000 + pl.col("stream").fill_null(
-            pl.col("tid"))).alias("lane"),
+        (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000
+         + pl.coalesce("stream", "tid", pl.lit(-1, dtype=pl.Int64))).alias("lane"),
         pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
         "op_id", "name", pl.lit(False).alias("is_sync"),
     )  # fmt: skip
