@@ -108,8 +108,9 @@ class Churn:
         "that allocates many times its peak memory in many small requests is spending time "
         "on temporaries. The rule fires when the bytes allocated per step are ≥ "
         f"{CHURN_RATIO:g}× the step's working set (its allocated peak above the memory "
-        f"allocated when it starts), at least 1 MiB, and there are ≥ {CHURN_MIN_ALLOCS} allocations "
-        "per step. Saving: not estimated (allocator calls are not timed in the trace); "
+        "allocated when it starts), at least 1 MiB, and there are ≥ "
+        f"{CHURN_MIN_ALLOCS} allocations per step. Saving: not estimated (allocator calls "
+        "are not timed in the trace); "
         "figures give the counts. Fix: in-place ops (`add_`, `out=`), preallocated buffers, "
         "fusing elementwise chains (`torch.compile`)."
     )
