@@ -28,10 +28,12 @@ LINEAR_OPS = ("aten::linear", "aten::addmm", "aten::matmul", "aten::mm")
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 BMM_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm")
 # The ops between QKᵀ and softmax, and softmax and ·V, that SDPA also absorbs (scale, mask,
-# dropout): the window searched on each side of the softmax.
+# dropout): the window searched on each side of the softmax (the ops of the textbook
+# formulation: scale, mask, dropout, plus one).
 ATTN_WINDOW = 4
 # A per-parameter optimizer loop: at least this many per-tensor update ops in one
-# Optimizer.step and no foreach/fused op (torch's own foreach path issues one op per kind).
+# Optimizer.step and no foreach/fused op (torch's own foreach path issues one op per kind;
+# opscope's heuristic: a loop over at least a few parameters).
 FOREACH_MIN_OPS = 8
 OPT_PREFIX = "Optimizer.step#"
 RMSNORM_SEQ = ("aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul")

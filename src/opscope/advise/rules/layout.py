@@ -21,7 +21,8 @@ VIEW_OPS = ("aten::t", "aten::transpose", "aten::permute", "aten::numpy_T", "ate
 # and copy kernels).
 COPY_KERNELS = r"(?i)transdata|transpose|asstrided|contiguous|copy_kernel|elementwise_copy"
 MATMUL_KERNELS = r"(?i)matmul|gemm|sgemm|hgemm|cutlass|ampere_.*_(nn|nt|tn|tt)"
-# How many following sibling ops may separate a transposed view from the matmul it feeds.
+# How many following sibling ops may separate a transposed view from the matmul it feeds
+# (`x @ w.t()` issues t then matmul; one more for a reshape in between).
 VIEW_LOOKAHEAD = 2
 
 

@@ -23,7 +23,8 @@ FRAG_MIN_BYTES = 64 * MiB
 CHURN_RATIO = 20.0
 CHURN_MIN_ALLOCS = 1000
 CHURN_MIN_BYTES = 1 * MiB  # per step: tiny scalar wrappers are not worth a finding
-# Kept alive: allocated memory at the end of each step grows by ≥ this much every step.
+# Kept alive: allocated memory at the end of each step grows by ≥ this much every step
+# (opscope's heuristic: above allocator rounding noise).
 GROWTH_MIN_BYTES = 1 * MiB
 
 

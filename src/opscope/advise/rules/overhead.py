@@ -23,8 +23,8 @@ LAUNCH_MIN_KERNELS = 100
 # dispatcher + Python binding cost a few µs per op on a CPU; PyTorch's own "overhead-bound"
 # guidance in the performance tuning guide).
 DISPATCH_US = 20.0
-DISPATCH_MIN_OPS = 200  # per step
-DISPATCH_MIN_SHARE = 0.3  # of step time
+DISPATCH_MIN_OPS = 200  # per step (opscope's heuristic)
+DISPATCH_MIN_SHARE = 0.3  # of step time (opscope's heuristic)
 SYNC_OPS = (
     "aten::item",
     "aten::_local_scalar_dense",
@@ -35,9 +35,11 @@ SYNC_OPS = (
 )
 SYNC_RUNTIME = r"(?i)(cuda|hip)(Stream|Device|Event)Synchronize|aclrtSynchronize"
 DATALOADER = r"^enumerate\(DataLoader\)"
-# Data-loader time at least this share of the step is a stall worth fixing.
+# Data-loader time at least this share of the step is a stall worth fixing (opscope's
+# heuristic, the same order as HTA's idle-time breakdown flags; no vendor figure exists).
 DATALOADER_MIN_PCT = 10.0
-# Device idle (no kernel on any stream) at least this share of the step.
+# Device idle (no kernel on any stream) at least this share of the step (opscope's heuristic:
+# a fifth of the step is well above launch gaps of a healthy compute-bound step).
 IDLE_MIN_PCT = 20.0
 RECOMPILE = r"(?i)aclopCompile|opCompile|TorchDynamo.*recompil|CompileFunction"
 FLOAT64_TYPES = ("float64",)
