@@ -194,8 +194,13 @@ def _with_direct_descendant(ops: pl.DataFrame, direct: pl.Series) -> pl.Series:
     )
 
 
-def _metrics(df: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
-    """Add intensity, achieved rates, % of peak and bound to rows with flops/bytes/time_ns."""
+def _metrics(
+    df: pl.DataFrame, spec: DeviceSpec | None, rate_flops: str = "flops", rate_bytes: str = "bytes"
+) -> pl.DataFrame:
+    """Add intensity, achieved rates, % of peak and bound to rows with flops/bytes/time_ns.
+
+    Rates divide ``rate_flops`` / ``rate_bytes`` (the work of the timed calls) by ``time_ns``.
+    """
     peaks = []
     if spec is not None:
         for dt, roof in df.select("dtype", "roof").unique().iter_rows():
@@ -221,8 +226,8 @@ def _metrics(df: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
     secs = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns").cast(pl.Float64) / 1e9)
     df = df.join(peak_df, on=["dtype", "roof"], how="left", nulls_equal=True).with_columns(
         (pl.col("flops") / pl.col("bytes")).alias("intensity"),
-        (pl.col("flops") / secs / 1e12).alias("achieved_tflops"),
-        (pl.col("bytes") / secs / 1e9).alias("achieved_gbps"),
+        (pl.col(rate_flops) / secs / 1e12).alias("achieved_tflops"),
+        (pl.col(rate_bytes) / secs / 1e9).alias("achieved_gbps"),
         pl.lit(bw, dtype=pl.Float64).alias("peak_bw"),
     )
     # fp32 matmul/conv beyond the fp32 roof ran on TF32 tensor cores (cuDNN's default for
@@ -368,8 +373,10 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
         pl.col("dtype").first(),
         pl.col("roof").first(),
         pl.col("time_source").first(),
+        pl.col("flops").filter(pl.col("time_ns").is_not_null()).sum().alias("_flops_t"),
+        pl.col("bytes").filter(pl.col("time_ns").is_not_null()).sum().alias("_bytes_t"),
     )
-    groups = _metrics(groups.with_columns(pl.col("flops"), pl.col("bytes")), spec)
+    groups = _metrics(groups, spec, "_flops_t", "_bytes_t").drop("_flops_t", "_bytes_t")
     pmu = _pmu(profile, kern.with_columns(pl.col("owner")), "owner")
     if pmu is not None:
         per_group = (
