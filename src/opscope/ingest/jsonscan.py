@@ -248,9 +248,13 @@ def _int_series(name: str, vals: list[Any]) -> pl.Series:
         )
 
 
-def _build(evs: list[Event]) -> pl.DataFrame:
-    """Columns of a chunk of events: one C-level attribute sweep per struct type, then a transpose;
-    no Python code runs per event."""
+_KEY_BYTES = {f.name: b'"' + f.encode_name.encode() + b'"' for f in msgspec.structs.fields(Args)}
+
+
+def _build(evs: list[Event], text: bytes | None = None) -> pl.DataFrame:
+    """Columns of a chunk of events: one C-level attribute sweep per field (``map`` over an
+    ``attrgetter``), no Python code per event. An args key whose quoted name does not occur in the
+    chunk's ``text`` is all null there, and its sweep is skipped."""
     n = len(evs)
     top = [list(map(g, evs)) for g in _EVENT_GETTERS]
     args = top[-1]
@@ -268,6 +272,14 @@ def _build(evs: list[Event]) -> pl.DataFrame:
         else:
             cols[key] = pl.Series(key, vals, dtype=pl.String)
     for name, getter in zip(ARG_COLUMNS, _ARG_GETTERS, strict=True):
+        if text is not None and _KEY_BYTES[name] not in text:
+            dtype0: type[pl.DataType] = pl.Int64
+            if name in _RAW_ARGS or name in _STR_ARGS:
+                dtype0 = pl.String
+            elif name in _FLOATS:
+                dtype0 = pl.Float64
+            cols[name] = pl.Series(name, [], dtype0).extend_constant(None, n)
+            continue
         vals = list(map(getter, args))
         if name in _RAW_ARGS:
             if vals.count(_NO_RAW) == n:
@@ -368,7 +380,7 @@ def scan_array(
             if not piece.strip():
                 continue
             evs = _list_decoder.decode(b"[" + piece + b"]")
-            out.frames.append(_build(evs))
+            out.frames.append(_build(evs, piece))
             out.n_events += len(evs)
             del evs
             if progress is not None:

@@ -257,9 +257,10 @@ def enclosing(
     pts = points.select(
         pl.col("rank").fill_null(0), pl.col("pid"), pl.col("tid"), pl.col("ts_ns")
     ).with_row_index("i")
-    for (rank, pid, tid), grp in pts.group_by(["rank", "pid", "tid"]):
-        sel = ev.filter((pl.col("rank") == rank) & (pl.col("pid") == pid) & (pl.col("tid") == tid))
-        if sel.height == 0:
+    tracks = ev.partition_by(["rank", "pid", "tid"], as_dict=True, maintain_order=True)
+    for key, grp in pts.group_by(["rank", "pid", "tid"]):
+        sel = tracks.get(tuple(key))
+        if sel is None or sel.height == 0:
             continue
         gts = _np(sel.get_column("ts_ns"))
         gid = _np(sel.get_column("id"))
