@@ -208,3 +208,27 @@ def test_findings_sorted_by_saving_and_json_keys(traces: Any) -> None:
             "fix",
             "verified_speedup",
         ]
+
+
+def test_backward_matmuls_are_charged_to_the_forward_line(traces: Any) -> None:
+    found, path = _run(traces, "shape-alignment", fixed=False)
+    (f,) = found.by_rule("shape-alignment")
+    # forward addmm [64,256]x[256,1000] and the backward mm that carries the 1000 dim
+    calls = [
+        e
+        for e in _raw(path)
+        if e["name"] in ("aten::addmm", "aten::mm")
+        and any(1000 in d for d in e["args"].get("Input Dims", []) if isinstance(d, list))
+    ]
+    engine = [e for e in _raw(path) if e["name"].startswith("autograd::engine::evaluate_function")]
+    backward = [
+        e
+        for e in calls
+        if any(
+            g["tid"] == e["tid"]
+            and float(g["ts"]) <= float(e["ts"]) <= float(g["ts"]) + float(g["dur"])
+            for g in engine
+        )
+    ]
+    assert len(backward) == STEPS  # the weight grad (x needs no grad)
+    assert f.evidence["calls"] == len(calls) == 2 * STEPS
