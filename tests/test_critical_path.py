@@ -181,3 +181,13 @@ def test_ascend_step_bounds_against_step_trace_time() -> None:
         assert s["path_ns"] >= max(busy[s["step"]].values()) * 1000 * 0.99
         checked += 1
     assert checked == len(steps)
+
+
+def test_empty_profile_gives_empty_results() -> None:
+    from opscope.analysis.occupancy import utilisation
+    from opscope.analysis.roofline import roofline
+
+    p = Profile()
+    assert critical_path(p, Options()).steps.height == 0
+    assert roofline(p, Options()).to_json() == []
+    assert utilisation(p, Options()).kernels.height == 0
