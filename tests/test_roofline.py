@@ -232,3 +232,13 @@ def test_ops_without_kernels_on_a_device_profile_have_no_rates() -> None:
     assert mul["flops"] == 64 and mul["time_ns"] is None
     assert mul["achieved_tflops"] is None and mul["pct_of_peak"] is None
     assert res.calls.filter(pl.col("name") == "aten::mul").get_column("time_source")[0] == "none"
+
+
+def test_device_name_option_overrides_the_profile() -> None:
+    p = _profile([30_000, 10_000])
+    h100 = roofline(p, Options()).groups.row(0, named=True)
+    a100 = roofline(p, Options(device_name="NVIDIA A100-SXM4-80GB"))
+    assert "A100 SXM4 80GB" in a100.peaks_note
+    g = a100.groups.row(0, named=True)
+    # same work and time, held against 312 instead of 989.5 bf16 TFLOP/s
+    assert g["pct_of_peak"] == pytest.approx(h100["pct_of_peak"] * 989.5 / 312)
