@@ -1,0 +1,54 @@
+"""``opscope view PATH``: the timeline viewer, a local web app on 127.0.0.1."""
+
+from __future__ import annotations
+
+import webbrowser
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from opscope.cli.output import console, err_console
+from opscope.errors import OpscopeError
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``view`` command."""
+
+    @app.command("view")
+    def view_cmd(
+        path: Annotated[Path, typer.Argument(help="Trace file or profile directory.")],
+        port: Annotated[
+            int, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")
+        ] = 0,
+        no_browser: Annotated[
+            bool, typer.Option("--no-browser", help="Print the address; do not open a browser.")
+        ] = False,
+        overlays: Annotated[
+            bool,
+            typer.Option("--overlays/--no-overlays", help="Run the analyses for the overlay list."),
+        ] = True,
+    ) -> None:
+        """Open a profile in the timeline viewer (search, flows, call stacks, overlays)."""
+        from opscope.ingest import load
+        from opscope.report.viewer import make_server
+
+        if not 0 <= port <= 65535:
+            raise OpscopeError(f"port {port} is out of range", path)
+        profile = load(path)
+        try:
+            server = make_server(profile, port, overlays=overlays)
+        except OSError as e:
+            raise OpscopeError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}", path) from e
+        console.print(f"opscope viewer: {server.url}  (Ctrl+C to stop)", highlight=False)
+        if not no_browser:
+            try:
+                webbrowser.open(server.url)
+            except webbrowser.Error:
+                err_console.print("could not open a browser; open the address above")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
