@@ -232,3 +232,21 @@ def test_backward_matmuls_are_charged_to_the_forward_line(traces: Any) -> None:
     ]
     assert len(backward) == STEPS  # the weight grad (x needs no grad)
     assert f.evidence["calls"] == len(calls) == 2 * STEPS
+
+
+def test_attention_saving_is_scale_and_softmax_time(traces: Any) -> None:
+    found, path = _run(traces, "fusion-attention", fixed=False)
+    (f,) = found.by_rule("fusion-attention")
+    # forward ops (they carry a sequence number) between the two matmuls: the scale and softmax
+    mid = [
+        e
+        for e in _raw(path)
+        if "Sequence number" in e["args"]
+        and (
+            (e["name"] == "aten::mul" and e["args"]["Input Dims"] == [[4, 4, 32, 32], []])
+            or e["name"] == "aten::softmax"
+        )
+    ]
+    assert len(mid) == 2 * STEPS
+    assert f.saving_us == pytest.approx(sum(float(e["dur"]) for e in mid) / STEPS, abs=0.01)
+    assert f.evidence["bench"]["shape"] == [4, 4, 32, 16]

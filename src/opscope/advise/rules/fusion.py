@@ -227,22 +227,36 @@ class Attention:
         s = _seq(profile)
         if s.height == 0:
             return []
-        sm = s.filter(pl.col("name").is_in(SOFTMAX_OPS))
+        g = ["rank", "tid"]
+        w = range(1, ATTN_WINDOW + 1)
+        is_mm = pl.col("name").is_in(BMM_OPS)
+        cost_e = pl.col("cost_ns").fill_null(0)
+        # Distance to the nearest batched matmul before / after each op, and the cost of the
+        # ops in between, all from shifted columns (no per-call scan of the op sequence).
+        sh = s.with_columns(
+            pl.min_horizontal([pl.when(is_mm.shift(k).over(g)).then(k) for k in w]).alias(
+                "mm_before"
+            ),
+            pl.min_horizontal([pl.when(is_mm.shift(-k).over(g)).then(k) for k in w]).alias(
+                "mm_after"
+            ),
+            *[cost_e.shift(k).over(g).alias(f"cb{k}") for k in w],
+            *[cost_e.shift(-k).over(g).alias(f"ca{k}") for k in w],
+            *[pl.col("input_dims").shift(-k).over(g).alias(f"da{k}") for k in w],
+        )
+        sm = sh.filter(
+            pl.col("name").is_in(SOFTMAX_OPS)
+            & pl.col("mm_before").is_not_null()
+            & pl.col("mm_after").is_not_null()
+        )
         keep: list[tuple[dict[str, Any], float, str]] = []
-        for r in sm.iter_rows(named=True):  # per softmax call
-            win = s.filter(
-                (pl.col("rank") == r["rank"])
-                & (pl.col("tid") == r["tid"])
-                & (pl.col("pos") - r["pos"]).abs().le(ATTN_WINDOW)
+        for r in sm.iter_rows(named=True):  # flagged softmax calls only
+            between = (
+                (r["cost_ns"] or 0)
+                + sum(r[f"cb{k}"] or 0 for k in range(1, r["mm_before"]))
+                + sum(r[f"ca{k}"] or 0 for k in range(1, r["mm_after"]))
             )
-            before = win.filter((pl.col("pos") < r["pos"]) & pl.col("name").is_in(BMM_OPS))
-            after = win.filter((pl.col("pos") > r["pos"]) & pl.col("name").is_in(BMM_OPS))
-            if before.height and after.height:
-                lo = int(before.get_column("pos").max())  # type: ignore[arg-type]
-                hi = int(after.get_column("pos").min())  # type: ignore[arg-type]
-                mid = win.filter((pl.col("pos") > lo) & (pl.col("pos") < hi))
-                q = after.get_column("input_dims").to_list()[0]
-                keep.append((r, float(mid.get_column("cost_ns").fill_null(0).sum()), q))
+            keep.append((r, float(between), r[f"da{r['mm_after']}"]))
         if not keep:
             return []
         steps = c.step_info(profile)
