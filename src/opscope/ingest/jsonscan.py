@@ -427,13 +427,16 @@ def float_us_to_ns(us: pl.Expr) -> pl.Expr:
     return (whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round(0).cast(pl.Int64)).alias("ns")
 
 
-def needs_exact_times(ts: pl.Series) -> bool:
-    """True when some timestamp has a fraction and exceeds what float64 resolves to the ns."""
-    big = ts.abs() >= EXACT_FLOAT_US
-    if not big.any():
+_BIG_FRACTION = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d*[1-9]')
+
+
+def needs_exact_times(ts: pl.Series, data: bytes, start: int, end: int) -> bool:
+    """True when some timestamp is too large for float64 to hold its ns digits and is written with
+    a fraction (the float value itself cannot tell: its fraction may have rounded away)."""
+    big = ts.abs().max()
+    if big is None or float(big) < EXACT_FLOAT_US:  # type: ignore[arg-type]
         return False
-    frac = (ts - ts.floor()) != 0
-    return bool((big & frac).any())
+    return _BIG_FRACTION.search(data, start, end) is not None
 
 
 def ns_array(values: pl.Series) -> np.ndarray[Any, np.dtype[np.int64]]:

@@ -206,8 +206,10 @@ def parse_bytes(
             raise InputError(f"not valid JSON{where} ({e})", path) from None
     raw = cols.frame()
     exact = None
-    if jsonscan.needs_exact_times(raw.get_column("ts")):
+    if jsonscan.needs_exact_times(raw.get_column("ts"), data, start, end):
         exact = jsonscan.exact_times(data, start, end)
+        if exact[0].len() != raw.height:  # the lenient path dropped events: keep float times
+            exact = None
     del data
     prof = build_profile(raw, cols.counters, header, path, oddities, exact=exact, rank=rank)
     if salvaged is not None:
