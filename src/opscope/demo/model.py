@@ -72,7 +72,8 @@ class VisionModel(nn.Module):
         for i in range(DEPTH - 1):
             x = torch.relu(getattr(self, f"linear_{i}")(x))
         x = self.linear_11(x)
-        return self.head(torch.relu(x))
+        out: torch.Tensor = self.head(torch.relu(x))
+        return out
 
 
 class FusedLinear(nn.Module):
@@ -104,7 +105,8 @@ class FixedVisionModel(nn.Module):
         for i in range(DEPTH - 1):
             x = torch.relu(getattr(self, f"linear_{i}")(x))
         x = self.linear_11(x)
-        return self.head(torch.relu(x))[:, :CLASSES]
+        out: torch.Tensor = self.head(torch.relu(x))
+        return out[:, :CLASSES]
 
 
 def make_batch(batch: int, device: Any, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
