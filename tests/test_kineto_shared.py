@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -46,6 +47,12 @@ CAT = {
 }
 
 
+@functools.cache
+def _parsed(path: Path) -> Any:
+    return parse_kineto(path)
+
+
+@functools.cache
 def _ref(path: Path) -> dict[str, Any]:
     doc = json.loads(gzip.decompress(path.read_bytes()))
     evs = doc["traceEvents"]
@@ -101,7 +108,7 @@ def _ref(path: Path) -> dict[str, Any]:
 def test_shared_trace_counts_match_stdlib(rel: str) -> None:
     path = shared_trace(rel)
     ref = _ref(path)
-    prof = parse_kineto(path)
+    prof = _parsed(path)
     ev = prof.events
     got = dict(ev.group_by("kind").len().iter_rows())
     assert {k: int(v) for k, v in got.items()} == ref["kinds"]
@@ -130,7 +137,7 @@ def test_shared_trace_counts_match_stdlib(rel: str) -> None:
 def test_2021_schema_string_tids_and_external_id() -> None:
     path = shared_trace("gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz")
     doc = json.loads(gzip.decompress(path.read_bytes()))
-    prof = parse_kineto(path)
+    prof = _parsed(path)
     ev = prof.events
     kernels = ev.filter(pl.col("kind") == "kernel")
     # "stream 7" -> 7
@@ -194,7 +201,7 @@ def test_rows_equal_a_stdlib_decode(rel: str) -> None:
                 a.get("Sequence number"),
             )
         )
-    ev = parse_kineto(path).events
+    ev = _parsed(path).events
     got = ev.select(
         "name", "ts_ns", "dur_ns", "pid", "tid", "correlation", "external_id", "seq"
     ).rows()
