@@ -1,0 +1,292 @@
+"""Anomalies: calls far slower than their own group, and shapes far below their op's efficiency.
+
+**Slow calls.** Calls are grouped by (name, input shapes, dtypes): kernels (with their launching
+op's shapes) when the profile has device work, host ops otherwise. Within a group of at least
+:data:`MIN_CALLS`, a call is an outlier when it is all of
+
+- above ``median + Z * spread`` (:data:`Z`), with ``spread = max(1.4826 * MAD,
+  MIN_REL_SPREAD * median)`` so that a group of identical durations (MAD 0) does not flag noise;
+- at least :data:`MIN_RATIO` times the median (the minimum effect size);
+- at least :data:`MIN_EXCESS_NS` longer than the median (below that nobody can act on it).
+
+A host op whose excess is mostly (≥ half) the excess of outlier ops nested in it is not reported
+itself: the nested one is the cause. A group is reported only when its outliers are unlikely
+under the rate of outliers in the *other* groups (binomial tail < :data:`ALPHA`): on a real
+machine a preempted thread makes an isolated call slow anywhere, and that background rate must not
+read as an anomaly; on a profile with no outliers elsewhere, any outlier is reported.
+
+**Inefficient shapes.** Per op name, each (shapes, dtypes) group's achieved rate (FLOP/s, else
+bytes/s, from :func:`opscope.analysis.flops.op_costs`, else the trace's ``flops``) is compared with
+the best rate of the op's other shapes that are no larger (fewer FLOPs or bytes per call): a
+larger shape running :data:`EFF_RATIO` times slower per FLOP than a smaller one is anomalous; a
+small shape running slowly is just latency. Groups whose calls average under
+:data:`MIN_EFF_DUR_NS` are not judged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from opscope.analysis.hotspots import (
+    DEVICE_WORK,
+    ancestor_pairs,
+    markdown_table,
+    op_times,
+    rows,
+)
+from opscope.analysis.registry import Options, Result, analysis
+from opscope.model import Profile
+
+#: Robust z-score above which a call is far outside its group (5 MADs: ~1e-6 for a normal).
+Z = 5.0
+#: The minimum effect size: an outlier takes at least this multiple of the group's median.
+MIN_RATIO = 2.0
+#: Floor of the spread, relative to the median, so identical durations (MAD 0) need a real jump.
+MIN_REL_SPREAD = 0.05
+#: Below this excess over the median (10 µs) a slow call is not worth anyone's time.
+MIN_EXCESS_NS = 10_000
+#: A median and MAD need a few calls to mean anything.
+MIN_CALLS = 3
+#: Significance of a group's outlier count against the background rate of the other groups.
+ALPHA = 1e-3
+#: A shape is inefficient when its rate is below this fraction of a no-larger shape's (5x slower).
+EFF_RATIO = 0.2
+#: Shapes whose calls average under 20 µs are latency-bound; their rate says nothing.
+MIN_EFF_DUR_NS = 20_000
+
+_GROUP = ["what", "name", "input_dims", "input_types"]
+
+
+@dataclass(frozen=True)
+class Anomalies(Result):
+    """``groups``: one row per anomalous group; ``calls``: its outlier calls (``event_id``);
+    ``efficiency``: shapes far below the efficiency of their op's other shapes."""
+
+    groups: pl.DataFrame
+    calls: pl.DataFrame
+    efficiency: pl.DataFrame
+    top: int = 20
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """One dict per anomalous group: name, input_shapes, calls, outlier_calls, median_us,
+        outlier_median_us, steps (plus kind, input_types, ts_us of the outliers); then the
+        inefficient shapes with ``"kind": "efficiency"``."""
+        out = rows(self.groups, self.top)
+        for r in rows(self.efficiency, self.top):
+            out.append({"kind": "efficiency", **r})
+        return out
+
+    def to_markdown(self) -> str:
+        """The anomalous groups and shapes as Markdown tables."""
+        if not self.groups.height and not self.efficiency.height:
+            return "## Anomalies\n\nNone found.\n"
+        parts = ["## Anomalies", ""]
+        if self.groups.height:
+            parts += [markdown_table(self.groups.drop("ts_ns"), self.top), ""]
+        if self.efficiency.height:
+            parts += ["### Inefficient shapes", "", markdown_table(self.efficiency, self.top), ""]
+        return "\n".join(parts)
+
+
+def _binom_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    below = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k))
+    return max(0.0, 1.0 - below)
+
+
+def _calls(profile: Profile) -> pl.DataFrame:
+    """The calls judged: id, what, name, input_dims, input_types, step, ts_ns, dur_ns."""
+    ev = profile.events
+    if profile.has_device:
+        ops = ev.filter(pl.col("kind") == "cpu_op").select(
+            pl.col("id").alias("op_id"), "input_dims", "input_types"
+        )
+        return (
+            ev.filter(pl.col("kind").is_in(DEVICE_WORK))
+            .select("id", "name", "op_id", "step", "ts_ns", "dur_ns")
+            .join(ops, on="op_id", how="left")
+            .with_columns(pl.lit("kernel").alias("what"))
+            .drop("op_id")
+        )
+    return ev.filter(pl.col("kind") == "cpu_op").select(
+        "id",
+        pl.lit("op").alias("what"),
+        "name",
+        "input_dims",
+        "input_types",
+        "step",
+        "ts_ns",
+        "dur_ns",
+    )
+
+
+def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(groups, calls) of significant slow outliers, as described in the module doc."""
+    c = _calls(profile)
+    stats = (
+        c.group_by(_GROUP)
+        .agg(
+            pl.len().alias("n"),
+            pl.col("dur_ns").median().alias("med"),
+            (pl.col("dur_ns") - pl.col("dur_ns").median()).abs().median().alias("mad"),
+        )
+        .filter(pl.col("n") >= MIN_CALLS)
+    )
+    j = c.join(stats, on=_GROUP, nulls_equal=True)
+    spread = pl.max_horizontal(1.4826 * pl.col("mad"), MIN_REL_SPREAD * pl.col("med"))
+    out = j.filter(
+        (pl.col("dur_ns") > pl.col("med") + Z * spread)
+        & (pl.col("dur_ns") >= MIN_RATIO * pl.col("med"))
+        & (pl.col("dur_ns") - pl.col("med") >= MIN_EXCESS_NS)
+    ).with_columns((pl.col("dur_ns") - pl.col("med")).alias("excess"))
+    if out.height and not profile.has_device:
+        # Drop outliers explained by a nested outlier.
+        host = profile.events.filter(pl.col("kind") != "kernel")
+        pairs = ancestor_pairs(host)
+        inner = (
+            pairs.join(out.select("id", "excess"), on="id")
+            .join(out.select(pl.col("id").alias("anc_id")), on="anc_id")
+            .group_by("anc_id")
+            .agg(pl.col("excess").sum().alias("inner"))
+        )
+        out = (
+            out.join(inner.rename({"anc_id": "id"}), on="id", how="left")
+            .filter(pl.col("inner").fill_null(0) < 0.5 * pl.col("excess"))
+            .drop("inner")
+        )
+    counts = out.group_by(_GROUP).agg(pl.len().alias("k"))
+    g = stats.join(counts, on=_GROUP, how="left", nulls_equal=True).with_columns(
+        pl.col("k").fill_null(0)
+    )
+    total_n = int(g.get_column("n").sum() or 0)
+    total_k = int(g.get_column("k").sum() or 0)
+    keep = []
+    for r in g.filter(pl.col("k") > 0).iter_rows(named=True):
+        rest_n = total_n - r["n"]
+        p0 = (total_k - r["k"]) / rest_n if rest_n else 0.0
+        if _binom_tail(int(r["k"]), int(r["n"]), p0) < ALPHA:
+            keep.append({k: r[k] for k in _GROUP})
+    if not keep:
+        out = out.clear()
+    else:
+        out = out.join(
+            pl.DataFrame(keep, schema={k: c.schema[k] for k in _GROUP}), on=_GROUP, nulls_equal=True
+        )
+    groups = (
+        out.group_by(_GROUP)
+        .agg(
+            pl.col("n").first().alias("calls"),
+            pl.len().alias("outlier_calls"),
+            pl.col("med").first().alias("median_ns"),
+            pl.col("dur_ns").median().alias("outlier_median_ns"),
+            pl.col("excess").sum().alias("excess_ns"),
+            pl.col("step").unique().sort().alias("steps"),
+            pl.col("ts_ns").sort().alias("ts_ns"),
+        )
+        .rename({"what": "kind", "input_dims": "input_shapes"})
+        .sort(["excess_ns", "name"], descending=[True, False])
+    )
+    calls = out.select(
+        pl.col("id").alias("event_id"),
+        pl.col("what").alias("kind"),
+        "name",
+        pl.col("input_dims").alias("input_shapes"),
+        "input_types",
+        "step",
+        "ts_ns",
+        "dur_ns",
+        pl.col("med").alias("typical_ns"),
+    ).sort("ts_ns")
+    return groups, calls
+
+
+def _costs(profile: Profile) -> pl.DataFrame:
+    """(id, flops, bytes) per op: the roofline engineer's formulas, else the trace's flops."""
+    ops = profile.events.filter(pl.col("kind") == "cpu_op")
+    try:
+        from opscope.analysis.flops import op_costs
+    except ImportError:
+        return ops.select("id", "flops", pl.lit(None, pl.Int64).alias("bytes"))
+    c = op_costs(ops).select("id", "flops", "bytes")
+    return c.join(ops.select("id", pl.col("flops").alias("f0")), on="id", how="left").select(
+        "id", pl.coalesce("flops", "f0").alias("flops"), "bytes"
+    )
+
+
+def inefficient_shapes(profile: Profile) -> pl.DataFrame:
+    """Shapes of an op running far below a no-larger shape of the same op (see module doc)."""
+    t = op_times(profile)
+    t = t.with_columns(
+        (pl.col("device_ns") if profile.has_device else pl.col("dur_ns")).alias("time_ns")
+    )
+    t = t.join(_costs(profile), on="id", how="left").filter(pl.col("time_ns") > 0)
+    g = (
+        t.group_by("name", "input_dims", "input_types")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("time_ns").sum(),
+            pl.col("flops").sum().alias("flops"),
+            pl.col("bytes").sum().alias("bytes"),
+            pl.col("flops").mean().alias("flops_per_call"),
+            pl.col("bytes").mean().alias("bytes_per_call"),
+        )
+        .filter(pl.col("time_ns") / pl.col("calls") >= MIN_EFF_DUR_NS)
+    )
+    out: list[dict[str, Any]] = []
+    for metric, size in (("flops", "flops_per_call"), ("bytes", "bytes_per_call")):
+        m = g.filter(pl.col(metric) > 0).with_columns(
+            (pl.col(metric) / pl.col("time_ns") * 1e9).alias("rate")
+        )
+        for _, grp in m.group_by("name"):
+            if grp.height < 2:
+                continue
+            recs = grp.to_dicts()
+            for r in recs:
+                ref = [o["rate"] for o in recs if o is not r and o[size] <= r[size]]
+                if ref and r["rate"] < EFF_RATIO * max(ref):
+                    out.append(
+                        {
+                            "name": r["name"],
+                            "input_shapes": r["input_dims"],
+                            "input_types": r["input_types"],
+                            "metric": metric,
+                            "calls": r["calls"],
+                            "rate": r["rate"],
+                            "reference_rate": max(ref),
+                            "ratio": r["rate"] / max(ref),
+                            "time_ns": r["time_ns"],
+                        }
+                    )
+        if out:
+            break  # judge by FLOP/s where FLOPs are known; bytes/s only otherwise
+    schema = {
+        "name": pl.String,
+        "input_shapes": pl.String,
+        "input_types": pl.String,
+        "metric": pl.String,
+        "calls": pl.UInt32,
+        "rate": pl.Float64,
+        "reference_rate": pl.Float64,
+        "ratio": pl.Float64,
+        "time_ns": pl.Int64,
+    }
+    return pl.DataFrame(out, schema=schema).sort("time_ns", descending=True)
+
+
+@analysis("anomalies")
+def anomalies(profile: Profile, options: Options) -> Anomalies:
+    """Slow outlier calls and inefficient shapes: see :class:`Anomalies`."""
+    groups, calls = slow_calls(profile)
+    return Anomalies(
+        groups=groups, calls=calls, efficiency=inefficient_shapes(profile), top=options.top
+    )

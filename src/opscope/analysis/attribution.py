@@ -1,0 +1,218 @@
+"""Attribution: time per line of the user's code, forward and backward.
+
+Every device kernel (and copy) and every top-level host op is charged to one user source line and
+``nn.Module`` path:
+
+1. a kernel goes to the op that launched it (``op_id``); a host op charges itself;
+2. a backward op goes to the forward op it differentiates: the nearest op at or above it with a
+   ``fwd_id`` (or, for the engine's ``evaluate_function`` wrapper, the nearest one below it);
+3. the line is the innermost user frame (``STACKS.is_user``: torch's own frames skipped) of the
+   nearest op at or above that forward op with a ``stack_id``; the module likewise.
+
+Times: ``fwd_ns``/``bwd_ns``/``total_ns`` are device time when the profile has device work, host
+time otherwise; ``host_ns`` is always the host time. Host time is the inclusive time of top-level
+ops only (an op with no op above it), so nested ops are never counted twice. ``calls`` counts those
+top-level op calls, ``kernels`` the device events charged. Work that reaches no user frame is
+charged to a row with a null file (shown as "(no user frame)").
+
+Kineto ``python_function`` stacks and Ascend "Call stack" strings both arrive as ``stacks`` rows, so
+both work the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import polars as pl
+
+from opscope.analysis.hotspots import (
+    DEVICE_WORK,
+    ancestor_pairs,
+    markdown_table,
+    nearest,
+    rows,
+)
+from opscope.analysis.registry import Options, Result, analysis
+from opscope.model import Profile
+
+KEYS: list[str] = ["file", "line", "function", "module"]
+
+_LINE_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "file": pl.String,
+    "line": pl.Int32,
+    "function": pl.String,
+    "module": pl.String,
+    "fwd_ns": pl.Int64,
+    "bwd_ns": pl.Int64,
+    "total_ns": pl.Int64,
+    "host_ns": pl.Int64,
+    "kernels": pl.UInt32,
+    "calls": pl.UInt32,
+}
+
+
+def resolve_ops(profile: Profile) -> pl.DataFrame:
+    """For every host op: where its time is charged.
+
+    Columns: ``id``, ``is_backward``, ``src_id`` (the forward op for a backward op, else the op),
+    ``stack_id``, ``module``, ``file``, ``line``, ``function``, ``top_level``.
+    """
+    ev = profile.events
+    host = ev.filter(~pl.col("kind").is_in(["kernel", "memcpy", "memset", "gpu_annotation"]))
+    ops = host.filter(pl.col("kind") == "cpu_op")
+    pairs = ancestor_pairs(host, include_self=True)
+    op_pairs = pairs.join(ops.select("id"), on="id").join(
+        ops.select(pl.col("id").alias("anc_id")), on="anc_id"
+    )
+    up = nearest(op_pairs, ops, "fwd_id")
+    down = nearest(op_pairs, ops, "fwd_id", upward=False).rename({"fwd_id": "fwd_down"})
+    # An op is top-level when no cpu_op is above it (python frames and annotations don't count).
+    has_op_above = op_pairs.filter(pl.col("dist") > 0).select("id").unique()
+    base = (
+        ops.select("id", pl.col("is_backward").fill_null(False))
+        .join(up.select("id", "fwd_id"), on="id", how="left")
+        .join(down.select("id", "fwd_down"), on="id", how="left")
+    )
+    base = base.with_columns(
+        pl.when(pl.col("is_backward") | pl.col("fwd_id").is_not_null())
+        .then(pl.coalesce("fwd_id", "fwd_down"))
+        .alias("fwd_target"),
+        (~pl.col("id").is_in(has_op_above.get_column("id").implode())).alias("top_level"),
+    )
+    base = base.with_columns(
+        pl.col("is_backward") | pl.col("fwd_target").is_not_null(),
+        pl.coalesce("fwd_target", "id").alias("src_id"),
+    )
+    # Stack and module: nearest at or above the source op, through any host event (python frames
+    # carry no stack_id themselves, but an annotation might).
+    stack = nearest(pairs, host, "stack_id").select("id", "stack_id")
+    module = nearest(pairs, host, "module").select("id", "module")
+    base = base.join(stack.rename({"id": "src_id"}), on="src_id", how="left").join(
+        module.rename({"id": "src_id"}), on="src_id", how="left"
+    )
+    frames = user_frames(profile)
+    return base.join(frames, on="stack_id", how="left").select(
+        "id",
+        "is_backward",
+        "src_id",
+        "stack_id",
+        "module",
+        "file",
+        "line",
+        "function",
+        "top_level",
+    )
+
+
+def user_frames(profile: Profile) -> pl.DataFrame:
+    """(``stack_id``, ``file``, ``line``, ``function``): the innermost user frame of each stack."""
+    st = profile.stacks
+    return (
+        st.filter(pl.col("is_user").fill_null(False))
+        .sort("stack_id", "depth")
+        .group_by("stack_id", maintain_order=True)
+        .first()
+        .select("stack_id", "file", "line", "function")
+    )
+
+
+def charges(profile: Profile) -> pl.DataFrame:
+    """One row per charged unit: every device event and every top-level host op.
+
+    Columns: ``event_id``, ``op_id`` (the op charged), ``device`` (bool), ``is_backward``,
+    ``time_ns``, ``file``, ``line``, ``function``, ``module``.
+    """
+    res = resolve_ops(profile)
+    ev = profile.events
+    cols = ["is_backward", "file", "line", "function", "module"]
+    dev = (
+        ev.filter(pl.col("kind").is_in(DEVICE_WORK))
+        .select(pl.col("id").alias("event_id"), "op_id", pl.col("dur_ns").alias("time_ns"))
+        .join(res.select(pl.col("id").alias("op_id"), *cols), on="op_id", how="left")
+        .with_columns(pl.lit(True).alias("device"), pl.col("is_backward").fill_null(False))
+    )
+    host = (
+        res.filter(pl.col("top_level"))
+        .join(ev.select("id", "dur_ns"), on="id")
+        .select(
+            pl.col("id").alias("event_id"),
+            pl.col("id").alias("op_id"),
+            pl.col("dur_ns").alias("time_ns"),
+            *cols,
+        )
+        .with_columns(pl.lit(False).alias("device"))
+    )
+    order = ["event_id", "op_id", "device", "is_backward", "time_ns", *KEYS[:3], "module"]
+    return pl.concat([dev.select(order), host.select(order)])
+
+
+def charged_lines(profile: Profile) -> pl.DataFrame:
+    """Per (file, line, function, module): fwd/bwd/total/host ns, kernels, calls."""
+    ch = charges(profile)
+    if not ch.height:
+        return pl.DataFrame(schema=_LINE_SCHEMA)
+    device = profile.has_device
+    timed = ch.filter(pl.col("device") == device)
+    t = timed.group_by(KEYS).agg(
+        pl.col("time_ns").filter(~pl.col("is_backward")).sum().alias("fwd_ns"),
+        pl.col("time_ns").filter(pl.col("is_backward")).sum().alias("bwd_ns"),
+        pl.col("time_ns").sum().alias("total_ns"),
+    )
+    host = (
+        ch.filter(~pl.col("device"))
+        .group_by(KEYS)
+        .agg(pl.col("time_ns").sum().alias("host_ns"), pl.len().alias("calls"))
+    )
+    kern = ch.filter(pl.col("device")).group_by(KEYS).agg(pl.len().alias("kernels"))
+    out = (
+        t.join(host, on=KEYS, how="full", coalesce=True, nulls_equal=True)
+        .join(kern, on=KEYS, how="full", coalesce=True, nulls_equal=True)
+        .with_columns(
+            pl.col("fwd_ns", "bwd_ns", "total_ns", "host_ns").fill_null(0),
+            pl.col("kernels", "calls").fill_null(0).cast(pl.UInt32),
+        )
+    )
+    return (
+        out.select(list(_LINE_SCHEMA))
+        .cast(_LINE_SCHEMA)  # type: ignore[arg-type]
+        .sort(
+            ["total_ns", "host_ns", "file", "line"],
+            descending=[True, True, False, False],
+            nulls_last=True,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Attribution(Result):
+    """Time per user source line (and module), forward and backward. See the module doc."""
+
+    lines: pl.DataFrame
+    modules: pl.DataFrame
+    device: bool
+    top: int = 20
+
+    json_key: ClassVar[str] = "sources"
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The top lines: file, line, function, module, fwd_us, bwd_us, total_us, host_us, ..."""
+        return rows(self.lines, self.top)
+
+    def to_markdown(self) -> str:
+        """The top lines as a Markdown table."""
+        what = "device" if self.device else "host"
+        df = self.lines.with_columns(pl.col("file").fill_null("(no user frame)"))
+        return f"## Time per source line ({what} time)\n\n{markdown_table(df, self.top)}\n"
+
+
+@analysis("attribution")
+def attribution(profile: Profile, options: Options) -> Attribution:
+    """Charge every kernel and top-level op to the user's source line: see :class:`Attribution`."""
+    lines = charged_lines(profile)
+    modules = (
+        lines.group_by("module")
+        .agg(pl.col("fwd_ns", "bwd_ns", "total_ns", "host_ns", "kernels", "calls").sum())
+        .sort(["total_ns", "module"], descending=[True, False], nulls_last=True)
+    )
+    return Attribution(lines=lines, modules=modules, device=profile.has_device, top=options.top)

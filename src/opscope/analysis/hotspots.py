@@ -1,0 +1,324 @@
+"""Hotspots: where the time goes, by operator, kernel, operator+shapes, module and source line.
+
+Self time of a host event is its duration minus the durations of its direct children (events whose
+nearest non-Python ancestor it is: ``python_function`` frames between an op and its children are
+looked through, as ``torch.profiler``'s ``key_averages()`` does). Device time of an op is the sum
+of the kernels whose ``op_id`` is the op (``device_self``) and, inclusive, of the kernels of every
+descendant op (``device``).
+
+Shares (``pct``) are of the summed step time when the profile has steps, else of the wall span
+(``pct_span`` is always of the span). Span and step time are summed over ranks, so shares stay in
+0..100 for a multi-rank profile whose times are summed too.
+
+The helpers here (:func:`ancestor_pairs`, :func:`nearest`, :func:`to_us`, :func:`markdown_table`)
+are shared by the other core analyses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from opscope.analysis.registry import Options, Result, analysis
+from opscope.model import Profile
+
+#: Kinds of device work that count as kernel time (annotations are ranges, not work).
+DEVICE_WORK: tuple[str, ...] = ("kernel", "memcpy", "memset", "communication")
+
+#: Nesting deeper than this is treated as a cycle in the parent links and cut.
+MAX_DEPTH = 256
+
+
+# Shared helpers ---------------------------------------------------------------------------------
+
+
+def ancestor_pairs(events: pl.DataFrame, *, include_self: bool = False) -> pl.DataFrame:
+    """Every (``id``, ``anc_id``, ``dist``) with ``anc_id`` an ancestor of ``id`` via ``parent_id``.
+
+    ``dist`` is 1 for the parent. With ``include_self`` each event is also its own ancestor at
+    distance 0. One join per nesting level, so the cost is events × depth.
+    """
+    parent = events.select(pl.col("id").alias("anc_id"), pl.col("parent_id").alias("next")).filter(
+        pl.col("next").is_not_null()
+    )
+    cur = events.select("id", pl.col("parent_id").alias("anc_id")).filter(
+        pl.col("anc_id").is_not_null()
+    )
+    parts = []
+    if include_self:
+        parts.append(events.select("id", pl.col("id").alias("anc_id"), pl.lit(0).alias("dist")))
+    dist = 1
+    while cur.height and dist <= MAX_DEPTH:
+        parts.append(cur.with_columns(pl.lit(dist).alias("dist")))
+        cur = cur.join(parent, on="anc_id").select("id", pl.col("next").alias("anc_id"))
+        dist += 1
+    if not parts:
+        return pl.DataFrame(schema={"id": pl.Int64, "anc_id": pl.Int64, "dist": pl.Int32})
+    return pl.concat(parts).with_columns(pl.col("dist").cast(pl.Int32))
+
+
+def nearest(
+    pairs: pl.DataFrame, events: pl.DataFrame, column: str, *, upward: bool = True
+) -> pl.DataFrame:
+    """For each event, ``column`` of its nearest ancestor (or, ``upward=False``, descendant).
+
+    ``pairs`` comes from :func:`ancestor_pairs` (with ``include_self`` to let an event answer for
+    itself). Returns (``id``, ``column``, ``<column>_from``): the value and the event it came from.
+    """
+    me, other = ("id", "anc_id") if upward else ("anc_id", "id")
+    vals = events.select(pl.col("id").alias(other), pl.col(column)).filter(
+        pl.col(column).is_not_null()
+    )
+    return (
+        pairs.join(vals, on=other)
+        .sort(me, "dist")
+        .group_by(me, maintain_order=True)
+        .first()
+        .select(pl.col(me).alias("id"), pl.col(column), pl.col(other).alias(f"{column}_from"))
+    )
+
+
+def host_parent(events: pl.DataFrame, pairs: pl.DataFrame | None = None) -> pl.DataFrame:
+    """(``id``, ``host_parent``): the nearest ancestor of each event that is not a Python frame."""
+    if pairs is None:
+        pairs = ancestor_pairs(events)
+    kinds = events.select(pl.col("id").alias("anc_id"), pl.col("kind").alias("anc_kind"))
+    return (
+        pairs.join(kinds, on="anc_id")
+        .filter(pl.col("anc_kind") != "python_function")
+        .sort("id", "dist")
+        .group_by("id", maintain_order=True)
+        .first()
+        .select("id", pl.col("anc_id").alias("host_parent"))
+    )
+
+
+def to_us(df: pl.DataFrame) -> pl.DataFrame:
+    """``*_ns`` integer columns become ``*_us`` floats (JSON outputs use microseconds)."""
+    return df.with_columns(
+        [(pl.col(c) / 1000.0).alias(c[:-3] + "_us") for c in df.columns if c.endswith("_ns")]
+    ).drop([c for c in df.columns if c.endswith("_ns")])
+
+
+def rows(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
+    """The first ``top`` rows of ``df`` (ns columns in µs) as JSON-ready dicts."""
+    out = to_us(df if top is None else df.head(top))
+    return out.to_dicts()
+
+
+def markdown_table(df: pl.DataFrame, top: int | None = None) -> str:
+    """A GitHub Markdown table of the first ``top`` rows (ns columns shown in µs)."""
+    out = to_us(df if top is None else df.head(top))
+    if not out.width:
+        return ""
+    header = "| " + " | ".join(out.columns) + " |"
+    sep = "|" + "|".join("---" for _ in out.columns) + "|"
+    lines = [header, sep]
+    for row in out.iter_rows():
+        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
+    return str(v).replace("|", "\\|")
+
+
+def time_base(profile: Profile) -> tuple[int, int]:
+    """(summed step time, summed per-rank wall span) in ns; the denominators of shares."""
+    ev = profile.events
+    span = 0
+    if ev.height:
+        s = ev.group_by("rank").agg(
+            ((pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()).alias("span")
+        )
+        span = int(s.get_column("span").sum() or 0)
+    steps = int(profile.steps.get_column("dur_ns").sum() or 0) if profile.steps.height else 0
+    return steps, span
+
+
+def op_times(profile: Profile, pairs: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Every host op with ``self_ns``, ``device_ns`` (inclusive) and ``device_self_ns``.
+
+    Columns: id, rank, name, input_dims, input_types, step, ts_ns, dur_ns, self_ns,
+    device_self_ns, device_ns.
+    """
+    ev = profile.events
+    host = ev.filter(~pl.col("kind").is_in(["python_function", *_DEVICE_KINDS]))
+    if pairs is None:
+        pairs = ancestor_pairs(ev.filter(~pl.col("kind").is_in(_DEVICE_KINDS)))
+    hp = host_parent(ev, pairs)
+    child = (
+        host.select("id", "dur_ns")
+        .join(hp, on="id")
+        .group_by("host_parent")
+        .agg(pl.col("dur_ns").sum().alias("child_ns"))
+        .rename({"host_parent": "id"})
+    )
+    kern = ev.filter(pl.col("kind").is_in(DEVICE_WORK) & pl.col("op_id").is_not_null())
+    dev_self = (
+        kern.group_by("op_id")
+        .agg(pl.col("dur_ns").sum().alias("device_self_ns"))
+        .rename({"op_id": "id"})
+    )
+    dev_incl = (
+        pairs.join(dev_self.rename({"id": "dd"}), left_on="id", right_on="dd")
+        .group_by("anc_id")
+        .agg(pl.col("device_self_ns").sum().alias("desc_ns"))
+        .rename({"anc_id": "id"})
+    )
+    ops = ev.filter(pl.col("kind") == "cpu_op").select(
+        "id", "rank", "name", "input_dims", "input_types", "step", "ts_ns", "dur_ns"
+    )
+    return (
+        ops.join(child, on="id", how="left")
+        .join(dev_self, on="id", how="left")
+        .join(dev_incl, on="id", how="left")
+        .with_columns(
+            (pl.col("dur_ns") - pl.col("child_ns").fill_null(0))
+            .clip(lower_bound=0)
+            .alias("self_ns"),
+            pl.col("device_self_ns").fill_null(0),
+        )
+        .with_columns(
+            (pl.col("device_self_ns") + pl.col("desc_ns").fill_null(0)).alias("device_ns")
+        )
+        .drop("child_ns", "desc_ns")
+    )
+
+
+_DEVICE_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset", "gpu_annotation", "communication")
+
+
+# The analysis -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hotspots(Result):
+    """Time by operator, kernel, operator+shapes, module and source line; per step too.
+
+    Every table is sorted by total time, largest first, and holds every group (``top`` only
+    limits what the JSON and Markdown show).
+    """
+
+    ops: pl.DataFrame
+    kernels: pl.DataFrame
+    op_shapes: pl.DataFrame
+    modules: pl.DataFrame
+    sources: pl.DataFrame
+    per_step: pl.DataFrame
+    step_ns: int
+    span_ns: int
+    top: int = 20
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"ops": [...], "kernels": [...], "op_shapes", "modules", "sources"}``, top rows."""
+        return {
+            "ops": rows(self.ops, self.top),
+            "kernels": rows(self.kernels, self.top),
+            "op_shapes": rows(self.op_shapes, self.top),
+            "modules": rows(self.modules, self.top),
+            "sources": rows(self.sources, self.top),
+            "step_us": self.step_ns / 1000.0,
+            "span_us": self.span_ns / 1000.0,
+        }
+
+    def to_markdown(self) -> str:
+        """Top operators, kernels and operator shapes as Markdown tables."""
+        parts = ["## Hotspots", "", "### Operators", "", markdown_table(self.ops, self.top)]
+        if self.kernels.height:
+            parts += ["", "### Kernels", "", markdown_table(self.kernels, self.top)]
+        parts += ["", "### Operators by input shapes", "", markdown_table(self.op_shapes, self.top)]
+        if self.modules.height:
+            parts += ["", "### Modules", "", markdown_table(self.modules, self.top)]
+        return "\n".join(parts) + "\n"
+
+
+def _agg(df: pl.DataFrame, keys: list[str], base: int, span: int, device: bool) -> pl.DataFrame:
+    aggs = [
+        pl.len().alias("calls"),
+        pl.col("dur_ns").sum().alias("total_ns"),
+        pl.col("self_ns").sum().alias("self_ns"),
+        pl.col("dur_ns").mean().alias("mean_ns"),
+        pl.col("dur_ns").min().alias("min_ns"),
+        pl.col("dur_ns").max().alias("max_ns"),
+    ]
+    if device:
+        aggs += [
+            pl.col("device_ns").sum().alias("device_ns"),
+            pl.col("device_self_ns").sum().alias("device_self_ns"),
+        ]
+    out = df.group_by(keys).agg(aggs)
+    return out.with_columns(
+        (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct"),
+        (100.0 * pl.col("total_ns") / span if span else pl.lit(None, pl.Float64)).alias("pct_span"),
+    ).sort(["total_ns", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
+
+
+@analysis("hotspots")
+def hotspots(profile: Profile, options: Options) -> Hotspots:
+    """Hotspot tables of ``profile``: see :class:`Hotspots`."""
+    from opscope.analysis.attribution import charged_lines
+
+    step_ns, span_ns = time_base(profile)
+    base = step_ns or span_ns
+    ops = op_times(profile)
+    device = profile.has_device
+    kern = profile.events.filter(pl.col("kind").is_in(DEVICE_WORK)).with_columns(
+        pl.col("dur_ns").alias("self_ns")
+    )
+    op_tab = _agg(ops, ["name"], base, span_ns, device)
+    shape_tab = _agg(ops, ["name", "input_dims", "input_types"], base, span_ns, device)
+    kern_tab = _agg(kern, ["name"], base, span_ns, False)
+    per_step = pl.concat(
+        [
+            ops.group_by("step", "name")
+            .agg(
+                pl.len().alias("calls"),
+                pl.col("dur_ns").sum().alias("total_ns"),
+                pl.col("self_ns").sum().alias("self_ns"),
+            )
+            .with_columns(pl.lit("op").alias("what")),
+            kern.group_by("step", "name")
+            .agg(
+                pl.len().alias("calls"),
+                pl.col("dur_ns").sum().alias("total_ns"),
+                pl.col("self_ns").sum().alias("self_ns"),
+            )
+            .with_columns(pl.lit("kernel").alias("what")),
+        ]
+    ).sort(["step", "what", "total_ns", "name"], descending=[False, False, True, False])
+    lines = charged_lines(profile)
+    time_col = "total_ns"
+    modules = (
+        lines.group_by("module")
+        .agg(
+            pl.col(time_col).sum().alias("total_ns"),
+            pl.col("fwd_ns").sum(),
+            pl.col("bwd_ns").sum(),
+            pl.col("calls").sum(),
+        )
+        .with_columns(
+            (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
+        )
+        .sort(["total_ns", "module"], descending=[True, False], nulls_last=True)
+    )
+    sources = lines.with_columns(
+        (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
+    )
+    return Hotspots(
+        ops=op_tab,
+        kernels=kern_tab,
+        op_shapes=shape_tab,
+        modules=modules,
+        sources=sources,
+        per_step=per_step,
+        step_ns=step_ns,
+        span_ns=span_ns,
+        top=options.top,
+    )

@@ -1,0 +1,143 @@
+"""Memory: allocated and reserved over time, the peak and what was live at it, churn, leaks.
+
+Per (rank, device_type, device): ``allocated`` is the allocator's ``total_allocated`` when the
+trace records it, else the running sum of ``bytes`` (relative to the profile's start, since what was
+allocated before it is unknown). An allocation is paired with the next free of the same address;
+it is *live at the peak* when it was made at or before the peak's time and not freed before it, and
+*never freed* when no free follows inside the profile. Live-at-peak bytes are grouped by the op
+that allocated (``op_id``), its module and the user source line (as in attribution).
+Fragmentation is reserved − allocated at the peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from opscope.analysis.hotspots import markdown_table, rows
+from opscope.analysis.registry import Options, Result, analysis
+from opscope.model import Profile
+
+_DEV = ["rank", "device_type", "device"]
+
+
+@dataclass(frozen=True)
+class Memory(Result):
+    """``timeline``, ``peaks`` (one row per device), ``live_at_peak`` (by op/module/line),
+    ``churn`` (per step), ``never_freed`` (by op/module/line)."""
+
+    timeline: pl.DataFrame
+    peaks: pl.DataFrame
+    live_at_peak: pl.DataFrame
+    churn: pl.DataFrame
+    never_freed: pl.DataFrame
+    top: int = 20
+
+    def to_json(self) -> dict[str, Any]:
+        """Peaks, live-at-peak, churn and never-freed tables (no timeline: it is per event)."""
+        return {
+            "peaks": rows(self.peaks),
+            "live_at_peak": rows(self.live_at_peak, self.top),
+            "churn": rows(self.churn),
+            "never_freed": rows(self.never_freed, self.top),
+        }
+
+    def to_markdown(self) -> str:
+        """Peaks and what was live at them as Markdown."""
+        if not self.peaks.height:
+            return "## Memory\n\nNo memory events in this profile.\n"
+        return (
+            "## Memory\n\n"
+            + markdown_table(self.peaks)
+            + "\n\n### Live at the peak\n\n"
+            + markdown_table(self.live_at_peak, self.top)
+            + "\n\n### Never freed\n\n"
+            + markdown_table(self.never_freed, self.top)
+            + "\n"
+        )
+
+
+def _where(profile: Profile, df: pl.DataFrame) -> pl.DataFrame:
+    """Adds op name, module and user source line to rows with an ``op_id``."""
+    from opscope.analysis.attribution import resolve_ops
+
+    res = resolve_ops(profile).select(
+        pl.col("id").alias("op_id"), "module", "file", "line", "function"
+    )
+    names = profile.events.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
+    return df.join(names, on="op_id", how="left").join(res, on="op_id", how="left")
+
+
+@analysis("memory")
+def memory(profile: Profile, options: Options) -> Memory:
+    """Memory over time, peak, live-at-peak, churn, fragmentation, leaks: see the module doc."""
+    m = profile.memory.sort([*_DEV, "ts_ns"])
+    timeline = m.with_columns(
+        pl.coalesce("total_allocated", pl.col("bytes").cum_sum().over(_DEV)).alias("allocated"),
+        pl.col("total_reserved").alias("reserved"),
+    ).select(*_DEV, "ts_ns", "allocated", "reserved")
+    peak_rows = (
+        timeline.sort([*_DEV, "allocated", "ts_ns"], descending=[False] * 3 + [True, False])
+        .group_by(_DEV, maintain_order=True)
+        .first()
+        .rename({"ts_ns": "peak_ts_ns", "allocated": "peak_allocated", "reserved": "reserved"})
+    )
+    peaks = (
+        peak_rows.join(
+            timeline.group_by(_DEV).agg(pl.col("reserved").max().alias("peak_reserved")),
+            on=_DEV,
+            how="left",
+            nulls_equal=True,
+        )
+        .with_columns((pl.col("reserved") - pl.col("peak_allocated")).alias("fragmentation"))
+        .select(*_DEV, "peak_ts_ns", "peak_allocated", "reserved", "peak_reserved", "fragmentation")
+    )
+    # Pair each allocation with the next event at its address (a free when bytes < 0).
+    a = (
+        m.filter(pl.col("addr").is_not_null())
+        .sort([*_DEV, "addr", "ts_ns"])
+        .with_columns(
+            pl.col("ts_ns").shift(-1).over([*_DEV, "addr"]).alias("next_ts"),
+            pl.col("bytes").shift(-1).over([*_DEV, "addr"]).alias("next_bytes"),
+        )
+    )
+    allocs = a.filter(pl.col("bytes") > 0).with_columns(
+        pl.when(pl.col("next_bytes") < 0).then(pl.col("next_ts")).alias("free_ts")
+    )
+    live = allocs.join(peaks.select(*_DEV, "peak_ts_ns"), on=_DEV, nulls_equal=True).filter(
+        (pl.col("ts_ns") <= pl.col("peak_ts_ns"))
+        & (pl.col("free_ts").is_null() | (pl.col("free_ts") > pl.col("peak_ts_ns")))
+    )
+    keys = [*_DEV, "op", "module", "file", "line", "function"]
+    live_at_peak = (
+        _where(profile, live)
+        .group_by(keys)
+        .agg(pl.col("bytes").sum(), pl.len().alias("allocations"))
+        .sort("bytes", descending=True)
+    )
+    never = (
+        _where(profile, allocs.filter(pl.col("free_ts").is_null()))
+        .group_by(keys)
+        .agg(pl.col("bytes").sum(), pl.len().alias("allocations"))
+        .sort("bytes", descending=True)
+    )
+    churn = (
+        m.group_by(*_DEV, "step")
+        .agg(
+            pl.col("bytes").filter(pl.col("bytes") > 0).sum().alias("allocated_bytes"),
+            (-pl.col("bytes").filter(pl.col("bytes") < 0)).sum().alias("freed_bytes"),
+            (pl.col("bytes") > 0).sum().alias("allocations"),
+            (pl.col("bytes") < 0).sum().alias("frees"),
+        )
+        .sort(*_DEV, "step", nulls_last=True)
+    )
+    return Memory(
+        timeline=timeline,
+        peaks=peaks,
+        live_at_peak=live_at_peak,
+        churn=churn,
+        never_freed=never,
+        top=options.top,
+    )

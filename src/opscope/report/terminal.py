@@ -1,0 +1,171 @@
+"""The terminal renderer: a Report as rich tables (hotspots, lines, anomalies, roofline,
+breakdown, memory, then any other section generically)."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from opscope.analysis.hotspots import to_us
+from opscope.analysis.registry import Result
+from opscope.analysis.report import Report
+from opscope.report.base import renderer
+
+#: Columns shown per known table (others: every column); ns columns are shown in µs.
+_COLUMNS: dict[str, list[str]] = {
+    "hotspots.ops": ["name", "calls", "total_us", "self_us", "device_us", "pct"],
+    "hotspots.kernels": ["name", "calls", "total_us", "mean_us", "pct"],
+    "attribution.lines": [
+        "file",
+        "line",
+        "function",
+        "module",
+        "fwd_us",
+        "bwd_us",
+        "total_us",
+        "host_us",
+        "kernels",
+        "calls",
+    ],
+    "anomalies.groups": [
+        "kind",
+        "name",
+        "input_shapes",
+        "calls",
+        "outlier_calls",
+        "median_us",
+        "outlier_median_us",
+        "steps",
+    ],
+    "anomalies.efficiency": ["name", "input_shapes", "metric", "calls", "rate", "ratio"],
+    "breakdown.steps": [
+        "rank",
+        "step",
+        "dur_us",
+        "compute_us",
+        "communication_us",
+        "memcpy_us",
+        "device_idle_us",
+        "host_bound_us",
+        "data_loading_us",
+        "host_ops_us",
+    ],
+    "breakdown.stats": [
+        "rank",
+        "steps",
+        "mean_us",
+        "median_us",
+        "std_us",
+        "p10_us",
+        "p90_us",
+        "cv",
+    ],
+    "roofline.groups": [
+        "name",
+        "input_shapes",
+        "calls",
+        "intensity",
+        "achieved_tflops",
+        "achieved_gbps",
+        "pct_of_peak",
+        "bound",
+    ],
+    "memory.peaks": [
+        "rank",
+        "device_type",
+        "device",
+        "peak_allocated",
+        "reserved",
+        "fragmentation",
+    ],
+    "memory.live_at_peak": ["op", "module", "file", "line", "bytes", "allocations"],
+}
+_TITLES = {
+    "hotspots.ops": "Top operators",
+    "hotspots.kernels": "Top kernels",
+    "attribution.lines": "Time per source line",
+    "anomalies.groups": "Anomalies: slow calls",
+    "anomalies.efficiency": "Anomalies: inefficient shapes",
+    "breakdown.steps": "Step breakdown",
+    "breakdown.stats": "Step time",
+    "roofline.groups": "Roofline",
+    "memory.peaks": "Memory peaks",
+    "memory.live_at_peak": "Live at the peak",
+}
+_KNOWN = {"hotspots", "attribution", "anomalies", "breakdown", "memory", "roofline"}
+_SKIP = {
+    "hotspots.op_shapes",
+    "hotspots.per_step",
+    "hotspots.modules",
+    "hotspots.sources",
+    "attribution.modules",
+    "anomalies.calls",
+    "memory.timeline",
+    "memory.churn",
+    "memory.never_freed",
+}
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
+    if isinstance(v, list):
+        return ",".join(str(x) for x in v[:8]) + ("…" if len(v) > 8 else "")
+    s = str(v)
+    return s if len(s) <= 70 else s[:67] + "…"
+
+
+def table(title: str, df: pl.DataFrame, columns: list[str] | None, top: int) -> Table:
+    """One rich table of the first ``top`` rows of ``df``."""
+    d = to_us(df.head(top))
+    cols = [c for c in (columns or d.columns) if c in d.columns]
+    t = Table(title=title, title_justify="left", show_lines=False)
+    for c in cols:
+        numeric = d.schema[c].is_numeric()
+        t.add_column(c, justify="right" if numeric else "left", overflow="fold")
+    for r in d.select(cols).iter_rows():
+        t.add_row(*(_fmt(v) for v in r))
+    return t
+
+
+@renderer("terminal")
+def render_terminal(report: Report, console: Console | None = None, **_: Any) -> str:
+    """Print ``report`` on ``console`` (returns ""), or return it as text when none is given."""
+    out = console or Console(file=StringIO(), width=160, record=True)
+    s = report.summary
+    out.print(
+        f"[bold]{s.get('format')}[/] ranks {s.get('ranks')} · {s.get('events')} events · "
+        f"{s.get('ops')} ops · {s.get('kernels')} kernels · {s.get('steps')} steps · "
+        f"span {float(s.get('span_us') or 0) / 1000:.3f} ms"
+    )
+    for name, res in report.sections.items():
+        if not isinstance(res, Result):
+            continue
+        for tname, df in res.tables().items():
+            key = f"{name}.{tname}"
+            if key in _SKIP or not df.height:
+                continue
+            if key not in _COLUMNS and name in _KNOWN:
+                continue
+            if key not in _COLUMNS:
+                if tname not in ("groups", next(iter(res.tables()))):
+                    continue  # other sections: their main table only, first columns only
+                cols: list[str] | None = df.columns[:8]
+            else:
+                cols = _COLUMNS[key]
+            if key == "attribution.lines":
+                shown = df.with_columns(pl.col("file").fill_null("(no user frame)"))
+            else:
+                shown = df
+            out.print(table(_TITLES.get(key, key), shown, cols, report.top))
+        if name == "anomalies" and not any(t.height for t in res.tables().values()):
+            out.print("[green]No anomalies found.[/]")
+    for name, why in report.skipped.items():
+        out.print(f"[dim]{name}: skipped ({why})[/]")
+    return "" if console is not None else out.export_text()
