@@ -7,6 +7,7 @@ work from the Profile alone.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,24 @@ import polars as pl
 from opscope.model import Profile
 
 MAX_WALK = 48  # deepest op nesting followed when walking parent links
+
+# Per-profile results shared by the rules of one advise() run: keyed by the helper's name and
+# the events table's identity (the entry keeps the table, so an id is never reused stale).
+_MEMO: dict[tuple[str, int], tuple[pl.DataFrame, Any]] = {}
+_MEMO_MAX = 16
+
+
+def _memo(name: str, profile: Profile, fn: Any) -> Any:
+    key = (name, id(profile.events))
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is profile.events:
+        return hit[1]
+    val = fn()
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.pop(next(iter(_MEMO)))
+    _MEMO[key] = (profile.events, val)
+    return val
+
 
 _DTYPES: dict[str, str] = {
     "float": "float32",
@@ -70,7 +89,14 @@ def norm_dtype(t: str | None) -> str | None:
 
 
 def parse_dims(s: str | None) -> list[list[int]] | None:
-    """Shapes from compact JSON ``[[256,1024],[1024]]`` or Ascend's ``"256,1024;1024"``."""
+    """Shapes from compact JSON ``[[256,1024],[1024]]`` or Ascend's ``"256,1024;1024"``.
+
+    Cached (the same strings repeat across calls): callers must not mutate the result."""
+    return _parse_dims(s)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_dims(s: str | None) -> list[list[int]] | None:
     if s is None:
         return None
     s = s.strip().strip('"').strip()
@@ -229,6 +255,11 @@ def ancestors(profile: Profile, ids: pl.Series | None = None) -> pl.DataFrame:
 def op_cost(profile: Profile) -> pl.DataFrame:
     """``[id, cost_ns]`` per host op: device kernel time it issued (itself and the ops it calls),
     when the profile has a device; else its own inclusive host duration."""
+    out: pl.DataFrame = _memo("op_cost", profile, lambda: _op_cost(profile))
+    return out
+
+
+def _op_cost(profile: Profile) -> pl.DataFrame:
     ops = profile.ops.select("id", "dur_ns")
     if not profile.has_device:
         return ops.select("id", pl.col("dur_ns").fill_null(0).alias("cost_ns"))
@@ -257,7 +288,10 @@ def kernels_of(profile: Profile, op_ids: Sequence[int]) -> pl.DataFrame:
     if not profile.has_device or not op_ids:
         return profile.kernels.head(0)
     kern = profile.kernels.filter(pl.col("op_id").is_not_null())
-    anc = ancestors(profile, kern.get_column("op_id")).filter(pl.col("anc_id").is_in(list(op_ids)))
+    all_anc: pl.DataFrame = _memo(
+        "kernel_op_ancestors", profile, lambda: ancestors(profile, kern.get_column("op_id"))
+    )
+    anc = all_anc.filter(pl.col("anc_id").is_in(list(op_ids)))
     below = anc.get_column("id").unique()
     return kern.filter(pl.col("op_id").is_in(below.implode()))
 
@@ -343,6 +377,11 @@ def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
 
 def op_parents(profile: Profile) -> pl.DataFrame:
     """``[id, op_parent]``: each host op's nearest enclosing host op (null at top level)."""
+    out: pl.DataFrame = _memo("op_parents", profile, lambda: _op_parents(profile))
+    return out
+
+
+def _op_parents(profile: Profile) -> pl.DataFrame:
     ops = profile.ops.select("id", "parent_id")
     kinds = profile.events.select(pl.col("id").alias("at"), "parent_id", "kind")
     cur = ops.select("id", pl.col("parent_id").alias("at")).filter(pl.col("at").is_not_null())

@@ -158,20 +158,24 @@ class Activation:
             pl.col("input_dims").shift(1).over("rank", "tid").alias("p_dims"),
         )
         cand = s.filter(pl.col("name").is_in(ACTIVATIONS) & pl.col("p_name").is_in(LINEAR_OPS))
-        keep = []
-        for r in cand.iter_rows(named=True):
-            p, a = _shapes(r["p_dims"]), _shapes(r["input_dims"])
-            if not a or not p:
-                continue
+        ok = []
+        for p_name, p_dims, a_dims in cand.select("p_name", "p_dims", "input_dims").unique().rows():
+            p, a = _shapes(p_dims), _shapes(a_dims)  # once per distinct shape pair
             mats = [d for d in p if len(d) >= 2]
-            if r["p_name"] == "aten::linear" and len(mats) >= 2:
-                out_shape = [*mats[0][:-1], mats[1][0]]
-            elif len(mats) >= 2:
-                out_shape = [*mats[-2][:-1], mats[-1][-1]]
-            else:
+            if not a or len(mats) < 2:
                 continue
+            if p_name == "aten::linear":
+                out_shape = [*mats[0][:-1], mats[1][0]]
+            else:
+                out_shape = [*mats[-2][:-1], mats[-1][-1]]
             if a[0] == out_shape:
-                keep.append(r)
+                ok.append((p_name, p_dims, a_dims))
+        okdf = pl.DataFrame(ok, schema=["p_name", "p_dims", "input_dims"], orient="row")
+        keep = list(
+            cand.join(
+                okdf, on=["p_name", "p_dims", "input_dims"], how="semi", nulls_equal=True
+            ).iter_rows(named=True)
+        )
         if not keep:
             return []
         steps = c.step_info(profile)
