@@ -170,7 +170,11 @@ class Activation:
                 out_shape = [*mats[-2][:-1], mats[-1][-1]]
             if a[0] == out_shape:
                 ok.append((p_name, p_dims, a_dims))
-        okdf = pl.DataFrame(ok, schema=["p_name", "p_dims", "input_dims"], orient="row")
+        okdf = pl.DataFrame(
+            ok,
+            schema={"p_name": pl.String, "p_dims": pl.String, "input_dims": pl.String},
+            orient="row",
+        )
         keep = list(
             cand.join(
                 okdf, on=["p_name", "p_dims", "input_dims"], how="semi", nulls_equal=True
