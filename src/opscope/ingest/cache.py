@@ -60,7 +60,13 @@ def candidates(path: Path) -> list[Path]:
 
 
 def _writable(d: Path) -> bool:
-    return os.access(d, os.W_OK | os.X_OK)
+    """Writable, and not marked read-only: root passes ``os.access`` on an ``r-x`` folder, but a
+    folder without any write bit (a shared data set) is not ours to fill."""
+    try:
+        mode = d.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & 0o222) and os.access(d, os.W_OK | os.X_OK)
 
 
 def lookup(path: Path, *, salvage: bool = False, rank: int | None = None) -> Profile | None:
