@@ -1,0 +1,372 @@
+// opscope HTML report: builds every section from the inlined JSON. Strings from the trace only
+// ever reach the page through textContent / SVG text nodes, never innerHTML.
+"use strict";
+(function () {
+  const D = JSON.parse(document.getElementById("opscope-data").textContent);
+  const SVGNS = "http://www.w3.org/2000/svg";
+  const COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6"];
+  const main = document.getElementById("main");
+  const nav = document.getElementById("nav");
+  const tip = document.getElementById("tip");
+
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVGNS, tag);
+    for (const k in attrs || {}) e.setAttribute(k, String(attrs[k]));
+    return e;
+  }
+  function fmt(v) {
+    if (v === null || v === undefined) return "";
+    if (typeof v === "number") {
+      if (!isFinite(v)) return "";
+      if (Number.isInteger(v)) return v.toLocaleString("en-US");
+      const a = Math.abs(v);
+      return a >= 100 ? v.toFixed(1) : a >= 1 ? v.toFixed(3) : v.toPrecision(3);
+    }
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  }
+  function fmtUs(us) {
+    if (us === null || us === undefined) return "";
+    const a = Math.abs(us);
+    if (a >= 1e6) return (us / 1e6).toFixed(3) + " s";
+    if (a >= 1e3) return (us / 1e3).toFixed(3) + " ms";
+    return us.toFixed(2) + " µs";
+  }
+  function hover(node, text) {
+    node.addEventListener("mousemove", (e) => {
+      tip.hidden = false;
+      tip.textContent = typeof text === "function" ? text() : text;
+      tip.style.left = Math.min(e.clientX + 14, window.innerWidth - 320) + "px";
+      tip.style.top = e.clientY + 14 + "px";
+    });
+    node.addEventListener("mouseleave", () => { tip.hidden = true; });
+  }
+  function section(id, title) {
+    const s = el("section");
+    s.id = id;
+    s.appendChild(el("h2", title));
+    main.appendChild(s);
+    const a = el("a", title);
+    a.href = "#" + id;
+    nav.appendChild(a);
+    return s;
+  }
+  const isRows = (v) => Array.isArray(v) && v.length > 0 && v.every((r) => r && typeof r === "object" && !Array.isArray(r));
+
+  // Sortable table ------------------------------------------------------------------------------
+  function table(rows, opts) {
+    opts = opts || {};
+    const cols = opts.cols || [];
+    if (!opts.cols) for (const r of rows) for (const k of Object.keys(r)) if (!cols.includes(k)) cols.push(k);
+    const wrap = el("div", null, "tablewrap");
+    const t = el("table");
+    const thead = el("thead"), tr = el("tr");
+    const tbody = el("tbody");
+    let data = rows.slice(), sortCol = null, dir = 1;
+    const limit = opts.limit || 300;
+    function body() {
+      tbody.replaceChildren();
+      for (const r of data.slice(0, limit)) {
+        const row = el("tr");
+        for (const c of cols) {
+          const v = r[c];
+          const td = el("td", fmt(v), typeof v === "number" ? "num" : "");
+          if (c === "severity" && typeof v === "string") td.className = "sev-" + v.toLowerCase();
+          row.appendChild(td);
+        }
+        tbody.appendChild(row);
+      }
+    }
+    cols.forEach((c) => {
+      const th = el("th", c);
+      th.addEventListener("click", () => {
+        dir = sortCol === c ? -dir : (typeof (rows.find((r) => r[c] !== null && r[c] !== undefined) || {})[c] === "number" ? -1 : 1);
+        sortCol = c;
+        data.sort((a, b) => {
+          const x = a[c], y = b[c];
+          if (x === y) return 0;
+          if (x === null || x === undefined) return 1;
+          if (y === null || y === undefined) return -1;
+          if (typeof x === "number" && typeof y === "number") return (x - y) * dir;
+          return String(x).localeCompare(String(y)) * dir;
+        });
+        for (const h of thead.querySelectorAll("th")) h.className = "";
+        th.className = dir > 0 ? "sorted-asc" : "sorted-desc";
+        body();
+      });
+      tr.appendChild(th);
+    });
+    thead.appendChild(tr);
+    t.appendChild(thead);
+    t.appendChild(tbody);
+    body();
+    wrap.appendChild(t);
+    const out = el("div");
+    out.appendChild(wrap);
+    if (rows.length > limit) out.appendChild(el("p", `showing ${limit} of ${rows.length} rows (sort to see others first)`, "muted"));
+    return out;
+  }
+
+  function kv(obj) {
+    const dl = el("dl", null, "kv");
+    for (const k of Object.keys(obj)) {
+      const v = obj[k];
+      if (v === null || v === undefined || (typeof v === "object" && !Array.isArray(v))) continue;
+      if (Array.isArray(v) && v.some((x) => typeof x === "object")) continue;
+      dl.appendChild(el("dt", k));
+      dl.appendChild(el("dd", Array.isArray(v) ? v.join(", ") : fmt(v)));
+    }
+    return dl;
+  }
+
+  function generic(parent, value, depth) {
+    if (isRows(value)) { parent.appendChild(table(value)); return; }
+    if (Array.isArray(value)) { if (value.length) parent.appendChild(el("p", value.map(fmt).join(", "))); else parent.appendChild(el("p", "none", "muted")); return; }
+    if (value && typeof value === "object") {
+      parent.appendChild(kv(value));
+      for (const k of Object.keys(value)) {
+        const v = value[k];
+        if (isRows(v) || (v && typeof v === "object" && !Array.isArray(v))) {
+          parent.appendChild(el(depth ? "h4" : "h3", k));
+          generic(parent, v, (depth || 0) + 1);
+        }
+      }
+      return;
+    }
+    parent.appendChild(el("p", fmt(value)));
+  }
+
+  // Axes ----------------------------------------------------------------------------------------
+  function logTicks(lo, hi) {
+    const out = [];
+    for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) out.push(Math.pow(10, e));
+    return out;
+  }
+  function linTicks(lo, hi, n) {
+    const span = hi - lo || 1, raw = span / n, p = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw);
+    const out = [];
+    for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9; t += step) out.push(t);
+    return out;
+  }
+
+  // Sections ------------------------------------------------------------------------------------
+  function summary() {
+    const s = section("summary", "Summary");
+    const sm = {};
+    if (D.summary && typeof D.summary === "object") Object.assign(sm, D.summary);
+    for (const k of Object.keys(D)) if (D[k] === null || typeof D[k] !== "object") sm[k] = D[k];
+    const hs = D.hotspots || {};
+    if (hs.step_us !== undefined) sm.step_time = fmtUs(hs.step_us);
+    const steps = D.breakdown && D.breakdown.steps;
+    if (Array.isArray(steps)) sm.steps = steps.length;
+    if (isRows(hs.ops)) sm.top_operator = hs.ops[0].name;
+    if (isRows(hs.kernels)) sm.top_kernel = hs.kernels[0].name;
+    if (Array.isArray(D.findings)) sm.findings = D.findings.length;
+    if (Array.isArray(D.anomalies)) sm.anomalies = D.anomalies.length;
+    delete sm._notes;
+    s.appendChild(kv(sm));
+    for (const n of D._notes || []) s.appendChild(el("p", n, "note"));
+  }
+
+  function breakdown() {
+    const b = D.breakdown;
+    if (!b) return;
+    const s = section("breakdown", "Step breakdown");
+    const steps = Array.isArray(b) ? b : b.steps;
+    if (isRows(steps)) {
+      const skip = new Set(["ts_us", "dur_us", "rank", "step", "device_busy_us", "step_us"]);
+      const keys = [];
+      for (const r of steps) for (const k of Object.keys(r)) if (k.endsWith("_us") && !skip.has(k) && typeof r[k] === "number" && !keys.includes(k)) keys.push(k);
+      // Stack only parts that partition a step (communication overlapping compute would count twice).
+      const part = ["compute_us", "communication_not_overlapped_us", "memcpy_us", "memset_us", "device_idle_us", "computing_us", "free_us"].filter((k) => keys.includes(k));
+      if (part.length >= 2) keys.splice(0, keys.length, ...part);
+      const W = 900, H = 260, L = 70, B = 40, T = 10;
+      const n = steps.length;
+      const totals = steps.map((r) => Math.max(r.dur_us || 0, keys.reduce((a, k) => a + Math.max(0, r[k] || 0), 0)));
+      const vmax = Math.max(1, ...totals);
+      const g = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img" });
+      g.appendChild(svg("line", { x1: L, y1: H - B, x2: W - 10, y2: H - B, class: "axis" }));
+      for (const t of linTicks(0, vmax, 5)) {
+        const y = H - B - (t / vmax) * (H - B - T);
+        g.appendChild(svg("line", { x1: L, y1: y, x2: W - 10, y2: y, class: "grid" }));
+        const tx = svg("text", { x: L - 4, y: y + 3, "text-anchor": "end" });
+        tx.textContent = fmtUs(t);
+        g.appendChild(tx);
+      }
+      const bw = Math.max(2, Math.min(60, (W - L - 20) / n - 4));
+      steps.forEach((r, i) => {
+        const x = L + 6 + i * ((W - L - 20) / n);
+        let y = H - B;
+        keys.forEach((k, ki) => {
+          const v = Math.max(0, r[k] || 0);
+          const h = (v / vmax) * (H - B - T);
+          const rect = svg("rect", { x, y: y - h, width: bw, height: Math.max(0, h), fill: COLORS[ki % COLORS.length] });
+          hover(rect, `step ${r.step}  ${k}: ${fmtUs(v)}\nstep time ${fmtUs(r.dur_us)}`);
+          g.appendChild(rect);
+          y -= h;
+        });
+        if (r.dur_us) {
+          const yd = H - B - (r.dur_us / vmax) * (H - B - T);
+          const ln = svg("line", { x1: x - 2, x2: x + bw + 2, y1: yd, y2: yd, stroke: "#1d2330", "stroke-width": 2 });
+          hover(ln, `step ${r.step} time ${fmtUs(r.dur_us)}`);
+          g.appendChild(ln);
+        }
+        if (n <= 40) {
+          const tx = svg("text", { x: x + bw / 2, y: H - B + 14, "text-anchor": "middle" });
+          tx.textContent = String(r.step === null || r.step === undefined ? i : r.step);
+          g.appendChild(tx);
+        }
+      });
+      s.appendChild(g);
+      const leg = el("div", null, "legend");
+      keys.forEach((k, ki) => { const sp = el("span"); const i = el("i"); i.style.background = COLORS[ki % COLORS.length]; sp.appendChild(i); sp.appendChild(document.createTextNode(k)); leg.appendChild(sp); });
+      s.appendChild(leg);
+      s.appendChild(table(steps));
+    }
+    if (!Array.isArray(b)) for (const k of Object.keys(b)) if (k !== "steps") { s.appendChild(el("h3", k)); generic(s, b[k], 1); }
+  }
+
+  function hotspots() {
+    const h = D.hotspots;
+    if (!h) return;
+    const s = section("hotspots", "Hotspots");
+    for (const k of ["ops", "kernels", "op_shapes", "modules"]) {
+      if (!isRows(h[k])) continue;
+      s.appendChild(el("h3", { ops: "Operators", kernels: "Kernels", op_shapes: "Operators by shape", modules: "Modules" }[k]));
+      s.appendChild(table(h[k]));
+    }
+    if (isRows(h.sources) && !D.sources) { s.appendChild(el("h3", "Source lines")); s.appendChild(table(h.sources)); }
+  }
+
+  function sources() {
+    const src = D.sources;
+    if (!src) return;
+    const s = section("sources", "Time per source line");
+    generic(s, src, 0);
+  }
+
+  function listSection(key, id, title) {
+    if (D[key] === undefined || D[key] === null) return;
+    const s = section(id, title);
+    const v = D[key];
+    if (Array.isArray(v) && !v.length) s.appendChild(el("p", "None found.", "muted"));
+    else generic(s, v, 0);
+  }
+
+  function roofline() {
+    const r = D.roofline;
+    if (!r) return;
+    const s = section("roofline", "Roofline");
+    const rows = Array.isArray(r) ? r : (r.groups || r.rows || []);
+    const pts = rows.filter((p) => p.intensity > 0 && p.achieved_tflops > 0);
+    let peakT = !Array.isArray(r) ? (r.peak_tflops || null) : null;
+    let peakB = !Array.isArray(r) ? (r.peak_gbps || null) : null;
+    let inferred = false;
+    const med = (a) => { a.sort((x, y) => x - y); return a.length ? a[Math.floor(a.length / 2)] : null; };
+    if (!peakT) { peakT = med(pts.filter((p) => p.bound === "compute" && p.pct_of_peak > 0).map((p) => p.achieved_tflops / (p.pct_of_peak / 100))); inferred = inferred || !!peakT; }
+    if (!peakB) { peakB = med(rows.filter((p) => p.bound === "memory" && p.pct_of_peak > 0 && p.achieved_gbps > 0).map((p) => p.achieved_gbps / (p.pct_of_peak / 100))); inferred = inferred || !!peakB; }
+    if (pts.length) {
+      const W = 760, H = 380, L = 70, B = 44, T = 12, R = 20;
+      const xs = pts.map((p) => p.intensity), ys = pts.map((p) => p.achieved_tflops);
+      let xlo = Math.min(...xs) / 2, xhi = Math.max(...xs) * 2, ylo = Math.min(...ys) / 2, yhi = Math.max(...ys) * 2;
+      if (peakT) yhi = Math.max(yhi, peakT * 2);
+      if (peakT && peakB) { const ridge = peakT * 1e3 / peakB; xlo = Math.min(xlo, ridge / 10); xhi = Math.max(xhi, ridge * 10); ylo = Math.min(ylo, peakB * xlo / 1e3); }
+      const X = (v) => L + (Math.log10(v) - Math.log10(xlo)) / (Math.log10(xhi) - Math.log10(xlo)) * (W - L - R);
+      const Y = (v) => H - B - (Math.log10(v) - Math.log10(ylo)) / (Math.log10(yhi) - Math.log10(ylo)) * (H - B - T);
+      const g = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img" });
+      for (const t of logTicks(xlo, xhi)) if (t >= xlo && t <= xhi) { g.appendChild(svg("line", { x1: X(t), x2: X(t), y1: T, y2: H - B, class: "grid" })); const tx = svg("text", { x: X(t), y: H - B + 14, "text-anchor": "middle" }); tx.textContent = fmt(t); g.appendChild(tx); }
+      for (const t of logTicks(ylo, yhi)) if (t >= ylo && t <= yhi) { g.appendChild(svg("line", { x1: L, x2: W - R, y1: Y(t), y2: Y(t), class: "grid" })); const tx = svg("text", { x: L - 4, y: Y(t) + 3, "text-anchor": "end" }); tx.textContent = fmt(t); g.appendChild(tx); }
+      const xl = svg("text", { x: (L + W) / 2, y: H - 8, "text-anchor": "middle" }); xl.textContent = "arithmetic intensity (FLOP/byte)"; g.appendChild(xl);
+      const yl = svg("text", { x: 12, y: H / 2, transform: `rotate(-90 12 ${H / 2})`, "text-anchor": "middle" }); yl.textContent = "achieved TFLOP/s"; g.appendChild(yl);
+      if (peakT || peakB) {
+        const n = 60, path = [];
+        for (let i = 0; i <= n; i++) {
+          const xi = Math.pow(10, Math.log10(xlo) + i / n * (Math.log10(xhi) - Math.log10(xlo)));
+          let yv = peakT || Infinity;
+          if (peakB) yv = Math.min(yv, peakB * xi / 1e3);
+          yv = Math.max(ylo, Math.min(yhi, yv));
+          path.push((i ? "L" : "M") + X(xi).toFixed(1) + " " + Y(yv).toFixed(1));
+        }
+        const roof = svg("path", { d: path.join(" "), fill: "none", stroke: "#b00020", "stroke-width": 2 });
+        hover(roof, `device roof${inferred ? " (inferred from % of peak)" : ""}\npeak ${fmt(peakT)} TFLOP/s, ${fmt(peakB)} GB/s`);
+        g.appendChild(roof);
+      }
+      const tmax = Math.max(...pts.map((p) => p.time_us || 0), 1);
+      pts.forEach((p, i) => {
+        const c = svg("circle", { cx: X(p.intensity), cy: Y(p.achieved_tflops), r: 3 + 7 * Math.sqrt((p.time_us || 0) / tmax), fill: p.bound === "memory" ? "#4e79a7" : p.bound === "compute" ? "#f28e2b" : "#889", "fill-opacity": 0.7, stroke: "#1d2330", "stroke-width": 0.5 });
+        c.setAttribute("data-i", String(i));
+        hover(c, `${p.name}\nshapes ${fmt(p.input_shapes)} ${fmt(p.dtypes)}\nintensity ${fmt(p.intensity)} FLOP/B\n${fmt(p.achieved_tflops)} TFLOP/s, ${fmt(p.achieved_gbps)} GB/s\n${fmt(p.pct_of_peak)} % of peak (${p.bound || "?"})\ntime ${fmtUs(p.time_us)} in ${p.calls} calls`);
+        g.appendChild(c);
+      });
+      s.appendChild(g);
+      if (inferred) s.appendChild(el("p", "The roof is inferred from the groups' % of peak (the report carries no explicit peaks).", "muted"));
+      s.appendChild(el("p", "Orange: compute bound, blue: memory bound; area grows with time.", "muted"));
+    } else s.appendChild(el("p", "No operator group has both FLOPs and bytes to place on the roofline.", "muted"));
+    if (rows.length) s.appendChild(table(rows));
+    if (!Array.isArray(r)) s.appendChild(kv(r));
+  }
+
+  function memory() {
+    const m = D.memory, curve = D._memory_curve;
+    if (!m && !curve) return;
+    const s = section("memory", "Memory");
+    for (const c of curve || []) {
+      if (!c.ts_us.length) continue;
+      s.appendChild(el("h3", c.name));
+      const W = 900, H = 240, L = 80, B = 34, T = 10, R = 16;
+      const t0 = c.ts_us[0], t1 = c.ts_us[c.ts_us.length - 1] || t0 + 1;
+      const vmax = Math.max(1, ...c.bytes);
+      const X = (t) => L + (t - t0) / Math.max(1e-9, t1 - t0) * (W - L - R);
+      const Y = (v) => H - B - (v / vmax) * (H - B - T);
+      const g = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img" });
+      for (const t of linTicks(0, vmax, 4)) { g.appendChild(svg("line", { x1: L, x2: W - R, y1: Y(t), y2: Y(t), class: "grid" })); const tx = svg("text", { x: L - 4, y: Y(t) + 3, "text-anchor": "end" }); tx.textContent = (t / 2 ** 20).toFixed(1) + " MiB"; g.appendChild(tx); }
+      for (const t of linTicks(0, t1 - t0, 6)) { const tx = svg("text", { x: X(t0 + t), y: H - B + 14, "text-anchor": "middle" }); tx.textContent = fmtUs(t); g.appendChild(tx); }
+      let d = `M${X(c.ts_us[0])} ${Y(0)}`;
+      for (let i = 0; i < c.ts_us.length; i++) { d += ` L${X(c.ts_us[i]).toFixed(1)} ${Y(c.bytes[i]).toFixed(1)}`; if (i + 1 < c.ts_us.length) d += ` L${X(c.ts_us[i + 1]).toFixed(1)} ${Y(c.bytes[i]).toFixed(1)}`; }
+      d += ` L${X(t1)} ${Y(0)} Z`;
+      g.appendChild(svg("path", { d, fill: "rgba(78,121,167,0.35)", stroke: "#4e79a7" }));
+      const pi = c.bytes.indexOf(vmax);
+      const pk = svg("circle", { cx: X(c.ts_us[pi]), cy: Y(vmax), r: 5, fill: "#b00020", class: "peak" });
+      hover(pk, `peak ${(vmax / 2 ** 20).toFixed(2)} MiB (${vmax.toLocaleString("en-US")} bytes) at ${fmtUs(c.ts_us[pi] - t0)}`);
+      g.appendChild(pk);
+      const lab = svg("text", { x: X(c.ts_us[pi]) + 8, y: Y(vmax) + 4 });
+      lab.textContent = "peak " + (vmax / 2 ** 20).toFixed(1) + " MiB";
+      g.appendChild(lab);
+      const band = svg("rect", { x: L, y: T, width: W - L - R, height: H - B - T, fill: "transparent" });
+      let last = "";
+      band.addEventListener("mousemove", (e) => {
+        const rc = g.getBoundingClientRect();
+        const t = t0 + ((e.clientX - rc.left) * (W / rc.width) - L) / (W - L - R) * (t1 - t0);
+        let lo = 0, hi = c.ts_us.length - 1;
+        while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (c.ts_us[mid] <= t) lo = mid; else hi = mid - 1; }
+        last = `${fmtUs(c.ts_us[lo] - t0)}: ${(c.bytes[lo] / 2 ** 20).toFixed(2)} MiB`;
+      });
+      hover(band, () => last);
+      g.insertBefore(band, pk);
+      s.appendChild(g);
+      if (c.downsampled) s.appendChild(el("p", `Curve downsampled from ${c.points.toLocaleString("en-US")} points (the largest value of each interval kept, so the peak is exact).`, "muted"));
+    }
+    if (m) generic(s, m, 0);
+  }
+
+  summary();
+  breakdown();
+  hotspots();
+  sources();
+  listSection("anomalies", "anomalies", "Anomalies");
+  roofline();
+  memory();
+  listSection("findings", "findings", "Findings");
+  listSection("critical_path", "critical-path", "Critical path");
+  if (D.comparison) listSection("comparison", "comparison", "Comparison");
+  const done = new Set(["summary", "hotspots", "sources", "anomalies", "roofline", "breakdown", "memory", "findings", "comparison", "critical_path", "_notes", "_memory_curve", "load", "ranks"]);
+  for (const k of Object.keys(D)) if (!done.has(k) && D[k] && typeof D[k] === "object") listSection(k, "x-" + k.replace(/[^a-z0-9_-]/gi, ""), k);
+  document.body.setAttribute("data-ready", "1");
+})();

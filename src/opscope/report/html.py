@@ -1,0 +1,190 @@
+"""The HTML report: one offline file (CSS, JS and data inlined), at most 3 MB for any profile.
+
+It renders from ``report.to_json()`` only (the shape ``opscope report --json`` prints), plus the
+memory curve when the Profile is at hand. The data travels as JSON inside
+``<script type="application/json">`` with ``<``, ``>``, ``&`` and U+2028/U+2029 written as
+``\\u003c``-style escapes, so no string from a trace can close the script element; the page's
+script puts every string into the DOM with ``textContent``. A Content-Security-Policy allows only
+the page's own inline script and style (by hash) and no network at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from opscope import __version__
+from opscope.model import Profile
+
+MAX_BYTES = 3_000_000
+_DATA_BUDGET = MAX_BYTES - 150_000  # room for the page's own CSS and JS
+_CURVE_POINTS = 2000
+_ROW_LIMITS = (2000, 500, 200, 50, 20, 5)
+
+
+def _asset(name: str) -> str:
+    return resources.files("opscope.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def escape_json_for_script(text: str) -> str:
+    """``text`` (JSON) made safe inside a ``<script>`` element: no ``<``, ``>``, ``&``, U+2028/9."""
+    return (
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    return str(obj)
+
+
+def memory_curves(profile: Profile, points: int = _CURVE_POINTS) -> list[dict[str, Any]]:
+    """Allocated bytes over time per (rank, device), at most ``points`` points each.
+
+    Downsampling keeps the largest value of each interval, so the curve's peak is the true peak.
+    """
+    m = profile.memory
+    if m.height == 0 or m.get_column("total_allocated").null_count() == m.height:
+        return []
+    m = m.filter(pl.col("total_allocated").is_not_null() & pl.col("ts_ns").is_not_null())
+    t_origin = int(m.get_column("ts_ns").min())  # type: ignore[arg-type]
+    out = []
+    for (rank, dtype, dev), group in m.sort("ts_ns").group_by(
+        "rank", "device_type", "device", maintain_order=True
+    ):
+        part = group
+        n = part.height
+        span = int(part.get_column("ts_ns").max()) - int(part.get_column("ts_ns").min()) + 1  # type: ignore[arg-type]
+        if n > points:
+            width = max(1, span // points + 1)
+            part = (
+                part.with_columns(((pl.col("ts_ns") - pl.col("ts_ns").min()) // width).alias("_b"))
+                .group_by("_b", maintain_order=True)
+                .agg(
+                    pl.col("ts_ns").sort_by("total_allocated").last(),
+                    pl.col("total_allocated").max(),
+                )
+                .sort("ts_ns")
+            )
+        where = "CPU" if dtype == 0 else f"device {dev}"
+        out.append(
+            {
+                "name": f"rank {rank} · {where} allocated",
+                "ts_us": ((part.get_column("ts_ns") - t_origin) / 1e3).to_list(),
+                "bytes": part.get_column("total_allocated").to_list(),
+                "points": n,
+                "downsampled": n > points,
+            }
+        )
+    return out
+
+
+def _truncate(obj: Any, limit: int, notes: list[str], path: str = "") -> Any:
+    if isinstance(obj, dict):
+        return {k: _truncate(v, limit, notes, f"{path}.{k}" if path else k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if len(obj) > limit and path != "_memory_curve":
+            notes.append(f"{path}: first {limit} of {len(obj)} rows kept")
+            obj = obj[:limit]
+        return [_truncate(v, limit, notes, path) for v in obj]
+    if isinstance(obj, str) and len(obj) > 4000:
+        return obj[:4000] + "…"
+    return obj
+
+
+def _fit(data: dict[str, Any]) -> tuple[str, list[str]]:
+    """The data as JSON within the size budget, and notes on what was cut to get there."""
+    enc = msgspec.json.encode(data).decode()
+    if len(escape_json_for_script(enc).encode()) <= _DATA_BUDGET:
+        return enc, []
+    for limit in _ROW_LIMITS:
+        notes: list[str] = []
+        cut = _truncate(data, limit, notes)
+        cut["_notes"] = [
+            f"This report was cut to stay under {MAX_BYTES // 1_000_000} MB: " + "; ".join(notes)
+        ]
+        enc = msgspec.json.encode(cut).decode()
+        if len(escape_json_for_script(enc).encode()) <= _DATA_BUDGET:
+            return enc, cut["_notes"]
+    raise ValueError("report data does not fit in the HTML size limit even when cut")
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def render_html(report: Any, *, profile: Profile | None = None, title: str | None = None) -> str:
+    """The report as one self-contained HTML page.
+
+    ``report`` is anything with ``to_json() -> dict`` (a :class:`opscope.Report`) or that dict
+    itself. ``profile`` (default: ``report.profile`` when it has one) adds the memory curve.
+    """
+    data = report.to_json() if hasattr(report, "to_json") else dict(report)
+    data = _finite(data)
+    if not isinstance(data, dict):
+        raise TypeError("report.to_json() must return a dict")
+    prof = profile if profile is not None else getattr(report, "profile", None)
+    if isinstance(prof, Profile):
+        curves = memory_curves(prof)
+        if curves:
+            data["_memory_curve"] = curves
+    payload, _notes = _fit(data)
+    css = _asset("report.css")
+    js = _asset("report.js")
+    sources = data.get("sources_read") or data.get("source") or ""
+    heading = title or "opscope report"
+    csp = (
+        f"default-src 'none'; script-src {_csp_hash(js)}; style-src {_csp_hash(css)}; "
+        "img-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'"
+    )
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{html.escape(csp, quote=False)}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(heading)}</title>\n<style>{css}</style>\n</head>\n<body>\n"
+        f'<header><h1>{html.escape(heading)}</h1><div class="sub">'
+        f"opscope {html.escape(__version__)} · {stamp} {html.escape(str(sources))}</div></header>\n"
+        '<nav id="nav"></nav>\n<main id="main"></main>\n<div id="tip" hidden></div>\n'
+        "<noscript><p>This report needs JavaScript to draw its tables and charts.</p></noscript>\n"
+        f'<script type="application/json" id="opscope-data">{escape_json_for_script(payload)}'
+        f"</script>\n<script>{js}</script>\n</body>\n</html>\n"
+    )
+
+
+def write_html(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, then a rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

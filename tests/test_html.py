@@ -1,0 +1,216 @@
+"""HTML report: escaping, size cap, memory curve, and the page in Chromium with no network."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from conftest import shared_trace
+from opscope.model import Profile
+from opscope.report.html import MAX_BYTES, memory_curves, render_html
+
+PAYLOAD = "</script><script>alert(1)</script>"
+EVIL = f"void k<{PAYLOAD}>&\"q'\u2028x"
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+MI300 = "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz"
+
+
+def _data(html: str) -> Any:
+    m = re.search(r'<script type="application/json" id="opscope-data">(.*?)</script>', html, re.S)
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+def _report(n_kernels: int = 3) -> dict[str, Any]:
+    kernels = [{"name": EVIL if i == 0 else f"k{i}", "calls": i + 1, "total_us": 10.0 * (i + 1)}
+               for i in range(n_kernels)]  # fmt: skip
+    return {
+        "format": "kineto",
+        "events": 10,
+        "hotspots": {
+            "ops": [{"name": "aten::mm", "calls": 2, "total_us": 5.0}],
+            "kernels": kernels,
+        },
+        "anomalies": [],
+        "findings": [{"rule": "r1", "severity": "high", "title": EVIL, "saving_us": 1.5}],
+        "roofline": [
+            {
+                "name": "aten::mm",
+                "intensity": 50.0,
+                "achieved_tflops": 10.0,
+                "achieved_gbps": 200.0,
+                "pct_of_peak": 50.0,
+                "bound": "compute",
+                "time_us": 5.0,
+                "calls": 2,
+            },
+            {
+                "name": "aten::add",
+                "intensity": 0.1,
+                "achieved_tflops": 0.05,
+                "achieved_gbps": 500.0,
+                "pct_of_peak": 25.0,
+                "bound": "memory",
+                "time_us": 2.0,
+                "calls": 4,
+            },
+        ],
+        "breakdown": {
+            "steps": [{"step": 1, "dur_us": 9.0, "compute_us": 5.0, "device_idle_us": 4.0}]
+        },
+    }
+
+
+def test_trace_strings_cannot_close_the_script() -> None:
+    html = render_html(_report())
+    body = html.split('id="opscope-data">', 1)[1].split("</script>", 1)[0]
+    for bad in ("<", ">", "&", "\u2028"):
+        assert bad not in body
+    assert PAYLOAD not in html
+    data = _data(html)
+    assert data["hotspots"]["kernels"][0]["name"] == EVIL
+    assert data["findings"][0]["title"] == EVIL
+    # The one inline script is allowed by hash and nothing may be fetched.
+    assert "connect-src 'none'" in html and "default-src 'none'" in html
+    rest = html.replace("http://www.w3.org/2000/svg", "")  # the SVG namespace, never fetched
+    assert "http://" not in rest and "https://" not in rest
+
+
+def test_size_cap_cuts_rows_and_says_so() -> None:
+    big = _report(60_000)
+    html = render_html(big)
+    assert len(html.encode()) <= MAX_BYTES
+    data = _data(html)
+    assert 0 < len(data["hotspots"]["kernels"]) < 60_000
+    assert any("of 60000 rows" in n for n in data["_notes"])
+    small = _data(render_html(_report(5)))
+    assert "_notes" not in small and len(small["hotspots"]["kernels"]) == 5
+
+
+def _memory_profile(n: int = 9000) -> tuple[Profile, list[int]]:
+    total = [(i * 7919) % 100_003 for i in range(n)]
+    mem = pl.DataFrame(
+        {"rank": [0] * n, "ts_ns": [5_000 + 1000 * i for i in range(n)], "bytes": [1] * n,
+         "total_allocated": total, "device_type": [1] * n, "device": [0] * n}
+    )  # fmt: skip
+    return Profile.from_tables(memory=mem), total
+
+
+def test_memory_curve_is_downsampled_with_the_exact_peak() -> None:
+    prof, total = _memory_profile()
+    (curve,) = memory_curves(prof, points=500)
+    assert curve["downsampled"] and curve["points"] == len(total)
+    assert len(curve["bytes"]) <= 500
+    assert max(curve["bytes"]) == max(total)
+    peak_i = total.index(max(total))
+    assert curve["ts_us"][curve["bytes"].index(max(total))] == pytest.approx(peak_i * 1.0)
+
+
+# Browser ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium not installed at /usr/bin/chromium")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+def _open_offline(browser: Any, path: Path) -> tuple[Any, Any, list[str], list[str]]:
+    ctx = browser.new_context(viewport={"width": 1300, "height": 900})
+    attempted: list[str] = []
+    dialogs: list[str] = []
+
+    def route(r: Any) -> None:
+        if r.request.url.startswith("file://"):
+            r.continue_()
+        else:
+            attempted.append(r.request.url)
+            r.abort()
+
+    ctx.route("**/*", route)
+    page = ctx.new_page()
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    assert errors == []
+    return ctx, page, attempted, dialogs
+
+
+@pytest.mark.browser
+def test_injection_stays_text_offline(browser: Any, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    prof, total = _memory_profile(3000)
+    out.write_text(render_html(_report(), profile=prof))
+    ctx, page, attempted, dialogs = _open_offline(browser, out)
+    cells = page.locator("td", has_text=PAYLOAD)
+    assert cells.count() == 2  # the kernel row and the finding row
+    assert cells.first.text_content() == EVIL.replace("\u2028", "\u2028")
+    assert cells.first.is_visible()
+    assert page.locator("script").count() == 2  # the data and the page's own script, no more
+    page.wait_for_timeout(200)
+    assert dialogs == [] and attempted == []
+    # Memory: the peak marker sits at the true peak, and says so on hover.
+    peak = page.locator("#memory circle.peak")
+    peak.hover()
+    tip = page.locator("#tip").text_content()
+    assert f"({max(total):,} bytes)" in tip
+    # Roofline hover shows the group.
+    page.locator("#roofline circle").first.hover()
+    assert "aten::mm" in page.locator("#tip").text_content()
+    ctx.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_real_profile_report_sections_and_sorting(browser: Any, tmp_path: Path) -> None:
+    from opscope.cli.app import main
+
+    out = tmp_path / "report.html"
+    assert main(["html", str(shared_trace(MI300)), "-o", str(out)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temp file left behind
+    html = out.read_text()
+    data = _data(html)
+    ctx, page, attempted, dialogs = _open_offline(browser, out)
+    titles = page.locator("section h2").all_text_contents()
+    for want in ["Summary", "Step breakdown", "Hotspots", "Time per source line", "Anomalies",
+                 "Roofline", "Memory", "Findings"]:  # fmt: skip
+        assert want in titles
+    # Sort the operator table by total_us, ascending then descending.
+    table = page.locator("#hotspots table").first
+    headers = table.locator("th").all_text_contents()
+    col = headers.index("total_us")
+    table.locator("th").nth(col).click()
+    got = [
+        float(t.replace(",", ""))
+        for t in table.locator(f"tbody tr td:nth-child({col + 1})").all_text_contents()
+    ]
+    want = sorted((r["total_us"] for r in data["hotspots"]["ops"]), reverse=True)
+    assert got == pytest.approx(want, rel=1e-3)
+    table.locator("th").nth(col).click()
+    got2 = [
+        float(t.replace(",", ""))
+        for t in table.locator(f"tbody tr td:nth-child({col + 1})").all_text_contents()
+    ]
+    assert got2 == pytest.approx(sorted(want), rel=1e-3)
+    # One bar per step in the breakdown chart, each with its step time on hover.
+    steps = data["breakdown"]["steps"]
+    assert page.locator("#breakdown svg line[stroke-width='2']").count() == len(steps)
+    assert attempted == [] and dialogs == []
+    ctx.close()
