@@ -1,0 +1,108 @@
+"""The one place that decides what is a secret, used by every reader and every output.
+
+Real traces carry the recording machine's environment (``metadata.system.env`` in Kineto traces
+written by benchmark harnesses, ``ENV_VARIABLES`` in Ascend ``profiler_metadata.json``), and
+those hold tokens and keys (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``...). A variable whose *name*
+contains one of :data:`SECRET_WORDS` (case-insensitive, anywhere in the name, so ``HFTOKEN`` and
+``x-api-key`` match too) has its value replaced by :data:`REDACTED`. Over-redacting a harmless
+``KEYBOARD`` variable is the accepted price of never printing a real key.
+
+Three shapes of environment are recognised: a mapping ``{"NAME": "value"}``, a list of
+``"NAME=value"`` strings, and a list of ``{"name": "NAME", "value": "..."}`` records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+#: Name parts that mark a value as secret.
+SECRET_WORDS: Final = (
+    "TOKEN",
+    "KEY",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "AUTH",
+    "COOKIE",
+    "SESSION",
+)
+#: What a secret value is replaced by.
+REDACTED: Final = "<redacted>"
+
+_SECRET_RE: Final = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
+_ASSIGN_RE: Final = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*=(.*)$", re.DOTALL)
+# Record keys that carry a variable's name / value in list-of-records environments.
+_NAME_KEYS: Final = ("name", "key", "NAME", "Name")
+_VALUE_KEYS: Final = ("value", "VALUE", "Value")
+# Redaction walks metadata, which a hostile trace could nest arbitrarily deep.
+_MAX_DEPTH: Final = 64
+
+
+def is_secret(name: object) -> bool:
+    """True when a variable called ``name`` holds a secret (see :data:`SECRET_WORDS`)."""
+    return isinstance(name, str) and _SECRET_RE.search(name) is not None
+
+
+def redact(obj: Any, *, show_env: bool = False) -> Any:
+    """A copy of ``obj`` with the values of secret-looking names replaced by ``"<redacted>"``.
+
+    Walks dicts and lists (JSON-like data). ``show_env=True`` returns ``obj`` unchanged (the
+    user asked for it with ``--show-env``). Deeper than 64 levels the remainder is replaced by
+    ``"<redacted>"`` too: nothing unexamined is passed on.
+    """
+    if show_env:
+        return obj
+    return _walk(obj, 0)
+
+
+def _walk(obj: Any, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        return REDACTED if isinstance(obj, Mapping | list | tuple) else obj
+    if isinstance(obj, Mapping):
+        name = next((obj[k] for k in _NAME_KEYS if k in obj), None)
+        hide_value = is_secret(name)
+        out: dict[Any, Any] = {}
+        for k, v in obj.items():
+            if is_secret(k) or (hide_value and k in _VALUE_KEYS):
+                out[k] = REDACTED
+            else:
+                out[k] = _walk(v, depth + 1)
+        return out
+    if isinstance(obj, list | tuple):
+        return [_walk(v, depth + 1) for v in obj]
+    if isinstance(obj, str):
+        m = _ASSIGN_RE.match(obj)
+        if m is not None and is_secret(m.group(1)):
+            return f"{m.group(1)}={REDACTED}"
+    return obj
+
+
+def secret_names(obj: Any) -> list[str]:
+    """The names in ``obj`` whose values :func:`redact` hides (sorted, unique)."""
+    found: set[str] = set()
+
+    def visit(o: Any, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            return
+        if isinstance(o, Mapping):
+            name = next((o[k] for k in _NAME_KEYS if k in o), None)
+            if is_secret(name) and any(k in o for k in _VALUE_KEYS):
+                found.add(str(name))
+            for k, v in o.items():
+                if is_secret(k):
+                    found.add(str(k))
+                else:
+                    visit(v, depth + 1)
+        elif isinstance(o, list | tuple):
+            for v in o:
+                visit(v, depth + 1)
+        elif isinstance(o, str):
+            m = _ASSIGN_RE.match(o)
+            if m is not None and is_secret(m.group(1)):
+                found.add(m.group(1))
+
+    visit(obj, 0)
+    return sorted(found)
