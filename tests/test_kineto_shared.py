@@ -15,7 +15,13 @@ import pytest
 from conftest import shared_trace
 from opscope.ingest.kineto import parse_kineto
 
-TRACES = [
+_BIG = {  # > 5 s each on a 2-core machine (stdlib json of the same file included)
+    "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+    "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
+    "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
+    "compare/hta_trace_diff_test_v100_rank1of2.json.gz",
+}
+_ALL = [
     "gpu/hta_alexnet_a100_cuda_sync.json.gz",
     "gpu/hta_amd_mi250_minitoy.json.gz",
     "gpu/hta_nccl_a100_rank0of2.json.gz",
@@ -28,6 +34,7 @@ TRACES = [
     "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
     "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
 ]
+TRACES = [pytest.param(r, marks=pytest.mark.slow) if r in _BIG else r for r in _ALL]
 
 # The reference mapping, written independently of the reader's tables.
 CAT = {
@@ -134,6 +141,7 @@ def test_shared_trace_counts_match_stdlib(rel: str) -> None:
     assert per_op == ref["per_op"]
 
 
+@pytest.mark.slow
 def test_2021_schema_string_tids_and_external_id() -> None:
     path = shared_trace("gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz")
     doc = json.loads(gzip.decompress(path.read_bytes()))

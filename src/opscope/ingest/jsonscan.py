@@ -369,7 +369,10 @@ def scan_array(
     view = memoryview(data)
     inner_start, inner_end = start + 1, end - 1
     bounds = list(chunk_bounds(data, inner_start, inner_end, chunk_bytes))
-    has_counters = b'"C"' in data[start:end] and re.search(rb'"ph"\s*:\s*"C"', data) is not None
+    has_counters = (
+        data.find(b'"C"', start, end) >= 0
+        and re.compile(rb'"ph"\s*:\s*"C"').search(data, start, end) is not None
+    )
     try:
         for a, b in itertools.pairwise(bounds):
             text = view[a:b]

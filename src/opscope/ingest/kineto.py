@@ -95,8 +95,14 @@ def parse_kineto(
         if progress is not None:
             progress("decompress", done, total)
 
-    data = gz.read_bytes(path, progress=gz_progress, allow_truncated=salvage)
-    return parse_bytes(data, path, salvage=salvage, progress=progress, rank=rank)
+    # No local reference: parse_bytes drops the bytes before building tables (peak memory).
+    return parse_bytes(
+        gz.read_bytes(path, progress=gz_progress, allow_truncated=salvage),
+        path,
+        salvage=salvage,
+        progress=progress,
+        rank=rank,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
