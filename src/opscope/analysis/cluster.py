@@ -1,0 +1,590 @@
+"""Multi-rank cluster analysis: per-rank breakdown, collectives and wait, slow ranks and links.
+
+The work is split in two so that it scales past one machine (:mod:`opscope.cluster` runs it):
+
+1. :func:`rank_tables` turns ONE rank's Profile into small summary tables (``steps``: one row per
+   step; ``collectives``: one row per collective call; ``links``: Ascend per-link bandwidth when
+   given). It runs once per rank, in a worker process or a Ray task.
+2. :func:`aggregate` joins those tables over all ranks: aligns the same collective across ranks,
+   derives each rank's wait, flags slow ranks and slow links, and the per-step rank gap.
+
+The registered analysis ``"cluster"`` does both in-process on a multi-rank Profile.
+
+Breakdown per step
+    Device profiles reuse :func:`opscope.analysis.breakdown.breakdown` (compute = non-collective
+    kernels, communication = collective kernels, not-overlapped = communication while no compute
+    runs, idle = step − device busy; Ascend ``step_trace_time.csv`` figures where present).
+    Host-only profiles (gloo on CPU) use the same interval unions over host events: compute =
+    union of ``cpu_op`` that are not collectives, communication = union of the collectives.
+
+Collectives
+    Device: collective kernels (NCCL/RCCL ``nccl*`` kernels, Ascend kernels on the ``HCCL`` core;
+    events of kind ``communication`` are per-link sub-tasks and are not counted again). Host-only
+    ranks: ``gloo:`` / ``mpi:`` / ``ucc:`` ranges (gloo runs collectives on its own threads).
+    ``collective`` is the normalised operation (``allreduce``, ``allgather``, ``broadcast``, ...);
+    ``bytes`` comes from Kineto's ``In msg nelems`` × the ``dtype`` size when recorded.
+
+Wait time
+    The same collective is aligned across ranks by (step, collective, process group, sequence
+    index of that collective within the step and group on each rank). Every rank leaves a
+    collective together, so a rank that enters it early waits for the last one:
+    ``wait_r = max(start over ranks) − start_r`` (as HTA and msprof compute it), clipped to the
+    call's own duration. Only collectives seen on two ranks or more count.
+
+Slow rank (all thresholds below are named constants)
+    A rank is slow when it makes the others wait: it arrives last in at least
+    :data:`LAST_ARRIVAL_SHARE` of the aligned collectives, its peers wait on average at least
+    :data:`MIN_PEER_WAIT_US` per step and at least :data:`MIN_PEER_WAIT_SHARE` of their step
+    time, and its own wait is at most :data:`OWN_WAIT_RATIO` of its peers' median wait. The
+    evidence says how much more compute it has than the median of its peers.
+
+Slow link
+    Ascend ``communication_matrix.json`` links are summed per (src, dst, transport); a link whose
+    bandwidth is below :data:`SLOW_LINK_RATIO` × the median bandwidth of its transport type
+    (over links that moved at least :data:`MIN_LINK_BYTES`) is slow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import polars as pl
+
+from opscope.analysis.breakdown import COMM_PATTERN, breakdown, union_ns
+from opscope.analysis.hotspots import markdown_table, rows
+from opscope.analysis.registry import Options, Result, analysis
+from opscope.model import Profile
+
+LAST_ARRIVAL_SHARE: Final = 0.6
+"""A slow rank arrives last in at least this share of the collectives aligned across ranks."""
+
+MIN_PEER_WAIT_US: Final = 1000.0
+"""Its peers wait at least this long per step on average (µs): below it, jitter, not a straggler."""
+
+MIN_PEER_WAIT_SHARE: Final = 0.05
+"""... and at least this share of their step time."""
+
+OWN_WAIT_RATIO: Final = 0.5
+"""A slow rank's own wait is at most this fraction of the median wait of its peers."""
+
+COMPUTE_EXCESS: Final = 0.1
+"""Evidence: compute more than 10 % above the peers' median is called the cause."""
+
+SLOW_LINK_RATIO: Final = 0.5
+"""A link is slow below this fraction of the median bandwidth of its transport type."""
+
+MIN_LINK_BYTES: Final = 1 << 20
+"""Links that moved less than 1 MiB are too small for a bandwidth figure and are ignored."""
+
+HOST_COLLECTIVE: Final = r"^(gloo|mpi|ucc):"
+"""Host ranges that are collectives on CPU-only ranks (gloo's worker threads)."""
+
+_COLL_WORD = (
+    r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?allv?|alltoallv?|broadcast|"
+    r"send_?recv|barrier|reduce|gather|scatter|send|recv)"
+)
+_DTYPE_BYTES: Final = {
+    "Float": 4,
+    "float": 4,
+    "Float32": 4,
+    "Int": 4,
+    "int": 4,
+    "Int32": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "Short": 2,
+    "Double": 8,
+    "Long": 8,
+    "double": 8,
+    "long": 8,
+    "Int64": 8,
+    "Byte": 1,
+    "Char": 1,
+    "Bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "bool": 1,
+}
+
+STEP_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "ts_ns": pl.Int64,
+    "dur_ns": pl.Int64,
+    "compute_ns": pl.Int64,
+    "communication_ns": pl.Int64,
+    "communication_not_overlapped_ns": pl.Int64,
+    "idle_ns": pl.Int64,
+}
+COLLECTIVE_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "collective": pl.String,
+    "name": pl.String,
+    "group": pl.String,
+    "seq": pl.Int32,
+    "start_ns": pl.Int64,
+    "dur_ns": pl.Int64,
+    "bytes": pl.Int64,
+}
+LINK_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "op_name": pl.String,
+    "group": pl.String,
+    "src_rank": pl.Int32,
+    "dst_rank": pl.Int32,
+    "transport": pl.String,
+    "size_bytes": pl.Int64,
+    "time_ns": pl.Int64,
+    "bandwidth_gbps": pl.Float64,
+}
+
+
+# --------------------------------------------------------------------------------- per rank
+
+
+def rank_tables(profile: Profile, links: pl.DataFrame | None = None) -> dict[str, pl.DataFrame]:
+    """Summary tables of one rank (or of every rank of ``profile``): ``steps``, ``collectives``
+    and ``links`` with the columns of :data:`STEP_COLUMNS`, :data:`COLLECTIVE_COLUMNS` and
+    :data:`LINK_COLUMNS`. ``links`` is the Ascend ``read_communication()["links"]`` table."""
+    ev = profile.events
+    colls = _collectives(ev)
+    steps = _steps(profile, colls)
+    lk = _conform(links if links is not None else pl.DataFrame(), LINK_COLUMNS)
+    return {"steps": steps, "collectives": colls, "links": lk}
+
+
+def _conform(df: pl.DataFrame, cols: dict[str, type[pl.DataType]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            df.get_column(c).cast(t, strict=False)
+            if c in df.columns
+            else pl.Series(c, [None] * df.height, dtype=t)
+            for c, t in cols.items()
+        ]
+    )
+
+
+def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
+    dev_comm = (pl.col("kind") == "kernel") & (
+        pl.col("name").str.contains(COMM_PATTERN) | (pl.col("core_type") == "HCCL")
+    )
+    host_comm = pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(
+        HOST_COLLECTIVE
+    )
+    dev = ev.filter(dev_comm)
+    # Per rank: the device collectives when the rank has any, else its host ones (gloo).
+    host = ev.filter(host_comm & ~pl.col("rank").is_in(dev.get_column("rank").unique().implode()))
+    c = pl.concat([dev, host])
+    if not c.height:
+        return _conform(pl.DataFrame(), COLLECTIVE_COLUMNS)
+    arg = pl.col("args")
+    coll_arg = arg.str.json_path_match("$['Collective name']")
+    nelems = arg.str.json_path_match("$['In msg nelems']").cast(pl.Int64, strict=False)
+    dtype = arg.str.json_path_match("$['dtype']")
+    group = arg.str.json_path_match("$['Process Group Name']")
+    word = pl.col("name").str.extract(_COLL_WORD, 1)
+    out = c.select(
+        "rank",
+        pl.col("step").fill_null(-1).alias("step"),
+        pl.coalesce(coll_arg, word, pl.col("name"))
+        .str.to_lowercase()
+        .str.replace_all("_", "")
+        .alias("collective"),
+        "name",
+        group.alias("group"),
+        pl.col("ts_ns").alias("start_ns"),
+        "dur_ns",
+        (nelems * dtype.replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)).alias(
+            "bytes"
+        ),
+    ).sort("rank", "start_ns")
+    out = out.with_columns(
+        pl.int_range(pl.len())
+        .over("rank", "step", "collective", "group")
+        .cast(pl.Int32)
+        .alias("seq")
+    )
+    return _conform(out, COLLECTIVE_COLUMNS)
+
+
+def _steps(profile: Profile, colls: pl.DataFrame) -> pl.DataFrame:
+    if profile.has_device:
+        b = breakdown(profile, Options()).steps
+        out = b.select(
+            "rank",
+            pl.col("step").fill_null(-1),
+            "ts_ns",
+            "dur_ns",
+            "compute_ns",
+            "communication_ns",
+            "communication_not_overlapped_ns",
+            pl.col("device_idle_ns").alias("idle_ns"),
+        )
+        return _conform(out, STEP_COLUMNS)
+    ev = profile.events
+    st = profile.steps
+    if st.height:
+        win = st.select(
+            "rank",
+            "step",
+            pl.col("ts_ns").alias("w0"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("w1"),
+        )
+    else:
+        win = (
+            ev.group_by("rank")
+            .agg(
+                pl.col("ts_ns").min().alias("w0"),
+                (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("w1"),
+            )
+            .with_columns(pl.lit(-1, pl.Int32).alias("step"))
+            .select("rank", "step", "w0", "w1")
+        )
+    comp = ev.filter(
+        (pl.col("kind") == "cpu_op")
+        & ~pl.col("name").str.contains(HOST_COLLECTIVE)
+        & ~pl.col("name").str.starts_with("c10d::")
+        & ~pl.col("name").str.contains("record_param_comms")
+    ).select("rank", "ts_ns", "dur_ns")
+    comm = colls.select("rank", pl.col("start_ns").alias("ts_ns"), "dur_ns")
+
+    def clip(iv: pl.DataFrame, cls: str) -> pl.DataFrame:
+        j = iv.join(win, on="rank")
+        return j.filter(
+            (pl.col("ts_ns") < pl.col("w1")) & (pl.col("ts_ns") + pl.col("dur_ns") > pl.col("w0"))
+        ).select(
+            "rank",
+            "step",
+            pl.lit(cls).alias("cls"),
+            pl.max_horizontal("ts_ns", "w0").alias("start"),
+            pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), "w1").alias("end"),
+        )
+
+    c1, c2 = clip(comp, "compute"), clip(comm, "communication")
+    both = pl.concat([c1, c2]).with_columns(pl.lit("busy").alias("cls"))
+    u = union_ns(pl.concat([c1, c2, both]), ["rank", "step", "cls"])
+    piv = u.pivot(on="cls", index=["rank", "step"], values="union_ns") if u.height else None
+    out = win.with_columns((pl.col("w1") - pl.col("w0")).alias("dur_ns"))
+    if piv is not None:
+        out = out.join(piv, on=["rank", "step"], how="left")
+    for col in ("compute", "communication", "busy"):
+        if col not in out.columns:
+            out = out.with_columns(pl.lit(0, pl.Int64).alias(col))
+    out = out.with_columns(pl.col("compute", "communication", "busy").fill_null(0)).select(
+        "rank",
+        "step",
+        pl.col("w0").alias("ts_ns"),
+        "dur_ns",
+        pl.col("compute").alias("compute_ns"),
+        pl.col("communication").alias("communication_ns"),
+        (pl.col("busy") - pl.col("compute")).alias("communication_not_overlapped_ns"),
+        (pl.col("dur_ns") - pl.col("busy")).alias("idle_ns"),
+    )
+    return _conform(out.sort("rank", "step"), STEP_COLUMNS)
+
+
+# --------------------------------------------------------------------------------- aggregate
+
+
+@dataclass(frozen=True)
+class Cluster(Result):
+    """Cluster analysis over all ranks.
+
+    ``ranks``: one row per rank (step time, compute, communication, not overlapped, idle and wait
+    totals in ns, steps, last-arrival share); ``steps``: per (rank, step); ``collectives``: per
+    call with ``wait_ns`` and ``ranks_seen``; ``step_gap``: per step the fastest and slowest rank;
+    ``slow_ranks``: rows of the flagged ranks with their evidence; ``links`` / ``slow_links``:
+    per-link bandwidth and the slow ones. ``engine`` says what ran the per-rank work.
+    """
+
+    ranks: pl.DataFrame
+    steps: pl.DataFrame
+    collectives: pl.DataFrame
+    step_gap: pl.DataFrame
+    slow_ranks: pl.DataFrame
+    links: pl.DataFrame
+    slow_links: pl.DataFrame
+    engine: str = "local"
+    top: int = 20
+
+    @property
+    def slow_rank_ids(self) -> list[int]:
+        """Rank ids of the slow ranks."""
+        return [int(r) for r in self.slow_ranks.get_column("rank").to_list()]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict: times in µs (``*_us``), see docs/cluster.md."""
+        r = self.ranks
+        ranks = r.select(
+            "rank",
+            "steps",
+            *[
+                (pl.col(f"{c}_ns") / 1000.0).alias(f"{c}_us")
+                for c in ("step_time", "compute", "comm", "comm_not_overlapped", "idle", "wait")
+            ],
+            "last_arrival_share",
+            "collectives",
+        ).to_dicts()
+        coll_sum = (
+            self.collectives.group_by("rank", "collective")
+            .agg(
+                pl.len().alias("calls"),
+                (pl.col("dur_ns").sum() / 1000.0).alias("dur_us"),
+                (pl.col("wait_ns").sum() / 1000.0).alias("wait_us"),
+                pl.col("bytes").sum().alias("bytes"),
+            )
+            .sort("rank", "collective")
+        )
+        return {
+            "engine": self.engine,
+            "ranks": ranks,
+            "slow_ranks": self.slow_rank_ids,
+            "slow_rank_evidence": rows(self.slow_ranks),
+            "step_gap": rows(self.step_gap),
+            "collectives": coll_sum.to_dicts(),
+            "slow_links": rows(self.slow_links),
+            "thresholds": {
+                "last_arrival_share": LAST_ARRIVAL_SHARE,
+                "min_peer_wait_us": MIN_PEER_WAIT_US,
+                "min_peer_wait_share": MIN_PEER_WAIT_SHARE,
+                "own_wait_ratio": OWN_WAIT_RATIO,
+                "slow_link_ratio": SLOW_LINK_RATIO,
+                "min_link_bytes": MIN_LINK_BYTES,
+            },
+        }
+
+    def to_markdown(self) -> str:
+        """Ranks, slow ranks, step gap and slow links as Markdown."""
+        parts = ["## Cluster: ranks\n", markdown_table(self.ranks, self.top)]
+        ids = self.slow_rank_ids
+        parts.append("\n### Slow ranks\n")
+        parts.append(markdown_table(self.slow_ranks) if ids else "No rank makes the others wait.")
+        parts.append("\n### Step gap (slowest − fastest rank)\n")
+        parts.append(markdown_table(self.step_gap, self.top))
+        if self.links.height:
+            parts.append("\n### Slow links\n")
+            parts.append(
+                markdown_table(self.slow_links)
+                if self.slow_links.height
+                else "No link is far below its transport's median bandwidth."
+            )
+        return "\n".join(parts) + "\n"
+
+
+def aggregate(
+    steps: pl.LazyFrame | pl.DataFrame,
+    collectives: pl.LazyFrame | pl.DataFrame,
+    links: pl.LazyFrame | pl.DataFrame | None = None,
+    *,
+    engine: str = "local",
+    top: int = 20,
+) -> Cluster:
+    """Join the per-rank tables of :func:`rank_tables` (lazy frames are fine) into a
+    :class:`Cluster`: wait per collective, per-rank totals, slow ranks, step gap, slow links."""
+    st = _conform(steps.lazy().collect(), STEP_COLUMNS).sort("rank", "step")
+    co = _conform(collectives.lazy().collect(), COLLECTIVE_COLUMNS)
+    lk = (
+        _conform(links.lazy().collect(), LINK_COLUMNS)
+        if links is not None
+        else _conform(pl.DataFrame(), LINK_COLUMNS)
+    )
+    key = ["step", "collective", "group", "seq"]
+    co = (
+        co.with_columns(
+            pl.col("start_ns").max().over(key).alias("max_start"),
+            pl.len().over(key).alias("ranks_seen"),
+        )
+        .with_columns(
+            pl.when(pl.col("ranks_seen") > 1)
+            .then(pl.min_horizontal(pl.col("max_start") - pl.col("start_ns"), pl.col("dur_ns")))
+            .otherwise(0)
+            .alias("wait_ns"),
+            ((pl.col("ranks_seen") > 1) & (pl.col("start_ns") == pl.col("max_start"))).alias(
+                "last"
+            ),
+        )
+        .drop("max_start")
+        .sort("rank", "start_ns")
+    )
+    per_rank_coll = co.group_by("rank").agg(
+        pl.col("wait_ns").sum().alias("wait_ns"),
+        pl.len().alias("collectives"),
+        (pl.col("last").sum() / pl.col("ranks_seen").gt(1).sum().clip(1)).alias(
+            "last_arrival_share"
+        ),
+        pl.col("ranks_seen").gt(1).sum().alias("aligned"),
+    )
+    ranks = (
+        st.group_by("rank")
+        .agg(
+            pl.len().alias("steps"),
+            pl.col("dur_ns").sum().alias("step_time_ns"),
+            pl.col("compute_ns").sum().alias("compute_ns"),
+            pl.col("communication_ns").sum().alias("comm_ns"),
+            pl.col("communication_not_overlapped_ns").sum().alias("comm_not_overlapped_ns"),
+            pl.col("idle_ns").sum().alias("idle_ns"),
+        )
+        .join(per_rank_coll, on="rank", how="full", coalesce=True)
+        .with_columns(
+            pl.col(
+                "steps",
+                "step_time_ns",
+                "compute_ns",
+                "comm_ns",
+                "comm_not_overlapped_ns",
+                "idle_ns",
+                "wait_ns",
+                "collectives",
+                "aligned",
+            ).fill_null(0),
+            pl.col("last_arrival_share").fill_null(0.0),
+        )
+        .sort("rank")
+    )
+    slow = _slow_ranks(ranks)
+    gap = _step_gap(st)
+    agg_links, slow_links = _slow_links(lk)
+    return Cluster(
+        ranks=ranks.drop("aligned"),
+        steps=st,
+        collectives=co.drop("last"),
+        step_gap=gap,
+        slow_ranks=slow,
+        links=agg_links,
+        slow_links=slow_links,
+        engine=engine,
+        top=top,
+    )
+
+
+def _slow_ranks(ranks: pl.DataFrame) -> pl.DataFrame:
+    """Rows of the ranks that make the others wait, with the figures that say so."""
+    schema = {
+        "rank": pl.Int32,
+        "last_arrival_share": pl.Float64,
+        "wait_us": pl.Float64,
+        "peer_median_wait_us": pl.Float64,
+        "peer_wait_per_step_us": pl.Float64,
+        "peer_wait_share": pl.Float64,
+        "compute_us": pl.Float64,
+        "peer_median_compute_us": pl.Float64,
+        "compute_excess": pl.Float64,
+        "cause": pl.String,
+    }
+    out: list[dict[str, Any]] = []
+    if ranks.height < 2:
+        return pl.DataFrame(schema=schema)
+    # One loop per rank (not per event): the peers' medians exclude the candidate.
+    for r in ranks.iter_rows(named=True):
+        if r["aligned"] == 0:
+            continue
+        peers = ranks.filter(pl.col("rank") != r["rank"])
+        p_wait = _med(peers, "wait_ns", 0.0)
+        p_steps = max(1.0, _med(peers, "steps", 1.0))
+        p_time = _med(peers, "step_time_ns", 0.0)
+        p_comp = _med(peers, "compute_ns", 0.0)
+        per_step = p_wait / p_steps
+        share = p_wait / p_time if p_time > 0 else 0.0
+        if (
+            r["last_arrival_share"] >= LAST_ARRIVAL_SHARE
+            and per_step >= MIN_PEER_WAIT_US * 1000
+            and share >= MIN_PEER_WAIT_SHARE
+            and r["wait_ns"] <= OWN_WAIT_RATIO * p_wait
+        ):
+            excess = (r["compute_ns"] - p_comp) / p_comp if p_comp > 0 else None
+            out.append(
+                {
+                    "rank": r["rank"],
+                    "last_arrival_share": r["last_arrival_share"],
+                    "wait_us": r["wait_ns"] / 1000.0,
+                    "peer_median_wait_us": p_wait / 1000.0,
+                    "peer_wait_per_step_us": per_step / 1000.0,
+                    "peer_wait_share": share,
+                    "compute_us": r["compute_ns"] / 1000.0,
+                    "peer_median_compute_us": p_comp / 1000.0,
+                    "compute_excess": excess,
+                    "cause": "compute"
+                    if excess is not None and excess >= COMPUTE_EXCESS
+                    else "not compute (host, data loading or launch)",
+                }
+            )
+    return pl.DataFrame(out, schema=schema)
+
+
+def _med(df: pl.DataFrame, col: str, default: float) -> float:
+    v = df.get_column(col).cast(pl.Float64).median()
+    return float(v) if isinstance(v, (int, float)) else default
+
+
+def _step_gap(st: pl.DataFrame) -> pl.DataFrame:
+    if not st.height:
+        return pl.DataFrame(
+            schema={
+                "step": pl.Int32,
+                "fastest_rank": pl.Int32,
+                "fastest_us": pl.Float64,
+                "slowest_rank": pl.Int32,
+                "slowest_us": pl.Float64,
+                "gap_us": pl.Float64,
+            }
+        )
+    return (
+        st.group_by("step")
+        .agg(
+            pl.col("rank").sort_by("dur_ns").first().alias("fastest_rank"),
+            (pl.col("dur_ns").min() / 1000.0).alias("fastest_us"),
+            pl.col("rank").sort_by("dur_ns").last().alias("slowest_rank"),
+            (pl.col("dur_ns").max() / 1000.0).alias("slowest_us"),
+            pl.len().alias("ranks"),
+        )
+        .with_columns((pl.col("slowest_us") - pl.col("fastest_us")).alias("gap_us"))
+        .sort("step")
+    )
+
+
+def _slow_links(lk: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    # Both ends of a link may report it: keep one copy per (step, op, link).
+    d = lk.unique(
+        ["step", "op_name", "group", "src_rank", "dst_rank", "transport"],
+        keep="first",
+        maintain_order=True,
+    )
+    agg = (
+        d.filter(pl.col("src_rank") != pl.col("dst_rank"))
+        .group_by("src_rank", "dst_rank", "transport")
+        .agg(
+            pl.col("size_bytes").sum(),
+            pl.col("time_ns").sum(),
+            pl.len().alias("ops"),
+        )
+        .with_columns(
+            pl.when(pl.col("time_ns") > 0)
+            .then(pl.col("size_bytes") / pl.col("time_ns"))  # bytes/ns = GB/s
+            .otherwise(None)
+            .alias("bandwidth_gbps")
+        )
+        .sort("transport", "src_rank", "dst_rank")
+    )
+    big = agg.filter(
+        (pl.col("size_bytes") >= MIN_LINK_BYTES) & pl.col("bandwidth_gbps").is_not_null()
+    )
+    big = big.with_columns(pl.col("bandwidth_gbps").median().over("transport").alias("median_gbps"))
+    slow = big.filter(
+        pl.col("bandwidth_gbps") < SLOW_LINK_RATIO * pl.col("median_gbps")
+    ).with_columns((pl.col("bandwidth_gbps") / pl.col("median_gbps")).alias("ratio"))
+    return agg, slow
+
+
+@analysis("cluster")
+def cluster(profile: Profile, options: Options) -> Cluster:
+    """Cluster analysis of an in-memory multi-rank Profile (``options.extra["links"]``: an Ascend
+    links table). For many ranks use :func:`opscope.cluster.run_cluster`, which never holds all
+    ranks' events at once."""
+    links = options.extra.get("links")
+    t = rank_tables(profile, links if isinstance(links, pl.DataFrame) else None)
+    return aggregate(t["steps"], t["collectives"], t["links"], engine="local", top=options.top)

@@ -1,0 +1,74 @@
+"""``opscope cluster PATH``: per-rank breakdown, collectives and wait, slow ranks and links."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from opscope.errors import OpscopeError
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``cluster`` command to ``app``."""
+
+    @app.command("cluster")
+    def cluster_cmd(
+        *,
+        path: Annotated[Path, typer.Argument(help="Directory holding one trace per rank.")],
+        engine: str = typer.Option("local", "--engine", help="local (process pool) or ray."),
+        workers: int | None = typer.Option(
+            None, "--workers", min=0, help="Processes (local) or CPUs of a local Ray instance."
+        ),
+        address: str | None = typer.Option(
+            None, "--address", help="Address of an existing Ray cluster (with --engine ray)."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
+        md: bool = typer.Option(False, "--md", help="Print Markdown."),
+        compare_ranks: tuple[int, int] | None = typer.Option(
+            None, "--compare-ranks", help="Also compare rank A with rank B op by op."
+        ),
+        top: int = typer.Option(20, "--top", min=1, help="Rows to show per table."),
+    ) -> None:
+        """Analyse a multi-rank run: step breakdown per rank, collectives and their wait,
+        slow ranks, slow links and the gap between the fastest and slowest rank."""
+        from opscope.cli.output import console, print_json
+        from opscope.cluster import run_cluster
+
+        if json_out and md:
+            raise OpscopeError("--json and --md are exclusive: pick one output")
+        if not path.exists():
+            raise OpscopeError("no such file or directory", path)
+        res = run_cluster(path, engine=engine, workers=workers, address=address, top=top)
+        comp = None
+        if compare_ranks is not None:
+            comp = _compare(path, compare_ranks)
+        if json_out:
+            out = res.to_json()
+            if comp is not None:
+                out["compare_ranks"] = comp.to_json()
+            print_json(out)
+            return
+        text = res.to_markdown()
+        if comp is not None:
+            text += "\n" + comp.to_markdown(top=top)
+        if md:
+            typer.echo(text, nl=False)
+        else:
+            from rich.markdown import Markdown
+
+            console.print(Markdown(text))
+
+
+def _compare(path: Path, ab: tuple[int, int]):  # type: ignore[no-untyped-def]
+    """Compare two ranks op by op: only those two ranks are loaded."""
+    from opscope.analysis.compare import compare
+    from opscope.ingest.multirank import list_ranks, read_inputs
+
+    items = {r: (r, p, f) for r, p, f in list_ranks(path)}
+    missing = [r for r in ab if r not in items]
+    if missing:
+        raise OpscopeError(f"no rank {missing[0]} (ranks: {sorted(items)})", path)
+    pa, pb = read_inputs([items[ab[0]], items[ab[1]]], workers=1)
+    return compare(pa, pb, names=(f"rank {ab[0]}", f"rank {ab[1]}"))

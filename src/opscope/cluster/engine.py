@@ -1,0 +1,167 @@
+"""Engines for the cluster analysis: each rank is summarised on its own, the parent aggregates.
+
+:func:`rank_summary` loads ONE rank (through the columnar cache: a second run is near-instant),
+computes its summary tables (:func:`opscope.analysis.cluster.rank_tables`) and returns them as
+Parquet bytes; the events never leave the worker. Engines:
+
+- ``"local"``: a process pool started with ``spawn`` (forking after Polars has started its
+  threads can deadlock). Each worker writes its rank's Parquet files into a work folder and
+  returns only the folder's path: nothing is pickled back but a string.
+- ``"ray"`` (optional extra ``opscope[ray]``): the same function as Ray tasks, on the cluster at
+  ``address`` or on a local ``ray.init(num_cpus=workers)``. A task returns the Parquet bytes
+  through Ray's object store (the parent may be on another machine than the task), and the
+  parent writes them to the same work folder. The trace paths must be readable by every node.
+
+The parent then scans the small Parquet files lazily (``pl.scan_parquet``) and aggregates them
+(:func:`opscope.analysis.cluster.aggregate`): its memory is the summaries', never all events.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Final
+
+import polars as pl
+
+from opscope.errors import InputError, OpscopeError
+
+ENGINES: Final = ("local", "ray")
+_TABLES: Final = ("steps", "collectives", "links")
+
+
+def rank_summary(rank: int, path: str, fmt: str, cache: bool = True) -> dict[str, bytes]:
+    """Summary tables of one rank as Parquet bytes by table name (see module doc)."""
+    from opscope.analysis.cluster import rank_tables
+    from opscope.ingest import ascend
+    from opscope.ingest.multirank import read_inputs
+
+    prof = read_inputs([(rank, Path(path), fmt)], cache=cache, workers=1)[0]
+    links = None
+    if fmt == "ascend":
+        links = ascend.read_communication(Path(path))["links"].with_columns(
+            pl.lit(rank, pl.Int32).alias("rank")
+        )
+    tables = rank_tables(prof, links)
+    del prof
+    out: dict[str, bytes] = {}
+    for name in _TABLES:
+        buf = io.BytesIO()
+        tables[name].write_parquet(buf)
+        out[name] = buf.getvalue()
+    return out
+
+
+def _write(work: Path, rank: int, blobs: dict[str, bytes]) -> str:
+    d = work / f"rank{rank}"
+    d.mkdir(parents=True, exist_ok=True)
+    for name, data in blobs.items():
+        tmp = d / f".{name}.parquet.tmp"
+        tmp.write_bytes(data)
+        tmp.replace(d / f"{name}.parquet")
+    return str(d)
+
+
+def _local_job(job: tuple[int, str, str, bool, str]) -> str:
+    rank, path, fmt, cache, work = job
+    return _write(Path(work), rank, rank_summary(rank, path, fmt, cache))
+
+
+def run_cluster(
+    path: str | os.PathLike[str],
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    cache: bool = True,
+    top: int = 20,
+    progress: Callable[[int, int], None] | None = None,
+) -> Any:
+    """Cluster analysis of the ranks under ``path`` (a :class:`opscope.analysis.cluster.Cluster`).
+
+    ``workers``: processes (local) or CPUs of a local Ray instance (default: up to 4, never more
+    than the CPUs or the ranks); ``0`` runs the ranks one after the other in this process.
+    ``address``: an existing Ray cluster (``engine="ray"`` only).
+    """
+    from opscope.analysis.cluster import aggregate
+    from opscope.ingest.multirank import list_ranks
+
+    if engine not in ENGINES:
+        raise OpscopeError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
+    if address is not None and engine != "ray":
+        raise OpscopeError("--address needs --engine ray")
+    items = list_ranks(Path(path))
+    n = workers if workers is not None else min(4, os.cpu_count() or 1, len(items))
+    n = max(0, min(n, len(items)))
+    work = Path(tempfile.mkdtemp(prefix="opscope-cluster-"))
+    try:
+        jobs = [(r, str(p), fmt, cache, str(work)) for r, p, fmt in items]
+        if engine == "ray":
+            _run_ray(jobs, work, max(1, n), address, progress)
+        elif n == 0:
+            for i, job in enumerate(jobs):
+                _local_job(job)
+                if progress is not None:
+                    progress(i + 1, len(jobs))
+        else:
+            with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
+                for i, _ in enumerate(pool.map(_local_job, jobs)):
+                    if progress is not None:
+                        progress(i + 1, len(jobs))
+        scans = {t: pl.scan_parquet(str(work / "rank*" / f"{t}.parquet")) for t in _TABLES}
+        return aggregate(
+            scans["steps"], scans["collectives"], scans["links"], engine=engine, top=top
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_ray(
+    jobs: list[tuple[int, str, str, bool, str]],
+    work: Path,
+    n: int,
+    address: str | None,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    try:
+        import ray
+    except ImportError as e:
+        raise OpscopeError("the ray engine needs Ray: pip install 'opscope[ray]'") from e
+    started = False
+    if not ray.is_initialized():
+        try:
+            if address is not None:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise OpscopeError(f"cannot start or reach Ray ({address or 'local'}): {e}") from e
+        started = True
+    try:
+        task: Any = ray.remote(num_cpus=1, max_retries=0)(rank_summary)
+        refs = {task.remote(r, p, fmt, cache): r for r, p, fmt, cache, _ in jobs}
+        pending = list(refs)
+        done_n = 0
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                try:
+                    blobs = ray.get(ref)
+                except ray.exceptions.RayTaskError as e:
+                    cause = e.as_instanceof_cause()  # type: ignore[no-untyped-call]
+                    if isinstance(cause, OpscopeError):
+                        raise InputError(cause.reason, cause.path) from None
+                    raise
+                _write(work, refs[ref], blobs)
+                done_n += 1
+                if progress is not None:
+                    progress(done_n, len(jobs))
+    finally:
+        if started:
+            ray.shutdown()
