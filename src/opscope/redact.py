@@ -33,7 +33,8 @@ SECRET_WORDS: Final = (
 REDACTED: Final = "<redacted>"
 
 _SECRET_RE: Final = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
-_ASSIGN_RE: Final = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*=(.*)$", re.DOTALL)
+# "NAME=value" with an environment-variable name; "pkg==1.0" (pip lists) is not an assignment.
+_ASSIGN_RE: Final = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=(?!=)(.*)$", re.DOTALL)
 # Record keys that carry a variable's name / value in list-of-records environments.
 _NAME_KEYS: Final = ("name", "key", "NAME", "Name")
 _VALUE_KEYS: Final = ("value", "VALUE", "Value")
