@@ -1,0 +1,254 @@
+"""Synthetic, fully linked Profiles with known answers (planted anomalies, slow lines, backward
+kernels). Times are given in µs and stored as int ns. Reused by several test files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from opscope.model import Profile
+
+USER_FILE = "/home/u/model.py"
+TORCH_FILE = "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py"
+
+
+@dataclass
+class Builder:
+    """Add events with their links; ``build()`` gives the Profile."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    stacks: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[dict[str, Any]] = field(default_factory=list)
+
+    def _add(self, **kw: Any) -> int:
+        i = len(self.events)
+        kw["ts_ns"] = round(kw.pop("ts") * 1000)
+        kw["dur_ns"] = round(kw.pop("dur") * 1000)
+        self.events.append({"id": i, "rank": kw.pop("rank", 0), **kw})
+        return i
+
+    def stack(self, frames: list[tuple[str, int, str]]) -> int:
+        """A stack (innermost first); a frame is user code unless its file is under torch."""
+        sid = len({s["stack_id"] for s in self.stacks})
+        for d, (f, ln, fn) in enumerate(frames):
+            self.stacks.append(
+                {
+                    "stack_id": sid,
+                    "depth": d,
+                    "file": f,
+                    "line": ln,
+                    "function": fn,
+                    "is_user": "site-packages" not in f,
+                }
+            )
+        return sid
+
+    def step(self, n: int, ts: float, dur: float) -> int:
+        self.steps.append(
+            {"rank": 0, "step": n, "ts_ns": round(ts * 1000), "dur_ns": round(dur * 1000)}
+        )
+        return self._add(
+            kind="step", name=f"ProfilerStep#{n}", ts=ts, dur=dur, pid=1, tid=1, step=n
+        )
+
+    def op(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        *,
+        parent: int | None = None,
+        step: int | None = None,
+        dims: str | None = None,
+        types: str | None = None,
+        stack: int | None = None,
+        module: str | None = None,
+        bwd: bool = False,
+        fwd: int | None = None,
+        tid: int = 1,
+        flops: int | None = None,
+    ) -> int:
+        return self._add(
+            kind="cpu_op",
+            name=name,
+            ts=ts,
+            dur=dur,
+            pid=1,
+            tid=tid,
+            parent_id=parent,
+            step=step,
+            input_dims=dims,
+            input_types=types,
+            stack_id=stack,
+            module=module,
+            is_backward=bwd,
+            fwd_id=fwd,
+            flops=flops,
+        )
+
+    def kernel(
+        self, name: str, ts: float, dur: float, op: int, *, kind: str = "kernel", stream: int = 7
+    ) -> int:
+        o = self.events[op]
+        return self._add(
+            kind=kind,
+            name=name,
+            ts=ts,
+            dur=dur,
+            pid=0,
+            tid=stream,
+            device=0,
+            stream=stream,
+            op_id=op,
+            step=o.get("step"),
+            is_backward=o.get("is_backward"),
+            stack_id=o.get("stack_id"),
+            module=o.get("module"),
+        )
+
+    def alloc(
+        self,
+        ts: float,
+        nbytes: int,
+        addr: int,
+        op: int | None,
+        total: int,
+        reserved: int,
+        step: int | None = None,
+    ) -> None:
+        self.memory.append(
+            {
+                "rank": 0,
+                "ts_ns": round(ts * 1000),
+                "bytes": nbytes,
+                "addr": addr,
+                "total_allocated": total,
+                "total_reserved": reserved,
+                "device_type": 1,
+                "device": 0,
+                "op_id": op,
+                "step": step,
+            }
+        )
+
+    def build(self) -> Profile:
+        tables: dict[str, pl.DataFrame] = {
+            "events": pl.DataFrame(self.events, infer_schema_length=None).with_columns(
+                pl.col("kind").cast(pl.String)
+            )
+        }
+        if self.stacks:
+            tables["stacks"] = pl.DataFrame(self.stacks)
+        if self.steps:
+            tables["steps"] = pl.DataFrame(self.steps)
+        if self.memory:
+            tables["memory"] = pl.DataFrame(self.memory, infer_schema_length=None)
+        return Profile.from_tables(meta={"format": "kineto", "ranks": [0]}, **tables)
+
+
+@dataclass
+class Planted:
+    """What a generated training profile holds, computed from the plan (not from the analyses)."""
+
+    profile: Profile
+    line_fwd_us: dict[int, float]  # user line -> forward kernel µs
+    line_bwd_us: dict[int, float]  # user line -> backward kernel µs
+    slow: list[tuple[int, float]]  # (step, kernel µs) of the planted slow calls
+    slow_kernel: str
+
+
+def training(
+    steps: int = 4,
+    layers: int = 3,
+    *,
+    slow_at: tuple[int, int] | None = None,
+    slow_factor: float = 15.0,
+    device: bool = True,
+) -> Planted:
+    """``layers`` Linear layers (model.py lines 30, 31, ...), forward and backward per step.
+
+    Layer ``i``'s forward kernel takes ``10 * (i + 1)`` µs, its backward kernel twice that.
+    ``slow_at=(step, layer)`` makes that one forward kernel ``slow_factor`` times slower.
+    """
+    b = Builder()
+    fwd_us: dict[int, float] = {}
+    bwd_us: dict[int, float] = {}
+    slow: list[tuple[int, float]] = []
+    stacks = [
+        b.stack(
+            [(TORCH_FILE, 125, "forward"), (USER_FILE, 30 + i, "forward"), (USER_FILE, 50, "train")]
+        )
+        for i in range(layers)
+    ]
+    t = 0.0
+    for s in range(steps):
+        st = b.step(s, t, 1000.0)
+        fwd_ops = []
+        t0 = t + 10
+        for i in range(layers):
+            k_us = 10.0 * (i + 1)
+            if slow_at == (s, i):
+                k_us *= slow_factor
+                slow.append((s, k_us))
+            lin = b.op(
+                "aten::linear",
+                t0,
+                30,
+                parent=st,
+                step=s,
+                dims="[[8,64],[64,64],[64]]",
+                types='["float","float","float"]',
+                stack=stacks[i],
+                module=f"Net/Linear_{i}",
+            )
+            mm = b.op(
+                "aten::addmm",
+                t0 + 5,
+                20,
+                parent=lin,
+                step=s,
+                dims="[[64],[8,64],[64,64]]",
+                types='["float","float","float"]',
+                stack=stacks[i],
+                module=f"Net/Linear_{i}",
+            )
+            if device:
+                b.kernel("gemm_fwd", t0 + 20, k_us, mm)
+            fwd_us[30 + i] = fwd_us.get(30 + i, 0.0) + (k_us if device else 30)
+            fwd_ops.append(mm)
+            t0 += max(40, k_us + 25)
+        for i in reversed(range(layers)):
+            ev = b.op(
+                "autograd::engine::evaluate_function: AddmmBackward0",
+                t0,
+                40,
+                parent=st,
+                step=s,
+                bwd=True,
+                fwd=fwd_ops[i],
+                tid=2,
+            )
+            node = b.op(
+                "AddmmBackward0", t0 + 2, 35, parent=ev, step=s, bwd=True, fwd=fwd_ops[i], tid=2
+            )
+            mm = b.op(
+                "aten::mm",
+                t0 + 4,
+                25,
+                parent=node,
+                step=s,
+                bwd=True,
+                tid=2,
+                dims="[[8,64],[64,64]]",
+                types='["float","float"]',
+            )
+            k_us = 20.0 * (i + 1)
+            if device:
+                b.kernel("gemm_bwd", t0 + 10, k_us, mm)
+            bwd_us[30 + i] = bwd_us.get(30 + i, 0.0) + (k_us if device else 40)
+            t0 += max(50, k_us + 15)
+        t += 1000.0
+    return Planted(b.build(), fwd_us, bwd_us, slow, "gemm_fwd")

@@ -1,0 +1,104 @@
+"""Anomalies: planted slow calls found exactly; none on clean synthetic or real CPU runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import opscope.analysis  # noqa: F401
+from helpers.synth import training
+from opscope.analysis.registry import run
+
+
+def test_planted_slow_kernel_found_exactly() -> None:
+    plan = training(steps=6, layers=3, slow_at=(4, 1), slow_factor=12)
+    res = run("anomalies", plan.profile)
+    assert res.groups.height == 1  # type: ignore[attr-defined]
+    g = res.groups.row(0, named=True)  # type: ignore[attr-defined]
+    assert g["name"] == plan.slow_kernel
+    assert g["outlier_calls"] == 1 and g["calls"] == 6 * 3
+    assert g["steps"] == [s for s, _ in plan.slow]
+    assert g["outlier_median_ns"] == plan.slow[0][1] * 1000
+    # typical: the median of the group's durations, computed here independently
+    durs = sorted([10.0 * (i + 1) for i in range(3)] * 6)
+    durs[durs.index(20.0)] = plan.slow[0][1]
+    durs.sort()
+    assert g["median_ns"] == (durs[8] + durs[9]) / 2 * 1000
+    calls = res.calls  # type: ignore[attr-defined]
+    assert calls.height == 1 and calls.row(0, named=True)["step"] == 4
+
+
+def test_clean_synthetic_profile_has_none() -> None:
+    res = run("anomalies", training(steps=6, layers=3).profile)
+    assert res.groups.height == 0 and res.efficiency.height == 0  # type: ignore[attr-defined]
+
+
+def test_host_outlier_reported_at_innermost_op() -> None:
+    from helpers.synth import Builder
+
+    b = Builder()
+    for s in range(8):
+        st = b.step(s, s * 1000.0, 900)
+        slow = 400.0 if s == 5 else 0.0
+        lin = b.op("aten::linear", s * 1000.0 + 10, 40 + slow, parent=st, step=s, dims="[[4,4]]")
+        b.op("aten::addmm", s * 1000.0 + 12, 30 + slow, parent=lin, step=s, dims="[[4,4]]")
+    res = run("anomalies", b.build())
+    assert res.groups.get_column("name").to_list() == ["aten::addmm"]  # type: ignore[attr-defined]
+    assert res.groups.row(0, named=True)["steps"] == [5]  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_real_cpu_run_repeated_identical_steps_has_none(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from opscope.ingest import load
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # two shared cores: intra-op threads would only fight
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    out = tmp_path / "t.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=6),
+        record_shapes=True,
+        with_stack=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
+    ) as prof:
+        for _ in range(8):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+    res = run("anomalies", load(out, cache=False))
+    assert res.groups.height == 0, res.groups  # type: ignore[attr-defined]
+
+
+def test_planted_inefficient_shape_found_and_small_shapes_not() -> None:
+    from helpers.synth import Builder
+
+    b = Builder()
+    # mm shapes: small (1 MFLOP, 30 µs), medium (8 MFLOP, 40 µs), large (64 MFLOP, 2000 µs:
+    # 50x slower per FLOP than medium: planted). The small one is slow per FLOP too, but it is
+    # the smallest, so it is latency, not an anomaly.
+    plan = [
+        ("[[64,64],[64,128]]", 1_048_576, 30.0),
+        ("[[128,128],[128,256]]", 8_388_608, 40.0),
+        ("[[256,256],[256,512]]", 67_108_864, 2000.0),
+    ]
+    t = 0.0
+    for dims, flops, k_us in plan:
+        for _ in range(3):
+            op = b.op("aten::mm", t, k_us + 10, dims=dims, types='["float","float"]', flops=flops)
+            b.kernel("gemm", t + 5, k_us, op)
+            t += k_us + 50
+    res = run("anomalies", b.build())
+    eff = res.efficiency  # type: ignore[attr-defined]
+    assert eff.get_column("input_shapes").to_list() == ["[[256,256],[256,512]]"]
+    r = eff.row(0, named=True)
+    assert r["rate"] == pytest.approx(67_108_864 / 2000e-6)
+    assert r["ratio"] == pytest.approx((67_108_864 / 2000) / (8_388_608 / 40))

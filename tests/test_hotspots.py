@@ -1,0 +1,129 @@
+"""Hotspots against independent computations: torch's key_averages() on a real CPU run, and a
+stdlib-json sum over the raw file of real GPU traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import opscope.analysis  # noqa: F401
+from conftest import shared_trace
+from helpers.synth import training
+from opscope.analysis.registry import Options, run
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 32)
+    out = tmp_path_factory.mktemp("hot") / "trace.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=3),
+        record_shapes=True,
+        with_stack=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
+    ) as prof:
+        for _ in range(5):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+    return out, prof.key_averages()
+
+
+@pytest.mark.torch
+def test_cpu_totals_self_and_calls_equal_key_averages(cpu_run: tuple[Path, Any]) -> None:
+    from opscope.ingest import load
+
+    path, ka = cpu_run
+    res = run("hotspots", load(path, cache=False))
+    ours = {r["name"]: r for r in res.ops.iter_rows(named=True)}  # type: ignore[attr-defined]
+    theirs = {e.key: e for e in ka}
+    prof = load(path, cache=False)
+    ev = prof.events
+    # torch's EventList drops an op nested directly in an op of the same name
+    # (``_remove_dup_nodes``: aten::sum inside aten::sum); those names can't be compared.
+    par = ev.select(pl.col("id").alias("parent_id"), pl.col("name").alias("pname"))
+    dup = set(
+        ev.join(par, on="parent_id")
+        .filter(pl.col("name") == pl.col("pname"))
+        .get_column("name")
+        .to_list()
+    )
+    common = [n for n in ours if n in theirs and n.startswith("aten::") and n not in dup]
+    assert len(common) >= 8
+    for n in common:
+        e = theirs[n]
+        assert ours[n]["calls"] == e.count, n
+        assert ours[n]["total_ns"] / 1000 == pytest.approx(e.cpu_time_total, rel=0.01, abs=1), n
+        assert ours[n]["self_ns"] / 1000 == pytest.approx(e.self_cpu_time_total, rel=0.01, abs=1), n
+
+
+def _raw_events(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "gpu/tracelens_h100_bert_small.json.gz",
+        "gpu/hta_amd_mi250_minitoy.json.gz",
+        "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+    ],
+)
+def test_kernel_totals_equal_raw_json_sum(rel: str) -> None:
+    from opscope.ingest import load
+
+    path = shared_trace(rel)
+    want: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for e in _raw_events(path):
+        if e.get("ph") == "X" and str(e.get("cat", "")).lower() in (
+            "kernel",
+            "gpu_memcpy",
+            "gpu_memset",
+            "memcpy",
+            "memset",
+        ):
+            want[e["name"]][0] += 1
+            want[e["name"]][1] += float(e.get("dur", 0))
+    res = run("hotspots", load(path, cache=False), Options(top=1000))
+    got = {r["name"]: r for r in res.kernels.iter_rows(named=True)}  # type: ignore[attr-defined]
+    assert set(got) == set(want)
+    for n, (calls, dur) in want.items():
+        assert got[n]["calls"] == calls
+        assert got[n]["total_ns"] / 1000 == pytest.approx(dur, abs=1e-3 * calls + 1e-6)
+
+
+def test_self_time_and_device_time_on_synthetic_profile() -> None:
+    plan = training(steps=2, layers=2)
+    res = run("hotspots", plan.profile)
+    ops = {r["name"]: r for r in res.ops.iter_rows(named=True)}  # type: ignore[attr-defined]
+    # linear 30 µs holds addmm 20 µs -> self 10 µs per call; 2 steps x 2 layers calls
+    assert ops["aten::linear"]["self_ns"] == 4 * 10_000
+    assert ops["aten::addmm"]["self_ns"] == 4 * 20_000
+    # device time: addmm launches 10 / 20 µs kernels; linear includes them
+    assert ops["aten::addmm"]["device_self_ns"] == 2 * (10_000 + 20_000)
+    assert ops["aten::linear"]["device_ns"] == 2 * (10_000 + 20_000)
+    assert ops["aten::linear"]["device_self_ns"] == 0
+    # share of step time: 2 steps of 1000 µs
+    assert ops["aten::linear"]["pct"] == pytest.approx(100 * 4 * 30 / 2000)
+    per = res.per_step.filter(pl.col("what") == "kernel")  # type: ignore[attr-defined]
+    assert per.get_column("calls").sum() == 2 * 4
+    js = res.to_json()  # type: ignore[attr-defined]
+    assert {"name", "calls", "total_us", "self_us", "pct"} <= set(js["ops"][0])
+    assert {"name", "calls", "total_us", "self_us", "pct"} <= set(js["kernels"][0])
