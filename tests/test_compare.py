@@ -559,3 +559,27 @@ def test_steps_are_assigned_by_time_when_the_reader_left_them_out() -> None:
     assert x["before_us"] == pytest.approx(sum(before.planted["aten::X"]), abs=1e-6)
     assert x["calls_before"] == 5
     assert c.sides.get_column("step_source").to_list() == ["ProfilerStep events"] * 2
+
+
+def test_a_kernel_under_recursive_ops_counts_once_per_row() -> None:
+    a, b = _Builder(), _Builder()
+    for s in range(3):
+        for bld, kus in ((a, 300.0), (b, 100.0)):
+            bld.step(
+                s,
+                [
+                    {
+                        "name": "aten::sum",
+                        "child": "aten::sum",
+                        "us": 20,
+                        "kernel": "reduce",
+                        "kernel_us": kus,
+                    },
+                    {"name": "aten::relu", "us": 5, "kernel": "relu_k", "kernel_us": 10},
+                ],
+            )
+    c = compare(a.profile(), b.profile())
+    r = _row(c, "op", "aten::sum")
+    assert r["before_us"] == pytest.approx(sum(a.kernel_planted["reduce"]))  # not twice
+    assert r["after_us"] == pytest.approx(sum(b.kernel_planted["reduce"]))
+    assert r["calls_before"] == 6  # both levels are calls

@@ -80,7 +80,6 @@ SUMMARY_ROWS: Final = 5
 ROW_KINDS: Final = ("op", "op_shape", "kernel", "module", "line")
 
 _DEVICE_WORK: Final = ("kernel", "memcpy", "memset")
-_MAX_DEPTH: Final = 256  # bound on the ancestor walk; operator nesting is far shallower
 
 _ROW_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
     "key": pl.String,
@@ -292,15 +291,22 @@ def _as_profile(x: Profile | str | os.PathLike[str]) -> tuple[Profile, str]:
 
 @dataclass(frozen=True)
 class _Side:
-    """One profile reduced to what the comparison needs: steps and in-step ops and kernels."""
+    """One profile reduced to what the comparison needs: steps and in-step ops and kernels.
+
+    Host ops come from :func:`opscope.analysis.hotspots.op_times`, the nesting from its
+    :func:`~opscope.analysis.hotspots.ancestor_pairs`, and the line / module each op and kernel
+    is charged to from
+    :func:`opscope.analysis.attribution.charges`, so compare's figures are the report's.
+    """
 
     profile: Profile
     name: str
     source: str
     steps: pl.DataFrame  # step, dur_ns (slowest rank), sorted by step
     step_source: str
-    ops: pl.DataFrame  # in-step cpu_ops: id, name, dims, step, dur_ns, self_ns, module, line
+    ops: pl.DataFrame  # in-step cpu_ops: id, rank, name, dims, step, dur_ns, module, line
     kernels: pl.DataFrame  # in-step device work: id, name, step, dur_ns, op_id, rank, device, ts
+    charged: pl.DataFrame  # in-step charges: device, time_ns, step, module, line
     windows: pl.DataFrame  # rank, start_ns, end_ns (first step start to last step end)
 
     @property
@@ -309,6 +315,9 @@ class _Side:
 
     @classmethod
     def build(cls, p: Profile, name: str, source: str) -> _Side:
+        from opscope.analysis.attribution import charges, resolve_ops
+        from opscope.analysis.hotspots import op_times
+
         windows, step_source = _step_windows(p)
         ev = _assign_steps(p.events, windows, step_source)
         steps = (
@@ -318,24 +327,18 @@ class _Side:
             .select("step", "dur_ns")
         )
         ev = ev.filter(pl.col("step").is_not_null())
-        line_of = _user_lines(p)
-        all_ops = p.events.filter(pl.col("kind") == "cpu_op").select("id", "module", "stack_id")
-        fwd = all_ops.join(line_of, on="stack_id", how="left").select(
-            pl.col("id").alias("fwd_id"),
-            pl.col("module").alias("fwd_module"),
-            pl.col("line").alias("fwd_line"),
+        step_of = ev.select("id", "step")
+        line = (
+            pl.when(pl.col("file").is_not_null())
+            .then(pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String))
+            .alias("line")
         )
-        ops = ev.filter(pl.col("kind") == "cpu_op")
-        child = (
-            ops.filter(pl.col("parent_id").is_not_null())
-            .group_by("parent_id")
-            .agg(pl.col("dur_ns").sum().alias("child_ns"))
-            .rename({"parent_id": "id"})
-        )
+        where = resolve_ops(p).select("id", "module", line)
         ops = (
-            ops.join(line_of, on="stack_id", how="left")
-            .join(fwd, on="fwd_id", how="left")
-            .join(child, on="id", how="left")
+            op_times(p)
+            .drop("step")
+            .join(step_of, on="id")
+            .join(where, on="id", how="left")
             .select(
                 "id",
                 "rank",
@@ -343,11 +346,14 @@ class _Side:
                 pl.col("input_dims").fill_null("[]").alias("dims"),
                 "step",
                 "dur_ns",
-                (pl.col("dur_ns") - pl.col("child_ns").fill_null(0)).clip(0).alias("self_ns"),
-                # backward ops have the autograd engine's stack: charge their forward op's line
-                pl.coalesce("module", "fwd_module").alias("module"),
-                pl.coalesce("line", "fwd_line").alias("line"),
+                "module",
+                "line",
             )
+        )
+        charged = (
+            charges(p)
+            .join(step_of, left_on="event_id", right_on="id")
+            .select("device", "time_ns", "step", "module", line)
         )
         kernels = ev.filter(pl.col("kind").is_in(list(_DEVICE_WORK))).select(
             "id",
@@ -363,21 +369,15 @@ class _Side:
             pl.col("ts_ns").min().alias("start_ns"),
             (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end_ns"),
         )
-        return cls(p, name, source, steps, step_source, ops, kernels, win)
+        return cls(p, name, source, steps, step_source, ops, kernels, charged, win)
 
     # Event-level frames: key, fallback, step, t_ns, calls --------------------------------------
 
     def frame(self, kind: str, basis: str) -> pl.DataFrame:
         """Every contribution to a row of ``kind``: ``key, fallback, step, t_ns, calls``."""
         ops = self.ops
-        op_key = {
-            "op": pl.col("name"),
-            "op_shape": pl.col("name") + pl.lit(" ") + pl.col("dims"),
-        }
-        # no line and no module: match the operator's unmatched shapes by name alone
-        anchor = pl.coalesce(pl.lit(" @ ") + pl.coalesce("line", "module"), pl.lit(""))
-        shape_fallback = pl.col("name") + anchor + pl.lit(" (shape changed)")
         none = pl.lit(None, dtype=pl.String)
+        one = pl.lit(1, dtype=pl.Int64).alias("calls")
         if kind == "kernel":
             # The outermost operator around the launch is what two devices' traces share
             # (aten::linear on both, where CUDA goes on to aten::addmm and Ascend to aclnnMatmul).
@@ -386,7 +386,7 @@ class _Side:
                 .join(
                     ops.select(pl.col("id").alias("anc_id"), "name", "module", "line"), on="anc_id"
                 )
-                .sort("level")
+                .sort("dist")
                 .group_by("kernel_id")
                 .last()
                 .select(
@@ -403,36 +403,42 @@ class _Side:
                 "fallback",
                 "step",
                 pl.col("dur_ns").alias("t_ns"),
-                pl.lit(1, dtype=pl.Int64).alias("calls"),
+                one,
             )
-        if kind in op_key:
-            fallback = shape_fallback if kind == "op_shape" else none
+        if kind in ("op", "op_shape"):
+            # no line and no module: match the operator's unmatched shapes by name alone
+            anchor = pl.coalesce(pl.lit(" @ ") + pl.coalesce("line", "module"), pl.lit(""))
+            key = pl.col("name") if kind == "op" else pl.col("name") + pl.lit(" ") + pl.col("dims")
+            fallback = (
+                pl.col("name") + anchor + pl.lit(" (shape changed)") if kind == "op_shape" else none
+            )
             calls = ops.select(
-                op_key[kind].alias("key"),
+                key.alias("key"),
                 fallback.alias("fallback"),
                 "step",
                 (pl.col("dur_ns") if basis == "host" else pl.lit(0, dtype=pl.Int64)).alias("t_ns"),
-                pl.lit(1, dtype=pl.Int64).alias("calls"),
+                one,
             )
             if basis == "host":
                 return calls
-            pairs = self._kernel_ancestors()
+            # Device time, inclusive: a kernel counts for every op around its launch, but once
+            # per key, so that recursion (aten::sum inside aten::sum) does not count it twice.
+            kern = self.kernels.select(
+                pl.col("id").alias("kernel_id"), pl.col("step").alias("kstep"), "dur_ns"
+            )
             dev = (
-                pairs.join(ops, left_on="anc_id", right_on="id", how="inner")
-                .select(
-                    "kernel_id",
-                    op_key[kind].alias("key"),
-                    fallback.alias("fallback"),
-                    "kstep",
-                    "kdur",
+                self._kernel_ancestors()
+                .join(
+                    ops.rename({"id": "anc_id", "dur_ns": "op_ns", "step": "op_step"}), on="anc_id"
                 )
-                # a kernel counts once per key even under recursive ops of one name
+                .select("kernel_id", key.alias("key"), fallback.alias("fallback"))
                 .unique(subset=["kernel_id", "key"], keep="first")
+                .join(kern, on="kernel_id")
                 .select(
                     "key",
                     "fallback",
                     pl.col("kstep").alias("step"),
-                    pl.col("kdur").alias("t_ns"),
+                    pl.col("dur_ns").alias("t_ns"),
                     pl.lit(0, dtype=pl.Int64).alias("calls"),
                 )
             )
@@ -446,59 +452,37 @@ class _Side:
             .otherwise(None)
         )
         fallback_m = below_root if kind == "module" else none
-        calls = ops.filter(pl.col(col).is_not_null()).select(
+        ch = self.charged.filter(pl.col(col).is_not_null())
+        host = ch.filter(~pl.col("device")).select(
             pl.col(col).alias("key"),
             fallback_m.alias("fallback"),
             "step",
-            (pl.col("self_ns") if basis == "host" else pl.lit(0, dtype=pl.Int64)).alias("t_ns"),
-            pl.lit(1, dtype=pl.Int64).alias("calls"),
+            (pl.col("time_ns") if basis == "host" else pl.lit(0, dtype=pl.Int64)).alias("t_ns"),
+            one,
         )
         if basis == "host":
-            return calls
-        dev = (
-            self.kernels.join(ops.select(pl.col("id").alias("op_id"), col), on="op_id", how="inner")
-            .filter(pl.col(col).is_not_null())
-            .select(
-                pl.col(col).alias("key"),
-                fallback_m.alias("fallback"),
-                "step",
-                pl.col("dur_ns").alias("t_ns"),
-                pl.lit(0, dtype=pl.Int64).alias("calls"),
-            )
+            return host
+        dev = ch.filter(pl.col("device")).select(
+            pl.col(col).alias("key"),
+            fallback_m.alias("fallback"),
+            "step",
+            pl.col("time_ns").alias("t_ns"),
+            pl.lit(0, dtype=pl.Int64).alias("calls"),
         )
-        return pl.concat([calls, dev], how="vertical")
+        return pl.concat([host, dev], how="vertical")
 
     def _kernel_ancestors(self) -> pl.DataFrame:
-        """(kernel_id, anc_id, kstep, kdur, level) for every event enclosing each kernel's launch
-        (level 0: the launching op, 1: its parent, ...)."""
-        parent = self.profile.events.select(
-            pl.col("id").alias("anc_id"), pl.col("parent_id").alias("next_id")
+        """(kernel_id, anc_id, dist) for the launching op (dist 0) and every event above it."""
+        from opscope.analysis.hotspots import ancestor_pairs
+
+        host = self.profile.events.filter(~pl.col("kind").is_in(list(_DEVICE_WORK)))
+        pairs = ancestor_pairs(host.select("id", "parent_id"), include_self=True)
+        return (
+            self.kernels.filter(pl.col("op_id").is_not_null())
+            .select(pl.col("id").alias("kernel_id"), pl.col("op_id").alias("id"))
+            .join(pairs, on="id")
+            .select("kernel_id", "anc_id", "dist")
         )
-        cur = self.kernels.filter(pl.col("op_id").is_not_null()).select(
-            pl.col("id").alias("kernel_id"),
-            pl.col("op_id").alias("anc_id"),
-            pl.col("step").alias("kstep"),
-            pl.col("dur_ns").alias("kdur"),
-            pl.lit(0, dtype=pl.Int32).alias("level"),
-        )
-        out = [cur]
-        for level in range(1, _MAX_DEPTH):
-            cur = (
-                cur.join(parent, on="anc_id", how="inner")
-                .filter(pl.col("next_id").is_not_null())
-                .select(
-                    "kernel_id",
-                    pl.col("next_id").alias("anc_id"),
-                    "kstep",
-                    "kdur",
-                    pl.lit(level, dtype=pl.Int32).alias("level"),
-                )
-            )
-            if cur.height == 0:
-                break
-            out.append(cur)
-        # non-cpu_op ancestors (python frames, annotations) drop out in the join with ``ops``
-        return pl.concat(out, how="vertical")
 
     # Side-level figures -------------------------------------------------------------------------
 
@@ -642,20 +626,6 @@ def _assign_steps(ev: pl.DataFrame, windows: pl.DataFrame, source: str) -> pl.Da
         )
         .drop("op_step")
         .sort("id")
-    )
-
-
-def _user_lines(p: Profile) -> pl.DataFrame:
-    """``stack_id -> line`` ("file:line"): the innermost frame of the user's own code."""
-    return (
-        p.stacks.filter(pl.col("is_user").fill_null(False))
-        .sort("stack_id", "depth")
-        .group_by("stack_id", maintain_order=True)
-        .first()
-        .select(
-            "stack_id",
-            (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("line"),
-        )
     )
 
 
