@@ -7,10 +7,12 @@ slower it got and whether that change is larger than the step-to-step noise.
 Time basis
     When both profiles hold device kernels, rows are charged with *device* time: a kernel counts
     for every operator that encloses its launch (inclusive, like ``key_averages``' device total),
-    for the module and the source line of the innermost operator that launched it, and for itself.
-    Otherwise rows are charged with *host* time: inclusive operator time for operator rows, self
-    time (minus child operators) for module and line rows so that nested operators of one module
-    are not counted twice.
+    once per row key (recursion is not counted twice), for the module and the source line of the
+    operator that launched it, and for itself. Otherwise rows are charged with *host* time:
+    inclusive operator time for operator rows (as ``key_averages``' CPU total), and the time of
+    each top-level operator for its module and line rows. Lines and modules are those of
+    :func:`opscope.analysis.attribution.charges` (backward work goes to its forward op's line),
+    so they equal the report's.
 
 Steps
     Each side's steps come from its ``steps`` table; if that is empty, from its ``ProfilerStep``
