@@ -162,6 +162,7 @@ class Recorder:
 
             self._hook = register_optimizer_step_post_hook(self._optimizer_hook)
         if self._plan.epochs is not None:
+            self._plan.epochs.on_epoch = self._epoch_ended
             self._plan.epochs.install()
         _ACTIVE.append(self)
         if not self.settings.periodic:
@@ -243,6 +244,11 @@ class Recorder:
         return RunResult(
             self.out, exit_code or 0, self.step_idx, list(self.profiled), list(self.traces), status
         )
+
+    def _epoch_ended(self) -> None:
+        # The step now running has fetched no batch of the new epoch yet: a due sample starts here.
+        if self._prof is None and self._plan.starts_at(self.step_idx):
+            self._open_sample(self.step_idx)
 
     # -- hooks -----------------------------------------------------------------------------
     def _optimizer_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -20,6 +20,8 @@ class EpochTracker:
         self._last_key: int | None = None
         self._train_key: int | None = None
         self._orig: Any = None
+        # called when an epoch ends (before the next epoch's first batch is fetched)
+        self.on_epoch: Any = None
 
     def install(self) -> None:
         """Wrap the DataLoader iterator's ``__next__``."""
@@ -38,6 +40,8 @@ class EpochTracker:
                 if key == tracker._train_key:
                     tracker.epoch += 1
                     tracker.steps_in_epoch = 0
+                    if tracker.on_epoch is not None:
+                        tracker.on_epoch()
                 raise
             tracker._last_key = key
             return batch

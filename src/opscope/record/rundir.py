@@ -130,6 +130,7 @@ def git_commit(cwd: Path) -> dict[str, Any] | None:
             capture_output=True,
             text=True,
             timeout=5,
+            check=False,
         )
         return {"commit": sha.stdout.strip(), "dirty": bool(st.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
