@@ -391,6 +391,9 @@ def test_changed_shapes_match_by_operator_and_source_line() -> None:
 
 
 def test_json_has_the_documented_keys() -> None:
+    import opscope
+
+    assert opscope.compare is compare
     c = compare(_planted(1000, seed=1).profile(), _planted(250).profile())
     j = c.to_json()
     assert set(j["step_time"]) >= {"before_us", "after_us", "speedup", "significant", "noise_us"}
