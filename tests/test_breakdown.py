@@ -1,4 +1,4 @@
-"""Step breakdown: interval unions on planted intervals; Ascend figures equal step_trace_time.csv."""
+"""Step breakdown: unions on planted intervals; Ascend figures equal step_trace_time.csv."""
 
 from __future__ import annotations
 

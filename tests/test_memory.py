@@ -54,7 +54,7 @@ def test_without_totals_uses_running_sum() -> None:
     b = Builder()
     b.op("aten::empty", 0, 1)
     for ts, nb, addr in [(1, 64, 1), (2, 32, 2), (3, -64, 1)]:
-        b.alloc(ts, nb, addr=addr, op=0, total=None, reserved=None)  # type: ignore[arg-type]
+        b.alloc(ts, nb, addr=addr, op=0, total=None, reserved=None)
     res = run("memory", b.build())
     assert res.peaks.row(0, named=True)["peak_allocated"] == 96  # type: ignore[attr-defined]
     tl = res.timeline  # type: ignore[attr-defined]

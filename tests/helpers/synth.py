@@ -113,10 +113,11 @@ class Builder:
         self,
         ts: float,
         nbytes: int,
+        *,
         addr: int,
         op: int | None,
-        total: int,
-        reserved: int,
+        total: int | None,
+        reserved: int | None,
         step: int | None = None,
     ) -> None:
         self.memory.append(
