@@ -42,6 +42,7 @@ from opscope.ingest import link
 from opscope.ingest.registry import Progress
 from opscope.model import Profile
 from opscope.model import schema as S
+from opscope.redact import redact
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 _STRIP = " \t\r\n\"'"
@@ -280,7 +281,7 @@ def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
         "sources": [str(path)],
         "ranks": [rank_id],
         "oddities": dict(odd),
-        "trace_meta": {str(rank_id): info},
+        "trace_meta": {str(rank_id): redact(info)},
         "ascend": {
             "files": read,
             "level": _level(info),

@@ -357,14 +357,10 @@ def _rank_of(header: dict[str, Any], rank: int | None) -> int:
 
 def redact(obj: Any) -> Any:
     """Copy of ``obj`` with the values of secret-looking keys replaced by ``"<redacted>"``."""
-    if isinstance(obj, dict):
-        return {
-            k: ("<redacted>" if isinstance(k, str) and _SECRET.search(k) else redact(v))
-            for k, v in obj.items()
-        }
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    return obj
+    # One rule for every reader and output (COOKIE/SESSION names, "NAME=value" lists, depth).
+    from opscope.redact import redact as _redact
+
+    return _redact(obj)
 
 
 def _track_ids(num: pl.Expr, text: pl.Expr) -> pl.Expr:
