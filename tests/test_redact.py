@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from opscope.redact import REDACTED, is_secret, redact, secret_names
 from conftest import shared_trace
+from opscope.redact import REDACTED, is_secret, redact, secret_names
 
 pytestmark = pytest.mark.timeout(120)
 
