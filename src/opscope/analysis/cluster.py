@@ -170,9 +170,11 @@ def _conform(df: pl.DataFrame, cols: dict[str, type[pl.DataType]]) -> pl.DataFra
 
 
 def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
-    dev_comm = (pl.col("kind") == "kernel") & (
-        pl.col("name").str.contains(COMM_PATTERN) | (pl.col("core_type") == "HCCL")
-    )
+    # Ascend kernels say their core: only HCCL ones are collectives (a name pattern would take
+    # e.g. "BroadcastTo" vector kernels). Other kernels go by the NCCL/RCCL name pattern.
+    dev_comm = (pl.col("kind") == "kernel") & pl.when(pl.col("core_type").is_not_null()).then(
+        pl.col("core_type") == "HCCL"
+    ).otherwise(pl.col("name").str.contains(COMM_PATTERN))
     host_comm = pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(
         HOST_COLLECTIVE
     )

@@ -1,0 +1,319 @@
+"""Cluster analysis: real gloo runs under torchrun, shared NCCL/HCCL ranks, engines, CLI.
+
+Expected figures are computed here from the raw trace files with the stdlib (json/csv/gzip).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from conftest import shared_trace
+
+SCRIPT = Path(__file__).parent / "scripts" / "cluster_ddp.py"
+DELAY_S = 0.06
+STEPS = 4
+_port = [29500 + os.getpid() % 1000]
+
+
+def _torchrun(out: Path, slow_rank: int, delay: float, steps: int = STEPS) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    _port[0] += 7
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cmd = [
+        str(torchrun),
+        "--nproc_per_node=2",
+        f"--master_port={_port[0]}",
+        str(SCRIPT),
+        str(out),
+        str(slow_rank),
+        str(delay),
+        str(steps),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(p.name for p in out.glob("rank*.json")) == ["rank0.json", "rank1.json"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def slowed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _torchrun(tmp_path_factory.mktemp("slowed"), 1, DELAY_S)
+
+
+@pytest.fixture(scope="module")
+def balanced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _torchrun(tmp_path_factory.mktemp("balanced"), -1, 0.0, steps=6)
+
+
+def _raw_events(path: Path) -> list[dict[str, Any]]:
+    opener: Any = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000)
+
+
+def _expected_gloo_wait(run: Path) -> dict[int, int]:
+    """Pair the i-th gloo:all_reduce of each rank (all happen inside profiled steps)."""
+    starts: dict[int, list[tuple[int, int]]] = {}
+    for r in (0, 1):
+        evs = [e for e in _raw_events(run / f"rank{r}.json") if e["name"] == "gloo:all_reduce"]
+        starts[r] = sorted((_ns(e["ts"]), _ns(e["dur"])) for e in evs)
+    assert len(starts[0]) == len(starts[1]) == 2 * STEPS or len(starts[0]) == len(starts[1])
+    wait = {0: 0, 1: 0}
+    for (s0, d0), (s1, d1) in zip(starts[0], starts[1], strict=True):
+        m = max(s0, s1)
+        wait[0] += min(m - s0, d0)
+        wait[1] += min(m - s1, d1)
+    return wait
+
+
+@pytest.mark.slow
+def test_slowed_rank_is_found(slowed_run: Path) -> None:
+    from opscope.cluster import run_cluster
+
+    res = run_cluster(slowed_run, workers=0)
+    out = res.to_json()
+    assert out["slow_ranks"] == [1]
+    ranks = {r["rank"]: r for r in out["ranks"]}
+    # Rank 0 waits for rank 1's planted extra work every step.
+    assert ranks[0]["wait_us"] >= 0.5 * DELAY_S * 1e6 * STEPS
+    assert ranks[1]["wait_us"] < ranks[0]["wait_us"] * 0.5
+    # The evidence: rank 1's extra matmuls show as compute.
+    ev = out["slow_rank_evidence"][0]
+    assert ev["rank"] == 1 and ev["cause"] == "compute"
+    assert ranks[1]["compute_us"] > ranks[0]["compute_us"] + 0.3 * DELAY_S * 1e6 * STEPS
+    # Wait figures equal an independent pairing of the raw gloo ranges.
+    exp = _expected_gloo_wait(slowed_run)
+    assert ranks[0]["wait_us"] == pytest.approx(exp[0] / 1000, abs=1e-6)
+    assert ranks[1]["wait_us"] == pytest.approx(exp[1] / 1000, abs=1e-6)
+    # Per-rank step time: sum of the raw ProfilerStep durations.
+    for r in (0, 1):
+        raw = [
+            e
+            for e in _raw_events(slowed_run / f"rank{r}.json")
+            if e["name"].startswith("ProfilerStep#")
+        ]
+        assert ranks[r]["steps"] == len(raw) == STEPS
+        assert ranks[r]["step_time_us"] == pytest.approx(
+            sum(_ns(e["dur"]) for e in raw) / 1000, abs=1e-3
+        )
+    gap = out["step_gap"]
+    assert [g["step"] for g in gap] == sorted({g["step"] for g in gap}) and len(gap) == STEPS
+
+
+@pytest.mark.slow
+def test_balanced_run_flags_nobody(balanced_run: Path) -> None:
+    from opscope.cluster import run_cluster
+
+    out = run_cluster(balanced_run, workers=0).to_json()
+    assert out["slow_ranks"] == []
+    assert len(out["ranks"]) == 2
+    exp = _expected_gloo_wait(balanced_run)
+    got = {r["rank"]: r["wait_us"] for r in out["ranks"]}
+    assert got[0] == pytest.approx(exp[0] / 1000, abs=1e-6)
+    assert got[1] == pytest.approx(exp[1] / 1000, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_process_pool_equals_in_process(slowed_run: Path) -> None:
+    from opscope.cluster import run_cluster
+
+    a = run_cluster(slowed_run, workers=0).to_json()
+    b = run_cluster(slowed_run, workers=2).to_json()
+    assert a == b
+
+
+@pytest.mark.slow
+def test_ray_engine_equals_local(slowed_run: Path) -> None:
+    pytest.importorskip("ray", reason="ray not installed (extra opscope[ray])")
+    from opscope.cluster import run_cluster
+
+    local = run_cluster(slowed_run, workers=0).to_json()
+    ray_out = run_cluster(slowed_run, engine="ray", workers=2).to_json()
+    assert ray_out.pop("engine") == "ray"
+    assert local.pop("engine") == "local"
+    assert ray_out == local
+
+
+# ----------------------------------------------------------------------------- shared traces
+
+
+def _union(iv: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    start = 0
+    for s, e in sorted(iv):
+        if end is None or s > end:
+            if end is not None:
+                total += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    if end is not None:
+        total += end - start
+    return total
+
+
+def test_hta_nccl_ranks_comm_and_collectives() -> None:
+    from opscope.cluster import run_cluster
+
+    d = shared_trace("multi_rank/hta_sampled_128rank_job")
+    out = run_cluster(d, workers=0).to_json()
+    ranks = {r["rank"]: r for r in out["ranks"]}
+    assert sorted(ranks) == [0, 1]
+    for r in (0, 1):
+        evs = _raw_events(d / f"rank-{r}.json.gz")
+        steps = [
+            (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
+            for e in evs
+            if e["name"].startswith("ProfilerStep#")
+        ]
+        nccl = [
+            (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
+            for e in evs
+            if e.get("cat") == "kernel" and "nccl" in e["name"].lower()
+        ]
+        comm = sum(
+            _union([(max(s, w0), min(e, w1)) for s, e in nccl if s < w1 and e > w0])
+            for w0, w1 in steps
+        )
+        assert ranks[r]["comm_us"] == pytest.approx(comm / 1000, abs=1e-3)
+        assert ranks[r]["step_time_us"] == pytest.approx(
+            sum(w1 - w0 for w0, w1 in steps) / 1000, abs=1e-3
+        )
+        colls = [c for c in out["collectives"] if c["rank"] == r]
+        assert sum(c["calls"] for c in colls) == len(nccl)
+        assert sum(c["dur_us"] for c in colls) == pytest.approx(
+            sum(e - s for s, e in nccl) / 1000, abs=1e-3
+        )
+
+
+def _ascend_expect(out_dir: Path) -> tuple[float, float]:
+    with open(out_dir / "step_trace_time.csv", newline="") as f:
+        comm = sum(float(row["Communication"]) for row in csv.DictReader(f))
+    with open(out_dir / "kernel_details.csv", newline="") as f:
+        hccl = sum(
+            float(row["Duration(us)"])
+            for row in csv.DictReader(f)
+            if row["Accelerator Core"] == "HCCL"
+        )
+    return comm, hccl
+
+
+@pytest.mark.parametrize("layout", ["small_two_rank", "alexnet_level1"])
+def test_ascend_ranks_comm_totals(layout: str, tmp_path: Path) -> None:
+    from opscope.cluster import run_cluster
+
+    if layout == "small_two_rank":
+        d = shared_trace("ascend/small_two_rank")
+        outs = {
+            0: d / "test_rank_0" / "ASCEND_PROFILER_OUTPUT",
+            1: d / "test_rank_1" / "ASCEND_PROFILER_OUTPUT",
+        }
+    else:
+        base = shared_trace("ascend/alexnet_ddp_910b")
+        d = tmp_path / "run"
+        d.mkdir()
+        outs = {}
+        for r in (0, 1):
+            (d / f"rank{r}_ascend_pt").symlink_to(base / f"level1_rank{r}_ascend_pt")
+            outs[r] = base / f"level1_rank{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out = run_cluster(d, workers=0).to_json()
+    ranks = {r["rank"]: r for r in out["ranks"]}
+    assert sorted(ranks) == [0, 1]
+    for r, od in outs.items():
+        comm, hccl = _ascend_expect(od)
+        assert ranks[r]["comm_us"] == pytest.approx(comm, abs=1e-2)
+        dur = sum(c["dur_us"] for c in out["collectives"] if c["rank"] == r)
+        assert dur == pytest.approx(hccl, abs=1e-2)
+
+
+def test_slow_link_below_transport_median() -> None:
+    from opscope.analysis.cluster import MIN_LINK_BYTES, aggregate
+
+    mb = MIN_LINK_BYTES * 4
+    # (src, dst, transport, bytes, ns): HCCS at 10 GB/s except 1->2 at 2 GB/s; RDMA at 20 GB/s.
+    spec = [
+        (0, 1, "HCCS", mb, mb // 10),
+        (1, 0, "HCCS", mb, mb // 10),
+        (1, 2, "HCCS", mb, mb // 2),
+        (2, 1, "HCCS", mb, mb // 10),
+        (0, 2, "RDMA", mb, mb // 20),
+        (2, 0, "RDMA", mb, mb // 20),
+        (3, 3, "LOCAL", mb, 1),
+        (0, 3, "HCCS", 10, 1000),
+    ]
+    links = pl.DataFrame(
+        [
+            {
+                "rank": s,
+                "step": 1,
+                "op_name": "hcom_allReduce_",
+                "group": "g",
+                "src_rank": s,
+                "dst_rank": t,
+                "transport": tr,
+                "size_bytes": b,
+                "time_ns": ns,
+                "bandwidth_gbps": b / ns,
+            }
+            for s, t, tr, b, ns in spec
+        ]
+    )
+    steps = pl.DataFrame({"rank": [0], "step": [1], "dur_ns": [10]})
+    res = aggregate(steps, pl.DataFrame(), links)
+    slow = res.to_json()["slow_links"]
+    assert [(x["src_rank"], x["dst_rank"], x["transport"]) for x in slow] == [(1, 2, "HCCS")]
+    assert slow[0]["ratio"] == pytest.approx((mb / (mb // 2)) / (mb / (mb // 10)), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from opscope.cli.app import main
+
+    d = shared_trace("ascend/small_two_rank")
+    assert main(["cluster", str(d), "--workers", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["engine"] == "local"
+    assert {"rank", "step_time_us", "compute_us", "comm_us", "wait_us"} <= set(out["ranks"][0])
+    assert isinstance(out["slow_ranks"], list) and "slow_links" in out and "step_gap" in out
+    assert main(["cluster", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert main(["cluster", str(d), "--engine", "spark"]) == 2
+    assert "unknown engine" in capsys.readouterr().err
+    assert main(["cluster", str(d), "--workers", "0", "--compare-ranks", "0", "7"]) == 2
+    assert "no rank 7" in capsys.readouterr().err
+
+
+def test_cli_compare_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+    from opscope.cli.app import main
+
+    d = shared_trace("multi_rank/hta_sampled_128rank_job")
+    assert main(["cluster", str(d), "--workers", "0", "--json", "--compare-ranks", "0", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    st = out["compare_ranks"]["step_time"]
+    med = []
+    for r in (0, 1):
+        durs = sorted(
+            _ns(e["dur"])
+            for e in _raw_events(d / f"rank-{r}.json.gz")
+            if e["name"].startswith("ProfilerStep#")
+        )
+        n = len(durs)
+        med.append((durs[(n - 1) // 2] + durs[n // 2]) / 2 / 1000)
+    assert st["before_us"] == pytest.approx(med[0]) and st["after_us"] == pytest.approx(med[1])
