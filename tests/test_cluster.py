@@ -40,7 +40,7 @@ def _torchrun(out: Path, slow_rank: int, delay: float, steps: int = STEPS) -> Pa
         str(steps),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert sorted(p.name for p in out.glob("rank*.json")) == ["rank0.json", "rank1.json"]
     return out
