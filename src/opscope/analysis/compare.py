@@ -295,9 +295,8 @@ def _as_profile(x: Profile | str | os.PathLike[str]) -> tuple[Profile, str]:
 class _Side:
     """One profile reduced to what the comparison needs: steps and in-step ops and kernels.
 
-    Host ops come from :func:`opscope.analysis.hotspots.op_times`, the nesting from its
-    :func:`~opscope.analysis.hotspots.ancestor_pairs`, and the line / module each op and kernel
-    is charged to from
+    The nesting comes from :func:`opscope.analysis.hotspots.ancestor_pairs` and the line /
+    module each op and kernel is charged to from
     :func:`opscope.analysis.attribution.charges`, so compare's figures are the report's.
     """
 
@@ -318,7 +317,6 @@ class _Side:
     @classmethod
     def build(cls, p: Profile, name: str, source: str) -> _Side:
         from opscope.analysis.attribution import charges, resolve_ops
-        from opscope.analysis.hotspots import op_times
 
         windows, step_source = _step_windows(p)
         ev = _assign_steps(p.events, windows, step_source)
@@ -337,9 +335,7 @@ class _Side:
         )
         where = resolve_ops(p).select("id", "module", line)
         ops = (
-            op_times(p)
-            .drop("step")
-            .join(step_of, on="id")
+            ev.filter(pl.col("kind") == "cpu_op")
             .join(where, on="id", how="left")
             .select(
                 "id",
@@ -384,8 +380,7 @@ class _Side:
             # The outermost operator around the launch is what two devices' traces share
             # (aten::linear on both, where CUDA goes on to aten::addmm and Ascend to aclnnMatmul).
             outer = (
-                self._kernel_ancestors()
-                .join(
+                self.kernel_ancestors.join(
                     ops.select(pl.col("id").alias("anc_id"), "name", "module", "line"), on="anc_id"
                 )
                 .sort("dist")
@@ -429,8 +424,7 @@ class _Side:
                 pl.col("id").alias("kernel_id"), pl.col("step").alias("kstep"), "dur_ns"
             )
             dev = (
-                self._kernel_ancestors()
-                .join(
+                self.kernel_ancestors.join(
                     ops.rename({"id": "anc_id", "dur_ns": "op_ns", "step": "op_step"}), on="anc_id"
                 )
                 .select("kernel_id", key.alias("key"), fallback.alias("fallback"))
@@ -473,7 +467,8 @@ class _Side:
         )
         return pl.concat([host, dev], how="vertical")
 
-    def _kernel_ancestors(self) -> pl.DataFrame:
+    @functools.cached_property
+    def kernel_ancestors(self) -> pl.DataFrame:
         """(kernel_id, anc_id, dist) for the launching op (dist 0) and every event above it."""
         from opscope.analysis.hotspots import ancestor_pairs
 
