@@ -14,6 +14,7 @@ from conftest import shared_trace
 from opscope.report.export import export_perfetto
 
 MI300 = "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz"
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -149,11 +149,18 @@
       const c = S.data.get(L.t.id);
       if (c && L.t.type === "slice") {
         const d = c.d, ts = d.ts, du = d.dur, dp = d.depth, nm = d.name, cnt = d.count;
+        let prevDepth = -1, prevX = -1e9;
         for (let i = 0; i < ts.length; i++) {
-          let x1 = LABEL_W + (ts[i] - S.t0) * scale;
+          const x1 = LABEL_W + (ts[i] - S.t0) * scale;
           let x2 = x1 + du[i] * scale;
           if (x2 < LABEL_W || x1 > W) continue;
-          if (x2 - x1 < 1) x2 = x1 + 1;
+          if (x2 - x1 < 1) {
+            // Several slices in one pixel column of one row draw as one: skip the rest.
+            const xi = x1 | 0;
+            if (dp[i] === prevDepth && xi <= prevX) continue;
+            prevDepth = dp[i]; prevX = xi;
+            x2 = x1 + 1;
+          }
           const y = top + 2 + dp[i] * ROW_H;
           ctx.fillStyle = cnt[i] > 1 ? "#8a94a6" : d.colors[nm[i]];
           ctx.fillRect(x1, y, x2 - x1, ROW_H - 2);
