@@ -127,3 +127,36 @@ def test_self_time_and_device_time_on_synthetic_profile() -> None:
     js = res.to_json()  # type: ignore[attr-defined]
     assert {"name", "calls", "total_us", "self_us", "pct"} <= set(js["ops"][0])
     assert {"name", "calls", "total_us", "self_us", "pct"} <= set(js["kernels"][0])
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+        "ascend/alexnet_ddp_910b/level1_rank1_ascend_pt",
+    ],
+)
+def test_ascend_kernel_type_totals_equal_op_statistic_csv(rel: str) -> None:
+    import csv
+
+    pytest.importorskip("opscope.ingest.ascend", reason="Ascend reader not importable")
+    from opscope.ingest import load
+
+    d = shared_trace(rel)
+    with open(d / "ASCEND_PROFILER_OUTPUT" / "op_statistic.csv", newline="") as f:
+        want = {
+            (r["OP Type"].strip(), r["Core Type"].strip()): (
+                int(r["Count"]),
+                float(r["Total Time(us)"]),
+            )
+            for r in csv.DictReader(f)
+        }
+    res = run("hotspots", load(d, cache=False), Options(top=1000))
+    got = {
+        (r["op_type"], r["core_type"]): r
+        for r in res.kernel_types.iter_rows(named=True)  # type: ignore[attr-defined]
+    }
+    for key, (count, total) in want.items():
+        assert key in got, key
+        assert got[key]["calls"] == count, key
+        assert got[key]["total_ns"] / 1000 == pytest.approx(total, rel=1e-6, abs=0.01), key

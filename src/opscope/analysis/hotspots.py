@@ -202,8 +202,9 @@ _DEVICE_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset", "gpu_annotation"
 class Hotspots(Result):
     """Time by operator, kernel, operator+shapes, module and source line; per step too.
 
-    Every table is sorted by total time, largest first, and holds every group (``top`` only
-    limits what the JSON and Markdown show).
+        ``kernel_types`` groups kernels by (``op_type``, ``core_type``) where the source has them
+    (Ascend). Every table is sorted by total time, largest first, and holds every group (``top`` only
+        limits what the JSON and Markdown show).
     """
 
     ops: pl.DataFrame
@@ -212,6 +213,7 @@ class Hotspots(Result):
     modules: pl.DataFrame
     sources: pl.DataFrame
     per_step: pl.DataFrame
+    kernel_types: pl.DataFrame
     step_ns: int
     span_ns: int
     top: int = 20
@@ -224,6 +226,7 @@ class Hotspots(Result):
             "op_shapes": rows(self.op_shapes, self.top),
             "modules": rows(self.modules, self.top),
             "sources": rows(self.sources, self.top),
+            "kernel_types": rows(self.kernel_types, self.top),
             "step_us": self.step_ns / 1000.0,
             "span_us": self.span_ns / 1000.0,
         }
@@ -275,6 +278,14 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
     op_tab = _agg(ops, ["name"], base, span_ns, device)
     shape_tab = _agg(ops, ["name", "input_dims", "input_types"], base, span_ns, device)
     kern_tab = _agg(kern, ["name"], base, span_ns, False)
+    # Ascend kernels carry their operator type: op_statistic.csv's grouping.
+    types_tab = _agg(
+        kern.filter(pl.col("op_type").is_not_null()),
+        ["op_type", "core_type"],
+        base,
+        span_ns,
+        False,
+    )
     per_step = pl.concat(
         [
             ops.group_by("step", "name")
@@ -318,6 +329,7 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
         modules=modules,
         sources=sources,
         per_step=per_step,
+        kernel_types=types_tab,
         step_ns=step_ns,
         span_ns=span_ns,
         top=options.top,
