@@ -202,9 +202,9 @@ _DEVICE_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset", "gpu_annotation"
 class Hotspots(Result):
     """Time by operator, kernel, operator+shapes, module and source line; per step too.
 
-        ``kernel_types`` groups kernels by (``op_type``, ``core_type``) where the source has them
-    (Ascend). Every table is sorted by total time, largest first, and holds every group (``top`` only
-        limits what the JSON and Markdown show).
+    ``kernel_types`` groups kernels by (``op_type``, ``core_type``) where the source has them
+    (Ascend). Every table is sorted by total time, largest first, and holds every group (``top``
+    only limits what the JSON and Markdown show).
     """
 
     ops: pl.DataFrame
