@@ -81,7 +81,7 @@ SUMMARY_ROWS: Final = 5
 
 ROW_KINDS: Final = ("op", "op_shape", "kernel", "module", "line")
 
-_DEVICE_WORK: Final = ("kernel", "memcpy", "memset")
+_DEVICE_WORK: Final = ("kernel", "memcpy", "memset", "communication")
 
 _ROW_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
     "key": pl.String,
@@ -336,6 +336,7 @@ class _Side:
         where = resolve_ops(p).select("id", "module", line)
         ops = (
             ev.filter(pl.col("kind") == "cpu_op")
+            .drop("module")  # the resolved one: nearest above, or the forward op's
             .join(where, on="id", how="left")
             .select(
                 "id",
