@@ -70,3 +70,34 @@ def test_unknown_target_is_an_error() -> None:
         from opscope.advise import _common
 
         _common.target_of(Profile(), {"target": "tpu"})
+
+
+def test_alignment_saving_from_aligned_peers_in_the_same_profile() -> None:
+    import polars as pl
+    import pytest
+
+    # two aligned calls of 2*256*512*256 FLOP in 100 µs each, three misaligned calls of
+    # 2*256*500*256 FLOP in 300 µs each, one step
+    dims_ok, dims_bad = "[[256,512],[512,256]]", "[[256,500],[500,256]]"
+    n = 5
+    ev = pl.DataFrame(
+        {
+            "id": list(range(n)),
+            "rank": [0] * n,
+            "kind": ["cpu_op"] * n,
+            "name": ["aten::mm"] * n,
+            "ts_ns": [i * 1_000_000 for i in range(n)],
+            "dur_ns": [100_000, 100_000, 300_000, 300_000, 300_000],
+            "input_dims": [dims_ok, dims_ok, dims_bad, dims_bad, dims_bad],
+            "input_types": ['["float","float"]'] * n,
+        }
+    )
+    steps = pl.DataFrame({"rank": [0], "step": [0], "ts_ns": [0], "dur_ns": [10_000_000]})
+    prof = Profile.from_tables(meta={"format": "kineto"}, events=ev, steps=steps)
+    (f,) = advise(prof, target="ascend").by_rule("shape-alignment")
+    rate = 2 * 2 * 256 * 512 * 256 / 200_000  # FLOP per ns of the aligned peers
+    want_ns = 900_000 - 3 * 2 * 256 * 500 * 256 / rate
+    assert f.saving_us == pytest.approx(want_ns / 1000, abs=1e-3)  # rounded to ns
+    assert f.saving_pct == pytest.approx(100 * want_ns / 10_000_000, abs=1e-3)
+    assert f.evidence["figures"]["misaligned_dims"] == [500]
+    assert f.evidence["bench"]["padded_shape"] == [256, 512, 256]

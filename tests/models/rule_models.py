@@ -157,7 +157,7 @@ def host_sync(fixed: bool) -> Step:
 
 
 def dispatch(fixed: bool) -> Step:
-    xs = [torch.randn(4) for _ in range(300)]
+    xs = [torch.randn(4) for _ in range(500)]
     stacked = torch.stack(xs)
     w = torch.randn(4)
 
