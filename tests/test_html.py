@@ -65,6 +65,10 @@ def _report(n_kernels: int = 3) -> dict[str, Any]:
                 "calls": 4,
             },
         ],
+        "comparison": {
+            "total_before_us": 9.0,
+            "ops": [{"name": "aten::mm", "before_us": 5.0, "after_us": 3.0}],
+        },
         "breakdown": {
             "steps": [{"step": 1, "dur_us": 9.0, "compute_us": 5.0, "device_idle_us": 4.0}]
         },
@@ -171,6 +175,9 @@ def test_injection_stays_text_offline(browser: Any, tmp_path: Path) -> None:
     peak.hover()
     tip = page.locator("#tip").text_content()
     assert f"({max(total):,} bytes)" in tip
+    # The comparison has its own section with its table.
+    assert page.locator("#comparison tbody tr").count() == 1
+    assert page.locator("#comparison tbody td").first.text_content() == "aten::mm"
     # Roofline hover shows the group.
     page.locator("#roofline circle").first.hover()
     assert "aten::mm" in page.locator("#tip").text_content()

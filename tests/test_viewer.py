@@ -260,3 +260,13 @@ def test_server_serves_no_files_and_no_writes(server: Any) -> None:
     assert _get(server, "/api/tracks", method="POST")[0] == 405
     assert _get(server, "/api/event/999999")[0] == 404
     assert _get(server, "/api/slices?track=x&start_ns=0&end_ns=1")[0] == 400
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
+    from opscope.cli.app import main
+
+    missing = tmp_path / "nope.json"
+    assert main(["view", str(missing), "--no-browser"]) == 2
+    assert main(["view", str(missing), "--no-browser", "--port", "70000"]) == 2
+    assert main(["html", str(missing), "-o", str(tmp_path / "r.html")]) == 2
+    assert not (tmp_path / "r.html").exists()

@@ -34,6 +34,12 @@ def register(app: typer.Typer) -> None:
         salvage: Annotated[
             bool, typer.Option("--salvage", help="Recover the events of a truncated trace.")
         ] = False,
+        before: Annotated[
+            Path | None,
+            typer.Option(
+                "--before", help="A baseline profile: add the comparison (baseline -> PATH)."
+            ),
+        ] = None,
     ) -> None:
         """Write the analysis report as one offline HTML file (no network needed to view it)."""
         from opscope.analysis import Analyzer
@@ -41,8 +47,13 @@ def register(app: typer.Typer) -> None:
 
         analyzer = Analyzer(path, salvage=salvage)
         report = analyzer.generate_report(top=top)
+        data = report_data(analyzer.profile, report)
+        if before is not None:
+            from opscope.analysis.compare import compare
+
+            data["comparison"] = compare(before, analyzer.profile).to_json()
         text = render_html(
-            report_data(analyzer.profile, report),
+            data,
             profile=analyzer.profile,
             title=f"opscope report: {path.name}",
         )
