@@ -201,6 +201,27 @@ def test_hta_nccl_ranks_comm_and_collectives() -> None:
         )
 
 
+def test_nccl_bytes_and_groups_from_kineto_args(tmp_path: Path) -> None:
+    from opscope.cluster import run_cluster
+
+    src = shared_trace("gpu/hta_nccl_a100_rank0of2.json.gz")
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "rank0.json.gz").symlink_to(src)
+    size = {"Float": 4, "Long": 8, "Half": 2, "BFloat16": 2}
+    exp: dict[str, list[int]] = {}
+    for e in _raw_events(src):
+        if e.get("cat") == "kernel" and "nccl" in e["name"].lower():
+            a = e["args"]
+            got = exp.setdefault(a["Collective name"], [0, 0])
+            got[0] += 1
+            got[1] += int(a["In msg nelems"]) * size[a["dtype"]]
+    out = run_cluster(d, workers=0).to_json()
+    assert {c["collective"]: [c["calls"], c["bytes"]] for c in out["collectives"]} == exp
+    # One rank: nothing to align, nobody waits or is slow.
+    assert out["ranks"][0]["wait_us"] == 0 and out["slow_ranks"] == []
+
+
 def _ascend_expect(out_dir: Path) -> tuple[float, float]:
     with open(out_dir / "step_trace_time.csv", newline="") as f:
         comm = sum(float(row["Communication"]) for row in csv.DictReader(f))
