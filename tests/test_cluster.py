@@ -262,6 +262,63 @@ def test_ascend_ranks_comm_totals(layout: str, tmp_path: Path) -> None:
         assert dur == pytest.approx(hccl, abs=1e-2)
 
 
+def _synthetic(starts: dict[int, list[float]], dur_us: float = 5000.0) -> Any:
+    """Per-rank tables with one all-reduce per step at ``starts[rank][step]`` µs after the
+    step's start; every call ends at the same time (the last arrival + 100 µs)."""
+    from opscope.analysis.cluster import aggregate
+
+    steps, colls = [], []
+    n = len(next(iter(starts.values())))
+    for s in range(n):
+        end = max(v[s] for v in starts.values()) + 100.0
+        for r, v in starts.items():
+            t0 = s * 1_000_000
+            steps.append(
+                {
+                    "rank": r,
+                    "step": s,
+                    "ts_ns": t0 * 1000,
+                    "dur_ns": int(dur_us * 1000),
+                    "compute_ns": int(v[s] * 1000),
+                }
+            )
+            colls.append(
+                {
+                    "rank": r,
+                    "step": s,
+                    "collective": "allreduce",
+                    "name": "k",
+                    "group": "0",
+                    "seq": 0,
+                    "start_ns": int((t0 + v[s]) * 1000),
+                    "dur_ns": int((end - v[s]) * 1000),
+                }
+            )
+    return aggregate(pl.DataFrame(steps), pl.DataFrame(colls))
+
+
+def test_two_stragglers_of_four_are_both_found() -> None:
+    # Ranks 2 and 3 enter every all-reduce ~2 ms after ranks 0 and 1 (± a few µs).
+    starts = {
+        0: [0.0, 3, 1, 0],
+        1: [2.0, 0, 0, 4],
+        2: [2000.0, 2004, 2001, 2000],
+        3: [2003.0, 2000, 2005, 2002],
+    }
+    out = _synthetic(starts).to_json()
+    assert out["slow_ranks"] == [2, 3]
+    waits = {r["rank"]: r["wait_us"] for r in out["ranks"]}
+    for r, v in starts.items():
+        exp = sum(max(starts[q][s] for q in starts) - v[s] for s in range(4))
+        assert waits[r] == pytest.approx(exp, abs=1e-3)
+
+
+def test_jitter_is_not_a_straggler() -> None:
+    # Arrivals differ by at most 300 µs per step, below MIN_PEER_WAIT_US: nobody is slow.
+    starts = {0: [0.0, 300, 0, 0], 1: [250.0, 0, 280, 290]}
+    assert _synthetic(starts).to_json()["slow_ranks"] == []
+
+
 def test_slow_link_below_transport_median() -> None:
     from opscope.analysis.cluster import MIN_LINK_BYTES, aggregate
 

@@ -32,7 +32,8 @@ Wait time
     call's own duration. Only collectives seen on two ranks or more count.
 
 Slow rank (all thresholds below are named constants)
-    A rank is slow when it makes the others wait: it arrives last in at least
+    A rank is slow when it makes the others wait: it is among the last to arrive (it waits at
+    most :data:`LATE_WAIT_RATIO` of that collective's median wait) in at least
     :data:`LAST_ARRIVAL_SHARE` of the aligned collectives, its peers wait on average at least
     :data:`MIN_PEER_WAIT_US` per step and at least :data:`MIN_PEER_WAIT_SHARE` of their step
     time, and its own wait is at most :data:`OWN_WAIT_RATIO` of its peers' median wait. The
@@ -57,7 +58,10 @@ from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
 
 LAST_ARRIVAL_SHARE: Final = 0.6
-"""A slow rank arrives last in at least this share of the collectives aligned across ranks."""
+"""A slow rank is among the last to arrive in at least this share of the aligned collectives."""
+
+LATE_WAIT_RATIO: Final = 0.1
+"""Among the last to arrive at a collective: waiting at most this fraction of its median wait."""
 
 MIN_PEER_WAIT_US: Final = 1000.0
 """Its peers wait at least this long per step on average (µs): below it, jitter, not a straggler."""
@@ -352,6 +356,7 @@ class Cluster(Result):
             "slow_links": rows(self.slow_links),
             "thresholds": {
                 "last_arrival_share": LAST_ARRIVAL_SHARE,
+                "late_wait_ratio": LATE_WAIT_RATIO,
                 "min_peer_wait_us": MIN_PEER_WAIT_US,
                 "min_peer_wait_share": MIN_PEER_WAIT_SHARE,
                 "own_wait_ratio": OWN_WAIT_RATIO,
@@ -406,9 +411,14 @@ def aggregate(
             .then(pl.min_horizontal(pl.col("max_start") - pl.col("start_ns"), pl.col("dur_ns")))
             .otherwise(0)
             .alias("wait_ns"),
-            ((pl.col("ranks_seen") > 1) & (pl.col("start_ns") == pl.col("max_start"))).alias(
-                "last"
-            ),
+        )
+        .with_columns(
+            # "Among the last": waits at most LATE_WAIT_RATIO of the collective's median wait,
+            # so that several stragglers of one collective all count, not just the very last.
+            (
+                (pl.col("ranks_seen") > 1)
+                & (pl.col("wait_ns") <= LATE_WAIT_RATIO * pl.col("wait_ns").median().over(key))
+            ).alias("last"),
         )
         .drop("max_start")
         .sort("rank", "start_ns")
