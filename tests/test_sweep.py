@@ -139,3 +139,38 @@ def test_cli_sweep_bad_dtype_exits_2(capsys: pytest.CaptureFixture[str]) -> None
     assert rc == 2
     err = capsys.readouterr().err
     assert "unsupported dtype" in err and "Traceback" not in err
+
+
+def test_sweep_conv_variants_and_shapes(capsys: pytest.CaptureFixture[str]) -> None:
+    from opscope.advise.sweep import sweep_conv
+
+    df = sweep_conv(2, 3, 12, 12, 10, 3, "fp32", "cpu", pad_to=8, budget_s=0.2)
+    rows = {r["variant"]: r for r in df.iter_rows(named=True)}
+    assert list(rows) == ["original", "padded_channels", "channels_last"]
+    assert (rows["padded_channels"]["c"], rows["padded_channels"]["k"]) == (8, 16)
+    assert (rows["channels_last"]["c"], rows["channels_last"]["k"]) == (3, 10)
+    for r in rows.values():
+        assert r["speedup"] == pytest.approx(rows["original"]["median_us"] / r["median_us"])
+    rc = main(
+        [
+            "sweep",
+            "conv",
+            "--n",
+            "1",
+            "--c",
+            "4",
+            "--h",
+            "8",
+            "--w",
+            "8",
+            "--k",
+            "4",
+            "--device",
+            "cpu",
+            "--budget",
+            "0.1",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    assert len(json.loads(capsys.readouterr().out)["sweep"]) == 3

@@ -291,3 +291,97 @@ def optimizer_variants(
         opt = cls(params, lr=1e-3, foreach=foreach)
         out[label] = opt.step
     return out
+
+
+CONV_VARIANTS = ("original", "padded_channels", "channels_last")
+CONV_SCHEMA = {
+    "variant": pl.String,
+    "n": pl.Int64,
+    "c": pl.Int64,
+    "h": pl.Int64,
+    "w": pl.Int64,
+    "k": pl.Int64,
+    "r": pl.Int64,
+    "dtype": pl.String,
+    "device": pl.String,
+    "median_us": pl.Float64,
+    "q1_us": pl.Float64,
+    "q3_us": pl.Float64,
+    "iqr_us": pl.Float64,
+    "repeats": pl.Int64,
+    "speedup": pl.Float64,
+    "faster": pl.Boolean,
+}
+
+
+def sweep_conv(  # noqa: PLR0917 - the conv shape, in NCHW/KCRS order
+    n: int,
+    c: int,
+    h: int,
+    w: int,
+    k: int,
+    r: int = 3,
+    dtype: str = "float32",
+    device: str = "auto",
+    *,
+    variants: Sequence[str] = CONV_VARIANTS,
+    pad_to: int | None = None,
+    budget_s: float = 2.0,
+) -> pl.DataFrame:
+    """Time a 2-D convolution ``[n, c, h, w] * [k, c, r, r]`` (padding ``r // 2``) and its
+    variants: channels padded to a multiple (``padded_channels``), NHWC memory format
+    (``channels_last``). One row per variant, columns as :func:`sweep_matmul` with the conv
+    shape instead of m/k/n."""
+    if min(n, c, h, w, k, r) <= 0:
+        raise b.BenchError("conv dims must be positive")
+    torch = b.torch_mod()
+    dev = b.resolve_device(device)
+    dt_name = b.TORCH_DTYPES.get(dtype.lower(), dtype)
+    dt = b.torch_dtype(dtype)
+    if dev == "cpu" and 2.0 * n * k * c * h * w * r * r > CPU_MAX_FLOPS:
+        raise b.BenchError("conv too large for a CPU micro-benchmark; run it on the device")
+    mult = pad_to or default_pad(dev, dt_name)
+    gen = torch.Generator().manual_seed(0)
+    F = torch.nn.functional
+
+    def build(cc: int, kk: int, fmt: Any) -> Callable[[], Any]:
+        x = torch.randn(n, cc, h, w, generator=gen).to(device=dev, dtype=dt)
+        wt = torch.randn(kk, cc, r, r, generator=gen).to(device=dev, dtype=dt)
+        x, wt = x.contiguous(memory_format=fmt), wt.contiguous(memory_format=fmt)
+        return lambda: F.conv2d(x, wt, padding=r // 2)
+
+    fns: dict[str, tuple[Callable[[], Any], tuple[int, int]]] = {}
+    for v in ("original", *[x for x in variants if x != "original"]):
+        if v in ("original", "identity"):
+            fns[v] = (build(c, k, torch.contiguous_format), (c, k))
+        elif v == "padded_channels":
+            pc, pk = _pad(c, mult), _pad(k, mult)
+            fns[v] = (build(pc, pk, torch.contiguous_format), (pc, pk))
+        elif v == "channels_last":
+            fns[v] = (build(c, k, torch.channels_last), (c, k))
+        else:
+            raise b.BenchError(f"unknown conv variant {v!r} ({', '.join(CONV_VARIANTS)})")
+    t = b.time_variants({name: f for name, (f, _) in fns.items()}, dev, budget_s)
+    orig = t["original"]
+    rows = [
+        {
+            "variant": name,
+            "n": n,
+            "c": fns[name][1][0],
+            "h": h,
+            "w": w,
+            "k": fns[name][1][1],
+            "r": r,
+            "dtype": dt_name,
+            "device": dev,
+            "median_us": tm.median_ns / 1e3,
+            "q1_us": tm.q1_ns / 1e3,
+            "q3_us": tm.q3_ns / 1e3,
+            "iqr_us": tm.iqr_ns / 1e3,
+            "repeats": len(tm.samples_ns),
+            "speedup": orig.median_ns / tm.median_ns,
+            "faster": name != "original" and b.is_faster(orig, tm),
+        }
+        for name, tm in t.items()
+    ]
+    return pl.DataFrame(rows, schema=CONV_SCHEMA)

@@ -22,19 +22,8 @@ def _print(df: object, json_out: bool, title: str) -> None:
     from opscope.cli.output import console
 
     t = Table(title=title)
-    cols = [
-        "variant",
-        "m",
-        "k",
-        "n",
-        "dtype",
-        "median_us",
-        "iqr_us",
-        "repeats",
-        "tflops",
-        "speedup",
-        "faster",
-    ]
+    hidden = {"device", "q1_us", "q3_us"}
+    cols = [x for x in df.columns if x not in hidden]
     for c in cols:
         t.add_column(c, justify="left" if c in ("variant", "dtype") else "right")
     for r in df.iter_rows(named=True):
@@ -48,6 +37,7 @@ def register(app: typer.Typer) -> None:
         help="Micro-benchmark an operator's shape and its candidate fixes.", no_args_is_help=True
     )
     app.add_typer(sweep_app, name="sweep")
+    _register_conv(sweep_app)
 
     @sweep_app.command("matmul")
     def matmul_cmd(
@@ -90,3 +80,26 @@ def register(app: typer.Typer) -> None:
 
         df = sweep_linear(m, k, n, dtype, device, budget_s=budget)
         _print(df, json_out, f"linear {m}x{k} -> {n} {dtype}")
+
+
+def _register_conv(sweep_app: typer.Typer) -> None:
+    @sweep_app.command("conv")
+    def conv_cmd(
+        *,
+        n: int = typer.Option(..., "--n", min=1, help="Batch."),
+        c: int = typer.Option(..., "--c", min=1, help="Input channels."),
+        h: int = typer.Option(..., "--h", min=1, help="Height."),
+        w: int = typer.Option(..., "--w", min=1, help="Width."),
+        k: int = typer.Option(..., "--k", min=1, help="Output channels."),
+        r: int = typer.Option(3, "--r", min=1, help="Kernel size."),
+        dtype: str = typer.Option("float32", "--dtype"),
+        device: str = typer.Option("auto", "--device"),
+        pad_to: int | None = typer.Option(None, "--pad-to", min=1),
+        budget: float = typer.Option(2.0, "--budget", min=0.05),
+        json_out: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """conv2d and its variants: padded channels, channels_last."""
+        from opscope.advise.sweep import sweep_conv
+
+        df = sweep_conv(n, c, h, w, k, r, dtype, device, pad_to=pad_to, budget_s=budget)
+        _print(df, json_out, f"conv2d [{n},{c},{h},{w}] * [{k},{c},{r},{r}] {dtype}")
