@@ -208,3 +208,62 @@ def test_follow_a_kernel_flow_to_its_launch(viewer: Any) -> None:
         f"window.__opscope.S.selected && window.__opscope.S.selected.id !== {kid}"
     )
     assert page.locator("#details .name").text_content() == launch["name"]
+
+
+@pytest.mark.torch
+def test_recorded_cpu_run_shows_this_files_source_line(browser: Any, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import opscope
+    from opscope.report.viewer import make_server
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    with_line = _lineno() + 1
+    with torch.profiler.profile(activities=acts, with_stack=True, record_shapes=True) as prof:
+        model(x).sum().backward()
+    trace = tmp_path / "cpu.pt.trace.json"
+    prof.export_chrome_trace(str(trace))
+    raw = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    linear = sorted((e for e in raw if e["name"] == "aten::linear"), key=lambda e: e["ts"])
+    assert len(linear) == 2
+    # This file's frame enclosing the first linear, as the raw trace records it (torch names a
+    # frame already running when profiling starts by the line it was at then: the `with`).
+    mine = [
+        e["name"] for e in raw
+        if e.get("cat") == "python_function" and e["name"].startswith(Path(__file__).name + "(")
+        and e["ts"] <= linear[0]["ts"] and e["ts"] + e["dur"] >= linear[0]["ts"] + linear[0]["dur"]
+    ]  # fmt: skip
+    assert len(mine) == 1
+    expected_line = int(mine[0].split("(", 1)[1].split(")", 1)[0])
+    assert expected_line == with_line
+    srv = make_server(opscope.load(trace, cache=False), overlays=False)
+    srv.start_background()
+    ctx = browser.new_context(viewport={"width": 1300, "height": 800}, bypass_csp=True)
+    try:
+        page = ctx.new_page()
+        page.goto(srv.url)
+        page.wait_for_function("window.__opscope && window.__opscope.stats.firstPaintMs !== null")
+        page.keyboard.press("Control+f")
+        page.check("#word")
+        page.check("#case")
+        page.fill("#search", "aten::linear")
+        page.wait_for_function("window.__opscope.S.matches.length === 2")
+        page.keyboard.press("Enter")
+        page.wait_for_function("window.__opscope.S.selected && window.__opscope.S.cur === 0")
+        page.wait_for_selector("#details .src")
+        src = page.locator("#details .src").text_content()
+        assert src.startswith(f"{Path(__file__).name}:{expected_line} ("), src
+        assert page.locator("#details dd", has_text="[[8,16],[32,16],[32]]").count() == 1
+    finally:
+        ctx.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def _lineno() -> int:
+    import inspect
+
+    frame = inspect.currentframe()
+    assert frame is not None and frame.f_back is not None
+    return frame.f_back.f_lineno
