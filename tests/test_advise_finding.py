@@ -101,3 +101,14 @@ def test_alignment_saving_from_aligned_peers_in_the_same_profile() -> None:
     assert f.saving_pct == pytest.approx(100 * want_ns / 10_000_000, abs=1e-3)
     assert f.evidence["figures"]["misaligned_dims"] == [500]
     assert f.evidence["bench"]["padded_shape"] == [256, 512, 256]
+
+
+def test_findings_plug_into_a_report_section() -> None:
+    from opscope.analysis.report import Report, section_json, section_key
+
+    fs = Findings((_f("a", 1.0),))
+    assert section_key("advice", fs) == "findings"
+    assert section_json(fs) == fs.to_json()
+    rep = Report(summary={"format": "kineto"}, sections={"advice": fs})
+    assert rep.to_json()["findings"] == fs.to_json()
+    assert "## Findings" in rep.to_markdown()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from opscope.advise.finding import SEVERITIES, Finding
 from opscope.model import Profile
@@ -69,6 +69,8 @@ class Findings:
     Usable as a Report section: :meth:`to_json` gives the ``"findings"`` list of
     ``opscope report --json``; :meth:`to_markdown` a table.
     """
+
+    json_key: ClassVar[str] = "findings"  # its key in Report.to_json()
 
     items: tuple[Finding, ...] = ()
     errors: Mapping[str, str] = field(default_factory=dict)  # rule id -> why it could not run
