@@ -22,7 +22,7 @@ ARGS = [
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
-MI300 = "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz"
+BERT = "gpu/tracelens_h100_bert_small.json.gz"
 
 
 def _data(html: str) -> Any:
@@ -190,7 +190,7 @@ def test_real_profile_report_sections_and_sorting(browser: Any, tmp_path: Path) 
     from opscope.cli.app import main
 
     out = tmp_path / "report.html"
-    assert main(["html", str(shared_trace(MI300)), "-o", str(out)]) == 0
+    assert main(["html", str(shared_trace(BERT)), "-o", str(out)]) == 0
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temp file left behind
     html = out.read_text()
     data = _data(html)

@@ -667,9 +667,8 @@ def default_overlays(profile: Profile) -> list[dict[str, Any]]:
                 ]
                 if "step" in r and r["step"] is not None:
                     label_bits.append(f"step {r['step']}")
-                items.append(
-                    {"kind": kind, "id": int(r[id_col]), "label": " · ".join(label_bits) or name}
-                )
+                label = " · ".join(dict.fromkeys(label_bits)) or name  # each bit once
+                items.append({"kind": kind, "id": int(r[id_col]), "label": label})
     try:
         from opscope.advise import advise
 
