@@ -155,3 +155,13 @@ def test_cli_verify_unknown_finding_exits_2(
     rc = main(["verify", str(trace), "--finding", "deadbeef", "--device", "cpu"])
     assert rc == 2
     assert "no finding with id deadbeef" in capsys.readouterr().err
+
+
+def test_cli_verify_bad_target_and_missing_path_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = record(rm.seed_linear(True), tmp_path / "t.json", steps=1)
+    assert main(["verify", str(trace), "--target", "tpu", "--device", "cpu"]) == 2
+    assert "unknown target device 'tpu'" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "nope.json")]) == 2
+    assert "Traceback" not in capsys.readouterr().err

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import polars as pl
+
 from opscope.advise.finding import SEVERITIES, Finding
 from opscope.model import Profile
 
@@ -148,6 +150,9 @@ def advise(
     ctx: dict[str, Any] = dict(results or {})
     if target is not None:
         ctx["target"] = target
+    from opscope.advise._common import target_of
+
+    target_of(profile, ctx)  # an unknown target is the caller's error, raised here
     selected = rules()
     if only is not None:
         wanted = set(only)
@@ -161,6 +166,7 @@ def advise(
         try:
             for f in rule.match(profile, ctx):
                 found.setdefault(f.id, f)
-        except (ValueError, KeyError, TypeError, IndexError) as e:  # odd input, not a crash
+        except (ValueError, KeyError, TypeError, IndexError, pl.exceptions.PolarsError) as e:
+            # odd input in one rule must not cost the report the other rules' findings
             errors[rid] = f"{type(e).__name__}: {e}"
     return Findings(tuple(sorted(found.values(), key=_sort_key)), errors)

@@ -36,7 +36,10 @@ def register(app: typer.Typer) -> None:
         from opscope.advise.verify import verify
 
         profile = opscope.load(path)
-        found = advise(profile, target=target)
+        try:
+            found = advise(profile, target=target)
+        except ValueError as e:
+            raise OpscopeError(str(e), path) from None
         if finding:
             missing = [f for f in finding if found.get(f) is None]
             if missing:
