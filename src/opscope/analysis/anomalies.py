@@ -10,7 +10,9 @@ op's shapes) when the profile has device work, host ops otherwise. Within a grou
 - at least :data:`MIN_EXCESS_NS` longer than the median (below that nobody can act on it).
 
 A host op whose excess is mostly (≥ half) the excess of outlier ops nested in it is not reported
-itself: the nested one is the cause. A group is reported only when its outliers are unlikely
+itself: the nested one is the cause. A group of host ops needs :data:`MIN_OUTLIERS_HOST`
+outliers (one slow host call may be a preemption), a kernel group :data:`MIN_OUTLIERS_DEVICE`.
+A group is reported only when its outliers are unlikely
 under the rate of outliers in the *other* groups (binomial tail < :data:`ALPHA`): on a real
 machine a preempted thread makes an isolated call slow anywhere, and that background rate must not
 read as an anomaly; on a profile with no outliers elsewhere, any outlier is reported.
@@ -21,8 +23,8 @@ the best rate of the op's other shapes that are no larger (fewer FLOPs or bytes 
 larger shape running :data:`EFF_RATIO` times slower per FLOP than a smaller one is anomalous; a
 small shape running slowly is just latency. Rates use the ops' device time, so this part
 needs device work: host durations of ops on a loaded CPU are set by scheduling more than by the
-shape (we measured a 0.5 MFLOP matmul at 10 ms per call on a 2-core machine at load 9). Groups whose calls average under
-:data:`MIN_EFF_DUR_NS` are not judged.
+shape (we measured a 0.5 MFLOP matmul at 10 ms per call on a 2-core machine at load 9).
+Groups whose calls average under :data:`MIN_EFF_DUR_NS` are not judged.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ MIN_REL_SPREAD = 0.05
 MIN_EXCESS_NS = 10_000
 #: A median and MAD need a few calls to mean anything.
 MIN_CALLS = 3
+#: Outlier calls a host-op group needs: the OS deschedules a host thread at random, so one slow
+#: host call can't be told from a preemption; a device kernel is not preempted, one is enough.
+MIN_OUTLIERS_HOST = 2
+MIN_OUTLIERS_DEVICE = 1
 #: Significance of a group's outlier count against the background rate of the other groups.
 ALPHA = 1e-3
 #: A shape is inefficient when its rate is below this fraction of a no-larger shape's (5x slower).
@@ -174,7 +180,8 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
     total_n = int(g.get_column("n").sum() or 0)
     total_k = int(g.get_column("k").sum() or 0)
     keep = []
-    for r in g.filter(pl.col("k") > 0).iter_rows(named=True):
+    min_k = MIN_OUTLIERS_DEVICE if profile.has_device else MIN_OUTLIERS_HOST
+    for r in g.filter(pl.col("k") >= min_k).iter_rows(named=True):
         rest_n = total_n - r["n"]
         p0 = (total_k - r["k"]) / rest_n if rest_n else 0.0
         if _binom_tail(int(r["k"]), int(r["n"]), p0) < ALPHA:
