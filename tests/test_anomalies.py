@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import opscope.analysis  # noqa: F401
@@ -113,3 +114,31 @@ def test_planted_inefficient_shape_found_and_small_shapes_not() -> None:
     r = eff.row(0, named=True)
     assert r["rate"] == pytest.approx(67_108_864 / 2000e-6)
     assert r["ratio"] == pytest.approx((67_108_864 / 2000) / (8_388_608 / 40))
+
+
+def test_planted_kernel_in_generated_kineto_trace_found_through_loader(tmp_path: Path) -> None:
+    import json
+
+    from helpers.synth import kineto_trace
+    from opscope.ingest import load
+
+    clean = tmp_path / "clean.json"
+    clean.write_text(json.dumps(kineto_trace(6)))
+    assert run("anomalies", load(clean, cache=False)).groups.height == 0  # type: ignore[attr-defined]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(kineto_trace(6, slow_step=3, slow_us=300.0)))
+    prof = load(bad, cache=False)
+    res = run("anomalies", prof)
+    g = res.groups  # type: ignore[attr-defined]
+    assert g.get_column("name").to_list() == ["gemm_fwd_1"]
+    r = g.row(0, named=True)
+    assert r["steps"] == [3] and r["outlier_calls"] == 1 and r["calls"] == 6
+    assert r["median_ns"] == 20_000 and r["outlier_median_ns"] == 300_000
+    assert r["input_shapes"] == "[[64],[8,64],[64,64]]"
+    # backward kernels reach the forward op through the Sequence number: bwd time per op name
+    att = run("hotspots", prof).ops  # type: ignore[attr-defined]
+    addmm = att.filter(pl.col("name") == "aten::addmm").row(0, named=True)
+    assert addmm["device_ns"] == (6 * 2 * 20 + 280) * 1000
+    lines = run("attribution", prof).lines  # type: ignore[attr-defined]
+    assert lines.get_column("bwd_ns").sum() == 6 * 2 * 30_000  # backward kernels found as such
+    assert lines.get_column("fwd_ns").sum() == (6 * 2 * 20 + 280) * 1000

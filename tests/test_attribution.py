@@ -53,6 +53,7 @@ def test_host_only_profile_charges_top_level_ops_once() -> None:
     assert total == top_level.get_column("dur_ns").sum()
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_real_cpu_run_lines_forward_and_backward(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")

@@ -44,6 +44,7 @@ def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     return out, prof.key_averages()
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_cpu_totals_self_and_calls_equal_key_averages(cpu_run: tuple[Path, Any]) -> None:
     from opscope.ingest import load

@@ -253,3 +253,111 @@ def training(
             t0 += max(50, k_us + 15)
         t += 1000.0
     return Planted(b.build(), fwd_us, bwd_us, slow, "gemm_fwd")
+
+
+def kineto_trace(
+    steps: int = 6, *, slow_step: int | None = None, slow_us: float = 300.0
+) -> dict[str, Any]:
+    """A Kineto Chrome trace (dict) of a 2-layer training loop on one GPU stream: forward
+    ``aten::addmm`` ops launching ``gemm_fwd_<layer>`` kernels (20 µs), backward node ops linked by
+    ``Sequence number`` launching ``gemm_bwd_<layer>`` (30 µs), ops and kernels joined by
+    ``External id`` and ``correlation``. ``slow_step`` makes layer 1's forward kernel take
+    ``slow_us``."""
+    ev: list[dict[str, Any]] = []
+    ext = 0
+    t = 1000.0
+
+    def op(name: str, ts: float, dur: float, tid: int, **args: Any) -> None:
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": tid,
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
+        )
+
+    def launch(kname: str, ts: float, kts: float, kdur: float, tid: int) -> None:
+        nonlocal ext
+        ext += 1
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": tid,
+                "ts": ts,
+                "dur": 2,
+                "args": {"correlation": ext, "External id": ext},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": kname,
+                "pid": 0,
+                "tid": 7,
+                "ts": kts,
+                "dur": kdur,
+                "args": {"device": 0, "stream": 7, "correlation": ext, "External id": ext},
+            }
+        )
+
+    seq = 0
+    for s in range(steps):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": 900,
+            }
+        )
+        seqs = []
+        for layer in range(2):
+            ts = t + 10 + layer * 100
+            seq += 1
+            seqs.append(seq)
+            op(
+                "aten::addmm",
+                ts,
+                20,
+                1,
+                **{
+                    "Sequence number": seq,
+                    "Fwd thread id": 0,
+                    "Input Dims": [[64], [8, 64], [64, 64]],
+                    "Input type": ["float", "float", "float"],
+                },
+            )
+            kdur = slow_us if (s == slow_step and layer == 1) else 20.0
+            launch(f"gemm_fwd_{layer}", ts + 5, ts + 10, kdur, 1)
+        for i, layer in enumerate(reversed(range(2))):
+            ts = t + 500 + i * 150
+            op("autograd::engine::evaluate_function: AddmmBackward0", ts, 60, 2)
+            op(
+                "AddmmBackward0",
+                ts + 1,
+                50,
+                2,
+                **{"Sequence number": seqs[layer], "Fwd thread id": 1},
+            )
+            op(
+                "aten::mm",
+                ts + 3,
+                40,
+                2,
+                **{"Input Dims": [[8, 64], [64, 64]], "Input type": ["float", "float"]},
+            )
+            launch(f"gemm_bwd_{layer}", ts + 5, ts + 60, 30.0, 2)
+        t += 1000.0
+    return {"traceEvents": ev, "displayTimeUnit": "ms"}
