@@ -77,15 +77,22 @@ def _windows(profile: Profile) -> pl.DataFrame:
 
 
 def _clip(ev: pl.DataFrame, win: pl.DataFrame, cls: str) -> pl.DataFrame:
-    """Intervals of ``ev`` clipped to each window they overlap, tagged ``cls``."""
-    j = ev.select("rank", "ts_ns", "dur_ns").join(win, on="rank")
-    return j.filter(
-        (pl.col("ts_ns") < pl.col("w1")) & (pl.col("ts_ns") + pl.col("dur_ns") > pl.col("w0"))
-    ).select(
+    """Intervals of ``ev`` in the window holding their start, clipped to its end, tagged ``cls``.
+
+    An as-of join (not a cross join of events and steps): an event belongs to the step it starts
+    in; the part of it running past the step's end is cut (it is rare, and it is the next step's
+    time only by a few µs at the boundary).
+    """
+    e = ev.select("rank", "ts_ns", "dur_ns").sort("ts_ns")
+    w = win.sort("w0")
+    j = e.join_asof(
+        w, left_on="ts_ns", right_on="w0", by="rank", strategy="backward", check_sortedness=False
+    )
+    return j.filter(pl.col("w0").is_not_null() & (pl.col("ts_ns") < pl.col("w1"))).select(
         "rank",
         "step",
         pl.lit(cls).alias("cls"),
-        pl.max_horizontal("ts_ns", "w0").alias("start"),
+        pl.col("ts_ns").alias("start"),
         pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), "w1").alias("end"),
     )
 
