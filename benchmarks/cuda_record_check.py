@@ -50,7 +50,7 @@ def main() -> int:
                 "--",
                 "python",
                 str(script),
-            ],  # fmt: skip
+            ],
             check=True,
         )
         trace = next((run / "rank0").glob("*.pt.trace.json.gz"))
