@@ -426,6 +426,9 @@ def _dec_ns(raw: msgspec.Raw) -> int | None:
 
 def float_us_to_ns(us: pl.Expr) -> pl.Expr:
     """µs (float64) to int ns without losing the ns digits (see the module doc)."""
+    # Beyond ~9.2e15 µs the ns value overflows Int64 (garbage input, NaN, inf): null, which the
+    # readers count as a slice without ts / dur.
+    us = pl.when(us.abs() < 9.2e15).then(us)
     whole = us.floor()
     return (whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round(0).cast(pl.Int64)).alias("ns")
 

@@ -96,13 +96,16 @@ def parse_kineto(
             progress("decompress", done, total)
 
     # No local reference: parse_bytes drops the bytes before building tables (peak memory).
-    return parse_bytes(
-        gz.read_bytes(path, progress=gz_progress, allow_truncated=salvage),
-        path,
-        salvage=salvage,
-        progress=progress,
-        rank=rank,
-    )
+    try:
+        return parse_bytes(
+            gz.read_bytes(path, progress=gz_progress, allow_truncated=salvage),
+            path,
+            salvage=salvage,
+            progress=progress,
+            rank=rank,
+        )
+    except RecursionError:  # msgspec's decoder on JSON nested thousands of levels deep
+        raise InputError("JSON is nested too deeply to read", path) from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -152,7 +155,9 @@ def parse_bytes(
             top = _TOP.decode(data)
         except msgspec.DecodeError as e:
             err = jsonscan._decode_error(e, 0)
-            if not err.truncated:
+            # msgspec calls a number cut by the end of input ("1170.", "-", "1e") invalid.
+            cut = err.offset is not None and err.offset >= len(data.rstrip())
+            if not (err.truncated or cut):
                 raise InputError(f"not valid JSON ({_short(e)})", path) from None
             top = None
         if top is not None:
@@ -431,6 +436,8 @@ def build_profile(
     _bump(oddities, "slice without dur (0 used)", int(xs.get_column("dur_ns").is_null().sum()))
     _bump(oddities, "negative duration (clamped to 0)", int((xs.get_column("dur_ns") < 0).sum()))
     _bump(oddities, "slice without name", int(xs.get_column("name").is_null().sum()))
+    no_track = xs.get_column("pid_n").is_null() | xs.get_column("tid_n").is_null()
+    _bump(oddities, "slice without pid/tid", int(no_track.sum()))
     kind = (
         pl.when(
             pl.col("name").str.contains(r"^ProfilerStep#\d+$").fill_null(False)
