@@ -213,7 +213,8 @@ def _option(header: Mapping[str, Any], name: str) -> bool | None:
 
 def _step_times(profile: Profile) -> dict[int, list[tuple[int, int]]]:
     """``{rank: [(step, dur_ns), ...]}`` in step order, steps with a duration only."""
-    st = profile.steps.filter(pl.col("dur_ns").is_not_null()).sort("rank", "step")
+    st = profile.steps.filter(pl.col("dur_ns").is_not_null() & pl.col("step").is_not_null())
+    st = st.sort("rank", "step")
     out: dict[int, list[tuple[int, int]]] = {}
     for rank, step, dur in st.select("rank", "step", "dur_ns").iter_rows():
         out.setdefault(int(rank if rank is not None else 0), []).append((int(step), int(dur)))
