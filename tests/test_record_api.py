@@ -127,3 +127,17 @@ def test_bad_options(tmp_path: Path) -> None:
         pass
     with pytest.raises(RecordError, match="every"):
         opscope.profile(tmp_path, every=2, warmup=1, active=3)
+
+
+def test_loader_reads_the_run_directory(tmp_path: Path) -> None:
+    model, opt = tiny()
+    run = tmp_path / "run"
+    with opscope.profile(run, wait=0, warmup=1, active=2, with_stack=False) as p:
+        for _ in range(4):
+            train_step(model, opt)
+            p.step()
+    prof = opscope.load(run)
+    assert prof.metrics.height == 4
+    assert prof.metrics.get_column("profiled").to_list() == [m["profiled"] for m in lines(run)]
+    assert prof.modules.get_column("path").to_list() == ["", "0", "1", "2"]
+    assert sorted(prof.steps.get_column("step").to_list()) == [1, 2]
