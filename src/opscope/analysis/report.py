@@ -11,7 +11,7 @@ comparison) join a report through ``sections`` the same way.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import polars as pl
@@ -95,6 +95,17 @@ class Report:
         if self.skipped:
             out["skipped"] = dict(self.skipped)
         return out
+
+    def with_sections(self, **sections: Any) -> Report:
+        """A copy with more sections (e.g. ``findings=advise(profile)``, ``comparison=...``)."""
+        return replace(self, sections={**self.sections, **sections})
+
+    def to_html(self, profile: Profile | None = None) -> str:
+        """The report as one self-contained, offline HTML page (see :mod:`opscope.report.html`);
+        with ``profile``, the page also draws the memory curve."""
+        from opscope.report.html import render_html
+
+        return render_html(self.to_json(), profile=profile)
 
     def to_markdown(self) -> str:
         """The whole report as one Markdown document."""

@@ -549,6 +549,9 @@ def is_user_file(file: str | None) -> bool:
     if not file:
         return False
     f = file.replace("\\", "/")
+    if "opscope/demo/" in f:
+        # the demo's built-in model stands for the user's model: its lines are the ones to show
+        return True
     if f.startswith("<") or "site-packages/" in f or "dist-packages/" in f:
         return False
     if re.search(r"/lib/python\d+(\.\d+)?/", f):

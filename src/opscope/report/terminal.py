@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.table import Table
 
 from opscope.analysis.hotspots import to_us
@@ -144,8 +145,16 @@ def render_terminal(report: Report, console: Console | None = None, **_: Any) ->
         f"{s.get('ops')} ops · {s.get('kernels')} kernels · {s.get('steps')} steps · "
         f"span {float(s.get('span_us') or 0) / 1000:.3f} ms"
     )
+    for w in s.get("warnings") or []:
+        out.print(f"[yellow]warning:[/] {w}", highlight=False)
     for name, res in report.sections.items():
         if not isinstance(res, Result):
+            if getattr(type(res), "json_key", None) == "findings":
+                out.print(_findings_table(res.to_json(), report.top))
+                continue
+            to_md = getattr(res, "to_markdown", None)
+            if callable(to_md):  # sections from other layers (comparison, ...)
+                out.print(Markdown(str(to_md())))
             continue
         for tname, df in res.tables().items():
             key = f"{name}.{tname}"
@@ -169,3 +178,22 @@ def render_terminal(report: Report, console: Console | None = None, **_: Any) ->
     for name, why in report.skipped.items():
         out.print(f"[dim]{name}: skipped ({why})[/]")
     return "" if console is not None else out.export_text()
+
+
+def _findings_table(findings: list[dict[str, Any]], top: int) -> Table:
+    t = Table(title=f"Findings ({len(findings)}, by saving)", title_justify="left")
+    for c in ("severity", "rule", "title", "where", "saving/step", "% step"):
+        t.add_column(
+            c, overflow="fold", justify="right" if c.startswith(("saving", "%")) else "left"
+        )
+    for f in findings[:top]:
+        where = f"{f['file']}:{f['line']}" if f.get("file") else (f.get("module") or "—")
+        t.add_row(
+            f["severity"],
+            f["rule"],
+            f["title"],
+            where,
+            f"{f['saving_us'] / 1000:.3f} ms",
+            f"{f['saving_pct']:.1f}",
+        )
+    return t

@@ -23,12 +23,26 @@ def register(app: typer.Typer) -> None:
         salvage: Annotated[
             bool, typer.Option("--salvage", help="Recover the events of a truncated trace.")
         ] = False,
+        html: Annotated[
+            Path | None, typer.Option("--html", help="Also write the offline HTML report here.")
+        ] = None,
     ) -> None:
-        """Hotspots, time per source line, anomalies, roofline, step breakdown and memory."""
+        """Hotspots, time per source line, anomalies, roofline, breakdown, memory, findings."""
+        from opscope.advise import advise
         from opscope.analysis import Analyzer
+        from opscope.errors import OpscopeError
         from opscope.report.base import render
 
-        report = Analyzer(path, salvage=salvage).generate_report(top=top)
+        analyzer = Analyzer(path, salvage=salvage)
+        report = analyzer.generate_report(top=top)
+        report = report.with_sections(findings=advise(analyzer.profile, report.sections))
+        if html is not None:
+            from opscope.report.html import write_html
+
+            try:
+                write_html(html, report.to_html(profile=analyzer.profile))
+            except OSError as e:
+                raise OpscopeError(f"cannot write the report: {e.strerror}", html) from e
         if json_out:
             sys.stdout.write(render(report, "json") + "\n")
         elif md:
