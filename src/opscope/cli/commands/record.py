@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         "record",
         context_settings={"allow_interspersed_args": False},
     )
-    def record(  # noqa: PLR0917 - typer options
+    def record(
         command: list[str] = typer.Argument(  # noqa: B008
             None, help="The command after --: python train.py ARGS, python -m pkg ARGS."
         ),
