@@ -44,7 +44,7 @@ class Gen:
     def _ts(self, x: float) -> str:
         return f"{x:.3f}"
 
-    def x(  # noqa: PLR0917
+    def x(
         self, cat: str, name: str, ts: float, dur: float, args: str, pid: int = PID, tid: int = TID
     ) -> None:
         self.out.append(
@@ -53,7 +53,7 @@ class Gen:
             f'    "args": {{\n{args}\n    }}\n  }}'
         )
 
-    def flow_ev(self, ph: str, fid: int, ts: float, cat: str, pid: int, tid: int) -> None:  # noqa: PLR0917
+    def flow_ev(self, ph: str, fid: int, ts: float, cat: str, pid: int, tid: int) -> None:
         bp = ', "bp": "e"' if ph == "f" else ""
         self.out.append(
             f'  {{\n    "ph": "{ph}", "id": {fid}, "pid": {pid}, "tid": {tid}, '
@@ -112,7 +112,7 @@ class Gen:
         self.gpu_t += kdur + 1.0
         return ts + dur
 
-    def leaf(  # noqa: PLR0917
+    def leaf(
         self, name: str, ts: float, dims: str, kname: str, seq: int | None = None, tid: int = TID
     ) -> float:
         """An op with one kernel; returns its end."""

@@ -77,7 +77,7 @@ def test_flops_equal_torch_with_flops(tmp_path: Path) -> None:
 def test_conv_formula_against_nested_loops() -> None:
     # 1-d, 2-d and 3-d convolutions, strided, padded, dilated and grouped: count MACs by
     # walking every output element and every weight tap that lands inside the padded input.
-    def macs(  # noqa: PLR0917 - a convolution's parameters, in PyTorch's order
+    def macs(
         n: int, c: int, sp: list[int], co: int, k: list[int], s: int, p: int, d: int, g: int
     ) -> int:
         out = [(i + 2 * p - d * (kk - 1) - 1) // s + 1 for i, kk in zip(sp, k, strict=True)]

@@ -26,7 +26,7 @@ def _generated(n_top: int = 300, seed: int = 7) -> tuple[Profile, list[dict[str,
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
 
-    def add(tid: int, kind: str, ts: int, dur: int, depth: int, parent: int | None) -> int:  # noqa: PLR0917
+    def add(tid: int, kind: str, ts: int, dur: int, depth: int, parent: int | None) -> int:
         i = len(rows)
         pid = 1 if kind != "kernel" else 0
         name = f"op{rng.randrange(12)}"

@@ -314,7 +314,7 @@ CONV_SCHEMA = {
 }
 
 
-def sweep_conv(  # noqa: PLR0917 - the conv shape, in NCHW/KCRS order
+def sweep_conv(
     n: int,
     c: int,
     h: int,

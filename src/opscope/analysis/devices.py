@@ -52,7 +52,7 @@ class DeviceSpec:
         )
 
 
-def _nv(  # noqa: PLR0917 - a datasheet row, in the datasheet's order
+def _nv(
     fp64: float,
     fp32: float,
     tf32: float | None,
@@ -81,7 +81,7 @@ _V100S_M = {"fp64": 7.8 * T, "fp32": 15.7 * T, "fp16": 125 * T}
 _V100P_M = {"fp64": 7 * T, "fp32": 14 * T, "fp16": 112 * T}
 
 
-def _amd(  # noqa: PLR0917 - a datasheet row, in the datasheet's order
+def _amd(
     fp64v: float,
     fp64m: float,
     fp32v: float,

@@ -59,7 +59,8 @@ def _train_fn(model_cls: type, device: str, total_steps: int, seed: int) -> Call
         images, labels = make_batch(BATCH, device, seed)
         for _ in range(total_steps):
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(images), labels).backward()
+            loss = F.cross_entropy(model(images), labels)
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()  # opscope's optimizer hook marks the step here, as under `opscope record`
 
     return train
