@@ -14,7 +14,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev,fast-gzip,ray]"
+	$(BIN)/python -m pip install -q -e ".[dev,fast-gzip,ray,callbacks]"
 	touch $@
 
 venv: $(VENV)/.installed

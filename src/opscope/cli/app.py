@@ -59,7 +59,8 @@ _register_commands()
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and, from the console script, exits with) the exit code."""
     try:
-        app(args=argv, prog_name="opscope", standalone_mode=False)
+        # in non-standalone mode click returns a command's typer.Exit code instead of raising it
+        result = app(args=argv, prog_name="opscope", standalone_mode=False)
     except OpscopeError as e:
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
         return e.exit_code
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             show()
             return code
         raise
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 def _console_main() -> None:

@@ -65,5 +65,4 @@ def register(app: typer.Typer) -> None:
             file=sys.stderr,
         )
         if result.exit_code:
-            # click's non-standalone mode would swallow typer.Exit's code: exit directly
-            sys.exit(result.exit_code)
+            raise typer.Exit(result.exit_code)
