@@ -6,7 +6,9 @@ run directories are built so that the expected finding follows from how they wer
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import os
 import re
@@ -20,6 +22,7 @@ import polars as pl
 import pytest
 
 from conftest import shared_trace
+from opscope.cli.app import main
 from opscope.doctor import Check, Diagnosis, diagnose, doctor_warnings
 from opscope.doctor.checks import (
     FREQ_DROP_RATIO,
@@ -45,14 +48,11 @@ def _by_id(d: Diagnosis) -> dict[str, Check]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "opscope", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    """Run the CLI in-process (saves an interpreter start per call); same exit codes."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(args))
+    return subprocess.CompletedProcess(list(args), rc, out.getvalue(), err.getvalue())
 
 
 # -- synthetic traces -----------------------------------------------------------------------------
@@ -148,6 +148,7 @@ def _write(path: Path, obj: Any) -> Path:
 # -- real traces ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resnet_2021_step_spread_matches_stdlib() -> None:
     p = shared_trace("gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz")
     raw = _raw(p)
@@ -453,3 +454,19 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
     assert len([x for x in r.stderr.splitlines() if x.strip()]) == 1
     assert "bad.json" in r.stderr
+
+
+def test_cli_subprocess_bad_input(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00 not really gzip")
+    r = subprocess.run(
+        [sys.executable, "-m", "opscope", "doctor", str(bad)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "bad.json.gz" in r.stderr
