@@ -164,12 +164,31 @@ def test_doctor_is_clean_and_show_env_reveals(planted: Path) -> None:
 
 @pytest.mark.skipif(not _has_command("report"), reason="no report command yet")
 def test_report_outputs_are_clean(planted: Path, tmp_path: Path) -> None:
-    r = _cli("report", str(planted), "--json")
+    for args in (["--json"], ["--md"], ["--html", str(tmp_path / "r.html")]):
+        r = _cli("report", str(planted), *args)
+        assert r.returncode == 0, r.stderr
+        _assert_clean(r.stdout + r.stderr)
+    assert (tmp_path / "r.html").stat().st_size > 0
+    _assert_clean((tmp_path / "r.html").read_text(errors="replace"))
+
+
+@pytest.mark.skipif(not _has_command("html"), reason="no html command yet")
+def test_html_is_clean(planted: Path, tmp_path: Path) -> None:
+    out = tmp_path / "h.html"
+    r = _cli("html", str(planted), "-o", str(out))
     assert r.returncode == 0, r.stderr
-    _assert_clean(r.stdout + r.stderr)
-    for f in tmp_path.rglob("*"):
-        if f.is_file():
-            _assert_clean(f.read_bytes().decode("latin-1"))
+    _assert_clean(r.stdout + r.stderr + out.read_text(errors="replace"))
+
+
+@pytest.mark.skipif(not _has_command("export"), reason="no export command yet")
+def test_export_is_clean(planted: Path, tmp_path: Path) -> None:
+    out = tmp_path / "x.json.gz"
+    r = _cli("export", str(planted), "--perfetto", str(out))
+    assert r.returncode == 0, r.stderr
+    data = out.read_bytes()
+    text = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode(errors="replace")
+    assert '"traceEvents"' in text
+    _assert_clean(r.stdout + r.stderr + text)
 
 
 def test_viewer_api_is_clean(planted: Path) -> None:
