@@ -774,10 +774,16 @@ def diagnose(
         sources = profile.meta.get("sources") or []
         source = str(sources[0]) if len(sources) == 1 else None
     else:
+        from opscope.errors import CorruptArchiveError, TruncatedTraceError
         from opscope.ingest import load
 
         source = os.fspath(profile_or_path)
-        profile = load(Path(source), salvage=salvage)
+        try:  # a strict load first: it shares the cache entry of ``opscope load``
+            profile = load(Path(source))
+        except (TruncatedTraceError, CorruptArchiveError):  # a cut .gz is a CorruptArchiveError
+            if not salvage:
+                raise
+            profile = load(Path(source), salvage=True)
     checks: list[Check] = []
     for fn in CHECKS:
         checks.extend(fn(profile))
