@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from opscope.errors import OpscopeError
+
+if TYPE_CHECKING:
+    from opscope.analysis.compare import Comparison
 
 
 def register(app: typer.Typer) -> None:
@@ -61,7 +64,7 @@ def register(app: typer.Typer) -> None:
             console.print(Markdown(text))
 
 
-def _compare(path: Path, ab: tuple[int, int]):  # type: ignore[no-untyped-def]
+def _compare(path: Path, ab: tuple[int, int]) -> Comparison:
     """Compare two ranks op by op: only those two ranks are loaded."""
     from opscope.analysis.compare import compare
     from opscope.ingest.multirank import list_ranks, read_inputs
