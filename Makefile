@@ -14,7 +14,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev,fast-gzip,ray,callbacks]"
+	$(BIN)/python -m pip install -q -e ".[dev,fast-gzip,ray,callbacks,store,postgres]"
 	touch $@
 
 venv: $(VENV)/.installed
