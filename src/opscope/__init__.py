@@ -25,6 +25,7 @@ _EXPORTS = {
     "Analyzer": "opscope.analysis",
     "Report": "opscope.analysis",
     "compare": "opscope.analysis.compare",
+    "diagnose": "opscope.doctor",
 }
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "Report",
     "__version__",
     "compare",
+    "diagnose",
     "load",
     "profile",
     "step",
