@@ -562,3 +562,52 @@ def test_cli_bad_input(
     lines = [x for x in out.err.splitlines() if x.strip()]
     assert len(lines) == 1, out.err
     assert "bad.json" in lines[0]
+
+
+# -- run directories and rank folders -------------------------------------------------------------
+
+RUN_JSONS = [
+    "[1, 2]",
+    "null",
+    '{"profiler": [1], "steps": "x", "world_size": "two", "device_processes": [1],'
+    ' "disk_free_bytes": "lots"}',
+    '{"profiler": {"active": "three", "repeat": null}, "steps": {"profiled": 5},'
+    ' "device_processes": {"processes": "none"}, "versions": {"torch": 2}}',
+]
+
+
+@pytest.mark.parametrize("run_json", RUN_JSONS)
+def test_run_dir_odd_run_json_and_torn_metrics(tmp_path: Path, run_json: str) -> None:
+    run = tmp_path / "run"
+    (run / "rank0").mkdir(parents=True)
+    _write(run / "rank0" / "t.json", json.dumps(_trace([_ev(i) for i in range(4)])))
+    _write(run / "run.json", run_json)
+    _write(
+        run / "metrics.jsonl",
+        '{"step": 1, "wall_ns": 100, "profiled": true}\n'
+        '{"step": 2, "wall_ns": "x", "profiled": 1}\n{"step": 3, "wall',
+    )
+    r = outcome(run)
+    assert isinstance(r, Profile | InputError)
+    if isinstance(r, Profile):
+        assert r.ops.height == 4
+        assert odd_count(r) > 0  # the torn metrics line at least
+
+
+def test_run_dir_garbage_run_json(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / "run.json", b"\x00{not json")
+    r = outcome(run)
+    assert isinstance(r, InputError)
+    assert "run.json" in str(r)
+
+
+def test_rank_folder_with_one_bad_rank(tmp_path: Path) -> None:
+    d = tmp_path / "job"
+    d.mkdir()
+    _write(d / "rank-0.json", json.dumps(_trace([_ev(i) for i in range(3)])))
+    _write(d / "rank-1.json", b'{"traceEvents": [{"ph": "X", "ts": ')
+    r = outcome(d)
+    assert isinstance(r, InputError)
+    assert "rank-1.json" in str(r)
