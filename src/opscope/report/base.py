@@ -6,13 +6,13 @@ Register one with :func:`renderer`. Built in: ``"terminal"`` (rich), ``"json"``,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from opscope.analysis.report import Report
+from opscope.jsonsafe import finite as _finite
 
 RenderFn = Callable[..., str]
 _RENDERERS: dict[str, RenderFn] = {}
@@ -50,17 +50,6 @@ def _json(report: Report, **_: Any) -> str:
 @renderer("markdown")
 def _markdown(report: Report, **_: Any) -> str:
     return report.to_markdown()
-
-
-def _finite(obj: Any) -> Any:
-    """NaN and infinities become null (JSON has no spelling for them)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def _load_builtins() -> None:

@@ -13,10 +13,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import math
 import os
 import tempfile
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -26,6 +24,7 @@ import msgspec
 import polars as pl
 
 from opscope import __version__
+from opscope.jsonsafe import finite as _finite
 from opscope.model import Profile
 
 MAX_BYTES = 3_000_000
@@ -47,18 +46,6 @@ def escape_json_for_script(text: str) -> str:
         .replace("\u2028", "\\u2028")
         .replace("\u2029", "\\u2029")
     )
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    if obj is None or isinstance(obj, bool | int | str):
-        return obj
-    return str(obj)
 
 
 def memory_curves(profile: Profile, points: int = _CURVE_POINTS) -> list[dict[str, Any]]:
