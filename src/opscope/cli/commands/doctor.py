@@ -15,7 +15,7 @@ from opscope.cli.output import console, print_json
 from opscope.doctor import Diagnosis, doctor_warnings
 from opscope.model import Profile
 
-__all__ = ["doctor_warnings", "register", "report_warnings"]
+__all__ = ["doctor_warnings", "print_env", "register", "report_warnings"]
 
 _STYLE = {"ok": "green", "warning": "yellow", "error": "bold red"}
 
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         else:
             _table(diag)
         if show_env:
-            _env_table(trace_env(path, show_env=True))
+            print_env(trace_env(path, show_env=True))
 
 
 def _table(diag: Diagnosis) -> None:
@@ -76,7 +76,8 @@ def _table(diag: Diagnosis) -> None:
     console.print(f"overall: [{_STYLE[diag.status]}]{diag.status}[/]")
 
 
-def _env_table(env: dict[str, dict[str, object]]) -> None:
+def print_env(env: dict[str, dict[str, object]]) -> None:
+    """Print ``{source: {block: {name: value}}}`` (from :func:`opscope.doctor.env.trace_env`)."""
     from rich.table import Table
 
     for src, blocks in env.items():
