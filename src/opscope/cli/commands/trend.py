@@ -1,0 +1,104 @@
+"""``opscope trend RUN_DIR``: step time, throughput, memory and top operators over a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+SPARK = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 30
+
+
+def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
+    """Unicode sparkline of ``values``, binned (median per bin) to at most ``width`` chars."""
+    import numpy as np
+
+    if not values:
+        return ""
+    x = np.asarray(values, dtype=float)
+    if x.size > width:
+        x = np.array([np.median(b) for b in np.array_split(x, width)])
+    lo, hi = float(x.min()), float(x.max())
+    if hi <= lo:
+        return SPARK[0] * x.size
+    idx = np.clip(((x - lo) / (hi - lo) * (len(SPARK) - 1)).round().astype(int), 0, len(SPARK) - 1)
+    return "".join(SPARK[i] for i in idx)
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    from opscope.analysis.compare import fmt_bytes, fmt_us
+
+    if v is None:
+        return "-"
+    if unit in {"us", "us/step"}:
+        return fmt_us(v)
+    if unit == "bytes":
+        return fmt_bytes(v)
+    return f"{v:,.1f}"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``trend`` command to ``app``."""
+
+    @app.command("trend")
+    def trend_cmd(
+        *,
+        run_dir: Annotated[Path, typer.Argument(help="Run directory (opscope record --every N).")],
+        json_out: bool = typer.Option(False, "--json", help="Print the trend as JSON."),
+    ) -> None:
+        """Step time, throughput, memory and top operators over a run, with change points."""
+        from opscope.trend import trend
+
+        t = trend(run_dir)
+        if json_out:
+            from opscope.cli.output import print_json
+
+            print_json(t.to_json())
+            return
+        from rich.table import Table
+
+        from opscope.cli.output import console
+
+        j = t.to_json()
+        console.print(f"[bold]{t.run_dir}[/]: {t.steps} steps, {t.samples.height} trace samples")
+        tab = Table(box=None, pad_edge=False)
+        for col in ("metric", "trend", "min", "median", "max"):
+            tab.add_column(
+                col, justify="right" if col in ("min", "median", "max") else "left", no_wrap=True
+            )
+        for metric, s in j["series"].items():
+            vals = s["values"]
+            if not vals:
+                continue
+            srt = sorted(vals)
+            tab.add_row(
+                metric,
+                sparkline(vals),
+                _fmt(srt[0], s["unit"]),
+                _fmt(srt[len(srt) // 2], s["unit"]),
+                _fmt(srt[-1], s["unit"]),
+            )
+        console.print(tab)
+        if not t.change_points:
+            console.print("no change points (no shift that persists beyond the noise)")
+        for c in t.change_points:
+            ratio = f"×{c['ratio']:.2f}" if c["ratio"] else "from 0"
+            console.print(
+                f"change at step {c['step']}: {c['metric']} {_fmt(c['before'], c['unit'])} → "
+                f"{_fmt(c['after'], c['unit'])} ({ratio}; steps {c['before_steps'][0]}-"
+                f"{c['before_steps'][1]} vs {c['after_steps'][0]}-{c['after_steps'][1]})"
+            )
+            comp = c.get("comparison")
+            if comp and "rows" in comp:
+                names = ", ".join(
+                    f"{r['key']} {_fmt(r['before_us'], 'us')}→{_fmt(r['after_us'], 'us')}"
+                    for r in comp["rows"][:3]
+                )
+                console.print(
+                    f"  traces {Path(comp['before_trace']).name} vs "
+                    f"{Path(comp['after_trace']).name}: {names}"
+                )
+        for n in t.notes:
+            console.print(f"[dim]note: {n}[/]")
