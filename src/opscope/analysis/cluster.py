@@ -548,9 +548,9 @@ def _step_gap(st: pl.DataFrame) -> pl.DataFrame:
     return (
         st.group_by("step")
         .agg(
-            pl.col("rank").sort_by("dur_ns").first().alias("fastest_rank"),
+            pl.col("rank").sort_by(["dur_ns", "rank"]).first().alias("fastest_rank"),
             (pl.col("dur_ns").min() / 1000.0).alias("fastest_us"),
-            pl.col("rank").sort_by("dur_ns").last().alias("slowest_rank"),
+            pl.col("rank").sort_by(["dur_ns", "rank"]).last().alias("slowest_rank"),
             (pl.col("dur_ns").max() / 1000.0).alias("slowest_us"),
             pl.len().alias("ranks"),
         )
