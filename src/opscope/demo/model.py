@@ -59,13 +59,13 @@ class Stem(nn.Module):
 class VisionModel(nn.Module):
     """The original model: a stem, eleven plain linear layers, the seed's ``linear_11``, a head."""
 
-    def __init__(self) -> None:
+    def __init__(self, layer_11: type[nn.Module] = SeedLinear, head_out: int = CLASSES) -> None:
         super().__init__()
         self.stem = Stem()
         for i in range(DEPTH - 1):
             setattr(self, f"linear_{i}", nn.Linear(HIDDEN, HIDDEN))
-        self.linear_11 = SeedLinear(HIDDEN, NARROW)
-        self.head = nn.Linear(NARROW, CLASSES)
+        self.linear_11 = layer_11(HIDDEN, NARROW)
+        self.head = nn.Linear(NARROW, head_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)
@@ -73,15 +73,15 @@ class VisionModel(nn.Module):
             x = torch.relu(getattr(self, f"linear_{i}")(x))
         x = self.linear_11(x)
         out: torch.Tensor = self.head(torch.relu(x))
-        return out
+        return out[:, :CLASSES]  # the fixed twin's padded logits are sliced off here
 
 
 class FusedLinear(nn.Module):
-    """The fixed layer: weight stored as used (``[in, out]``, contiguous), bias fused."""
+    """The fixed layer: weight kept contiguous in the ``[out, in]`` layout ``F.linear`` wants,
+    bias fused into the matmul."""
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
-        # F.linear wants [out, in]; keeping that layout contiguous is what removes the copy.
         self.weight = nn.Parameter(torch.randn(out_features, in_features) / in_features**0.5)
         self.bias = nn.Parameter(torch.zeros(out_features))
 
@@ -89,24 +89,11 @@ class FusedLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
-class FixedVisionModel(nn.Module):
-    """The fixed twin: same function, fused and aligned."""
+class FixedVisionModel(VisionModel):
+    """The fixed twin: the same function, with linear_11 fused and the head aligned to 1024."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.stem = Stem()
-        for i in range(DEPTH - 1):
-            setattr(self, f"linear_{i}", nn.Linear(HIDDEN, HIDDEN))
-        self.linear_11 = FusedLinear(HIDDEN, NARROW)
-        self.head = nn.Linear(NARROW, PADDED_CLASSES)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        for i in range(DEPTH - 1):
-            x = torch.relu(getattr(self, f"linear_{i}")(x))
-        x = self.linear_11(x)
-        out: torch.Tensor = self.head(torch.relu(x))
-        return out[:, :CLASSES]
+        super().__init__(layer_11=FusedLinear, head_out=PADDED_CLASSES)
 
 
 def make_batch(batch: int, device: Any, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
