@@ -16,7 +16,6 @@ clocks with sub-µs digits) are re-read from the decimal text, so ns digits are 
 from __future__ import annotations
 
 import itertools
-import operator
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import polars as pl
+from msgspec.structs import astuple
 
 #: Largest |ts| (µs) whose float64 value still resolves every ns exactly.
 EXACT_FLOAT_US = float(2**43)
@@ -210,8 +210,6 @@ def _empty_frame() -> pl.DataFrame:
 
 
 _EVENT_FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp")
-_EVENT_GETTERS = tuple(operator.attrgetter(f) for f in (*_EVENT_FIELDS, "args"))
-_ARG_GETTERS = tuple(operator.attrgetter(f) for f in ARG_COLUMNS)
 _STR_ARGS = frozenset(n for n in ARG_COLUMNS if Args.__annotations__[n] == "str | None")
 
 
@@ -248,49 +246,58 @@ def _int_series(name: str, vals: list[Any]) -> pl.Series:
         )
 
 
-_KEY_BYTES = {f.name: b'"' + f.encode_name.encode() + b'"' for f in msgspec.structs.fields(Args)}
+def _transpose(structs: list[Any], width: int) -> list[tuple[Any, ...]]:
+    """The fields of ``structs`` as one tuple per field: ``astuple`` per struct and ``zip`` run in
+    C, one pass over the objects (a sweep per field would touch every object once per field)."""
+    if not structs:
+        return [()] * width
+    return list(zip(*map(astuple, structs), strict=True))
+
+
+_NULL_DTYPE: dict[str, type[pl.DataType]] = {
+    name: (
+        pl.String
+        if name in _RAW_ARGS or name in _STR_ARGS
+        else pl.Float64
+        if name in _FLOATS
+        else pl.Int64
+    )
+    for name in ARG_COLUMNS
+}
 
 
 def _build(evs: list[Event], text: bytes | None = None) -> pl.DataFrame:
-    """Columns of a chunk of events: one C-level attribute sweep per field (``map`` over an
-    ``attrgetter``), no Python code per event. An args key whose quoted name does not occur in the
-    chunk's ``text`` is all null there, and its sweep is skipped."""
+    """Columns of a chunk of events, with no Python code per event: the Structs are transposed in
+    C (:func:`_transpose`) and each column goes to Polars at once. An args key absent from the
+    whole chunk (most are) is found by ``tuple.count`` and becomes a null column without a
+    conversion. ``text`` is accepted for compatibility and unused."""
+    del text
     n = len(evs)
-    top = [list(map(g, evs)) for g in _EVENT_GETTERS]
-    args = top[-1]
+    top = _transpose(evs, len(_EVENT_FIELDS) + 1)
+    arg_cols = _transpose(list(top[-1]), len(ARG_COLUMNS))
+    del evs
     cols: dict[str, pl.Series] = {}
     for i, key in enumerate(_EVENT_FIELDS):
-        vals = top[i]
+        vals: Any = top[i]
         if key in ("pid", "tid", "id"):
             num, strs = _mixed_series(key, vals)
             cols[key] = num
             cols[key + "_str"] = (
-                strs if strs is not None else pl.Series(key + "_str", [None] * n, pl.String)
+                strs
+                if strs is not None
+                else pl.Series(key + "_str", [], pl.String).extend_constant(None, n)
             )
         elif key in ("ts", "dur"):
             cols[key] = pl.Series(key, vals, dtype=pl.Float64, strict=False)
         else:
             cols[key] = pl.Series(key, vals, dtype=pl.String)
-    for name, getter in zip(ARG_COLUMNS, _ARG_GETTERS, strict=True):
-        if text is not None and _KEY_BYTES[name] not in text:
-            dtype0: type[pl.DataType] = pl.Int64
-            if name in _RAW_ARGS or name in _STR_ARGS:
-                dtype0 = pl.String
-            elif name in _FLOATS:
-                dtype0 = pl.Float64
-            cols[name] = pl.Series(name, [], dtype0).extend_constant(None, n)
-            continue
-        vals = list(map(getter, args))
-        if name in _RAW_ARGS:
-            if vals.count(_NO_RAW) == n:
-                cols[name] = pl.Series(name, [], pl.String).extend_constant(None, n)
-                continue
+    del top
+    for name, vals in zip(ARG_COLUMNS, arg_cols, strict=True):
+        absent = vals.count(_NO_RAW) if name in _RAW_ARGS else vals.count(None)
+        if absent == n:  # most keys are absent from most chunks: skip the convert
+            cols[name] = pl.Series(name, [], _NULL_DTYPE[name]).extend_constant(None, n)
+        elif name in _RAW_ARGS:
             cols[name] = _raw_series(name, vals)
-        elif vals.count(None) == n:  # most keys are absent from most chunks: skip the convert
-            dtype: type[pl.DataType] = pl.String if name in _STR_ARGS else pl.Int64
-            if name in _FLOATS:
-                dtype = pl.Float64
-            cols[name] = pl.Series(name, [], dtype).extend_constant(None, n)
         elif name in _MIXED_ARGS:
             num, strs = _mixed_series(name, vals)
             cols[name] = num
@@ -369,10 +376,6 @@ def scan_array(
     view = memoryview(data)
     inner_start, inner_end = start + 1, end - 1
     bounds = list(chunk_bounds(data, inner_start, inner_end, chunk_bytes))
-    has_counters = (
-        data.find(b'"C"', start, end) >= 0
-        and re.compile(rb'"ph"\s*:\s*"C"').search(data, start, end) is not None
-    )
     try:
         for a, b in itertools.pairwise(bounds):
             text = view[a:b]
@@ -400,7 +403,8 @@ def scan_array(
         out.frames.append(_build(evs))
         out.n_events = len(evs)
         del evs
-    if has_counters:
+    # Counters are rare: known from the decoded phases, not from a scan of the text.
+    if any(bool((f.get_column("ph") == "C").any()) for f in out.frames):
         out.counters = [c for c in _counter_decoder.decode(view[start:end]) if c.ph == "C"]
     return out
 
