@@ -3,8 +3,8 @@
 Readers redact secrets before anything reaches a Profile (or its cache), so the raw values exist
 only in the source files. This module re-reads just the metadata of those files: the top-level
 keys of a Kineto trace (not its events) and an Ascend run's ``profiler_info*.json`` /
-``profiler_metadata.json``. Blocks whose key looks like an environment (``env``, ``environ``,
-``environment``, ``ENV_VARIABLES``) are returned, redacted unless ``show_env=True``.
+``profiler_metadata.json``. Blocks whose key has ``env``, ``environ`` or ``environment`` as a word
+part (``env``, ``ENV_VARIABLES``, ``env_list``) are returned, redacted unless ``show_env=True``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import msgspec
 from opscope.errors import InputError
 from opscope.redact import redact
 
-_ENV_KEY: Final = re.compile(r"^(env|environ|environment|env_variables|envs)$", re.IGNORECASE)
+# "env", "environ", "ENV_VARIABLES", "env_list", "process-environment"... as a word part.
+_ENV_KEY: Final = re.compile(r"(^|[_\-.])(env|envs|environ|environment)([_\-.]|$)", re.IGNORECASE)
 _TOP: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 # Directories can hold thousands of traces; the environment is the same for all of a run's ranks.
 _MAX_SOURCES: Final = 64
@@ -32,7 +33,7 @@ def _env_blocks(obj: Any, prefix: str, out: dict[str, Any], depth: int = 0) -> N
         return
     for k, v in obj.items():
         key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(k, str) and _ENV_KEY.match(k) and isinstance(v, Mapping | list):
+        if isinstance(k, str) and _ENV_KEY.search(k) and isinstance(v, Mapping | list):
             out[key] = v
         else:
             _env_blocks(v, key, out, depth + 1)

@@ -63,6 +63,12 @@ def register(app: typer.Typer) -> None:
         no_cache: Annotated[
             bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
         ] = False,
+        show_env: Annotated[
+            bool,
+            typer.Option(
+                "--show-env", help="Also print the trace's environment variables, secrets included."
+            ),
+        ] = False,
     ) -> None:
         """Read a profile and print what was read."""
         from opscope.ingest import load
@@ -76,8 +82,13 @@ def register(app: typer.Typer) -> None:
             bar.close()
         elapsed = time.perf_counter() - t0
         s = summary(prof)
+        env = None
+        if show_env:  # re-read from the sources: profiles and caches only hold redacted values
+            from opscope.doctor.env import trace_env
+
+            env = trace_env(path, show_env=True)
         if json_out:
-            print_json({**s, "load_s": round(elapsed, 4)})
+            print_json({**s, "load_s": round(elapsed, 4)} | ({"env": env} if show_env else {}))
             return
         from rich.table import Table
 
@@ -108,3 +119,7 @@ def register(app: typer.Typer) -> None:
             )
         for reason, n in sorted(s["oddities"].items()):
             console.print(f"[yellow]tolerated[/] {n} × {reason}")
+        if env is not None:
+            from opscope.cli.commands.doctor import print_env
+
+            print_env(env)
