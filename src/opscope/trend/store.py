@@ -58,7 +58,8 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             prev_id BIGINT,
             change_pct DOUBLE PRECISION,
             verdict TEXT,
-            slower BOOLEAN
+            slower BOOLEAN,
+            changes TEXT
         )""",
     ),
 }
@@ -157,13 +158,13 @@ class Store:
         s["added_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         with self.transaction() as c:
             prev = c.execute(
-                "SELECT id, run_dir FROM runs WHERE model_hash IS NOT DISTINCT FROM ? "
-                "AND device = ? ORDER BY id DESC LIMIT 1",
-                (s["model_hash"], s["device"]),
+                "SELECT id, run_dir FROM runs WHERE device = ? "
+                "AND model_hash IS NOT DISTINCT FROM CAST(? AS TEXT) ORDER BY id DESC LIMIT 1",
+                (s["device"], s["model_hash"]),
             )
             if prev:
                 s["prev_id"] = prev[0][0]
-                s.update(_flag(str(prev[0][1]), str(s["run_dir"])))
+                s.update(_flag(str(prev[0][1]), s))
             cols = [k for k in _COLUMNS if k in s]
             marks = ", ".join("?" for _ in cols)
             rows = c.execute(
@@ -171,7 +172,8 @@ class Store:
                 tuple(s[k] for k in cols),
             )
             s["id"] = rows[0][0]
-        return s
+        s.pop("_wall_ns", None)
+        return _decode(s)
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every stored run, oldest first."""
@@ -238,8 +240,9 @@ _COLUMNS: Final = (
     "change_pct",
     "verdict",
     "slower",
+    "changes",
 )
-_JSON_COLUMNS: Final = ("settings", "top_ops", "top_lines")
+_JSON_COLUMNS: Final = ("settings", "top_ops", "top_lines", "changes")
 _METRIC_COLUMNS: Final = {
     "step_time": "step_median_us",
     "samples_per_s": "samples_per_s",
@@ -254,22 +257,78 @@ def _decode(r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def _flag(prev_dir: str, this_dir: str) -> dict[str, Any]:
-    """Compare the previous run of the model with this one: ``change_pct, verdict, slower``."""
-    from opscope.analysis.compare import compare
-    from opscope.ingest import load
+def step_verdict(before_ns: list[float], after_ns: list[float]) -> dict[str, Any]:
+    """The compare engine's step-time rule (:mod:`opscope.analysis.compare`: median shift beyond
+    ``NOISE_K`` pooled scaled MADs or Mann-Whitney p < ``ALPHA``, and at least
+    ``MIN_REL_CHANGE``) applied to two runs' unprofiled per-step wall times."""
+    from opscope.analysis import compare as C
 
-    if not Path(prev_dir, "run.json").is_file():
+    def grid(v: list[float]) -> pl.DataFrame:
+        return pl.DataFrame(
+            {"key": ["step"] * len(v), "v": v}, schema={"key": pl.String, "v": pl.Float64}
+        )
+
+    testable = min(len(before_ns), len(after_ns)) >= C.MIN_STEPS
+    m = C._stats(grid(before_ns), grid(after_ns), len(before_ns), len(after_ns)).with_columns(
+        (pl.col("med") / 1000.0).alias("before_us"), (pl.col("med_b") / 1000.0).alias("after_us")
+    )
+    r = C._significance(m, testable).row(0, named=True)
+    pct = (r["after_us"] / r["before_us"] - 1.0) * 100.0 if r["before_us"] else None
+    return {"change_pct": pct, "verdict": r["verdict"], "slower": r["verdict"] == "loss"}
+
+
+def _flag(prev_dir: str, this: dict[str, Any]) -> dict[str, Any]:
+    """This run against the previous run of its model: the step-time verdict from both runs'
+    unprofiled steps (the profiler's own overhead makes profiled steps too noisy to judge), and
+    :func:`~opscope.analysis.compare.compare` of their traces for the operators that moved."""
+    from opscope.analysis.compare import compare
+
+    prev = Path(prev_dir)
+    if not (prev / "metrics.jsonl").is_file():
         return {"verdict": "previous run directory gone", "slower": None}
     try:
-        comp = compare(load(prev_dir), load(this_dir), names=("previous", "this"))
-    except (AnalysisError, InputError) as e:
+        out = step_verdict(_clean_wall_ns(prev), this["_wall_ns"])
+    except InputError as e:
         return {"verdict": f"not compared: {e}", "slower": None}
-    return {
-        "change_pct": comp.step_regression_pct,
-        "verdict": comp.step_verdict,
-        "slower": comp.step_verdict == "loss",
-    }
+    try:
+        comp = compare(load_run(prev), load_run(this["run_dir"]), names=("previous", "this"))
+    except (AnalysisError, InputError) as e:
+        out["changes"] = json.dumps({"error": str(e)})
+        return out
+    rows = [
+        {k: r[k] for k in ("key", "before_us", "after_us", "speedup", "verdict")}
+        for r in comp.to_json()["rows"]
+        if r["kind"] == "op"
+    ][:TOP_ROWS]
+    out["changes"] = json.dumps(rows)
+    return out
+
+
+INPROCESS_MAX_BYTES: Final = 32 << 20
+"""Runs whose traces total less than this are read in this process: a reader process pool costs
+seconds to start, more than parsing (or reading the cache of) small traces."""
+
+
+def load_run(path: str | os.PathLike[str]) -> Any:
+    """:func:`opscope.load` of a run directory, without a process pool for small runs."""
+    from opscope.ingest.rundir import list_traces, read_run_dir
+
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError("not a directory", p)
+    size = sum(t.stat().st_size for _, t, _ in list_traces(p) if t.is_file())
+    return read_run_dir(p, workers=1 if size < INPROCESS_MAX_BYTES else None)
+
+
+def _clean_wall_ns(path: Path) -> list[float]:
+    from opscope.trend.series import clean_steps, read_settings, step_metrics
+
+    run = read_settings(path)
+    metrics = step_metrics(path)
+    prof = run.get("profiler") or {}
+    clean = clean_steps(metrics, int(prof.get("warmup") or 0))
+    use = clean if clean.height else metrics
+    return [float(x) for x in use.get_column("wall_ns").drop_nulls().to_list()]
 
 
 def summarise(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -277,15 +336,14 @@ def summarise(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     from opscope.analysis.attribution import charged_lines
     from opscope.analysis.compare import MAD_SCALE
     from opscope.analysis.hotspots import op_times
-    from opscope.ingest import load
-    from opscope.trend.series import clean_steps, read_settings, step_metrics
+    from opscope.trend.series import read_settings, step_metrics
 
     path = Path(run_dir).resolve()
     run = read_settings(path)
     metrics = step_metrics(path)
     prof = run.get("profiler") or {}
-    clean = clean_steps(metrics, int(prof.get("warmup") or 0))
-    wall = (clean if clean.height else metrics).get_column("wall_ns").drop_nulls().cast(pl.Float64)
+    walls = _clean_wall_ns(path)
+    wall = pl.Series("wall_ns", walls, dtype=pl.Float64)
     med = float(wall.median() or 0.0) if wall.len() else 0.0  # type: ignore[arg-type]
     mad = float((wall - med).abs().median() or 0.0) * MAD_SCALE  # type: ignore[arg-type]
     sps = metrics.get_column("samples_per_s").drop_nulls()
@@ -297,7 +355,7 @@ def summarise(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
             model = json.loads(mf.read_text(encoding="utf-8"))
         except ValueError as e:
             raise InputError(f"not valid JSON ({e})", mf) from None
-    p = load(path)
+    p = load_run(path)
     top_ops: list[dict[str, Any]] = []
     top_lines: list[dict[str, Any]] = []
     if p.events.height:
@@ -342,6 +400,7 @@ def summarise(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "mem_peak_bytes": int(mem.max()) if mem.len() else None,  # type: ignore[arg-type]
         "top_ops": json.dumps(top_ops),
         "top_lines": json.dumps(top_lines),
+        "_wall_ns": walls,  # not stored: the per-step times the flag compares
     }
 
 
@@ -442,4 +501,4 @@ def open_store(url: str | None = None) -> Iterator[Store]:
 
 def _is_db_error(e: BaseException) -> bool:
     mod = type(e).__module__ or ""
-    return mod.startswith(("duckdb", "psycopg"))
+    return mod.startswith(("duckdb", "_duckdb", "psycopg"))
