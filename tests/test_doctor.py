@@ -470,3 +470,18 @@ def test_cli_subprocess_bad_input(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert "bad.json.gz" in r.stderr
+
+
+def test_trace_meta_is_one_header_per_rank(tmp_path: Path) -> None:
+    """``meta["trace_meta"]`` maps each rank to that trace's header (not nested again)."""
+    d = shared_trace("multi_rank/hta_sampled_128rank_job")
+    prof = load(d)
+    for f in sorted(d.glob("*.json.gz")):
+        raw = _raw(f)
+        rank = str(raw["distributedInfo"]["rank"])
+        assert prof.meta["trace_meta"][rank]["distributedInfo"] == raw["distributedInfo"]
+    run = tmp_path / "run"
+    (run / "rank0").mkdir(parents=True)
+    _write(run / "rank0" / "t.json", _trace([100.0] * 3, flags={"with_stack": 1}))
+    _write(run / "run.json", {"format": "opscope-run"})
+    assert load(run).meta["trace_meta"]["0"]["with_stack"] == 1

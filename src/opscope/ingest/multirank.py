@@ -112,8 +112,7 @@ def read_directory(
         "rank_sources": {str(r): str(p) for r, p, _ in ranks},
         "oddities": _merge_counts([dict(p.meta.get("oddities", {})) for p in profiles]),
         "trace_meta": {
-            str(r): (p.meta.get("trace_meta") or {})
-            for (r, _, _), p in zip(ranks, profiles, strict=True)
+            str(r): rank_header(p) for (r, _, _), p in zip(ranks, profiles, strict=True)
         },
     }
     salvaged = [p.meta["salvaged"] for p in profiles if "salvaged" in p.meta]
@@ -218,6 +217,15 @@ def _with_rank(p: Profile, rank: int) -> Profile:
         df = p.table(name)
         tables[name] = df.with_columns(pl.lit(rank, pl.Int32).alias("rank"))
     return p.with_tables(**tables).with_meta(ranks=[rank])
+
+
+def rank_header(p: Profile) -> dict[str, Any]:
+    """A one-rank profile's own header: its ``trace_meta`` holds just ``{rank: header}``."""
+    tm = p.meta.get("trace_meta") or {}
+    if isinstance(tm, dict) and len(tm) == 1:
+        inner = next(iter(tm.values()))
+        return dict(inner) if isinstance(inner, dict) else {}
+    return dict(tm) if isinstance(tm, dict) else {}
 
 
 def _merge_counts(dicts: list[dict[str, Any]]) -> dict[str, int]:

@@ -31,7 +31,7 @@ import polars as pl
 
 from opscope.errors import InputError
 from opscope.ingest import ascend
-from opscope.ingest.multirank import read_inputs
+from opscope.ingest.multirank import rank_header, read_inputs
 from opscope.ingest.registry import Progress
 from opscope.model import Profile, concat
 from opscope.model import schema as S
@@ -114,7 +114,7 @@ def read_run_dir(
         "oddities": dict(odd),
         "run": run,
         "trace_meta": {
-            str(r): p.meta.get("trace_meta") for r, p in zip(sorted(per_rank), joined, strict=True)
+            str(r): rank_header(p) for r, p in zip(sorted(per_rank), joined, strict=True)
         },
         "rundir": {
             "path": str(path),
