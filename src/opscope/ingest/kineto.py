@@ -46,7 +46,6 @@ _FLOW_KIND = {
     "async_npu": "async_npu",
 }
 _DEVICE_KINDS = list(schema.DEVICE_KINDS)
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 ProgressFn = Callable[[str, int, int], None]
