@@ -267,15 +267,53 @@ _NULL_DTYPE: dict[str, type[pl.DataType]] = {
 
 
 def _build(evs: list[Event], text: bytes | None = None) -> pl.DataFrame:
-    """Columns of a chunk of events, with no Python code per event: the Structs are transposed in
-    C (:func:`_transpose`) and each column goes to Polars at once. An args key absent from the
-    whole chunk (most are) is found by ``tuple.count`` and becomes a null column without a
-    conversion. ``text`` is accepted for compatibility and unused."""
+    """Columns of a chunk of events as a DataFrame (see :func:`_frame`). ``text`` is accepted for
+    compatibility and unused."""
     del text
-    n = len(evs)
-    top = _transpose(evs, len(_EVENT_FIELDS) + 1)
-    arg_cols = _transpose(list(top[-1]), len(ARG_COLUMNS))
-    del evs
+    acc = _Acc()
+    acc.add(evs)
+    return acc.frame()
+
+
+class _Acc:
+    """Columns of several decoded pieces, appended as Python lists until a frame is built.
+
+    Decoding and transposing small pieces (~1 MB of text) keeps their Structs in the CPU cache
+    (about twice as fast as 8 MB pieces); building Polars Series per larger chunk keeps the
+    per-Series overhead and the number of frames low.
+    """
+
+    def __init__(self) -> None:
+        self.top: list[list[Any]] = []
+        self.args: list[list[Any]] = []
+        self.n = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.top = [[] for _ in range(len(_EVENT_FIELDS))]
+        self.args = [[] for _ in ARG_COLUMNS]
+        self.n = 0
+
+    def add(self, evs: list[Event]) -> None:
+        top = _transpose(evs, len(_EVENT_FIELDS) + 1)
+        for dst, src in zip(self.top, top, strict=False):
+            dst.extend(src)
+        arg_cols = _transpose(list(top[-1]), len(ARG_COLUMNS))
+        del top
+        for dst, src in zip(self.args, arg_cols, strict=True):
+            dst.extend(src)
+        self.n += len(evs)
+
+    def frame(self) -> pl.DataFrame:
+        top, args, n = self.top, self.args, self.n
+        self._reset()
+        return _frame(top, args, n)
+
+
+def _frame(top: list[list[Any]], arg_cols: list[list[Any]], n: int) -> pl.DataFrame:
+    """Each column goes to Polars at once, no Python code per event. An args key absent from the
+    whole chunk (most are) is found by ``list.count`` and becomes a null column without a
+    conversion."""
     cols: dict[str, pl.Series] = {}
     for i, key in enumerate(_EVENT_FIELDS):
         vals: Any = top[i]
@@ -292,7 +330,7 @@ def _build(evs: list[Event], text: bytes | None = None) -> pl.DataFrame:
         else:
             cols[key] = pl.Series(key, vals, dtype=pl.String)
     del top
-    for name, vals in zip(ARG_COLUMNS, arg_cols, strict=True):
+    for j, (name, vals) in enumerate(zip(ARG_COLUMNS, arg_cols, strict=True)):
         absent = vals.count(_NO_RAW) if name in _RAW_ARGS else vals.count(None)
         if absent == n:  # most keys are absent from most chunks: skip the convert
             cols[name] = pl.Series(name, [], _NULL_DTYPE[name]).extend_constant(None, n)
@@ -307,6 +345,7 @@ def _build(evs: list[Event], text: bytes | None = None) -> pl.DataFrame:
             cols[name] = pl.Series(name, vals, dtype=pl.String)
         else:
             cols[name] = _int_series(name, vals)
+        arg_cols[j] = []  # free the Python objects as we go
     return pl.DataFrame(list(cols.values()))
 
 
@@ -328,6 +367,10 @@ def _coalesce_numeric_strings(num: pl.Series, strs: pl.Series) -> pl.Series:
     )
     return out.to_series().alias(num.name)
 
+
+_LEAD = re.compile(rb"\s*,?\s*")
+#: Text decoded at once (see :class:`_Acc`).
+_DECODE_BYTES = 1024 * 1024
 
 # Boundary between two elements of the array: "}" "," "{" with optional whitespace.
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -375,22 +418,27 @@ def scan_array(
     out = Columns()
     view = memoryview(data)
     inner_start, inner_end = start + 1, end - 1
-    bounds = list(chunk_bounds(data, inner_start, inner_end, chunk_bytes))
+    bounds = list(chunk_bounds(data, inner_start, inner_end, min(chunk_bytes, _DECODE_BYTES)))
+    acc = _Acc()
+    acc_from = inner_start
     try:
         for a, b in itertools.pairwise(bounds):
-            text = view[a:b]
-            # The pieces between cuts start with "," (except the first); wrap as an array.
-            piece = bytes(text).lstrip()
-            if piece.startswith(b","):
-                piece = piece[1:]
-            if not piece.strip():
+            # The pieces between cuts start with "," (except the first); wrap as an array with
+            # one copy of the text.
+            x = _LEAD.match(data, a, b).end()  # type: ignore[union-attr]
+            if x >= b:
                 continue
-            evs = _list_decoder.decode(b"[" + piece + b"]")
-            out.frames.append(_build(evs, piece))
+            evs = _list_decoder.decode(b"".join((b"[", view[x:b], b"]")))
+            acc.add(evs)
             out.n_events += len(evs)
             del evs
+            if b - acc_from >= chunk_bytes:
+                out.frames.append(acc.frame())
+                acc_from = b
             if progress is not None:
                 progress(b - start, end - start)
+        if acc.n:
+            out.frames.append(acc.frame())
     except msgspec.DecodeError:
         # A cut inside a string, or invalid JSON: decode the whole array once to know which.
         out = Columns()
