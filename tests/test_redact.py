@@ -146,6 +146,11 @@ def test_load_json_is_clean_and_show_env_reveals(planted: Path) -> None:
         pytest.skip("load --show-env not there yet")
     assert r.returncode == 0, r.stderr
     assert FAKE["HF_TOKEN"] in r.stdout and LIST_SECRET in r.stdout
+    env = json.loads(r.stdout)["env"][str(planted)]
+    assert env["metadata.system.env"]["DB_PASSWORD"] == FAKE["DB_PASSWORD"]
+    r = _cli("load", str(planted), "--show-env")  # the table form
+    assert r.returncode == 0, r.stderr
+    assert FAKE["JUPYTER_SESSION_COOKIE"] in r.stdout
 
 
 def test_doctor_is_clean_and_show_env_reveals(planted: Path) -> None:
