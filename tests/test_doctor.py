@@ -485,3 +485,19 @@ def test_trace_meta_is_one_header_per_rank(tmp_path: Path) -> None:
     _write(run / "rank0" / "t.json", _trace([100.0] * 3, flags={"with_stack": 1}))
     _write(run / "run.json", {"format": "opscope-run"})
     assert load(run).meta["trace_meta"]["0"]["with_stack"] == 1
+
+
+def test_kernels_without_launch(tmp_path: Path) -> None:
+    t = _trace([100.0] * 3, kernels_per_step=[2, 2, 2])
+    ok = _by_id(diagnose(_write(tmp_path / "ok.json", t)))["incomplete.flows"]
+    assert ok.status == "ok"
+    assert ok.evidence["kernels"] == 6
+    # Strip the correlation from half the kernels: they can no longer be traced to a launch.
+    n = 0
+    for e in t["traceEvents"]:
+        if e.get("cat") == "kernel" and e["args"]["correlation"] % 2:
+            del e["args"]["correlation"]
+            n += 1
+    c = _by_id(diagnose(_write(tmp_path / "cut.json", t)))["incomplete.flows"]
+    assert c.status == "warning"
+    assert c.evidence["kernels_without_launch"] == n == 3

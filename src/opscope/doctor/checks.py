@@ -381,6 +381,35 @@ def check_launch_links(profile: Profile) -> list[Check]:
     return [Check("incomplete.kernels", "ok", "launches have their device activity", evidence)]
 
 
+def check_kernel_origins(profile: Profile) -> list[Check]:
+    """Device work with no launching call: the correlation ids / ac2g flows are missing, so
+    kernels cannot be charged to the operators and source lines that issued them."""
+    k = profile.kernels
+    if k.is_empty():
+        return []
+    orphans = int(k.get_column("launch_id").is_null().sum())
+    frac = orphans / k.height
+    ev = {
+        "kernels": k.height,
+        "kernels_without_launch": orphans,
+        "fraction": round(frac, 4),
+        "ac2g_flows": int((profile.flows.get_column("kind").cast(pl.String) == "ac2g").sum()),
+    }
+    if frac > UNLINKED_LAUNCH_WARN:
+        return [
+            Check(
+                "incomplete.flows",
+                "warning",
+                f"{orphans} of {k.height} kernels ({frac:.0%}) have no launching call",
+                ev,
+                "Record host and device together (activities=[CPU, CUDA] or [CPU, NPU]); on "
+                "Ascend keep trace_view.json (export_type text). Unlinked kernels count in device "
+                "totals but not in per-operator or per-line attribution.",
+            )
+        ]
+    return [Check("incomplete.flows", "ok", "kernels are linked to their launches", ev)]
+
+
 def check_ranks(profile: Profile) -> list[Check]:
     """Ranks missing from a multi-rank run (world size from distributedInfo or run.json)."""
     present = sorted(set(profile.ranks))
@@ -749,6 +778,7 @@ CHECKS: Final[tuple[Callable[[Profile], list[Check]], ...]] = (
     check_requested_steps,
     check_last_step,
     check_launch_links,
+    check_kernel_origins,
     check_ranks,
     check_disk,
     check_options,
