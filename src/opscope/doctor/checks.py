@@ -6,7 +6,7 @@ Every check is a pure function of a :class:`~opscope.model.Profile` (its tables 
 steps, no frequency counter) returns nothing rather than a hollow "ok".
 
 Statuses: ``error`` when conclusions drawn from the profile are likely wrong (truncated trace,
-missing ranks, the last step cut off); ``warning`` when they need care (noisy steps, warm-up left
+missing ranks); ``warning`` when they need care (noisy steps, warm-up left
 in, an option off); ``ok`` otherwise. The thresholds are the named constants below, each with why.
 """
 
@@ -329,7 +329,7 @@ def check_last_step(profile: Profile) -> list[Check]:
         out.append(
             Check(
                 "incomplete.last_step",
-                "error",
+                "warning",
                 "trace stops before the last step's device work",
                 {"ranks": cut},
                 "Drop the last step from comparisons, or record one more active step so the "
