@@ -221,24 +221,20 @@ def nest(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def enclosing(
-    events: pl.DataFrame,
-    points: pl.DataFrame,
-    mask: BoolArray,
-) -> IntArray:
-    """For each point ``(rank, pid, tid, ts_ns)``, the innermost event on that track holding it.
+@dataclass(frozen=True)
+class TrackIndex:
+    """Events sorted per track, built once and shared by every :func:`enclosing` call on the same
+    events (flows of each kind and phase, memory rows)."""
 
-    Only events where ``mask`` is True qualify. ``events`` must have been through :func:`nest`.
-    Returns event ids (-1 where none). The latest-starting event at or before the point is tried
-    first, so a point at an event's exact start binds to that event.
-    """
-    m = points.height
-    out = np.full(m, -1, dtype=np.int64)
-    if m == 0 or events.height == 0:
-        return out
-    parent = _np(events.get_column("parent_id"))
-    ts = _np(events.get_column("ts_ns"))
-    end = ts + _np(events.get_column("dur_ns"), 0)
+    spans: dict[tuple[Any, ...], tuple[int, int]]  # (rank, pid, tid) -> rows [lo, hi) below
+    ts: IntArray  # start per sorted row
+    ids: IntArray  # event id per sorted row
+    parent: IntArray  # parent id per event id (-1: none)
+    end: IntArray  # end per event id
+
+
+def track_index(events: pl.DataFrame) -> TrackIndex:
+    """The :class:`TrackIndex` of ``events`` (which must have been through :func:`nest`)."""
     ev = events.select(
         pl.col("rank").fill_null(0),
         pl.col("pid"),
@@ -254,16 +250,56 @@ def enclosing(
         ["rank", "pid", "tid", "ts_ns", "end", "prio", "id"],
         descending=[False, False, False, False, True, False, False],
     )
+    bounds = (
+        ev.select("rank", "pid", "tid")
+        .with_row_index("i")
+        .group_by(["rank", "pid", "tid"], maintain_order=True)
+        .agg(pl.col("i").min().alias("lo"), pl.len().alias("n"))
+    )
+    spans = {
+        (r, p, t): (int(lo), int(lo) + int(k))
+        for r, p, t, lo, k in bounds.iter_rows()  # one row per track
+    }
+    ts = _np(events.get_column("ts_ns"))
+    return TrackIndex(
+        spans=spans,
+        ts=_np(ev.get_column("ts_ns")),
+        ids=_np(ev.get_column("id")),
+        parent=_np(events.get_column("parent_id")),
+        end=ts + _np(events.get_column("dur_ns"), 0),
+    )
+
+
+def enclosing(
+    events: pl.DataFrame,
+    points: pl.DataFrame,
+    mask: BoolArray,
+    *,
+    index: TrackIndex | None = None,
+) -> IntArray:
+    """For each point ``(rank, pid, tid, ts_ns)``, the innermost event on that track holding it.
+
+    Only events where ``mask`` is True qualify. ``events`` must have been through :func:`nest`;
+    ``index`` (from :func:`track_index` on the same events) saves re-sorting them per call.
+    Returns event ids (-1 where none). The latest-starting event at or before the point is tried
+    first, so a point at an event's exact start binds to that event.
+    """
+    m = points.height
+    out = np.full(m, -1, dtype=np.int64)
+    if m == 0 or events.height == 0:
+        return out
+    if index is None:
+        index = track_index(events)
+    parent, end = index.parent, index.end
     pts = points.select(
         pl.col("rank").fill_null(0), pl.col("pid"), pl.col("tid"), pl.col("ts_ns")
     ).with_row_index("i")
-    tracks = ev.partition_by(["rank", "pid", "tid"], as_dict=True, maintain_order=True)
     for key, grp in pts.group_by(["rank", "pid", "tid"]):
-        sel = tracks.get(tuple(key))
-        if sel is None or sel.height == 0:
+        span = index.spans.get(tuple(key))
+        if span is None or span[1] <= span[0]:
             continue
-        gts = _np(sel.get_column("ts_ns"))
-        gid = _np(sel.get_column("id"))
+        gts = index.ts[span[0] : span[1]]
+        gid = index.ids[span[0] : span[1]]
         pt = _np(grp.get_column("ts_ns"))
         pi = _np(grp.get_column("i"))
         pos = np.searchsorted(gts, pt, side="right") - 1
@@ -302,6 +338,7 @@ def resolve_flows(events: pl.DataFrame, raw_flows: pl.DataFrame) -> pl.DataFrame
     anyk = np.ones(events.height, dtype=bool)
     raw = raw_flows.with_columns(pl.col("kind").cast(pl.String).alias("k"))
     parts = []
+    index = track_index(events)
     for (k, phase), grp in raw.group_by(["k", pl.col("phase") == "s"]):
         if k == "ac2g":
             mask = launch if phase else device
@@ -309,7 +346,7 @@ def resolve_flows(events: pl.DataFrame, raw_flows: pl.DataFrame) -> pl.DataFrame
             mask = host_op if k == "fwdbwd" or phase else (host_op | device)
         else:
             mask = anyk
-        bound = enclosing(events, grp, mask)
+        bound = enclosing(events, grp, mask, index=index)
         parts.append(
             grp.with_columns(
                 pl.Series("event_id", bound).replace(-1, None), pl.lit(phase).alias("is_start")
