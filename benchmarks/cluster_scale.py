@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gen_trace import Gen, generate
 
 SLOW_RANK = 5
-SLOW_US = 400.0
+SLOW_US = 2000.0
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 NCCL_DUR_US = 150.0
 
@@ -43,7 +43,8 @@ class NcclGen(Gen):
     def step(self, n: int, layers: int) -> None:
         super().step(n, layers)
         end = self.t - 20.0  # gen_trace leaves 20 µs after each step
-        ts = end - NCCL_DUR_US - 5.0
+        # Early enough that the latest rank's kernel still starts inside the step.
+        ts = end - NCCL_DUR_US - SLOW_US - 50.0
         self.x(
             "kernel",
             NCCL,
