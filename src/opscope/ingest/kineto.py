@@ -454,21 +454,28 @@ def _build_profile(
     ph = pl.col("ph")
     cat_l = pl.col("cat").str.to_lowercase()
     # --- slices
-    xs = raw.filter(ph == "X")
     _bump(
         oddities,
         "unsupported phase",
         raw.filter(~ph.is_in(["X", "i", "I", "s", "f", "t", "M", "C", "R", "n"])).height,
     )
-    xs = xs.filter(cat_l.fill_null("") != "trace")
-    missing_ts = xs.get_column("ts_ns").is_null()
-    _bump(oddities, "slice without ts (dropped)", int(missing_ts.sum()))
-    xs = xs.filter(pl.col("ts_ns").is_not_null())
-    _bump(oddities, "slice without dur (0 used)", int(xs.get_column("dur_ns").is_null().sum()))
-    _bump(oddities, "negative duration (clamped to 0)", int((xs.get_column("dur_ns") < 0).sum()))
-    _bump(oddities, "slice without name", int(xs.get_column("name").is_null().sum()))
-    no_track = xs.get_column("pid_n").is_null() | xs.get_column("tid_n").is_null()
-    _bump(oddities, "slice without pid/tid", int(no_track.sum()))
+    # Lazy: the slices are filtered and selected in one pass, never materialised with every
+    # decoded column (peak memory).
+    xs = raw.lazy().filter((ph == "X") & (cat_l.fill_null("") != "trace"))
+    has_ts = pl.col("ts_ns").is_not_null()
+    odd = xs.select(
+        pl.col("ts_ns").is_null().sum().alias("no_ts"),
+        (has_ts & pl.col("dur_ns").is_null()).sum().alias("no_dur"),
+        (has_ts & (pl.col("dur_ns") < 0)).sum().alias("neg"),
+        (has_ts & pl.col("name").is_null()).sum().alias("no_name"),
+        (has_ts & (pl.col("pid_n").is_null() | pl.col("tid_n").is_null())).sum().alias("no_track"),
+    ).collect()
+    _bump(oddities, "slice without ts (dropped)", int(odd.item(0, "no_ts")))
+    xs = xs.filter(has_ts)
+    _bump(oddities, "slice without dur (0 used)", int(odd.item(0, "no_dur")))
+    _bump(oddities, "negative duration (clamped to 0)", int(odd.item(0, "neg")))
+    _bump(oddities, "slice without name", int(odd.item(0, "no_name")))
+    _bump(oddities, "slice without pid/tid", int(odd.item(0, "no_track")))
     kind = (
         pl.when(
             pl.col("name").str.contains(r"^ProfilerStep#\d+$").fill_null(False)
@@ -485,7 +492,7 @@ def _build_profile(
         + [pl.col("pg_ranks").alias("Process Group Ranks")]
     )
     any_extra = pl.any_horizontal([pl.col(f).is_not_null() for f, _ in jsonscan.EXTRA_ARGS])
-    events = xs.select(
+    events_lazy = xs.select(
         pl.lit(rk, pl.Int32).alias("rank"),
         kind.alias("kind"),
         pl.col("name").fill_null(""),
@@ -528,9 +535,10 @@ def _build_profile(
         pl.col("module_hierarchy"),
     )
     events = (
-        events.sort(["ts_ns"], maintain_order=True)
+        events_lazy.sort(["ts_ns"], maintain_order=True)
         .with_row_index("id")
         .with_columns(pl.col("id").cast(pl.Int64))
+        .collect()
     )
     # --- flows
     fl = raw.filter(ph.is_in(["s", "f", "t"]))
