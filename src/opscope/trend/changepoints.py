@@ -4,9 +4,16 @@ Binary segmentation with a robust cost: a segment's cost is the sum of absolute 
 its median (the L1 cost, which one outlier cannot pull the way it pulls a mean). The best split of
 a segment is the one that lowers that cost most, with at least ``min_segment`` points on each side;
 it is kept when the two sides' medians differ by at least :data:`MIN_EFFECT` of the smaller one
-*and* by more than :data:`NOISE_K` pooled scaled MADs (the same "beyond the step-to-step scatter"
-rule as :mod:`opscope.analysis.compare`); then both sides are searched again. A spike shorter than
-``min_segment`` points cannot move a median, so it is never a change point.
+*and* by more than :data:`NOISE_K` times the noise: the larger of the two sides' pooled scaled MAD
+(compare's "beyond the step-to-step scatter" rule) and the whole series' point-to-point scatter
+(scaled MAD of successive differences / sqrt 2, which a level shift barely moves). The second
+term matters for short sides (three samples can have a MAD near 0) and for load drift on shared
+machines, which moves a steady run's level by less than its point-to-point jitter. Then both
+sides are searched again. The L1 split can land on a spike beside the true boundary, so the
+position is then refined within ``min_segment`` points to the one that leaves fewest points on
+the wrong side of the midpoint between the two medians (ties: the one from which the new level
+persists longest). A spike shorter than ``min_segment`` points cannot move a median, so it is
+never a change point.
 
 Pure: numbers in, :class:`ChangePoint` records out.
 """
@@ -55,7 +62,7 @@ class ChangePoint:
     after: float  # median of the segment after
     before_range: tuple[int, int]  # [start, end) point indices of the segment before
     after_range: tuple[int, int]
-    noise: float  # NOISE_K pooled scaled MADs
+    noise: float  # NOISE_K x max(pooled scaled MAD, jitter)
 
     @property
     def ratio(self) -> float | None:
@@ -92,26 +99,56 @@ def _best_split(x: npt.NDArray[np.float64], m: int) -> int | None:
     return t if t >= 0 else None
 
 
-def significant(before: npt.NDArray[np.float64], after: npt.NDArray[np.float64]) -> bool:
+def jitter(x: npt.NDArray[np.float64]) -> float:
+    """Point-to-point scatter of a series: scaled MAD of its successive differences / sqrt 2."""
+    return _mad(np.diff(x)) / math.sqrt(2.0) if x.size > 2 else 0.0
+
+
+def noise(before: npt.NDArray[np.float64], after: npt.NDArray[np.float64], floor: float) -> float:
+    """NOISE_K times the larger of the sides' pooled scaled MAD and ``floor`` (the jitter)."""
+    return NOISE_K * max(math.sqrt((_mad(before) ** 2 + _mad(after) ** 2) / 2.0), floor)
+
+
+def significant(
+    before: npt.NDArray[np.float64], after: npt.NDArray[np.float64], floor: float = 0.0
+) -> bool:
     """Whether ``after``'s level differs from ``before``'s by the module's rule."""
     mb, ma = float(np.median(before)), float(np.median(after))
     small = min(abs(mb), abs(ma))
     shift = abs(ma - mb)
-    noise = NOISE_K * math.sqrt((_mad(before) ** 2 + _mad(after) ** 2) / 2.0)
     effect = shift / small if small > 0 else (math.inf if shift > 0 else 0.0)
-    return effect >= MIN_EFFECT and shift > noise
+    return effect >= MIN_EFFECT and shift > noise(before, after, floor)
+
+
+def _refine(x: npt.NDArray[np.float64], t: int, m: int) -> int:
+    """The split near ``t`` with fewest points on the wrong side of the medians' midpoint."""
+    mb, ma = float(np.median(x[:t])), float(np.median(x[t:]))
+    mid = (mb + ma) / 2.0
+    up = ma > mb
+    after_side = (x > mid) if up else (x < mid)
+    best: tuple[int, int, int] | None = None
+    for c in range(max(m, t - m), min(x.size - m, t + m) + 1):
+        wrong = int(after_side[:c].sum() + (~after_side[c:]).sum())
+        tail = ~after_side[c:]
+        persists = int(tail.argmax()) if tail.any() else int(tail.size)  # new-level run from c
+        key = (wrong, -persists, c)
+        if best is None or key < best:
+            best = key
+    return t if best is None else best[2]
 
 
 def detect(values: npt.ArrayLike, min_segment: int) -> list[ChangePoint]:
     """Change points of the finite ``values`` (in order), by index; see the module docstring."""
     x = np.asarray(values, dtype=np.float64)
+    floor = jitter(x)
     cuts: list[int] = []
     todo = [(0, x.size)]
     while todo and len(cuts) < MAX_CHANGES:
         a, b = todo.pop()
         t = _best_split(x[a:b], min_segment)
-        if t is None or not significant(x[a : a + t], x[a + t : b]):
+        if t is None or not significant(x[a : a + t], x[a + t : b], floor):
             continue
+        t = _refine(x[a:b], t, min_segment)
         cuts.append(a + t)
         todo += [(a, a + t), (a + t, b)]
     cuts.sort()
@@ -119,7 +156,6 @@ def detect(values: npt.ArrayLike, min_segment: int) -> list[ChangePoint]:
     out = []
     for i, c in enumerate(cuts):
         before, after = x[bounds[i] : c], x[c : bounds[i + 2]]
-        noise = NOISE_K * math.sqrt((_mad(before) ** 2 + _mad(after) ** 2) / 2.0)
         out.append(
             ChangePoint(
                 index=c,
@@ -127,7 +163,7 @@ def detect(values: npt.ArrayLike, min_segment: int) -> list[ChangePoint]:
                 after=float(np.median(after)),
                 before_range=(bounds[i], c),
                 after_range=(c, bounds[i + 2]),
-                noise=noise,
+                noise=noise(before, after, floor),
             )
         )
     return out

@@ -128,28 +128,45 @@ class _Conn:
 
 @dataclass
 class Store:
-    """An open run store. Use :func:`open_store` (a context manager)."""
+    """An open run store. Use :func:`open_store` (a context manager).
+
+    A DuckDB file admits one writing process at a time, so the file is opened per operation (and
+    a second process waits up to :data:`LOCK_TIMEOUT_S` for it); a PostgreSQL connection stays
+    open for the store's life.
+    """
 
     url: str
-    conn: _Conn
+    pg_conn: _Conn | None = None
+
+    @contextmanager
+    def session(self) -> Iterator[_Conn]:
+        """A connection for one operation."""
+        if self.pg_conn is not None:
+            yield self.pg_conn
+            return
+        raw = _connect_duckdb(self.url)
+        try:
+            yield _Conn(raw, False)
+        finally:
+            raw.close()
 
     @contextmanager
     def transaction(self) -> Iterator[_Conn]:
         """One transaction: committed on success, rolled back on any error."""
-        c = self.conn
-        if c.pg:
-            with c.raw.transaction():
-                # Serialise writers: the "previous run" must be the one committed before.
-                c.execute("LOCK TABLE runs IN SHARE ROW EXCLUSIVE MODE")
+        with self.session() as c:
+            if c.pg:
+                with c.raw.transaction():
+                    # Serialise writers: the "previous run" must be the one committed before.
+                    c.execute("LOCK TABLE runs IN SHARE ROW EXCLUSIVE MODE")
+                    yield c
+                return
+            c.raw.execute("BEGIN TRANSACTION")
+            try:
                 yield c
-            return
-        c.raw.execute("BEGIN TRANSACTION")
-        try:
-            yield c
-        except BaseException:
-            c.raw.execute("ROLLBACK")
-            raise
-        c.raw.execute("COMMIT")
+            except BaseException:
+                c.raw.execute("ROLLBACK")
+                raise
+            c.raw.execute("COMMIT")
 
     def add(self, run_dir: str | os.PathLike[str], tag: str | None = None) -> dict[str, Any]:
         """Summarise ``run_dir`` and add it; returns the stored row (with ``id`` and the flag)."""
@@ -177,7 +194,8 @@ class Store:
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every stored run, oldest first."""
-        names, rows = self.conn.columns("SELECT * FROM runs ORDER BY id")
+        with self.session() as c:
+            names, rows = c.columns("SELECT * FROM runs ORDER BY id")
         return [_decode(dict(zip(names, r, strict=True))) for r in rows]
 
     def trend(
@@ -463,40 +481,36 @@ def open_store(url: str | None = None) -> Iterator[Store]:
             import duckdb  # noqa: F401
         except ImportError:
             raise StoreError("the run store needs duckdb: pip install 'opscope[store]'") from None
-        raw = _connect_duckdb(url)
-    conn = _Conn(raw, pg)
+        raw = None
     try:
-        try:
-            store = Store(url, conn)
+        with _db_errors(url):
             if pg:
+                store = Store(url, _Conn(raw, True))
                 with raw.transaction():
                     # one migrator at a time across processes
-                    conn.execute("SELECT pg_advisory_xact_lock(7301)")
-                    _migrate(conn, url)
+                    store.pg_conn.execute("SELECT pg_advisory_xact_lock(7301)")  # type: ignore[union-attr]
+                    _migrate(store.pg_conn, url)  # type: ignore[arg-type]
             else:
-                conn.raw.execute("BEGIN TRANSACTION")
-                try:
-                    _migrate(conn, url)
-                except BaseException:
-                    conn.raw.execute("ROLLBACK")
-                    raise
-                conn.raw.execute("COMMIT")
-        except StoreError:
-            raise
-        except Exception as e:
-            if _is_db_error(e):
-                raise StoreError(f"store error ({_one_line(e)})", _safe(url)) from None
-            raise
-        try:
+                store = Store(url)
+                with store.transaction() as c:
+                    _migrate(c, url)
             yield store
-        except StoreError:
-            raise
-        except Exception as e:
-            if _is_db_error(e):
-                raise StoreError(f"store error ({_one_line(e)})", _safe(url)) from None
-            raise
     finally:
-        raw.close()
+        if raw is not None:
+            raw.close()
+
+
+@contextmanager
+def _db_errors(url: str) -> Iterator[None]:
+    """Database errors (a dropped connection, a failed statement) as one-line StoreErrors."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except Exception as e:
+        if _is_db_error(e):
+            raise StoreError(f"store error ({_one_line(e)})", _safe(url)) from None
+        raise
 
 
 def _is_db_error(e: BaseException) -> bool:

@@ -9,6 +9,7 @@ import typer
 
 SPARK = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 30
+LABEL_WIDTH = 24  # long operator names would squeeze the sparklines out of 80 columns
 
 
 def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
                 continue
             srt = sorted(vals)
             tab.add_row(
-                metric,
+                metric if len(metric) <= LABEL_WIDTH else metric[: LABEL_WIDTH - 1] + "…",
                 sparkline(vals),
                 _fmt(srt[0], s["unit"]),
                 _fmt(srt[len(srt) // 2], s["unit"]),
