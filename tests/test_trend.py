@@ -156,3 +156,20 @@ def test_detect_boundary_next_to_a_spike() -> None:
     after = [20.0, 21.0, 19.0, 20.5, 19.5, 20.2, 19.8, 20.1]
     (c,) = detect(before + after, 5)
     assert c.index == len(before)
+
+
+def test_html_report_carries_the_trend(
+    slow_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    out = tmp_path / "trend.html"
+    code, _, _ = _cli(capsys, "trend", str(slow_run), "--html", str(out))
+    assert code == 0
+    page = out.read_text()
+    m = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
+    assert m is not None
+    data = json.loads(m.group(1))
+    steps = {c["step"] for c in data["trend"]["change_points"] if c["metric"] == "step_time"}
+    assert any(abs(s - SLOW_FROM) <= 1 for s in steps)
+    assert data["trend"]["series"]["step_time"]["steps"] == sorted(_clean_walls(slow_run))

@@ -48,11 +48,17 @@ def register(app: typer.Typer) -> None:
         *,
         run_dir: Annotated[Path, typer.Argument(help="Run directory (opscope record --every N).")],
         json_out: bool = typer.Option(False, "--json", help="Print the trend as JSON."),
+        html_out: Annotated[
+            Path | None,
+            typer.Option("--html", help="Also write an HTML report with the trend section."),
+        ] = None,
     ) -> None:
         """Step time, throughput, memory and top operators over a run, with change points."""
         from opscope.trend import trend
 
         t = trend(run_dir)
+        if html_out is not None:
+            _write_html(html_out, {"trend": t.to_json()}, f"opscope trend: {run_dir}")
         if json_out:
             from opscope.cli.output import print_json
 
@@ -103,3 +109,24 @@ def register(app: typer.Typer) -> None:
                 )
         for n in t.notes:
             console.print(f"[dim]note: {n}[/]")
+
+
+def _write_html(path: Path, data: dict[str, object], title: str) -> None:
+    """Write the HTML report through a temp file and a rename (never a half-written page)."""
+    import os
+    import tempfile
+
+    from opscope.errors import OpscopeError
+    from opscope.report.html import render_html
+
+    page = render_html(data, title=title)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=".opscope-", suffix=".html")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; a report is an ordinary file
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OpscopeError(f"cannot write the HTML report ({e.strerror})", path) from None
