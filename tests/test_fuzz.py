@@ -34,6 +34,7 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     database=None,
+    print_blob=True,  # a failure prints @reproduce_failure(...) to replay it exactly
 )
 
 _WORK = Path(tempfile.mkdtemp(prefix="opscope-fuzz-"))

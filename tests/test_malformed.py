@@ -615,3 +615,25 @@ def test_rank_folder_with_one_bad_rank(tmp_path: Path) -> None:
     r = outcome(d)
     assert isinstance(r, InputError)
     assert "rank-1.json" in str(r)
+
+
+@pytest.mark.parametrize(
+    "di",
+    [
+        {"rank": 2**40, "world_size": 2},
+        {"rank": -5, "world_size": 2},
+        {"rank": 1, "world_size": 10**11},
+        {"rank": "7", "world_size": "x"},
+        {"rank": [1], "world_size": None},
+        "not json",
+    ],
+    ids=repr,
+)
+def test_garbage_distributed_info(tmp_path: Path, di: Any) -> None:
+    doc = {"distributedInfo": di, "traceEvents": [_ev(i) for i in range(3)]}
+    r = outcome(_write(tmp_path / "di.json", json.dumps(doc)))  # also runs diagnose: no hang
+    assert isinstance(r, Profile)
+    assert all(0 <= x < 2**31 for x in r.ranks)
+    checks = {c.id: c for c in diagnose(r).checks}
+    if "incomplete.ranks" in checks:
+        assert checks["incomplete.ranks"].evidence["ranks_missing"] <= 1 << 20

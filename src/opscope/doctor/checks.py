@@ -59,6 +59,10 @@ EST_TRACE_BYTES_PER_STEP: Final = 32 * 1024 * 1024
 #: capping). 0.9: DVFS steps on Ascend 910 are ~100 MHz of ~1800 MHz, so one step down is ~5 %.
 FREQ_DROP_RATIO: Final = 0.9
 
+#: Largest world size taken at face value (the largest jobs run ~10^5 ranks); beyond it the
+#: header is garbage, and listing the missing ranks would exhaust memory.
+MAX_WORLD_SIZE: Final = 1 << 20
+
 #: Runtime / driver calls that launch device work (CUDA, HIP, Ascend task launches).
 _LAUNCH_RE: Final = r"(?i)(launch|memcpy|memset)"
 
@@ -430,6 +434,10 @@ def check_ranks(profile: Profile) -> list[Check]:
         world, src = rw, "run.json world_size"
     if world is None and len(present) <= 1:
         return []
+    if world is not None and not 0 < world <= MAX_WORLD_SIZE:
+        world = None  # garbage in the header: judge by gaps in the ranks present only
+        if len(present) <= 1:
+            return []
     expected = set(range(world)) if world else set(range(min(present), max(present) + 1))
     missing = sorted(expected - set(present))
     evidence: dict[str, Any] = {

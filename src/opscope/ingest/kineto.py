@@ -369,10 +369,11 @@ def _rank_of(header: dict[str, Any], rank: int | None) -> int:
             di = None
     if isinstance(di, dict):
         r = di.get("rank")
-        if isinstance(r, int):
-            return r
         if isinstance(r, str) and r.strip().isdigit():
-            return int(r)
+            r = int(r)
+        # The rank column is Int32: a garbage rank beyond it (or negative) is not a rank.
+        if isinstance(r, int) and 0 <= r < 2**31:
+            return r
     return 0
 
 
