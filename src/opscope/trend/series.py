@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 import polars as pl
 
 from opscope.errors import AnalysisError, InputError
@@ -137,10 +138,11 @@ def clean_steps(metrics: pl.DataFrame, warmup: int) -> pl.DataFrame:
     return metrics.filter(~pl.col("profiled") & ~pl.col("step").is_in(near.implode()))
 
 
-def sample_ops(trace: Path) -> tuple[pl.DataFrame, str]:
+def sample_ops(trace: Path) -> tuple[pl.DataFrame, str, float | None]:
     """Per op name: the median over the trace's steps of its per-step inclusive time (ns).
 
-    Columns ``name, ns``; and the basis (``"device"`` or ``"host"``).
+    Columns ``name, ns``; the basis (``"device"`` or ``"host"``); the median step time (ns) of
+    the trace's ``ProfilerStep`` ranges (None without them).
     """
     from opscope.analysis.hotspots import op_times
     from opscope.ingest import load
@@ -154,11 +156,15 @@ def sample_ops(trace: Path) -> tuple[pl.DataFrame, str]:
     # An op absent from a step took 0 ns in it: fill the grid before taking the median.
     grid = per.select("name").unique().join(steps, how="cross")
     full = grid.join(per, on=["name", "step"], how="left").with_columns(pl.col("ns").fill_null(0))
-    return full.group_by("name").agg(pl.col("ns").median().cast(pl.Float64)), basis
+    marks = p.events.filter(pl.col("kind") == "step").get_column("dur_ns")
+    if marks.len() == 0:
+        marks = p.steps.get_column("dur_ns")
+    step_ns = float(marks.median()) if marks.len() else None  # type: ignore[arg-type]
+    return full.group_by("name").agg(pl.col("ns").median().cast(pl.Float64)), basis, step_ns
 
 
 def list_samples(run_dir: Path) -> pl.DataFrame:
-    """``trace, rank, first_step, last_step`` of the run's Kineto traces (lowest rank only)."""
+    """``trace, rank, first_step`` of the run's Kineto traces (lowest rank only)."""
     import re
 
     from opscope.ingest.rundir import list_traces
@@ -212,13 +218,16 @@ def trend(run_dir: str | os.PathLike[str], *, compare_traces: bool = True) -> Tr
     samples = list_samples(path)
     per_sample: list[pl.DataFrame] = []
     bases: set[str] = set()
+    step_us: list[float | None] = []
     for row in samples.iter_rows(named=True):  # one load per trace, not per event
-        ops, basis = sample_ops(Path(row["trace"]))
+        ops, basis, step_ns = sample_ops(Path(row["trace"]))
         bases.add(basis)
+        step_us.append(None if step_ns is None else step_ns / 1000.0)
         per_sample.append(ops.with_columns(pl.lit(row["first_step"], pl.Int32).alias("step")))
     basis = bases.pop() if len(bases) == 1 else ("mixed" if bases else "none")
     samples = samples.with_columns(
-        (pl.col("first_step") + active - 1).cast(pl.Int32).alias("last_step")
+        (pl.col("first_step") + active - 1).cast(pl.Int32).alias("last_step"),
+        pl.Series("step_us", step_us, dtype=pl.Float64),
     )
     top: list[str] = []
     if per_sample:
@@ -252,7 +261,7 @@ def trend(run_dir: str | os.PathLike[str], *, compare_traces: bool = True) -> Tr
             .alias("source")
         )
     )
-    changes = _changes(series)
+    changes = _changes(series, samples)
     if compare_traces:
         _attach_comparisons(changes, samples, notes)
     return Trend(
@@ -267,23 +276,46 @@ def trend(run_dir: str | os.PathLike[str], *, compare_traces: bool = True) -> Tr
     )
 
 
-def _changes(series: pl.DataFrame) -> list[dict[str, Any]]:
+def _changes(series: pl.DataFrame, samples: pl.DataFrame) -> list[dict[str, Any]]:
+    """Change points of every series.
+
+    An operator's series is searched as its *share* of its sample's step time: a machine that
+    gets busier (co-tenants, frequency scaling) slows every operator of a sample alike, which
+    leaves the shares where they were, while an operator that really changed moves its share.
+    The figures reported are still µs per step (the medians of each segment).
+    """
+    share_of = dict(
+        zip(
+            samples.get_column("first_step").to_list(),
+            samples.get_column("step_us").to_list(),
+            strict=True,
+        )
+    )
     out: list[dict[str, Any]] = []
     for metric in series.get_column("metric").unique(maintain_order=True).to_list():
         s = series.filter(pl.col("metric") == metric).sort("step")
         steps = s.get_column("step").to_list()
         vals = s.get_column("value").to_numpy()
-        m = cp.MIN_SEGMENT_SAMPLES if metric.startswith("op:") else cp.MIN_SEGMENT_STEPS
-        for c in cp.detect(vals, m):
+        m = cp.MIN_SEGMENT_STEPS
+        search = vals
+        if metric.startswith("op:"):
+            m = cp.MIN_SEGMENT_SAMPLES
+            denom = np.array([share_of.get(st) or np.nan for st in steps], dtype=np.float64)
+            if np.isfinite(denom).all() and (denom > 0).all():
+                search = vals / denom
+        for c in cp.detect(search, m):
+            before = vals[c.before_range[0] : c.before_range[1]]
+            after = vals[c.after_range[0] : c.after_range[1]]
+            b, a = float(np.median(before)), float(np.median(after))
             out.append(
                 {
                     "step": steps[c.index],
                     "metric": metric,
                     "unit": _unit(metric),
-                    "before": c.before,
-                    "after": c.after,
-                    "ratio": c.ratio,
-                    "noise": c.noise,
+                    "before": b,
+                    "after": a,
+                    "ratio": a / b if b else None,
+                    "noise": c.noise if search is vals else None,
                     "before_steps": [steps[c.before_range[0]], steps[c.before_range[1] - 1]],
                     "after_steps": [steps[c.after_range[0]], steps[c.after_range[1] - 1]],
                     "comparison": None,

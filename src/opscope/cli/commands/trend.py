@@ -64,30 +64,21 @@ def register(app: typer.Typer) -> None:
 
             print_json(t.to_json())
             return
-        from rich.table import Table
-
         from opscope.cli.output import console
 
         j = t.to_json()
         console.print(f"[bold]{t.run_dir}[/]: {t.steps} steps, {t.samples.height} trace samples")
-        tab = Table(box=None, pad_edge=False)
-        for col in ("metric", "trend", "min", "median", "max"):
-            tab.add_column(
-                col, justify="right" if col in ("min", "median", "max") else "left", no_wrap=True
-            )
+        # Plain lines, not a table: a table squeezes (truncates) the sparkline in a narrow terminal.
+        w = LABEL_WIDTH
+        typer.echo(f"{'metric':<{w}} {'trend':<{SPARK_WIDTH}} {'min':>9} {'median':>9} {'max':>9}")
         for metric, s in j["series"].items():
             vals = s["values"]
             if not vals:
                 continue
             srt = sorted(vals)
-            tab.add_row(
-                metric if len(metric) <= LABEL_WIDTH else metric[: LABEL_WIDTH - 1] + "…",
-                sparkline(vals),
-                _fmt(srt[0], s["unit"]),
-                _fmt(srt[len(srt) // 2], s["unit"]),
-                _fmt(srt[-1], s["unit"]),
-            )
-        console.print(tab)
+            label = metric if len(metric) <= w else metric[: w - 1] + "…"
+            lo, mid, hi = (_fmt(x, s["unit"]) for x in (srt[0], srt[len(srt) // 2], srt[-1]))
+            typer.echo(f"{label:<{w}} {sparkline(vals):<{SPARK_WIDTH}} {lo:>9} {mid:>9} {hi:>9}")
         if not t.change_points:
             console.print("no change points (no shift that persists beyond the noise)")
         for c in t.change_points:
