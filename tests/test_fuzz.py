@@ -119,9 +119,17 @@ good_ish_event = st.fixed_dictionaries(
         "s": st.sampled_from(["t", "p", "g"]),
     },
 )
+distributed_info = st.fixed_dictionaries(
+    {},
+    optional={
+        "rank": json_scalars | st.integers(-3, 9),
+        "world_size": json_scalars | st.integers(-3, 9),
+        "backend": json_scalars,
+    },
+)
 documents = st.one_of(
     st.builds(
-        lambda evs, extra: {**extra, "traceEvents": evs},
+        lambda evs, extra, di: {**extra, "traceEvents": evs, **di},
         st.lists(good_ish_event, max_size=30),
         st.dictionaries(
             st.sampled_from(
@@ -137,6 +145,7 @@ documents = st.one_of(
             json_values,
             max_size=3,
         ),
+        st.one_of(st.just({}), st.builds(lambda d: {"distributedInfo": d}, distributed_info)),
     ),
     st.lists(good_ish_event, max_size=30),
 )
