@@ -26,6 +26,7 @@ _EXPORTS = {
     "Report": "opscope.analysis",
     "compare": "opscope.analysis.compare",
     "diagnose": "opscope.doctor",
+    "trend": "opscope.trend",
 }
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "load",
     "profile",
     "step",
+    "trend",
 ]
 
 
