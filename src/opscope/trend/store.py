@@ -373,6 +373,8 @@ def summarise(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
             model = json.loads(mf.read_text(encoding="utf-8"))
         except ValueError as e:
             raise InputError(f"not valid JSON ({e})", mf) from None
+        if not isinstance(model, dict):
+            raise InputError("model.json is not a JSON object", mf)
     p = load_run(path)
     top_ops: list[dict[str, Any]] = []
     top_lines: list[dict[str, Any]] = []
@@ -397,8 +399,8 @@ def summarise(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
             )
             .to_dicts()
         )
-    dev = run.get("device") or {}
-    git = run.get("git") or {}
+    dev: dict[str, Any] = run["device"] if isinstance(run.get("device"), dict) else {}
+    git: dict[str, Any] = run["git"] if isinstance(run.get("git"), dict) else {}
     return {
         "run_dir": str(path),
         "run_start": run.get("start_time"),
