@@ -109,3 +109,27 @@ def test_cli_report_bad_input_is_one_line_exit_2(
     assert "bad.json" in err and "\n" not in err and "Traceback" not in err
     assert main(["report", str(bad), "--salvage", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["events"] == 1
+
+
+def test_report_json_starts_with_the_doctor_warnings(tmp_path: Path) -> None:
+    """A trace recorded without stacks or memory says so at the top of the report."""
+    import contextlib
+    import io
+    import json
+
+    from opscope.cli.app import main
+
+    trace = tmp_path / "t.json"
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5,
+         "args": {"External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"External id": 2}},
+    ]  # fmt: skip
+    trace.write_text(json.dumps({"traceEvents": events}))
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["report", str(trace), "--json"]) == 0
+    warnings = json.loads(buf.getvalue())["warnings"]
+    assert any("with_stack" in w for w in warnings)
+    assert any("profile_memory" in w for w in warnings)

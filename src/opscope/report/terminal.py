@@ -146,7 +146,7 @@ def render_terminal(report: Report, console: Console | None = None, **_: Any) ->
         f"span {float(s.get('span_us') or 0) / 1000:.3f} ms"
     )
     for w in s.get("warnings") or []:
-        out.print(f"[yellow]warning:[/] {w}", highlight=False)
+        out.print(f"[yellow]{w}[/]", highlight=False)
     for name, res in report.sections.items():
         if not isinstance(res, Result):
             if getattr(type(res), "json_key", None) == "findings":

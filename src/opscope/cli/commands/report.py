@@ -36,6 +36,13 @@ def register(app: typer.Typer) -> None:
         analyzer = Analyzer(path, salvage=salvage)
         report = analyzer.generate_report(top=top)
         report = report.with_sections(findings=advise(analyzer.profile, report.sections))
+        from dataclasses import replace
+
+        from opscope.doctor import doctor_warnings
+
+        # the doctor's checks head the report: figures from an untrustworthy profile say so first
+        warnings = doctor_warnings(analyzer.profile)
+        report = replace(report, summary={**report.summary, "warnings": warnings})
         if html is not None:
             from opscope.report.html import write_html
 
