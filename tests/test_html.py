@@ -221,3 +221,35 @@ def test_real_profile_report_sections_and_sorting(browser: Any, tmp_path: Path) 
     assert page.locator("#breakdown svg line[stroke-width='2']").count() == len(steps)
     assert attempted == [] and dialogs == []
     ctx.close()
+
+
+@pytest.mark.browser
+def test_trend_chart_draws_each_point_and_change_point(browser: Any, tmp_path: Path) -> None:
+    steps = list(range(10, 40))
+    values: list[float | None] = [1000.0 if s < 25 else 2400.0 for s in steps]
+    values[3] = None  # a missing step is skipped, not drawn at 0
+    trend = {
+        "steps": 40,
+        "series": {
+            "step_time": {"unit": "us", "steps": steps, "values": values},
+            "samples_per_s": {"unit": "1/s", "steps": steps, "values": [5.0] * len(steps)},
+        },
+        "change_points": [
+            {"step": 25, "metric": "step_time", "before": 1000.0, "after": 2400.0, "ratio": 2.4}
+        ],
+    }
+    out = tmp_path / "t.html"
+    out.write_text(render_html({"format": "kineto", "trend": trend}))
+    ctx, page, attempted, _ = _open_offline(browser, out)
+    charts = page.locator("svg.trend-chart")
+    assert charts.count() == 2
+    assert charts.nth(0).locator("circle").count() == len(steps) - 1
+    marks = charts.nth(0).locator("line.change-point")
+    assert marks.count() == 1 and charts.nth(1).locator("line.change-point").count() == 0
+    # the marker sits at step 25, between the points of steps 24 and 26
+    x = float(marks.first.get_attribute("x1") or "nan")
+    xs = [float(c.get_attribute("cx") or "nan") for c in charts.nth(0).locator("circle").all()]
+    drawn = [s for i, s in enumerate(steps) if i != 3]
+    assert xs[drawn.index(24)] < x < xs[drawn.index(26)]
+    assert attempted == []
+    ctx.close()

@@ -356,7 +356,40 @@
     if (m) generic(s, m, 0);
   }
 
+  function trend() {
+    const t = D.trend;
+    if (!t || !t.series) return;
+    const s = section("trend", "Trend over the run");
+    const cps = t.change_points || [];
+    for (const [metric, ser] of Object.entries(t.series)) {
+      const xs = ser.steps || [], ys = ser.values || [];
+      const pts = xs.map((x, i) => [x, ys[i]]).filter((p) => p[1] !== null && Number.isFinite(p[1]));
+      if (pts.length < 2) continue;
+      s.appendChild(el("h3", `${metric}${ser.unit ? " (" + ser.unit + ")" : ""}`));
+      const W = 900, H = 200, L = 80, B = 30, T = 10, R = 16;
+      const x0 = pts[0][0], x1 = pts[pts.length - 1][0];
+      let lo = Math.min(...pts.map((p) => p[1])), hi = Math.max(...pts.map((p) => p[1]));
+      if (hi === lo) { hi = lo + 1; }
+      const X = (x) => L + (x - x0) / Math.max(1e-9, x1 - x0) * (W - L - R);
+      const Y = (v) => H - B - (v - lo) / (hi - lo) * (H - B - T);
+      const g = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", class: "trend-chart" });
+      for (const v of linTicks(lo, hi, 4)) { g.appendChild(svg("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: "grid" })); const tx = svg("text", { x: L - 4, y: Y(v) + 3, "text-anchor": "end" }); tx.textContent = fmt(v); g.appendChild(tx); }
+      for (const v of linTicks(x0, x1, 6)) { const tx = svg("text", { x: X(v), y: H - B + 14, "text-anchor": "middle" }); tx.textContent = "step " + Math.round(v); g.appendChild(tx); }
+      g.appendChild(svg("path", { d: pts.map((p, i) => `${i ? "L" : "M"}${X(p[0]).toFixed(1)} ${Y(p[1]).toFixed(1)}`).join(" "), fill: "none", stroke: "#4e79a7" }));
+      for (const p of pts) { const c = svg("circle", { cx: X(p[0]), cy: Y(p[1]), r: 2.5, fill: "#4e79a7" }); hover(c, `step ${p[0]}: ${fmt(p[1])} ${ser.unit || ""}`); g.appendChild(c); }
+      for (const cp of cps.filter((c) => c.metric === metric)) {
+        const m = svg("line", { x1: X(cp.step), x2: X(cp.step), y1: T, y2: H - B, stroke: "#b00020", "stroke-dasharray": "4 3", class: "change-point" });
+        hover(m, `change at step ${cp.step}: ${fmt(cp.before)} → ${fmt(cp.after)} (${fmt(cp.ratio)}×)`);
+        g.appendChild(m);
+      }
+      s.appendChild(g);
+    }
+    if (cps.length) s.appendChild(table(cps.map((c) => ({ step: c.step, metric: c.metric, before: c.before, after: c.after, ratio: c.ratio }))));
+    else s.appendChild(el("p", "No change point: every series is steady within its noise.", "muted"));
+  }
+
   summary();
+  trend();
   breakdown();
   hotspots();
   sources();
@@ -366,7 +399,7 @@
   listSection("findings", "findings", "Findings");
   listSection("critical_path", "critical-path", "Critical path");
   if (D.comparison) listSection("comparison", "comparison", "Comparison");
-  const done = new Set(["summary", "hotspots", "sources", "anomalies", "roofline", "breakdown", "memory", "findings", "comparison", "critical_path", "_notes", "_memory_curve", "load", "ranks"]);
+  const done = new Set(["summary", "trend", "hotspots", "sources", "anomalies", "roofline", "breakdown", "memory", "findings", "comparison", "critical_path", "_notes", "_memory_curve", "load", "ranks"]);
   for (const k of Object.keys(D)) if (!done.has(k) && D[k] && typeof D[k] === "object") listSection(k, "x-" + k.replace(/[^a-z0-9_-]/gi, ""), k);
   document.body.setAttribute("data-ready", "1");
 })();
