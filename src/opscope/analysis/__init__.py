@@ -11,7 +11,7 @@ from opscope.analysis import anomalies, attribution, breakdown, hotspots, memory
 from opscope.analysis.report import Analyzer, Report, Section
 
 # Analyses owned by other modules register on import; one still missing must not break the rest.
-for _mod in ("roofline", "occupancy", "critical_path"):
+for _mod in ("roofline", "occupancy", "critical_path", "cluster"):
     with contextlib.suppress(ImportError):
         importlib.import_module(f"opscope.analysis.{_mod}")
 

@@ -30,7 +30,9 @@ from opscope.model import Profile
 #: Kernel names that are communication (NCCL/RCCL/HCCL collectives and p2p).
 COMM_PATTERN = (
     r"(?i)nccl|rccl|hccl|allreduce|all_reduce|allgather|all_gather|reducescatter"
-    r"|reduce_scatter|alltoall|broadcast|sendrecv"
+    r"|reduce_scatter|alltoall|sendrecv"
+    # collectives named broadcast, not elementwise kernels such as Ascend's *_BroadcastToAiCore
+    r"|_broadcast_|broadcast_|_broadcast$|:broadcast"
 )
 #: Host events that are data loading.
 DATA_PATTERN = r"DataLoader|dataloader"
