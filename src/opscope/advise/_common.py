@@ -252,6 +252,16 @@ def ancestors(profile: Profile, ids: pl.Series | None = None) -> pl.DataFrame:
     return pl.concat(parts)
 
 
+def outermost(profile: Profile, events: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``events`` not nested inside another row of ``events`` (so nested ranges
+    of the same thing count once)."""
+    ids = events.get_column("id")
+    anc = ancestors(profile, ids).filter(
+        (pl.col("hops") > 0) & pl.col("anc_id").is_in(ids.implode())
+    )
+    return events.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
+
+
 def op_cost(profile: Profile) -> pl.DataFrame:
     """``[id, cost_ns]`` per host op: device kernel time it issued (itself and the ops it calls),
     when the profile has a device; else its own inclusive host duration."""

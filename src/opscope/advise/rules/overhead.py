@@ -376,11 +376,7 @@ class DataLoader:
         )
         if dl.height == 0:
             return []
-        # Nested ranges of the same fetch count once.
-        anc = c.ancestors(profile, dl.get_column("id")).filter(
-            (pl.col("hops") > 0) & pl.col("anc_id").is_in(dl.get_column("id").implode())
-        )
-        top = dl.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
+        top = c.outermost(profile, dl)  # nested ranges of the same fetch count once
         steps = c.step_info(profile)
         total = float(top.get_column("dur_ns").sum())
         if steps.pct(total) < DATALOADER_MIN_PCT:
@@ -430,10 +426,7 @@ class Recompile:
         )
         if ev.height == 0:
             return []
-        anc = c.ancestors(profile, ev.get_column("id")).filter(
-            (pl.col("hops") > 0) & pl.col("anc_id").is_in(ev.get_column("id").implode())
-        )
-        top = ev.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
+        top = c.outermost(profile, ev)
         steps = c.step_info(profile)
         out = []
         for where, ids in c.group_by_location(profile, top).items():
