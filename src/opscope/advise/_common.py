@@ -550,3 +550,23 @@ def has_tensor_dtype(df: pl.DataFrame, wanted: Sequence[str]) -> pl.DataFrame:
         schema={"input_dims": pl.String, "input_types": pl.String},
     )
     return df.join(sel, on=["input_dims", "input_types"], how="semi", nulls_equal=True)
+
+
+def evidence(
+    operators: list[str],
+    calls: int,
+    figures: dict[str, Any],
+    event_ids: list[int] | None = None,
+) -> dict[str, Any]:
+    """A finding's evidence for rules about time or memory rather than shapes (no shapes or
+    dtypes), with at most ten example event ids."""
+    ev: dict[str, Any] = {
+        "operators": operators,
+        "shapes": [],
+        "dtypes": [],
+        "calls": calls,
+        "figures": figures,
+    }
+    if event_ids is not None:
+        ev["event_ids"] = event_ids[:10]
+    return ev

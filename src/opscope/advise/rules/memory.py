@@ -83,18 +83,16 @@ class Fragmentation:
                 saving_how=f"memory, not time: {(res - alloc) / MiB:.0f} MiB reserved but unused",
                 fix="# in the environment, before the process starts:\n"
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                evidence={
-                    "operators": [],
-                    "shapes": [],
-                    "dtypes": [],
-                    "calls": 0,
-                    "figures": {
+                evidence=c.evidence(
+                    [],
+                    0,
+                    {
                         "allocated_bytes": alloc,
                         "reserved_bytes": res,
                         "ratio": round(res / alloc, 3),
                     },
-                    "event_ids": [peak["op_id"]] if peak.get("op_id") is not None else [],
-                },
+                    [peak["op_id"]] if peak.get("op_id") is not None else [],
+                ),
                 severity="medium",
             )
         ]
@@ -163,19 +161,17 @@ class Churn:
                 saving_ns=0.0,
                 saving_how="not estimated: the trace does not time the allocator",
                 fix="y.add_(x)  # in place, or torch.add(a, b, out=buf) into a preallocated buffer",
-                evidence={
-                    "operators": [],
-                    "shapes": [],
-                    "dtypes": [],
-                    "calls": allocs.height,
-                    "figures": {
+                evidence=c.evidence(
+                    [],
+                    allocs.height,
+                    {
                         "allocs_per_step": n,
                         "bytes_per_step": bytes_step,
                         "peak_allocated": peak,
                         "ratio": round(bytes_step / peak, 2),
                     },
-                    "event_ids": [],
-                },
+                    [],
+                ),
                 severity="low",
                 steps=steps,
             )
@@ -242,17 +238,15 @@ class KeptAlive:
                 saving_ns=0.0,
                 saving_how="memory, not time: the growth per step",
                 fix="history.append(loss.item())  # not the tensor (which keeps its graph)",
-                evidence={
-                    "operators": [],
-                    "shapes": [],
-                    "dtypes": [],
-                    "calls": kept.height,
-                    "figures": {
+                evidence=c.evidence(
+                    [],
+                    kept.height,
+                    {
                         "growth_bytes_per_step": g,
                         "step_end_allocated": ends.get_column("total_allocated").to_list(),
                     },
-                    "event_ids": by_op.get_column("op_id").to_list()[:10],
-                },
+                    by_op.get_column("op_id").to_list(),
+                ),
                 severity="medium",
             )
         ]

@@ -130,17 +130,15 @@ class HostSync:
                             "x = torch.where(mask, a, b)  # not: if t.item() > 0: ...\n"
                             "# log losses every N steps, not every step"
                         ),
-                        evidence={
-                            "operators": names,
-                            "shapes": [],
-                            "dtypes": [],
-                            "calls": rs.height,
-                            "figures": {
+                        evidence=c.evidence(
+                            names,
+                            rs.height,
+                            {
                                 "calls_per_step": rs.height / max(steps.n, 1),
                                 "us_per_step": round(steps.per_step_us(cost), 3),
                             },
-                            "event_ids": ids[:10],
-                        },
+                            ids,
+                        ),
                         cap="low" if target == "cpu" else None,
                         steps=steps,
                     )
@@ -167,14 +165,12 @@ class HostSync:
                         saving_ns=cost,
                         saving_how="time blocked in runtime sync calls",
                         fix="# remove explicit synchronize() / .cpu() inside the step",
-                        evidence={
-                            "operators": names,
-                            "shapes": [],
-                            "dtypes": [],
-                            "calls": rs.height,
-                            "figures": {"us_per_step": round(steps.per_step_us(cost), 3)},
-                            "event_ids": ids[:10],
-                        },
+                        evidence=c.evidence(
+                            names,
+                            rs.height,
+                            {"us_per_step": round(steps.per_step_us(cost), 3)},
+                            ids,
+                        ),
                         steps=steps,
                     )
                 )
@@ -226,18 +222,16 @@ class LaunchBound:
                     "y = torch.stack(xs).mul_(w).sum(0)  # not: for x in xs: y = y + x * w\n"
                     "model = torch.compile(model)"
                 ),
-                evidence={
-                    "operators": top.get_column("name").to_list(),
-                    "shapes": [],
-                    "dtypes": [],
-                    "calls": tiny.height,
-                    "figures": {
+                evidence=c.evidence(
+                    top.get_column("name").to_list(),
+                    tiny.height,
+                    {
                         "tiny_ops_per_step": per_step,
                         "share_of_step_pct": round(steps.pct(total), 2),
                         "threshold_us": DISPATCH_US,
                     },
-                    "event_ids": loc[where][:10],
-                },
+                    loc[where],
+                ),
                 steps=steps,
             )
         ]
@@ -264,25 +258,23 @@ class LaunchBound:
                 saving_ns=idle,
                 saving_how="device idle time between kernels (upper bound CUDA graphs recover)",
                 fix="model = torch.compile(model, mode='reduce-overhead')  # CUDA graphs",
-                evidence={
-                    "operators": short.group_by("name")
+                evidence=c.evidence(
+                    short.group_by("name")
                     .len()
                     .sort("len", descending=True)
                     .head(5)
                     .get_column("name")
                     .to_list(),
-                    "shapes": [],
-                    "dtypes": [],
-                    "calls": short.height,
-                    "figures": {
+                    short.height,
+                    {
                         "kernels": k.height,
                         "short_kernels": short.height,
                         "short_share": round(share, 4),
                         "threshold_us": LAUNCH_US,
                         "idle_us_per_step": round(steps.per_step_us(idle), 3),
                     },
-                    "event_ids": short.get_column("id").to_list()[:10],
-                },
+                    short.get_column("id").to_list(),
+                ),
                 steps=steps,
             )
         ]
@@ -341,17 +333,15 @@ class DeviceIdle:
                 saving_how="the device idle time between kernels (upper bound)",
                 fix="# overlap host work: DataLoader(num_workers>0, pin_memory=True), no syncs,\n"
                 "model = torch.compile(model)",
-                evidence={
-                    "operators": [],
-                    "shapes": [],
-                    "dtypes": [],
-                    "calls": 0,
-                    "figures": {
+                evidence=c.evidence(
+                    [],
+                    0,
+                    {
                         "idle_us_per_step": round(steps.per_step_us(idle), 3),
                         "step_us": round(steps.step_ns / 1000, 3),
                     },
-                    "event_ids": [],
-                },
+                    [],
+                ),
                 steps=steps,
             )
         ]
@@ -393,14 +383,12 @@ class DataLoader:
                 saving_how="the data-loader fetch time (upper bound, overlappable with workers)",
                 fix="loader = DataLoader(ds, batch_size=bs, num_workers=4, pin_memory=True,\n"
                 "                    persistent_workers=True, prefetch_factor=2)",
-                evidence={
-                    "operators": sorted(set(top.get_column("name").to_list()))[:3],
-                    "shapes": [],
-                    "dtypes": [],
-                    "calls": top.height,
-                    "figures": {"fetch_us_per_step": round(steps.per_step_us(total), 3)},
-                    "event_ids": top.get_column("id").to_list()[:10],
-                },
+                evidence=c.evidence(
+                    sorted(set(top.get_column("name").to_list()))[:3],
+                    top.height,
+                    {"fetch_us_per_step": round(steps.per_step_us(total), 3)},
+                    top.get_column("id").to_list(),
+                ),
                 steps=steps,
             )
         ]
@@ -444,14 +432,12 @@ class Recompile:
                     saving_how="the compile events' time removed",
                     fix="torch_npu.npu.set_compile_mode(jit_compile=False)  # Ascend\n"
                     "# and pad inputs to a few fixed shapes",
-                    evidence={
-                        "operators": sorted(set(rs.get_column("name").to_list())),
-                        "shapes": [],
-                        "dtypes": [],
-                        "calls": rs.height,
-                        "figures": {"us_per_step": round(steps.per_step_us(cost), 3)},
-                        "event_ids": ids[:10],
-                    },
+                    evidence=c.evidence(
+                        sorted(set(rs.get_column("name").to_list())),
+                        rs.height,
+                        {"us_per_step": round(steps.per_step_us(cost), 3)},
+                        ids,
+                    ),
                     steps=steps,
                 )
             )
@@ -495,14 +481,7 @@ class AscendSlowPaths:
                         saving_ns=cost,
                         saving_how="the AICPU kernels' time (upper bound)",
                         fix="# use an AI-core operator / dtype instead of the AICPU one",
-                        evidence={
-                            "operators": names[:10],
-                            "shapes": [],
-                            "dtypes": [],
-                            "calls": rs.height,
-                            "figures": {},
-                            "event_ids": ids[:10],
-                        },
+                        evidence=c.evidence(names[:10], rs.height, {}, ids),
                         steps=steps,
                     )
                 )
