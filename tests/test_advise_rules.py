@@ -17,6 +17,7 @@ pytest.importorskip("torch")
 
 import torch
 
+from helpers.contract import FINDING_KEYS
 from models import rule_models as rm
 from models._profile import load, record
 from opscope.advise import Findings, advise
@@ -196,18 +197,7 @@ def test_findings_sorted_by_saving_and_json_keys(traces: Any) -> None:
     savings = [f.saving_us for f in found]
     assert savings == sorted(savings, reverse=True)
     for row in found.to_json():
-        assert list(row) == [
-            "rule",
-            "severity",
-            "title",
-            "file",
-            "line",
-            "module",
-            "saving_us",
-            "saving_pct",
-            "fix",
-            "verified_speedup",
-        ]
+        assert list(row) == FINDING_KEYS
 
 
 def test_backward_matmuls_are_charged_to_the_forward_line(traces: Any) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from helpers.contract import FINDING_KEYS
 from opscope.cli.app import main
 from opscope.demo import model as demo_model
 
@@ -83,18 +84,7 @@ def test_findings_point_at_the_demo_model(demo: dict[str, Any]) -> None:
     align = by_rule.get("shape-alignment", [])
     assert any(_in(f["file"], f["line"], vision) and "1000" in f["title"] for f in align)
     for f in demo["findings"]:
-        assert set(f) >= {
-            "rule",
-            "severity",
-            "title",
-            "file",
-            "line",
-            "module",
-            "saving_us",
-            "saving_pct",
-            "fix",
-            "verified_speedup",
-        }
+        assert set(f) >= set(FINDING_KEYS)
 
 
 @pytest.mark.slow
