@@ -221,36 +221,27 @@ def build_lines(
 
 
 def _flow_lines(fl: pl.DataFrame, origin: int, cat: pl.Expr) -> list[pl.Series]:
-    s = _lines(
-        fl,
-        [
-            pl.lit("s").alias("ph"),
-            cat.alias("cat"),
-            pl.lit("flow").alias("name"),
-            pl.col("_fid").alias("id"),
-            pl.col("s_pid").alias("pid"),
-            pl.col("s_tid").alias("tid"),
-            ((pl.col("s_ts") - origin) / 1e3).alias("ts"),
-        ],
-        [pl.col("src_id").alias("from"), pl.col("dst_id").alias("to")],
-        None,
-    )
-    f = _lines(
-        fl,
-        [
-            pl.lit("f").alias("ph"),
-            cat.alias("cat"),
-            pl.lit("flow").alias("name"),
-            pl.col("_fid").alias("id"),
-            pl.col("d_pid").alias("pid"),
-            pl.col("d_tid").alias("tid"),
-            ((pl.col("d_ts") - origin) / 1e3).alias("ts"),
-            pl.lit("e").alias("bp"),
-        ],
-        [pl.col("src_id").alias("from"), pl.col("dst_id").alias("to")],
-        None,
-    )
-    return [s, f]
+    """The start ("s", at the source slice) and finish ("f", at the destination) of each flow."""
+    out = []
+    for ph, side, extra in (("s", "s_", []), ("f", "d_", [pl.lit("e").alias("bp")])):
+        out.append(
+            _lines(
+                fl,
+                [
+                    pl.lit(ph).alias("ph"),
+                    cat.alias("cat"),
+                    pl.lit("flow").alias("name"),
+                    pl.col("_fid").alias("id"),
+                    pl.col(f"{side}pid").alias("pid"),
+                    pl.col(f"{side}tid").alias("tid"),
+                    ((pl.col(f"{side}ts") - origin) / 1e3).alias("ts"),
+                    *extra,
+                ],
+                [pl.col("src_id").alias("from"), pl.col("dst_id").alias("to")],
+                None,
+            )
+        )
+    return out
 
 
 def _overlay_lines(
