@@ -841,19 +841,36 @@ class _StepChange:
     verdict: str
 
 
-def _step_change(sa: _Side, sb: _Side, testable: bool) -> _StepChange:
-    """The median step time of each side and whether it changed beyond the noise."""
+def step_time_change(
+    before_ns: list[float], after_ns: list[float], testable: bool | None = None
+) -> dict[str, Any]:
+    """The step-time rule on two lists of per-step times (ns): ``before_us``, ``after_us``
+    (medians), ``speedup``, ``significant``, ``noise_us``, ``p_value`` and ``verdict``
+    (gain, loss, noise or untested). ``testable`` defaults to both sides having at least
+    :data:`MIN_STEPS` steps."""
 
-    def grid(side: _Side) -> pl.DataFrame:
-        return side.steps.select(
-            pl.lit("step").alias("key"), pl.col("dur_ns").cast(pl.Float64).alias("v")
+    def grid(v: list[float]) -> pl.DataFrame:
+        return pl.DataFrame(
+            {"key": ["step"] * len(v), "v": v}, schema={"key": pl.String, "v": pl.Float64}
         )
 
-    m = _stats(grid(sa), grid(sb), sa.steps.height, sb.steps.height).with_columns(
+    if testable is None:
+        testable = min(len(before_ns), len(after_ns)) >= MIN_STEPS
+    m = _stats(grid(before_ns), grid(after_ns), len(before_ns), len(after_ns)).with_columns(
         (pl.col("med") / 1000.0).alias("before_us"),
         (pl.col("med_b") / 1000.0).alias("after_us"),
     )
-    r = _significance(m, testable).row(0, named=True)
+    row: dict[str, Any] = _significance(m, testable).row(0, named=True)
+    return row
+
+
+def _step_change(sa: _Side, sb: _Side, testable: bool) -> _StepChange:
+    """The median step time of each side and whether it changed beyond the noise."""
+    r = step_time_change(
+        sa.steps.get_column("dur_ns").cast(pl.Float64).to_list(),
+        sb.steps.get_column("dur_ns").cast(pl.Float64).to_list(),
+        testable,
+    )
     return _StepChange(
         before_us=r["before_us"],
         after_us=r["after_us"],

@@ -279,18 +279,9 @@ def step_verdict(before_ns: list[float], after_ns: list[float]) -> dict[str, Any
     """The compare engine's step-time rule (:mod:`opscope.analysis.compare`: median shift beyond
     ``NOISE_K`` pooled scaled MADs or Mann-Whitney p < ``ALPHA``, and at least
     ``MIN_REL_CHANGE``) applied to two runs' unprofiled per-step wall times."""
-    from opscope.analysis import compare as C
+    from opscope.analysis.compare import step_time_change
 
-    def grid(v: list[float]) -> pl.DataFrame:
-        return pl.DataFrame(
-            {"key": ["step"] * len(v), "v": v}, schema={"key": pl.String, "v": pl.Float64}
-        )
-
-    testable = min(len(before_ns), len(after_ns)) >= C.MIN_STEPS
-    m = C._stats(grid(before_ns), grid(after_ns), len(before_ns), len(after_ns)).with_columns(
-        (pl.col("med") / 1000.0).alias("before_us"), (pl.col("med_b") / 1000.0).alias("after_us")
-    )
-    r = C._significance(m, testable).row(0, named=True)
+    r = step_time_change(before_ns, after_ns)
     pct = (r["after_us"] / r["before_us"] - 1.0) * 100.0 if r["before_us"] else None
     return {"change_pct": pct, "verdict": r["verdict"], "slower": r["verdict"] == "loss"}
 
