@@ -7,7 +7,6 @@ callbacks): it owns the torch profiler, the step clock, metrics.jsonl, model.jso
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import sys
 import time
@@ -211,10 +210,6 @@ class Recorder:
             if self.settings.periodic and self.step_idx >= self._sample_end:
                 prof.stop()
                 self._prof = None
-                del prof
-                # The sample's results form a large cyclic graph: collect it now, in the step
-                # that saved the trace, not in the middle of the unprofiled steps that follow.
-                gc.collect()
         if self._prof is None and self.settings.periodic and self._plan.starts_at(self.step_idx):
             free = rundir.free_disk_bytes(self.out)
             if free >= self.settings.active * rundir.EST_TRACE_BYTES_PER_STEP:
