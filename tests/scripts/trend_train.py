@@ -1,8 +1,8 @@
 """Tiny training loop for the trend tests: optional planted slowdown from a known step.
 
-Every step runs ``BASE`` tanh passes over 512x512; from ``--slow-from K`` on, also ``--extra``
-128x128 matmuls (the planted regression); without it every step does the same work. No
-opscope imports: it is recorded.
+Every step runs ``BASE`` tanh passes over 512x512 (~9 ms on one core); from ``--slow-from K``
+on, also ``--extra`` 256x256 matmuls (~0.4 ms each: the planted regression stands clear of
+noise); without it every step does the same work. No opscope imports: it is recorded.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def train(steps: int, slow_from: int = -1, extra: int = 40, base: int = BASE) ->
     torch.set_num_threads(1)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    m = torch.randn(128, 128)
+    m = torch.randn(256, 256)
     w = torch.randn(512, 512)
     for i in range(steps):
         x = torch.randn(16, 32)
