@@ -428,8 +428,48 @@ def _build_profile(
     rank: int | None = None,
 ) -> Profile:
     """:func:`build_profile` on ``held.pop()``, which is dropped before linking (peak memory)."""
-    raw = held.pop()
+    raw = _with_times_and_tracks(held.pop(), exact)
     rk = _rank_of(header, rank)
+    events = _events_table(raw, rk, oddities)
+    raw_flows = _raw_flows(raw, rk, oddities)
+    mem = _memory_rows(raw, rk)
+    names = _thread_names(raw)
+    # The decoded columns are not needed any more: free them before linking (peak memory).
+    del raw
+    linked = link.link_events(events, raw_flows)
+    del events
+    n_flow_pairs = raw_flows.filter(pl.col("phase") == "s").height
+    del raw_flows
+    _bump(oddities, "flow not bound to events", max(0, n_flow_pairs - linked.flows.height))
+    memory = link.link_memory(linked.events, mem, linked.steps, index=linked.index)
+    meta: dict[str, Any] = {
+        "format": "kineto",
+        "sources": [str(path)],
+        "ranks": [rk],
+        "oddities": oddities,
+        "trace_meta": {str(rk): redact(header)},
+    }
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, int):
+        meta["base_time_ns"] = base
+    return Profile.from_tables(
+        meta=meta,
+        events=linked.events,
+        flows=linked.flows,
+        stacks=linked.stacks,
+        memory=memory,
+        counters=_counters(counters, rk),
+        steps=linked.steps,
+        devices=_devices(header, rk),
+        threads=_threads(linked.events, names, rk),
+    )
+
+
+def _with_times_and_tracks(
+    raw: pl.DataFrame, exact: tuple[pl.Series, pl.Series] | None
+) -> pl.DataFrame:
+    """``raw`` plus int ns times (``ts_ns``, ``dur_ns``) and numeric tracks (``pid_n``,
+    ``tid_n``)."""
     if exact is not None:
         ts_ns, dur_ns = exact
         raw = raw.with_columns(ts_ns.alias("ts_ns"), dur_ns.alias("dur_ns"))
@@ -452,17 +492,25 @@ def _build_profile(
                 .otherwise(pl.col(f"{c}_n"))
                 .alias(f"{c}_n")
             )
-    ph = pl.col("ph")
-    cat_l = pl.col("cat").str.to_lowercase()
-    # --- slices
+    return raw
+
+
+_PH = pl.col("ph")
+_CAT_L = pl.col("cat").str.to_lowercase()
+
+
+def _events_table(raw: pl.DataFrame, rk: int, oddities: dict[str, int]) -> pl.DataFrame:
+    """The slices (``ph: "X"``) as EVENTS rows in time order, ids 0..n-1 (before linking)."""
+    # Lazy everywhere: raw has ~60 columns, and an eager filter would copy every one of them.
+    lazy = raw.lazy()
     _bump(
         oddities,
         "unsupported phase",
-        raw.filter(~ph.is_in(["X", "i", "I", "s", "f", "t", "M", "C", "R", "n"])).height,
+        lazy.select((~_PH.is_in(["X", "i", "I", "s", "f", "t", "M", "C", "R", "n"])).sum())
+        .collect()
+        .item(),
     )
-    # Lazy: the slices are filtered and selected in one pass, never materialised with every
-    # decoded column (peak memory).
-    xs = raw.lazy().filter((ph == "X") & (cat_l.fill_null("") != "trace"))
+    xs = lazy.filter((_PH == "X") & (_CAT_L.fill_null("") != "trace"))
     has_ts = pl.col("ts_ns").is_not_null()
     odd = xs.select(
         pl.col("ts_ns").is_null().sum().alias("no_ts"),
@@ -472,18 +520,25 @@ def _build_profile(
         (has_ts & (pl.col("pid_n").is_null() | pl.col("tid_n").is_null())).sum().alias("no_track"),
     ).collect()
     _bump(oddities, "slice without ts (dropped)", int(odd.item(0, "no_ts")))
-    xs = xs.filter(has_ts)
     _bump(oddities, "slice without dur (0 used)", int(odd.item(0, "no_dur")))
     _bump(oddities, "negative duration (clamped to 0)", int(odd.item(0, "neg")))
     _bump(oddities, "slice without name", int(odd.item(0, "no_name")))
     _bump(oddities, "slice without pid/tid", int(odd.item(0, "no_track")))
+    events = xs.filter(has_ts).select(_event_columns(rk)).collect()
+    # The columns keep the decoder's chunks, and sorting chunked columns gathers across chunks
+    # (~10x slower at 1 GB than on one chunk): rechunk, then sort.
+    events = events.rechunk().sort("ts_ns", maintain_order=True)
+    return events.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
+
+
+def _event_columns(rk: int) -> list[pl.Expr]:
     kind = (
         pl.when(
             pl.col("name").str.contains(r"^ProfilerStep#\d+$").fill_null(False)
-            & cat_l.is_in(["cpu_op", "operator", "user_annotation"])
+            & _CAT_L.is_in(["cpu_op", "operator", "user_annotation"])
         )
         .then(pl.lit("step"))
-        .otherwise(cat_l.replace_strict(_KIND_OF_CAT, default="other"))
+        .otherwise(_CAT_L.replace_strict(_KIND_OF_CAT, default="other"))
         .cast(schema.EventKind)
     )
     is_dev = kind.cast(pl.String).is_in(_DEVICE_KINDS)
@@ -493,7 +548,7 @@ def _build_profile(
         + [pl.col("pg_ranks").alias("Process Group Ranks")]
     )
     any_extra = pl.any_horizontal([pl.col(f).is_not_null() for f, _ in jsonscan.EXTRA_ARGS])
-    events_lazy = xs.select(
+    return [
         pl.lit(rk, pl.Int32).alias("rank"),
         kind.alias("kind"),
         pl.col("name").fill_null(""),
@@ -534,79 +589,66 @@ def _build_profile(
         pl.when(any_extra).then(extra.struct.json_encode()).otherwise(None).alias("args"),
         pl.col("call_stack"),
         pl.col("module_hierarchy"),
-    )
-    events = (
-        events_lazy.sort(["ts_ns"], maintain_order=True)
-        .with_row_index("id")
-        .with_columns(pl.col("id").cast(pl.Int64))
+    ]
+
+
+def _raw_flows(raw: pl.DataFrame, rk: int, oddities: dict[str, int]) -> pl.DataFrame:
+    """Flow records (``s``/``f``/``t``) as :data:`~opscope.ingest.link.RAW_FLOWS` rows."""
+    fl = raw.lazy().filter(_PH.is_in(["s", "f", "t"]))
+    no_id = fl.select(pl.col("id").is_null().sum()).collect().item()
+    _bump(oddities, "flow without id (dropped)", int(no_id))
+    return (
+        fl.filter(pl.col("id").is_not_null() & pl.col("ts_ns").is_not_null())
+        .select(
+            pl.lit(rk, pl.Int32).alias("rank"),
+            _CAT_L.replace_strict(_FLOW_KIND, default="other").cast(schema.FlowKind).alias("kind"),
+            pl.col("id").alias("flow_id"),
+            pl.col("ph").alias("phase"),
+            pl.col("pid_n").alias("pid"),
+            pl.col("tid_n").alias("tid"),
+            pl.col("ts_ns"),
+        )
         .collect()
     )
-    # --- flows
-    fl = raw.filter(ph.is_in(["s", "f", "t"]))
-    _bump(oddities, "flow without id (dropped)", int(fl.get_column("id").is_null().sum()))
-    raw_flows = fl.filter(pl.col("id").is_not_null() & pl.col("ts_ns").is_not_null()).select(
-        pl.lit(rk, pl.Int32).alias("rank"),
-        cat_l.replace_strict(_FLOW_KIND, default="other").cast(schema.FlowKind).alias("kind"),
-        pl.col("id").alias("flow_id"),
-        pl.col("ph").alias("phase"),
-        pl.col("pid_n").alias("pid"),
-        pl.col("tid_n").alias("tid"),
-        pl.col("ts_ns"),
-    )
-    # --- memory
-    mem = raw.filter(ph.is_in(["i", "I"]) & (pl.col("name") == "[memory]")).select(
-        pl.lit(rk, pl.Int32).alias("rank"),
-        pl.col("ts_ns"),
-        pl.col("mem_bytes").alias("bytes"),
-        pl.col("addr"),
-        pl.col("total_allocated"),
-        pl.col("total_reserved"),
-        pl.col("device_type").cast(pl.Int32),
-        pl.col("device_id").cast(pl.Int32).alias("device"),
-        pl.col("pid_n").alias("pid"),
-        pl.col("tid_n").alias("tid"),
-    )
-    meta_ev = raw.filter(ph == "M")
-    # The decoded columns are not needed any more: free them before linking (peak memory).
-    del raw, xs
-    linked = link.link_events(events, raw_flows)
-    n_flow_pairs = raw_flows.filter(pl.col("phase") == "s").height
-    _bump(oddities, "flow not bound to events", max(0, n_flow_pairs - linked.flows.height))
-    memory = link.link_memory(linked.events, mem, linked.steps)
-    # --- threads
-    threads = _threads(linked.events, meta_ev, rk)
-    # --- counters
-    counters_df = _counters(counters, rk)
-    devices = _devices(header, rk)
-    ev = linked.events
-    meta: dict[str, Any] = {
-        "format": "kineto",
-        "sources": [str(path)],
-        "ranks": [rk],
-        "oddities": oddities,
-        "trace_meta": {str(rk): redact(header)},
-    }
-    base = header.get("baseTimeNanoseconds")
-    if isinstance(base, int):
-        meta["base_time_ns"] = base
-    return Profile.from_tables(
-        meta=meta,
-        events=ev,
-        flows=linked.flows,
-        stacks=linked.stacks,
-        memory=memory,
-        counters=counters_df,
-        steps=linked.steps,
-        devices=devices,
-        threads=threads,
+
+
+def _memory_rows(raw: pl.DataFrame, rk: int) -> pl.DataFrame:
+    """``[memory]`` instants, with their pid/tid for :func:`link.link_memory`."""
+    return (
+        raw.lazy()
+        .filter(_PH.is_in(["i", "I"]) & (pl.col("name") == "[memory]"))
+        .select(
+            pl.lit(rk, pl.Int32).alias("rank"),
+            pl.col("ts_ns"),
+            pl.col("mem_bytes").alias("bytes"),
+            pl.col("addr"),
+            pl.col("total_allocated"),
+            pl.col("total_reserved"),
+            pl.col("device_type").cast(pl.Int32),
+            pl.col("device_id").cast(pl.Int32).alias("device"),
+            pl.col("pid_n").alias("pid"),
+            pl.col("tid_n").alias("tid"),
+        )
+        .collect()
     )
 
 
-def _threads(events: pl.DataFrame, meta_ev: pl.DataFrame, rk: int) -> pl.DataFrame:
-    names = meta_ev.filter(pl.col("name") == "thread_name").select(
-        pl.col("pid_n").alias("pid"), pl.col("tid_n").alias("tid"), pl.col("meta_name").alias("tn")
+def _thread_names(raw: pl.DataFrame) -> pl.DataFrame:
+    """``thread_name`` metadata: ``pid``, ``tid``, ``tn`` (the first name given per track)."""
+    names = (
+        raw.lazy()
+        .filter((_PH == "M") & (pl.col("name") == "thread_name"))
+        .select(
+            pl.col("pid_n").alias("pid"),
+            pl.col("tid_n").alias("tid"),
+            pl.col("meta_name").alias("tn"),
+        )
+        .collect()
     )
-    names = names.unique(["pid", "tid"], keep="first")
+    return names.unique(["pid", "tid"], keep="first")
+
+
+def _threads(events: pl.DataFrame, names: pl.DataFrame, rk: int) -> pl.DataFrame:
     tracks = events.group_by(["pid", "tid"]).agg(
         pl.col("kind").cast(pl.String).is_in(_DEVICE_KINDS).any().alias("is_device")
     )

@@ -87,6 +87,8 @@ class Linked:
     flows: pl.DataFrame
     stacks: pl.DataFrame
     steps: pl.DataFrame
+    #: The events' per-track sort, for :func:`link_memory` on the same events.
+    index: TrackIndex | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -158,46 +160,86 @@ def _depths(parent: IntArray) -> IntArray:
         d, j = d_new, j_new
 
 
-def _group_codes(df: pl.DataFrame, keys: list[str]) -> IntArray:
-    codes = df.select(pl.struct(keys).rank("dense").cast(pl.Int64) - 1).to_series()
-    return _np(codes, 0)
-
-
 # --------------------------------------------------------------------------------------------------
 # nesting
 
 
-def nest(events: pl.DataFrame) -> pl.DataFrame:
-    """Fill ``parent_id`` and ``depth`` (see the module doc). ``events.id`` must be 0..n-1."""
-    n = events.height
-    if n == 0:
-        return events.with_columns(
-            pl.lit(None, pl.Int64).alias("parent_id"), pl.lit(None, pl.Int32).alias("depth")
+@dataclass(frozen=True)
+class TrackIndex:
+    """Events sorted per track, built once (by :func:`nest_indexed`) and shared by every
+    :func:`enclosing` call on the same events (flows of each kind and phase, memory rows)."""
+
+    spans: dict[tuple[Any, ...], tuple[int, int]]  # (rank, pid, tid) -> rows [lo, hi) below
+    ts: IntArray  # start per sorted row
+    ids: IntArray  # event id per sorted row
+    parent: IntArray  # parent id per event id (-1: none)
+    end: IntArray  # end per event id
+
+
+def _track_order(events: pl.DataFrame) -> pl.DataFrame:
+    """``rank, pid, tid, ts_ns, end, id, i`` (``i``: row number) sorted by track, then start,
+    longer first, then :data:`_PRIORITY`: the order in which a parent comes before all it holds."""
+    return (
+        events.select(
+            pl.col("rank").fill_null(0),
+            pl.col("pid"),
+            pl.col("tid"),
+            pl.col("ts_ns"),
+            (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("end"),
+            pl.col("kind")
+            .cast(pl.String)
+            .replace_strict(_PRIORITY, default=8, return_dtype=pl.Int32)
+            .alias("prio"),
+            pl.col("id"),
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
         )
-    prio = events.select(
-        pl.col("kind").cast(pl.String).replace_strict(_PRIORITY, default=8, return_dtype=pl.Int32)
-    ).to_series()
-    key = events.select(
-        pl.col("rank").fill_null(0),
-        pl.col("pid").fill_null(-(2**62)),
-        pl.col("tid").fill_null(-(2**62)),
-        pl.col("ts_ns"),
-        (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("end"),
-        pl.col("id"),
-    ).with_columns(prio.alias("prio"))
-    order = _np(
-        key.with_row_index("i")
         .sort(
             ["rank", "pid", "tid", "ts_ns", "end", "prio", "id"],
             descending=[False, False, False, False, True, False, False],
         )
-        .get_column("i")
+        .drop("prio")
     )
-    k = key[order]
+
+
+def _track_spans(k: pl.DataFrame) -> tuple[dict[tuple[Any, ...], tuple[int, int]], BoolArray]:
+    """Row ranges of each track in the sorted ``k`` and, per row, whether the previous row is on
+    the same track (null pid/tid compare equal to each other)."""
+    same_col = (
+        pl.col("rank").eq_missing(pl.col("rank").shift(1))
+        & pl.col("pid").eq_missing(pl.col("pid").shift(1))
+        & pl.col("tid").eq_missing(pl.col("tid").shift(1))
+    ).fill_null(False)
+    same: BoolArray = k.select(same_col).to_series().to_numpy()
+    lo = np.nonzero(~same)[0]
+    hi = np.append(lo[1:], k.height)
+    heads = k.select("rank", "pid", "tid")[lo]
+    spans = {
+        (r, p, t): (int(a), int(b))
+        for (r, p, t), a, b in zip(heads.iter_rows(), lo, hi, strict=True)  # one per track
+    }
+    return spans, same
+
+
+def nest(events: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``parent_id`` and ``depth`` (see the module doc). ``events.id`` must be 0..n-1."""
+    return nest_indexed(events)[0]
+
+
+def nest_indexed(events: pl.DataFrame) -> tuple[pl.DataFrame, TrackIndex]:
+    """:func:`nest`, plus the :class:`TrackIndex` of the result (from the same sort)."""
+    n = events.height
+    if n == 0:
+        out = events.with_columns(
+            pl.lit(None, pl.Int64).alias("parent_id"), pl.lit(None, pl.Int32).alias("depth")
+        )
+        empty = np.zeros(0, dtype=np.int64)
+        return out, TrackIndex({}, empty, empty, empty, empty)
+    k = _track_order(events)
+    order = _np(k.get_column("i"))  # row numbers (== ids where ids are 0..n-1 in row order)
     end = _np(k.get_column("end"))
-    grp = _group_codes(k, ["rank", "pid", "tid"])
-    same = np.zeros(n, dtype=bool)
-    same[1:] = grp[1:] == grp[:-1]
+    spans, same = _track_spans(k)
+    ts_sorted = _np(k.get_column("ts_ns"))
+    del k
     cand = np.where(same, np.arange(n, dtype=np.int64) - 1, -1)
     # Pointer jumping: move each candidate to its own candidate until it ends at/after us.
     idx = np.nonzero(cand >= 0)[0]
@@ -210,61 +252,29 @@ def nest(events: pl.DataFrame) -> pl.DataFrame:
     parent_sorted = cand
     depth_sorted = _depths(parent_sorted)
     # Back to original row order; parents as event ids.
-    ids_sorted = order
-    parent_ids = np.where(parent_sorted >= 0, ids_sorted[np.maximum(parent_sorted, 0)], -1)
+    parent_ids = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
     parent = np.empty(n, dtype=np.int64)
     depth = np.empty(n, dtype=np.int64)
-    parent[ids_sorted] = parent_ids
-    depth[ids_sorted] = depth_sorted
-    return events.with_columns(
+    parent[order] = parent_ids
+    depth[order] = depth_sorted
+    end_by_id = np.empty(n, dtype=np.int64)
+    end_by_id[order] = end
+    index = TrackIndex(spans=spans, ts=ts_sorted, ids=order, parent=parent, end=end_by_id)
+    out = events.with_columns(
         _nullable("parent_id", parent), pl.Series("depth", depth, dtype=pl.Int32)
     )
-
-
-@dataclass(frozen=True)
-class TrackIndex:
-    """Events sorted per track, built once and shared by every :func:`enclosing` call on the same
-    events (flows of each kind and phase, memory rows)."""
-
-    spans: dict[tuple[Any, ...], tuple[int, int]]  # (rank, pid, tid) -> rows [lo, hi) below
-    ts: IntArray  # start per sorted row
-    ids: IntArray  # event id per sorted row
-    parent: IntArray  # parent id per event id (-1: none)
-    end: IntArray  # end per event id
+    return out, index
 
 
 def track_index(events: pl.DataFrame) -> TrackIndex:
     """The :class:`TrackIndex` of ``events`` (which must have been through :func:`nest`)."""
-    ev = events.select(
-        pl.col("rank").fill_null(0),
-        pl.col("pid"),
-        pl.col("tid"),
-        pl.col("ts_ns"),
-        (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("end"),
-        pl.col("kind")
-        .cast(pl.String)
-        .replace_strict(_PRIORITY, default=8, return_dtype=pl.Int32)
-        .alias("prio"),
-        pl.col("id"),
-    ).sort(
-        ["rank", "pid", "tid", "ts_ns", "end", "prio", "id"],
-        descending=[False, False, False, False, True, False, False],
-    )
-    bounds = (
-        ev.select("rank", "pid", "tid")
-        .with_row_index("i")
-        .group_by(["rank", "pid", "tid"], maintain_order=True)
-        .agg(pl.col("i").min().alias("lo"), pl.len().alias("n"))
-    )
-    spans = {
-        (r, p, t): (int(lo), int(lo) + int(k))
-        for r, p, t, lo, k in bounds.iter_rows()  # one row per track
-    }
+    k = _track_order(events)
+    spans, _ = _track_spans(k)
     ts = _np(events.get_column("ts_ns"))
     return TrackIndex(
         spans=spans,
-        ts=_np(ev.get_column("ts_ns")),
-        ids=_np(ev.get_column("id")),
+        ts=_np(k.get_column("ts_ns")),
+        ids=_np(k.get_column("id")),
         parent=_np(events.get_column("parent_id")),
         end=ts + _np(events.get_column("dur_ns"), 0),
     )
@@ -321,13 +331,16 @@ def enclosing(
 # flows, launches, ops
 
 
-def resolve_flows(events: pl.DataFrame, raw_flows: pl.DataFrame) -> pl.DataFrame:
+def resolve_flows(
+    events: pl.DataFrame, raw_flows: pl.DataFrame, *, index: TrackIndex | None = None
+) -> pl.DataFrame:
     """Bind each flow's start and finish records to events; returns the FLOWS table.
 
     ``ac2g`` starts bind to runtime/driver calls and finishes to device events; ``fwdbwd`` and
     ``async_npu`` ends bind to host ops; every endpoint binds to the innermost qualifying event on
     its track holding its time (the record's own ``ts`` is the event's start in Kineto). Flows with
-    an unbound end are dropped (counted by the caller as oddities).
+    an unbound end are dropped (counted by the caller as oddities). ``index``: as for
+    :func:`enclosing`.
     """
     if raw_flows.height == 0 or events.height == 0:
         return schema.empty("flows")
@@ -338,7 +351,8 @@ def resolve_flows(events: pl.DataFrame, raw_flows: pl.DataFrame) -> pl.DataFrame
     anyk = np.ones(events.height, dtype=bool)
     raw = raw_flows.with_columns(pl.col("kind").cast(pl.String).alias("k"))
     parts = []
-    index = track_index(events)
+    if index is None:
+        index = track_index(events)
     for (k, phase), grp in raw.group_by(["k", pl.col("phase") == "s"]):
         if k == "ac2g":
             mask = launch if phase else device
@@ -801,17 +815,24 @@ def _stack_rows(nodes: list[pl.DataFrame]) -> pl.DataFrame:
 # memory
 
 
-def link_memory(events: pl.DataFrame, memory: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def link_memory(
+    events: pl.DataFrame,
+    memory: pl.DataFrame,
+    steps: pl.DataFrame,
+    *,
+    index: TrackIndex | None = None,
+) -> pl.DataFrame:
     """Fill memory ``op_id`` (innermost enclosing cpu_op on the allocation's thread) and ``step``.
 
     ``memory`` may carry ``pid``/``tid`` helper columns (dropped here); without them only the step
-    is filled.
+    is filled. ``index``: as for :func:`enclosing` (:attr:`Linked.index` saves a sort).
     """
     if memory.height == 0:
         return schema.conform("memory", memory.drop(["pid", "tid"], strict=False))
     if "pid" in memory.columns and "tid" in memory.columns and events.height:
         is_op = (events.get_column("kind") == "cpu_op").to_numpy()
-        op = enclosing(events, memory.select("rank", "pid", "tid", "ts_ns"), is_op)
+        pts = memory.select("rank", "pid", "tid", "ts_ns")
+        op = enclosing(events, pts, is_op, index=index)
         memory = memory.with_columns(_nullable("op_id", op))
     memory = memory.with_columns(
         step_of_times(steps, memory.get_column("rank"), memory.get_column("ts_ns"))
@@ -829,8 +850,8 @@ def link_events(events: pl.DataFrame, raw_flows: pl.DataFrame) -> Linked:
     Returns the linked events (conformed to :data:`~opscope.model.schema.EVENTS`, helper columns
     dropped), the resolved FLOWS table, the STACKS table and the STEPS table.
     """
-    ev = nest(events)
-    flows = resolve_flows(ev, raw_flows) if raw_flows.height else schema.empty("flows")
+    ev, index = nest_indexed(events)
+    flows = resolve_flows(ev, raw_flows, index=index) if raw_flows.height else schema.empty("flows")
     ev = link_launches(ev, flows)
     ev = mark_backward(ev)
     ev = link_fwd_bwd(ev, flows)
@@ -838,4 +859,4 @@ def link_events(events: pl.DataFrame, raw_flows: pl.DataFrame) -> Linked:
     ev = assign_steps(ev, steps)
     ev, stacks = build_stacks(ev)
     ev = ev.drop([c for c in HELPER_COLUMNS if c in ev.columns])
-    return Linked(schema.conform("events", ev), flows, stacks, steps)
+    return Linked(schema.conform("events", ev), flows, stacks, steps, index)
