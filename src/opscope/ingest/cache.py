@@ -1,12 +1,15 @@
 """Columnar cache of loaded traces: a second ``load`` of an unchanged file reads Parquet.
 
 An entry is a directory written by :meth:`Profile.save`, keyed by the source's size, mtime_ns,
-absolute path, :data:`~opscope.model.schema.SCHEMA_VERSION`, the opscope version and the read
-options (salvage, rank). It lives beside the trace as ``.<tracename>.opscope/`` (one per trace, so
-two traces in one folder never share an entry) or, when that folder is not writable, under
-``$XDG_CACHE_HOME/opscope`` (default ``~/.cache/opscope``) in a folder named after a hash of the
-trace's absolute path. A stale or other-version entry is rebuilt. ``OPSCOPE_CACHE_DIR`` forces the
-fallback location (handy for read-only data sets).
+absolute path, :data:`~opscope.model.schema.SCHEMA_VERSION`, :data:`LAYOUT`, the opscope version
+and the read options (salvage, rank). It lives beside the trace as ``.<tracename>.opscope/`` (one
+per trace, so two traces in one folder never share an entry) or, when that folder is not
+writable, under ``$XDG_CACHE_HOME/opscope`` (default ``~/.cache/opscope``) in a folder named after
+a hash of the trace's absolute path. A stale or other-version entry is rebuilt.
+``OPSCOPE_CACHE_DIR`` forces the fallback location (handy for read-only data sets).
+
+A hit is opened lazily (``Profile.open(lazy=True)``): each table is parsed on its first use, so a
+reopen costs what the caller reads.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from typing import Any
 
 from opscope import __version__
 from opscope.model import Profile, schema
+
+# How an entry is written (compression, meta.json's table sizes); part of the key, so entries of
+# another layout are rebuilt. 2: lz4 Parquet with table sizes (1: zstd, none).
+LAYOUT = 2
 
 
 def _abs(path: Path) -> Path:
@@ -33,6 +40,7 @@ def cache_key(path: Path, *, salvage: bool = False, rank: int | None = None) -> 
         "mtime_ns": st.st_mtime_ns,
         "path_hash": hashlib.sha256(str(_abs(path)).encode()).hexdigest()[:32],
         "schema_version": schema.SCHEMA_VERSION,
+        "layout": LAYOUT,
         "opscope_version": __version__,
         "salvage": bool(salvage),
         "rank": rank,
@@ -72,7 +80,9 @@ def _writable(d: Path) -> bool:
 def lookup(path: Path, *, salvage: bool = False, rank: int | None = None) -> Profile | None:
     """The cached Profile of ``path`` when a fresh entry exists, else None.
 
-    The returned Profile's ``meta["from_cache"]`` is True.
+    The returned Profile's ``meta["from_cache"]`` is True. Its tables are parsed on first use;
+    the open checks every table file (present, whole, the size written), so a cut-short or
+    overwritten entry is a miss and gets rebuilt.
     """
     try:
         key = cache_key(path, salvage=salvage, rank=rank)
@@ -86,10 +96,8 @@ def lookup(path: Path, *, salvage: bool = False, rank: int | None = None) -> Pro
             stored = json.loads(meta_file.read_text()).get("cache_key")
             if stored != key:
                 continue
-            prof = Profile.open(entry)
-        except (OSError, ValueError, KeyError):
-            continue
-        except Exception:  # a damaged Parquet file: rebuild rather than fail
+            prof = Profile.open(entry, lazy=True)
+        except Exception:  # a damaged entry (any odd meta.json or table file): rebuild it
             continue
         return prof.with_meta(from_cache=True, cache_path=str(entry))
     return None

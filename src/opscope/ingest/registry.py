@@ -76,4 +76,12 @@ def load(
     """
     p = Path(path)
     kind = sniff(p)
+    if kind == "kineto" and cache:
+        # A hit needs no reader: looked up before importing one (the Kineto reader's decoder
+        # imports cost a tenth of a second, a large part of a cached reopen).
+        from opscope.ingest import cache as cache_mod
+
+        hit = cache_mod.lookup(p, salvage=salvage)
+        if hit is not None:
+            return hit
     return reader(kind)(p, salvage=salvage, cache=cache, progress=progress)
