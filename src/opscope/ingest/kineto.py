@@ -390,14 +390,13 @@ def _track_ids(num: pl.Expr, text: pl.Expr) -> pl.Expr:
     return pl.coalesce(num, text.str.extract(r"(-?\d+)\s*$", 1).cast(pl.Int64, strict=False))
 
 
-def _compact_numeric(col: str) -> pl.Expr:
-    return pl.col(col).str.replace_all(r"\s+", "")
+def _compact_numeric(text: pl.Expr) -> pl.Expr:
+    return text.str.replace_all(r"\s+", "")
 
 
-def _compact_strings(col: str) -> pl.Expr:
+def _compact_strings(text: pl.Expr) -> pl.Expr:
     return (
-        pl.col(col)
-        .str.replace_all(r'",\s+"', '","')
+        text.str.replace_all(r'",\s+"', '","')
         .str.replace_all(r"\[\s+", "[")
         .str.replace_all(r"\s+\]", "]")
     )
@@ -524,7 +523,7 @@ def _events_table(raw: pl.DataFrame, rk: int, oddities: dict[str, int]) -> pl.Da
     _bump(oddities, "negative duration (clamped to 0)", int(odd.item(0, "neg")))
     _bump(oddities, "slice without name", int(odd.item(0, "no_name")))
     _bump(oddities, "slice without pid/tid", int(odd.item(0, "no_track")))
-    events = xs.filter(has_ts).select(_event_columns(rk)).collect()
+    events = _clean_distinct(xs.filter(has_ts).select(_event_columns(rk)).collect())
     # The columns keep the decoder's chunks, and sorting chunked columns gathers across chunks
     # (~10x slower at 1 GB than on one chunk): rechunk, then sort.
     events = events.rechunk().sort("ts_ns", maintain_order=True)
@@ -542,7 +541,6 @@ def _event_columns(rk: int) -> list[pl.Expr]:
         .cast(schema.EventKind)
     )
     is_dev = kind.cast(pl.String).is_in(_DEVICE_KINDS)
-    grid_dims = pl.col("grid").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64))
     extra = pl.struct(
         [pl.col(field).alias(key) for field, key in jsonscan.EXTRA_ARGS if field != "pg_ranks"]
         + [pl.col("pg_ranks").alias("Process Group Ranks")]
@@ -570,17 +568,15 @@ def _event_columns(rk: int) -> list[pl.Expr]:
         pl.col("seq"),
         pl.col("fwd_tid"),
         pl.col("flops").round(0).cast(pl.Int64, strict=False).alias("flops"),
-        _compact_numeric("input_dims").alias("input_dims"),
-        _compact_strings("input_types").alias("input_types"),
-        _compact_numeric("input_strides").alias("input_strides"),
-        _compact_strings("concrete_inputs").alias("concrete_inputs"),
+        # Texts cleaned by _clean_distinct once the rows are collected.
+        pl.col("input_dims"),
+        pl.col("input_types"),
+        pl.col("input_strides"),
+        pl.col("concrete_inputs"),
         pl.coalesce("bytes_", "size").round(0).cast(pl.Int64, strict=False).alias("bytes"),
-        _compact_numeric("grid").alias("grid"),
-        _compact_numeric("block").alias("block"),
-        pl.when(pl.col("grid").str.contains(r"^\s*\[[\d,\s]*\]\s*$").fill_null(False))
-        .then(grid_dims.list.eval(pl.element().product()).list.first())
-        .otherwise(None)
-        .alias("blocks"),
+        pl.col("grid"),
+        pl.col("block"),
+        pl.col("grid").alias("blocks"),
         pl.col("registers").cast(pl.Int32, strict=False),
         pl.col("shared_mem").alias("shared_mem"),
         pl.col("occupancy").cast(pl.Float64),
@@ -590,6 +586,40 @@ def _event_columns(rk: int) -> list[pl.Expr]:
         pl.col("call_stack"),
         pl.col("module_hierarchy"),
     ]
+
+
+def _blocks(grid: pl.Expr) -> pl.Expr:
+    """Thread blocks of a launch: the product of its grid dims, for a plain ``[x, y, z]``."""
+    dims = grid.str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64))
+    return (
+        pl.when(grid.str.contains(r"^\s*\[[\d,\s]*\]\s*$").fill_null(False))
+        .then(dims.list.eval(pl.element().product()).list.first())
+        .otherwise(None)
+    )
+
+
+# column -> how its raw JSON text is cleaned (``blocks`` is computed from the grid text)
+_CLEAN: dict[str, Callable[[pl.Expr], pl.Expr]] = {
+    "input_dims": _compact_numeric,
+    "input_types": _compact_strings,
+    "input_strides": _compact_numeric,
+    "concrete_inputs": _compact_strings,
+    "grid": _compact_numeric,
+    "block": _compact_numeric,
+    "blocks": _blocks,
+}
+
+
+def _clean_distinct(events: pl.DataFrame) -> pl.DataFrame:
+    """Apply :data:`_CLEAN` once per distinct text: shapes and launch configs repeat every step
+    (a few hundred distinct texts over millions of rows), and the regexes cost ~5x the lookup."""
+    return events.with_columns(_per_distinct(events.get_column(c), f) for c, f in _CLEAN.items())
+
+
+def _per_distinct(s: pl.Series, fn: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
+    u = s.unique().drop_nulls()
+    mapped = pl.DataFrame({"v": u}).select(fn(pl.col("v"))).to_series()
+    return s.replace_strict(u, mapped, default=None, return_dtype=mapped.dtype)
 
 
 def _raw_flows(raw: pl.DataFrame, rk: int, oddities: dict[str, int]) -> pl.DataFrame:
