@@ -177,28 +177,63 @@ class TrackIndex:
 
 
 def _track_order(events: pl.DataFrame) -> pl.DataFrame:
-    """``rank, pid, tid, ts_ns, end, id, i`` (``i``: row number) sorted by track, then start,
-    longer first, then :data:`_PRIORITY`: the order in which a parent comes before all it holds."""
-    return (
-        events.select(
-            pl.col("rank").fill_null(0),
-            pl.col("pid"),
-            pl.col("tid"),
-            pl.col("ts_ns"),
-            (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("end"),
-            pl.col("kind")
-            .cast(pl.String)
-            .replace_strict(_PRIORITY, default=8, return_dtype=pl.Int32)
-            .alias("prio"),
-            pl.col("id"),
-            pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
-        )
-        .sort(
-            ["rank", "pid", "tid", "ts_ns", "end", "prio", "id"],
-            descending=[False, False, False, False, True, False, False],
-        )
-        .drop("prio")
+    """``rank, pid, tid, ts_ns, end, i`` (``i``: row number) sorted by track, then start, longer
+    first, then :data:`_PRIORITY`, then id: the order in which a parent comes before all it holds.
+    """
+    k = events.select(
+        pl.col("rank").fill_null(0),
+        pl.col("pid"),
+        pl.col("tid"),
+        pl.col("ts_ns"),
+        (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("end"),
+        pl.col("kind")
+        .cast(pl.String)
+        .replace_strict(_PRIORITY, default=8, return_dtype=pl.Int64)
+        .alias("prio"),
+        pl.col("id"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
     )
+    packed = _packed_keys(k)
+    if packed is not None:
+        # Three integer keys sort ~3x faster than the seven they stand for.
+        return k.with_columns(packed).sort(["k1", "k2", "id"]).select(_ORDER_OUT)
+    return k.sort(
+        ["rank", "pid", "tid", "ts_ns", "end", "prio", "id"],
+        descending=[False, False, False, False, True, False, False],
+    ).select(_ORDER_OUT)
+
+
+_ORDER_OUT = ["rank", "pid", "tid", "ts_ns", "end", "i"]
+
+
+def _packed_keys(k: pl.DataFrame) -> list[pl.Series] | None:
+    """``k1`` = (track number, start) and ``k2`` = (end descending, priority) packed into one
+    Int64 each, ordered as the keys they pack; None where the value ranges do not fit."""
+    if k.height == 0 or k.get_column("ts_ns").null_count():
+        return None
+    lo_ts, hi_ts = k.get_column("ts_ns").min(), k.get_column("ts_ns").max()
+    lo_end, hi_end = k.get_column("end").min(), k.get_column("end").max()
+    assert isinstance(lo_ts, int) and isinstance(hi_ts, int)
+    assert isinstance(lo_end, int) and isinstance(hi_end, int)
+    # Track numbers in (rank, pid, tid) order, nulls first as in the plain sort.
+    tracks = (
+        k.select("rank", "pid", "tid")
+        .unique()
+        .sort(["rank", "pid", "tid"])
+        .with_row_index("code")
+        .with_columns(pl.col("code").cast(pl.Int64))
+    )
+    ts_bits = (hi_ts - lo_ts).bit_length()
+    if tracks.height.bit_length() + ts_bits > 62 or (hi_end - lo_end).bit_length() + 4 > 62:
+        return None
+    code = k.join(
+        tracks, on=["rank", "pid", "tid"], how="left", nulls_equal=True, maintain_order="left"
+    ).get_column("code")
+    packed = k.select(
+        (pl.lit(code) * (1 << ts_bits) + (pl.col("ts_ns") - lo_ts)).alias("k1"),
+        ((hi_end - pl.col("end")) * 16 + pl.col("prio")).alias("k2"),
+    )
+    return packed.get_columns()
 
 
 def _track_spans(k: pl.DataFrame) -> tuple[dict[tuple[Any, ...], tuple[int, int]], BoolArray]:
