@@ -24,7 +24,7 @@ from opscope import __version__
 from opscope.model import Profile, schema
 
 # How an entry is written (compression, meta.json's table sizes); part of the key, so entries of
-# another layout are rebuilt. 2: lz4 Parquet with table sizes (1: zstd, none).
+# another layout are rebuilt. 2: zstd-1 Parquet without statistics, table sizes in meta.json.
 LAYOUT = 2
 
 
