@@ -92,6 +92,19 @@ def test_ops_and_kernels_before_events_are_parsed(saved: Path) -> None:
     assert lazy.has_device and lazy.ranks == [0]
 
 
+def test_kernels_first_read_only_their_rows(saved: Path) -> None:
+    lazy = Profile.open(saved, lazy=True)
+    kernels = lazy.kernels
+    pending = _pending(lazy, "events")
+    assert pending is not None and not pending.parsed
+    assert kernels.equals(_profile().kernels)
+    assert kernels.get_column("kind").cast(pl.String).unique().sort().to_list() == [
+        "kernel",
+        "memcpy",
+        "memset",
+    ]
+
+
 def test_unparsed_tables_stay_unparsed_through_copies(saved: Path) -> None:
     lazy = Profile.open(saved, lazy=True)
     steps = _profile().steps.with_columns(pl.col("dur_ns") * 2)
