@@ -74,6 +74,8 @@ _PRIORITY = {
     "memset": 7,
     "other": 8,
 }
+#: Kinds that run on a device (their op, step, stack come from the host op that launched them).
+_DEVICE_KINDS = ("kernel", "memcpy", "memset", "communication", "gpu_annotation")
 _STEP_RE = r"^ProfilerStep#(\d+)$"
 _EVAL_FN = "autograd::engine::evaluate_function"
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
@@ -116,6 +118,30 @@ def _gather(s: pl.Series, idx: IntArray) -> pl.Series:
     if neg.size:
         out = out.scatter(neg, None)
     return out
+
+
+def kind_mask(events: pl.DataFrame, *kinds: str) -> BoolArray:
+    """``events.kind`` in ``kinds`` as a numpy mask (null kinds: False)."""
+    kind = events.get_column("kind")
+    if isinstance(kind.dtype, pl.Enum):
+        # Through the Enum's codes: no string per row (this runs a dozen times per load).
+        cats = kind.dtype.categories.to_list()
+        table = np.array([c in kinds for c in cats] + [False], dtype=bool)
+        codes = kind.to_physical().fill_null(len(cats)).cast(pl.Int64).to_numpy()
+        out: BoolArray = table[codes]
+        return out
+    return kind.cast(pl.String).is_in(list(kinds)).fill_null(False).to_numpy()
+
+
+def _priority(events: pl.DataFrame) -> pl.Series:
+    """:data:`_PRIORITY` of each event's kind (unknown and null kinds: 8)."""
+    kind = events.get_column("kind")
+    if isinstance(kind.dtype, pl.Enum):
+        cats = kind.dtype.categories.to_list()
+        table = np.array([_PRIORITY.get(c, 8) for c in cats] + [8], dtype=np.int64)
+        codes = kind.to_physical().fill_null(len(cats)).cast(pl.Int64).to_numpy()
+        return pl.Series("prio", table[codes], dtype=pl.Int64)
+    return kind.cast(pl.String).replace_strict(_PRIORITY, default=8, return_dtype=pl.Int64)
 
 
 def nearest_ancestor(parent: IntArray, mask: BoolArray, *, include_self: bool = False) -> IntArray:
@@ -186,10 +212,7 @@ def _track_order(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("tid"),
         pl.col("ts_ns"),
         (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("end"),
-        pl.col("kind")
-        .cast(pl.String)
-        .replace_strict(_PRIORITY, default=8, return_dtype=pl.Int64)
-        .alias("prio"),
+        pl.lit(_priority(events)).alias("prio"),
         pl.col("id"),
         pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
     )
@@ -379,10 +402,9 @@ def resolve_flows(
     """
     if raw_flows.height == 0 or events.height == 0:
         return schema.empty("flows")
-    kind = events.get_column("kind").cast(pl.String)
-    host_op = kind.is_in(["cpu_op", "user_annotation", "step"]).to_numpy()
-    launch = kind.is_in(["runtime", "driver"]).to_numpy()
-    device = kind.is_in(["kernel", "memcpy", "memset", "communication"]).to_numpy()
+    host_op = kind_mask(events, "cpu_op", "user_annotation", "step")
+    launch = kind_mask(events, "runtime", "driver")
+    device = kind_mask(events, "kernel", "memcpy", "memset", "communication")
     anyk = np.ones(events.height, dtype=bool)
     raw = raw_flows.with_columns(pl.col("kind").cast(pl.String).alias("k"))
     parts = []
@@ -420,23 +442,17 @@ def resolve_flows(
 def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     """Fill ``launch_id`` and ``op_id`` (see the module doc). Needs :func:`nest` first."""
     n = events.height
-    kind = events.get_column("kind").cast(pl.String)
     parent = _np(events.get_column("parent_id"))
-    is_op = (kind == "cpu_op").to_numpy()
-    is_launch = kind.is_in(["runtime", "driver"]).to_numpy()
-    is_dev = kind.is_in(
-        ["kernel", "memcpy", "memset", "communication", "gpu_annotation"]
-    ).to_numpy()
+    is_op = kind_mask(events, "cpu_op")
+    is_launch = kind_mask(events, "runtime", "driver")
+    is_dev = kind_mask(events, *_DEVICE_KINDS)
     # op of host events: innermost enclosing cpu_op (runtime calls, python frames inside ops...)
     op = nearest_ancestor(parent, is_op)
     op[is_op] = -1
     # launches by correlation
-    ev = events.select("id", "rank", "kind", "correlation")
+    ev = events.select("id", "rank", "correlation")
     launches = (
-        ev.filter(
-            pl.col("kind").cast(pl.String).is_in(["runtime", "driver"])
-            & pl.col("correlation").is_not_null()
-        )
+        ev.filter(pl.Series(is_launch) & pl.col("correlation").is_not_null())
         .unique(["rank", "correlation"], keep="first", maintain_order=True)
         .select("rank", "correlation", pl.col("id").alias("launch"))
     )
@@ -458,12 +474,14 @@ def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     # External id fallback for launches and device events without an enclosing op
     need = (op < 0) & (is_launch | is_dev)
     if need.any():
+        # Narrow first: filtering all of events would copy every column of the kept rows.
+        xev = events.select("id", "rank", "external_id")
         ops = (
-            events.filter(pl.Series(is_op) & pl.col("external_id").is_not_null())
+            xev.filter(pl.Series(is_op) & pl.col("external_id").is_not_null())
             .unique(["rank", "external_id"], keep="first", maintain_order=True)
             .select("rank", "external_id", pl.col("id").alias("xop"))
         )
-        miss = events.filter(pl.Series(need)).select("id", "rank", "external_id")
+        miss = xev.filter(pl.Series(need))
         miss = miss.join(ops, on=["rank", "external_id"], how="left")
         mid = _np(miss.get_column("id"))
         op[mid] = _np(miss.get_column("xop"))
@@ -473,13 +491,11 @@ def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
 def mark_backward(events: pl.DataFrame) -> pl.DataFrame:
     """Fill ``is_backward`` (needs :func:`nest` and :func:`link_launches`)."""
     name = events.get_column("name")
-    kind = events.get_column("kind").cast(pl.String)
     # evaluate_function wraps each node in current traces; 2021 traces record the node alone
     # ("AddmmBackward"), so a node name is a root too.
-    root = (
-        (name.str.starts_with(_EVAL_FN) | name.str.contains(r"Backward\d*$")).fill_null(False)
-        & (kind == "cpu_op")
-    ).to_numpy()
+    root = (name.str.starts_with(_EVAL_FN) | name.str.contains(r"Backward\d*$")).fill_null(
+        False
+    ).to_numpy() & kind_mask(events, "cpu_op")
     parent = _np(events.get_column("parent_id"))
     anc = nearest_ancestor(parent, root, include_self=True)
     bwd = anc >= 0
@@ -578,10 +594,7 @@ def step_of_times(steps: pl.DataFrame, rank: pl.Series, ts: pl.Series) -> pl.Ser
 def assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """Fill ``step`` (needs :func:`link_launches`)."""
     st = _np(step_of_times(steps, events.get_column("rank"), events.get_column("ts_ns")))
-    kind = events.get_column("kind").cast(pl.String)
-    is_dev = kind.is_in(
-        ["kernel", "memcpy", "memset", "communication", "gpu_annotation"]
-    ).to_numpy()
+    is_dev = kind_mask(events, *_DEVICE_KINDS)
     op = _np(events.get_column("op_id"))
     la = _np(events.get_column("launch_id"))
     via = np.where(op >= 0, op, la)
@@ -693,10 +706,9 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     the same way for the events that carry it.
     """
     n = events.height
-    kind = events.get_column("kind").cast(pl.String)
     name = events.get_column("name").fill_null("")
     parent = _np(events.get_column("parent_id"))
-    is_py = (kind == "python_function").to_numpy()
+    is_py = kind_mask(events, "python_function")
     is_mod = is_py & name.str.starts_with("nn.Module: ").to_numpy()
     is_frame = is_py & ~is_mod
     stack = np.full(n, -1, dtype=np.int64)
@@ -788,9 +800,12 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         module = pl.DataFrame({"a": module, "b": mh}).select(pl.coalesce("a", "b")).to_series()
     # device / launch events take their op's stack and module
     op = _np(events.get_column("op_id"))
-    dev = kind.is_in(
-        ["kernel", "memcpy", "memset", "communication", "gpu_annotation", "runtime", "driver"]
-    ).to_numpy()
+    dev = kind_mask(
+        events,
+        *_DEVICE_KINDS,
+        "runtime",
+        "driver",
+    )
     use = dev & (op >= 0) & (stack < 0)
     stack[use] = stack[op[use]]
     from_op = _gather(module, np.where(dev, op, -1))
@@ -865,7 +880,7 @@ def link_memory(
     if memory.height == 0:
         return schema.conform("memory", memory.drop(["pid", "tid"], strict=False))
     if "pid" in memory.columns and "tid" in memory.columns and events.height:
-        is_op = (events.get_column("kind") == "cpu_op").to_numpy()
+        is_op = kind_mask(events, "cpu_op")
         pts = memory.select("rank", "pid", "tid", "ts_ns")
         op = enclosing(events, pts, is_op, index=index)
         memory = memory.with_columns(_nullable("op_id", op))
