@@ -168,6 +168,8 @@ def _timed(fn: Callable[..., Any], name: str, timings: dict[str, float]) -> Call
         finally:
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
             timings[name + " cpu"] = timings.get(name + " cpu", 0.0) + _cpu() - c
+            # the process peak so far: the stage where it jumps is the one that set the peak
+            timings[name + " peak_gb"] = _rss_peak_kb() / 2**20
 
     return wrapper
 

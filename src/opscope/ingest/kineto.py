@@ -18,7 +18,7 @@ import msgspec
 import polars as pl
 
 from opscope.errors import InputError, TruncatedTraceError
-from opscope.ingest import gz, jsonscan, link
+from opscope.ingest import fastscan, gz, jsonscan, link
 from opscope.ingest.jsonscan import ScanError
 from opscope.model import Profile, schema
 
@@ -218,6 +218,18 @@ def _parse(
         if progress is not None:
             progress("parse", done, total)
 
+    fast = fastscan.scan(data, start, end, progress=scan_progress)
+    if fast is not None:
+        # the scanned arrays hold no reference to the text: free it before building columns
+        del data
+        fast_cols, fast_exact = fast.columns()
+        del fast
+        held = [fast_cols.frame()]
+        fast_cols.frames.clear()
+        prof = _build_profile(
+            held, fast_cols.counters, header, path, oddities, exact=fast_exact, rank=rank
+        )
+        return prof if salvaged is None else prof.with_meta(salvaged=salvaged)
     try:
         cols = jsonscan.scan_array(data, start, end, progress=scan_progress)
     except ScanError as e:
@@ -427,14 +439,14 @@ def _build_profile(
     rank: int | None = None,
 ) -> Profile:
     """:func:`build_profile` on ``held.pop()``, which is dropped before linking (peak memory)."""
-    raw = _with_times_and_tracks(held.pop(), exact)
+    # raw is only ever referenced from this list, so _events_table can free it (the largest
+    # object here) as soon as the events are selected, before they are sorted (peak memory).
+    raw = [_with_times_and_tracks(held.pop(), exact)]
     rk = _rank_of(header, rank)
+    raw_flows = _raw_flows(raw[0], rk, oddities)
+    mem = _memory_rows(raw[0], rk)
+    names = _thread_names(raw[0])
     events = _events_table(raw, rk, oddities)
-    raw_flows = _raw_flows(raw, rk, oddities)
-    mem = _memory_rows(raw, rk)
-    names = _thread_names(raw)
-    # The decoded columns are not needed any more: free them before linking (peak memory).
-    del raw
     linked = link.link_events(events, raw_flows)
     del events
     n_flow_pairs = raw_flows.filter(pl.col("phase") == "s").height
@@ -498,10 +510,11 @@ _PH = pl.col("ph")
 _CAT_L = pl.col("cat").str.to_lowercase()
 
 
-def _events_table(raw: pl.DataFrame, rk: int, oddities: dict[str, int]) -> pl.DataFrame:
-    """The slices (``ph: "X"``) as EVENTS rows in time order, ids 0..n-1 (before linking)."""
+def _events_table(raw: list[pl.DataFrame], rk: int, oddities: dict[str, int]) -> pl.DataFrame:
+    """The slices (``ph: "X"``) of ``raw.pop()`` as EVENTS rows in time order, ids 0..n-1 (before
+    linking). The decoded frame is dropped once the rows are selected."""
     # Lazy everywhere: raw has ~60 columns, and an eager filter would copy every one of them.
-    lazy = raw.lazy()
+    lazy = raw.pop().lazy()
     _bump(
         oddities,
         "unsupported phase",
@@ -510,6 +523,7 @@ def _events_table(raw: pl.DataFrame, rk: int, oddities: dict[str, int]) -> pl.Da
         .item(),
     )
     xs = lazy.filter((_PH == "X") & (_CAT_L.fill_null("") != "trace"))
+    del lazy
     has_ts = pl.col("ts_ns").is_not_null()
     odd = xs.select(
         pl.col("ts_ns").is_null().sum().alias("no_ts"),
@@ -523,11 +537,27 @@ def _events_table(raw: pl.DataFrame, rk: int, oddities: dict[str, int]) -> pl.Da
     _bump(oddities, "negative duration (clamped to 0)", int(odd.item(0, "neg")))
     _bump(oddities, "slice without name", int(odd.item(0, "no_name")))
     _bump(oddities, "slice without pid/tid", int(odd.item(0, "no_track")))
-    events = _clean_distinct(xs.filter(has_ts).select(_event_columns(rk)).collect())
-    # The columns keep the decoder's chunks, and sorting chunked columns gathers across chunks
-    # (~10x slower at 1 GB than on one chunk): rechunk, then sort.
-    events = events.rechunk().sort("ts_ns", maintain_order=True)
-    return events.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.all())
+    # Streaming: morsel by morsel, so the filtered inputs and expression temporaries never exist
+    # for all rows at once (~0.4 GB less peak at 1 GB, and less CPU).
+    events = xs.filter(has_ts).select(_event_columns(rk)).collect(engine="streaming")
+    del xs  # the last reference to the decoded frame
+    return _sorted_by_time(_clean_distinct(events))
+
+
+def _sorted_by_time(events: pl.DataFrame) -> pl.DataFrame:
+    """``events`` stably sorted by ``ts_ns``, with ``id`` = row number in front.
+
+    Column by column, each unsorted column dropped once gathered: a frame-wide sort holds both
+    copies of every column at once (peak memory).
+    """
+    order = events.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts_ns", maintain_order=True)
+    ).to_series()
+    cols = [pl.int_range(events.height, dtype=pl.Int64, eager=True).alias("id")]
+    for name in events.columns:
+        cols.append(events.get_column(name).gather(order))
+        events = events.drop(name)
+    return pl.DataFrame(cols)
 
 
 def _event_columns(rk: int) -> list[pl.Expr]:
