@@ -18,7 +18,7 @@ import msgspec
 import polars as pl
 
 from opscope.errors import InputError, TruncatedTraceError
-from opscope.ingest import fastscan, gz, jsonscan, link
+from opscope.ingest import gz, jsonscan, link
 from opscope.ingest.jsonscan import ScanError
 from opscope.model import Profile, schema
 
@@ -218,18 +218,6 @@ def _parse(
         if progress is not None:
             progress("parse", done, total)
 
-    fast = fastscan.scan(data, start, end, progress=scan_progress)
-    if fast is not None:
-        # the scanned arrays hold no reference to the text: free it before building columns
-        del data
-        fast_cols, fast_exact = fast.columns()
-        del fast
-        held = [fast_cols.frame()]
-        fast_cols.frames.clear()
-        prof = _build_profile(
-            held, fast_cols.counters, header, path, oddities, exact=fast_exact, rank=rank
-        )
-        return prof if salvaged is None else prof.with_meta(salvaged=salvaged)
     try:
         cols = jsonscan.scan_array(data, start, end, progress=scan_progress)
     except ScanError as e:
