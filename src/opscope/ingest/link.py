@@ -453,7 +453,7 @@ def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     ev = events.select("id", "rank", "correlation")
     launches = (
         ev.filter(pl.Series(is_launch) & pl.col("correlation").is_not_null())
-        .unique(["rank", "correlation"], keep="first", maintain_order=True)
+        .unique(["rank", "correlation"], keep="first")  # joined on, so any row order
         .select("rank", "correlation", pl.col("id").alias("launch"))
     )
     dev = ev.filter(pl.Series(is_dev)).join(launches, on=["rank", "correlation"], how="left")
@@ -478,7 +478,7 @@ def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
         xev = events.select("id", "rank", "external_id")
         ops = (
             xev.filter(pl.Series(is_op) & pl.col("external_id").is_not_null())
-            .unique(["rank", "external_id"], keep="first", maintain_order=True)
+            .unique(["rank", "external_id"], keep="first")
             .select("rank", "external_id", pl.col("id").alias("xop"))
         )
         miss = xev.filter(pl.Series(need))
@@ -736,7 +736,7 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             nodes.append(keys.select("sid", "pstack", "text"))
             next_id += keys.height
         # every event: nearest enclosing non-module frame
-        anc = nearest_ancestor(parent, is_frame)
+        anc = fpar  # the same climb
         stack = np.where(is_frame, stack, np.where(anc >= 0, stack[np.maximum(anc, 0)], -1))
     # --- call stack strings
     if "call_stack" in events.columns:
@@ -771,7 +771,7 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             use = (mapped >= 0) & (stack < 0)
             stack[use] = mapped[use]
     # --- modules from nn.Module frames, one level of nesting at a time
-    path = pl.Series("module", [None] * n, dtype=pl.String)
+    path = pl.repeat(None, n, dtype=pl.String, eager=True).alias("module")
     if is_mod.any():
         mpar = nearest_ancestor(parent, is_mod)
         midx = np.nonzero(is_mod)[0]
@@ -791,7 +791,7 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                 .to_series()
             )
             path = path.scatter(sel, val)
-        anc = nearest_ancestor(parent, is_mod, include_self=True)
+        anc = np.where(is_mod, np.arange(n, dtype=np.int64), mpar)  # mpar, self included
         module = _gather(path, anc).alias("module")
     else:
         module = path
