@@ -39,7 +39,7 @@ the returned position, the start of the event being read); input outside what th
 
 # control slots: addresses (A), sizes and counters
 (
-    C_VT, C_IV, C_IL, C_NROWS,
+    C_VT, C_IV, C_IL, C_STRIDE,
     C_S_TAB, C_S_MASK, C_S_ES, C_S_EN, C_S_EH, C_S_CAP, C_S_CNT,
     C_R_TAB, C_R_MASK, C_R_ES, C_R_EN, C_R_EH, C_R_CAP, C_R_CNT,
     C_STACK, C_STACK_CAP,
@@ -435,7 +435,7 @@ def _key(b: int, s: int, n: int, ctl: int, base: int, prev: int) -> int:
 
 @_inline
 def _put(ctl: int, ev: int, row: int, vt: int, val: int) -> None:
-    at = ev * _i64(ctl, C_NROWS) + row
+    at = row * _i64(ctl, C_STRIDE) + ev
     _set_i8(_i64(ctl, C_VT), at, vt)
     _set_i64(_i64(ctl, C_IV), at, val)
 
@@ -477,7 +477,7 @@ def _value(b: int, p: int, lim: int, kind: int, row: int, ev: int, ctl: int, is_
             _put(ctl, ev, row, NS, ip * 1000 + fv * scale)
         else:
             _put(ctl, ev, row, NUMTEXT, p)
-            _set_i32(_i64(ctl, C_IL), ev * _i64(ctl, C_NROWS) + row, e - p)
+            _set_i32(_i64(ctl, C_IL), row * _i64(ctl, C_STRIDE) + ev, e - p)
         return e
     if c == 123 or c == 91:
         e = skip_value(b, p, lim, ctl)
@@ -549,13 +549,13 @@ def scan_events(
 
     ``first``: ``pos`` is just after the ``[`` (else just after a ``,``). Returns (status, pos,
     events read); on FULL and GROW, ``pos`` is where to resume with ``first=False`` (GROW: the
-    start of the event to read again).
+    start of the event to read again). The chunk arrays are column-major (field row times
+    ``C_STRIDE`` plus event); only present fields are written, so the caller zeroes ``vtype`` of
+    the events it took (and of a half-read one) before the next call.
     """
     n_ev_keys = _i64(ctl, C_EK_N)
     kinds = _i64(ctl, C_EK_KIND)
     ts_key = _i64(ctl, C_TS_KEY)
-    nrows = _i64(ctl, C_NROWS)
-    vt = _i64(ctl, C_VT)
     n = 0
     p = _ws(b, pos, lim)
     if first and p < lim and _u8(b, p) == 93:
@@ -566,8 +566,6 @@ def scan_events(
         ev_start = p
         if p >= lim or _u8(b, p) != 123:
             return BAIL, p, n
-        for r in range(nrows):
-            _set_i8(vt, n * nrows + r, ABSENT)
         prev = n_ev_keys
         p = _ws(b, p + 1, lim)
         if p < lim and _u8(b, p) == 125:

@@ -301,7 +301,7 @@ class Scanned:
                 us, ns[name] = self._times(f, k)
                 cols.append(us)
             else:
-                col = self._strings(f, strings, k)
+                col = self._codes(f, strings)
                 cols.append(col.fill_null("") if name == "ph" else col)
         for name in jsonscan.ARG_COLUMNS:
             f = self.fields[name]
@@ -310,9 +310,9 @@ class Scanned:
                     pl.Series(name, [], jsonscan._NULL_DTYPE[name]).extend_constant(None, self.n)
                 )
             elif f.kind == k.K_RAW:
-                cols.append(self._codes(f, raws, k.RAW, k))
+                cols.append(self._codes(f, raws))
             elif f.kind == k.K_STR:
-                cols.append(self._strings(f, strings, k))
+                cols.append(self._codes(f, strings))
             elif f.kind == k.K_INT:
                 cols.append(self._ints(f, k))
             elif f.kind == k.K_NUM:
@@ -329,9 +329,15 @@ class Scanned:
     # -- per kind
 
     def _cat(self, f: _Field) -> tuple[IntArray, np.ndarray[Any, np.dtype[np.int8]]]:
+        """A field's values and type codes over the whole trace; the field lets go of its
+        chunks (each column is built while the rest stay as compact arrays: peak memory)."""
         if not f.seen:
             return np.zeros(self.n, np.int64), np.zeros(self.n, np.int8)
-        return np.concatenate(f.vals), np.concatenate(f.vt)
+        vals = np.concatenate(f.vals)
+        f.vals.clear()
+        vt = np.concatenate(f.vt) if f.vt else np.zeros(0, np.int8)
+        f.vt.clear()
+        return vals, vt
 
     def _masked(self, name: str, vals: Any, valid: Any, dtype: Any) -> pl.Series:
         s = pl.Series(name, vals, dtype=dtype)
@@ -339,13 +345,11 @@ class Scanned:
             return s
         return pl.select(pl.when(pl.Series(valid)).then(s).alias(name)).to_series()
 
-    def _codes(self, f: _Field, table: pl.Series, code: int, k: Any) -> pl.Series:
-        vals, vt = self._cat(f)
-        idx = self._masked("i", vals, vt == code, pl.Int64)
-        return table.gather(idx).alias(f.name)
-
-    def _strings(self, f: _Field, strings: pl.Series, k: Any) -> pl.Series:
-        return self._codes(f, strings, k.STR, k)
+    def _codes(self, f: _Field, table: pl.Series) -> pl.Series:
+        codes, _ = self._cat(f)
+        if not f.seen:
+            return pl.Series(f.name, [], pl.String).extend_constant(None, self.n)
+        return table.gather(self._masked("i", codes, codes >= 0, pl.Int32)).alias(f.name)
 
     def _ints(self, f: _Field, k: Any) -> pl.Series:
         vals, vt = self._cat(f)
@@ -443,19 +447,20 @@ def _scan(
     n_rows = len(ek.names) + len(ak.names)
     names = ek.names + ak.names
     kinds = np.concatenate([ek.kinds, ak.kinds])
-    # event-major: the fields of one event share cache lines while the kernel writes them
-    vtype = np.zeros((CHUNK_EVENTS, n_rows), dtype=np.int8)
-    ival = np.zeros((CHUNK_EVENTS, n_rows), dtype=np.int64)
-    ilen = np.zeros((CHUNK_EVENTS, n_rows), dtype=np.int32)
+    # column-major: a field's values of the chunk are one contiguous row, copied out as a block
+    chunk = CHUNK_EVENTS
+    vtype = np.zeros((n_rows, chunk), dtype=np.int8)
+    ival = np.zeros((n_rows, chunk), dtype=np.int64)
+    ilen = np.zeros((n_rows, chunk), dtype=np.int32)
     stack = np.zeros(_STACK_DEPTH, dtype=np.uint8)
     enxt = np.full(len(ek.names) + 1, -1, dtype=np.int64)
     anxt = np.full(len(ak.names) + 1, -1, dtype=np.int64)
     ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
-    ctl[[k.C_VT, k.C_IV, k.C_IL, k.C_NROWS]] = [
+    ctl[[k.C_VT, k.C_IV, k.C_IL, k.C_STRIDE]] = [
         vtype.ctypes.data,
         ival.ctypes.data,
         ilen.ctypes.data,
-        n_rows,
+        chunk,
     ]
     ctl[[k.C_STACK, k.C_STACK_CAP]] = [stack.ctypes.data, _STACK_DEPTH]
     for base, keys in ((k.C_EK_TAB, ek), (k.C_AK_TAB, ak)):
@@ -476,13 +481,14 @@ def _scan(
     pos, first, n_total = start + 1, True, 0
     while True:
         # every array the kernel reaches through ``ctl`` is referenced from this frame
-        status, pos, n = k.scan_events(addr, pos, end, first, CHUNK_EVENTS, ctl.ctypes.data)
+        status, pos, n = k.scan_events(addr, pos, end, first, chunk, ctl.ctypes.data)
         if status == k.BAIL:
             raise _Bail
         first = False
         if n:
             _take(fields, names, kinds, vtype, ival, ilen, n, n_total, allowed, data, k)
             n_total += n
+        vtype[:, : min(n + 1, chunk)] = k.ABSENT
         if status == k.GROW:
             for tab in (strs, raws):
                 if tab.full:
@@ -504,9 +510,7 @@ def _scan(
     ph = fields["ph"]
     if ph.seen and "C" in strings:
         code = strings.index("C")
-        if any(
-            bool(((v == code) & (vt == k.STR)).any()) for v, vt in zip(ph.vals, ph.vt, strict=True)
-        ):
+        if any(bool((v == code).any()) for v in ph.vals):
             counters = [
                 c
                 for c in jsonscan._counter_decoder.decode(memoryview(data)[start:end])
@@ -541,29 +545,42 @@ def _take(
     data: bytes,
     k: Any,
 ) -> None:
-    """Move the first ``n`` events of the chunk arrays into the fields (checking types)."""
-    present = (vtype[:n] != k.ABSENT).any(axis=0)
+    """Move the first ``n`` events of the chunk arrays into the fields (checking types).
+
+    Strings and raw texts are kept as int32 codes (-1: none), other fields as their int64 value
+    plus the type code; the ``args`` container itself is not kept.
+    """
+    present = (vtype[:, :n] != k.ABSENT).any(axis=1)
     for row, (name, kind) in enumerate(zip(names, kinds, strict=True)):
         f = fields[name]
+        coded = kind in (k.K_STR, k.K_RAW)
         if not present[row]:
             if f.seen:
-                f.vals.append(np.zeros(n, np.int64))
-                f.vt.append(np.zeros(n, np.int8))
+                f.vals.append(np.full(n, -1, np.int32) if coded else np.zeros(n, np.int64))
+                if not coded:
+                    f.vt.append(np.zeros(n, np.int8))
             continue
-        vt = np.ascontiguousarray(vtype[:n, row])
+        vt = vtype[row, :n]
         counts = np.bincount(vt.view(np.uint8), minlength=16)
         seen_types = set(np.flatnonzero(counts).tolist())
         if not seen_types <= allowed[int(kind)] or (name == "ph" and k.NULL in seen_types):
             raise _Bail  # (``ph`` is the one field the reference requires to be a string)
+        if kind == k.K_ARGS:
+            continue
         if not f.seen:
             f.seen = True
             if base:
-                f.vals.append(np.zeros(base, np.int64))
-                f.vt.append(np.zeros(base, np.int8))
-        vals = np.ascontiguousarray(ival[:n, row])
+                f.vals.append(np.full(base, -1, np.int32) if coded else np.zeros(base, np.int64))
+                if not coded:
+                    f.vt.append(np.zeros(base, np.int8))
+        vals = ival[row, :n]
+        if coded:
+            code = k.STR if kind == k.K_STR else k.RAW
+            f.vals.append(np.where(vt == code, vals, -1).astype(np.int32))
+            continue
         if k.NUMTEXT in seen_types:
             for j in np.flatnonzero(vt == k.NUMTEXT).tolist():
-                s, ln = int(vals[j]), int(ilen[j, row])
+                s, ln = int(vals[j]), int(ilen[row, j])
                 f.texts[base + j] = data[s : s + ln]
-        f.vals.append(vals)
-        f.vt.append(vt)
+        f.vals.append(vals.copy())
+        f.vt.append(vt.copy())
