@@ -538,17 +538,22 @@ def _events_table(raw: list[pl.DataFrame], rk: int, oddities: dict[str, int]) ->
 def _sorted_by_time(events: pl.DataFrame) -> pl.DataFrame:
     """``events`` stably sorted by ``ts_ns``, with ``id`` = row number in front.
 
-    Column by column, each unsorted column dropped once gathered: a frame-wide sort holds both
-    copies of every column at once (peak memory).
+    A few columns at a time, each batch dropped once gathered: a frame-wide sort holds both
+    copies of every column at once (peak memory), one column at a time gives up the threads.
     """
     order = events.select(
         pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts_ns", maintain_order=True)
     ).to_series()
-    cols = [pl.int_range(events.height, dtype=pl.Int64, eager=True).alias("id")]
-    for name in events.columns:
-        cols.append(events.get_column(name).gather(order))
-        events = events.drop(name)
-    return pl.DataFrame(cols)
+    parts = [pl.int_range(events.height, dtype=pl.Int64, eager=True).alias("id").to_frame()]
+    names = events.columns
+    for i in range(0, len(names), _SORT_BATCH):
+        batch = names[i : i + _SORT_BATCH]
+        parts.append(events.select(batch)[order])
+        events = events.drop(batch)
+    return pl.concat(parts, how="horizontal")
+
+
+_SORT_BATCH = 8  # columns gathered together by _sorted_by_time
 
 
 def _event_columns(rk: int) -> list[pl.Expr]:
