@@ -275,3 +275,53 @@ def test_is_user_file() -> None:
         None,
         "<built-in method foo>",
     )
+
+
+def _track_order_reference(ev: pl.DataFrame) -> list[int]:
+    """Row numbers in nesting order, by Python's sort of the documented key."""
+    prio = link._PRIORITY
+    rows = list(enumerate(ev.select("rank", "pid", "tid", "ts_ns", "dur_ns", "kind", "id").rows()))
+
+    def key(item: tuple[int, tuple[object, ...]]) -> tuple[object, ...]:
+        _, (rk, pid, tid, ts, dur, kind, eid) = item
+        nulls_first = (pid is not None, pid or 0, tid is not None, tid or 0)
+        return (rk, *nulls_first, ts, -(ts + dur), prio.get(str(kind), 8), eid)  # type: ignore[operator]
+
+    return [i for i, _ in sorted(rows, key=key)]
+
+
+def test_track_order_packed_and_plain_sorts_agree() -> None:
+    rng = np.random.default_rng(7)
+    n = 400
+    kinds = ["cpu_op", "runtime", "kernel", "python_function", "user_annotation", "step"]
+    rows = [
+        {
+            "kind": kinds[int(rng.integers(len(kinds)))],
+            "name": "x",
+            "pid": None if rng.random() < 0.1 else int(rng.integers(3)),
+            "tid": int(rng.integers(-2, 3)),
+            "ts_ns": int(rng.integers(0, 20)),  # few distinct starts: many ties
+            "dur_ns": int(rng.integers(0, 5)),
+        }
+        for _ in range(n)
+    ]
+    ev = _events(rows)
+    assert link._packed_keys(_sort_inputs(ev)) is not None
+    assert link._track_order(ev).get_column("i").to_list() == _track_order_reference(ev)
+    # starts 2**61 apart leave no room to pack the track number: the plain sort is used
+    far = ev.with_columns(
+        pl.when(pl.col("id") == 0).then(pl.lit(2**61)).otherwise(pl.col("ts_ns")).alias("ts_ns")
+    )
+    assert link._packed_keys(_sort_inputs(far)) is None
+    assert link._track_order(far).get_column("i").to_list() == _track_order_reference(far)
+
+
+def _sort_inputs(ev: pl.DataFrame) -> pl.DataFrame:
+    return ev.select(
+        "rank",
+        "pid",
+        "tid",
+        "ts_ns",
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
+        pl.lit(0, pl.Int64).alias("prio"),
+    )
