@@ -104,20 +104,15 @@ def _np(s: pl.Series, fill: int = -1) -> IntArray:
 
 def _nullable(name: str, arr: IntArray, dtype: Any = pl.Int64) -> pl.Series:
     """Series from an index array where negative means null."""
-    out = pl.Series(name, arr, dtype=pl.Int64)
-    neg = np.nonzero(arr < 0)[0]
-    if neg.size:
-        out = out.scatter(neg, None)
-    return out.cast(dtype)
+    s = pl.Series(name, arr, dtype=pl.Int64)
+    # A vectorised mask: scattering millions of nulls is ~20x slower.
+    col = pl.col(name)
+    return s.to_frame().select(pl.when(col >= 0).then(col).cast(dtype)).to_series()
 
 
 def _gather(s: pl.Series, idx: IntArray) -> pl.Series:
     """``s[idx]`` with nulls where ``idx < 0``."""
-    out = s.gather(np.maximum(idx, 0))
-    neg = np.nonzero(idx < 0)[0]
-    if neg.size:
-        out = out.scatter(neg, None)
-    return out
+    return s.gather(_nullable("idx", idx))
 
 
 def kind_mask(events: pl.DataFrame, *kinds: str) -> BoolArray:
@@ -419,20 +414,18 @@ def resolve_flows(
             mask = anyk
         bound = enclosing(events, grp, mask, index=index)
         parts.append(
-            grp.with_columns(
-                pl.Series("event_id", bound).replace(-1, None), pl.lit(phase).alias("is_start")
-            )
+            grp.with_columns(_nullable("event_id", bound), pl.lit(phase).alias("is_start"))
         )
     allp = pl.concat(parts)
     starts = (
         allp.filter(pl.col("is_start"))
         .select("rank", "kind", "flow_id", pl.col("event_id").alias("src_id"))
-        .unique(["rank", "kind", "flow_id"], keep="first", maintain_order=True)
+        .unique(["rank", "kind", "flow_id"], keep="first")  # sorted on these keys below
     )
     ends = (
         allp.filter(~pl.col("is_start"))
         .select("rank", "kind", "flow_id", pl.col("event_id").alias("dst_id"))
-        .unique(["rank", "kind", "flow_id"], keep="first", maintain_order=True)
+        .unique(["rank", "kind", "flow_id"], keep="first")
     )
     flows = starts.join(ends, on=["rank", "kind", "flow_id"], how="inner", nulls_equal=True)
     flows = flows.filter(pl.col("src_id").is_not_null() & pl.col("dst_id").is_not_null())
