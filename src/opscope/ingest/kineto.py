@@ -562,9 +562,11 @@ def _event_columns(rk: int) -> list[pl.Expr]:
             pl.col("name").str.contains(r"^ProfilerStep#\d+$").fill_null(False)
             & _CAT_L.is_in(["cpu_op", "operator", "user_annotation"])
         )
-        .then(pl.lit("step"))
-        .otherwise(_CAT_L.replace_strict(_KIND_OF_CAT, default="other"))
-        .cast(schema.EventKind)
+        .then(pl.lit("step", schema.EventKind))
+        # straight to the Enum: no String column in between
+        .otherwise(
+            _CAT_L.replace_strict(_KIND_OF_CAT, default="other", return_dtype=schema.EventKind)
+        )
     )
     # Never "step" for a device category, so the category alone tells (no string per row).
     is_dev = _CAT_L.is_in([c for c, k in _KIND_OF_CAT.items() if k in _DEVICE_KINDS])
