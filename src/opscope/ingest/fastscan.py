@@ -23,9 +23,12 @@ decimal text when the trace needs exact times: see :func:`jsonscan.needs_exact_t
 
 from __future__ import annotations
 
+import mmap
 import os
+import re
 import typing
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +45,8 @@ _STACK_DEPTH = 512
 """Nesting the scanner follows inside a value; deeper input goes to the reference decoder."""
 
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
+Buffer = bytes | mmap.mmap
+"""Trace text: bytes, or a read-only memory map of an uncompressed file."""
 
 
 def available() -> bool:
@@ -188,7 +193,7 @@ class _Interns:
         self._install(np.zeros(2 * cap, dtype=np.int64))
         k.rehash(self.ctl.ctypes.data, self.base)
 
-    def texts(self, data: bytes) -> list[bytes]:
+    def texts(self, data: Buffer) -> list[bytes]:
         n = self.count
         es, en = self.es[:n].tolist(), self.en[:n].tolist()
         return [data[s : s + ln] for s, ln in zip(es, en, strict=True)]
@@ -228,16 +233,33 @@ def _decode_raws(texts: list[bytes]) -> list[str | None]:
 # per-field accumulation
 
 
+def _nulls(name: str, dtype: Any, n: int) -> pl.Series:
+    return pl.Series(name, [], dtype).extend_constant(None, n)
+
+
+def _masked(name: str, vals: Any, valid: Any, dtype: Any) -> pl.Series:
+    s = pl.Series(name, vals, dtype=dtype)
+    if bool(valid.all()):
+        return s
+    return pl.select(pl.when(pl.Series(valid)).then(s).alias(name)).to_series()
+
+
 @dataclass
 class _Field:
-    """One field's values over the chunks read so far (numpy; nothing per event in Python)."""
+    """One field's values over the chunks read so far, already in their final types: Polars
+    pieces for numbers (joined without a copy at the end), int32 codes for strings (looked up
+    in the distinct strings at the end), and the text of the rare numbers the kernel left as
+    text (patched in at the end)."""
 
     name: str
     kind: int
-    vals: list[IntArray] = field(default_factory=list)  # INT / NS value or string code
-    vt: list[np.ndarray[Any, np.dtype[np.int8]]] = field(default_factory=list)
+    nums: list[pl.Series] = field(default_factory=list)  # Int64 / Float64 values; ts, dur: µs
+    ns: list[pl.Series] = field(default_factory=list)  # ts, dur: exact ns
+    codes: list[np.ndarray[Any, np.dtype[np.int32]]] = field(default_factory=list)
     texts: dict[int, bytes] = field(default_factory=dict)  # event index -> number text
     seen: bool = False
+    rows: int = 0
+    max_abs_us: float = 0.0  # ts: what the reference compares with 2**43 for exact times
 
 
 _ALLOWED: dict[int, frozenset[int]] = {}
@@ -270,12 +292,59 @@ def _allowed(k: Any) -> dict[int, frozenset[int]]:
     return _ALLOWED
 
 
+def _float_kind(name: str) -> bool:
+    return name in ("flops", "occupancy")
+
+
+def _add_nulls(f: _Field, n: int, k: Any) -> None:
+    """``n`` events without the field."""
+    if f.kind in (k.K_STR, k.K_RAW, k.K_INTSTR, k.K_NUMSTR):
+        f.codes.append(np.full(n, -1, np.int32))
+    if f.kind == k.K_NS:
+        f.nums.append(_nulls(f.name, pl.Float64, n))
+        f.ns.append(_nulls(f.name, pl.Int64, n))
+    elif f.kind in (k.K_INT, k.K_INTSTR, k.K_NUMSTR, k.K_NUM):
+        f.nums.append(_nulls(f.name, pl.Float64 if _float_kind(f.name) else pl.Int64, n))
+    f.rows += n
+
+
+def _add(f: _Field, vt: Any, vals: Any, ilen: Any, n: int, data: Buffer, k: Any) -> None:
+    """The chunk's values of ``f`` (``vt``/``vals``/``ilen``: its rows of the chunk arrays)."""
+    kind, base = f.kind, f.rows
+    if kind in (k.K_STR, k.K_RAW):
+        code = k.STR if kind == k.K_STR else k.RAW
+        f.codes.append(np.where(vt == code, vals, -1).astype(np.int32))
+        f.rows += n
+        return
+    text_at = np.flatnonzero(vt == k.NUMTEXT)
+    for j in text_at.tolist():
+        s = int(vals[j])
+        f.texts[base + j] = data[s : s + int(ilen[j])]
+    is_int = vt == k.INT
+    if kind == k.K_NS:
+        is_ns = vt == k.NS
+        # µs integers: ns = µs * 1000 unless that overflows (the reference's bound: 9.2e15 µs)
+        small = is_int & (np.abs(vals) < 9_200_000_000_000_000)
+        f.ns.append(_masked(f.name, np.where(small, vals * 1000, vals), small | is_ns, pl.Int64))
+        us = np.where(is_int, vals.astype(np.float64), vals / 1000.0)
+        f.nums.append(_masked(f.name, us, is_int | is_ns, pl.Float64))
+        for sel, scale in ((is_int, 1.0), (is_ns, 1000.0)):
+            if sel.any():
+                f.max_abs_us = max(f.max_abs_us, float(np.abs(vals[sel]).max()) / scale)
+    elif kind == k.K_NUM or _float_kind(f.name):
+        f.nums.append(_masked(f.name, vals.astype(np.float64), is_int, pl.Float64))
+    else:
+        f.nums.append(_masked(f.name, vals, is_int, pl.Int64))
+        if kind in (k.K_INTSTR, k.K_NUMSTR):
+            f.codes.append(np.where(vt == k.STR, vals, -1).astype(np.int32))
+    f.rows += n
+
+
 @dataclass
 class Scanned:
-    """What :func:`scan` read: numpy arrays and distinct strings, not yet Polars columns.
+    """What :func:`scan` read: typed pieces per field and the distinct strings.
 
-    Building the frame is separate so that the caller can free the trace text first (peak
-    memory): nothing here refers to it.
+    Nothing here refers to the trace text, so the caller can free it before building the frame.
     """
 
     n: int
@@ -295,10 +364,9 @@ class Scanned:
         for name in jsonscan._EVENT_FIELDS:
             f = self.fields[name]
             if name in ("pid", "tid", "id"):
-                num, strs = self._mixed(f, strings, k)
-                cols += [num, strs]
+                cols += self._mixed(f, strings)
             elif name in ("ts", "dur"):
-                us, ns[name] = self._times(f, k)
+                us, ns[name] = self._times(f)
                 cols.append(us)
             else:
                 col = self._codes(f, strings)
@@ -306,19 +374,15 @@ class Scanned:
         for name in jsonscan.ARG_COLUMNS:
             f = self.fields[name]
             if not f.seen:
-                cols.append(
-                    pl.Series(name, [], jsonscan._NULL_DTYPE[name]).extend_constant(None, self.n)
-                )
+                cols.append(_nulls(name, jsonscan._NULL_DTYPE[name], self.n))
             elif f.kind == k.K_RAW:
                 cols.append(self._codes(f, raws))
             elif f.kind == k.K_STR:
                 cols.append(self._codes(f, strings))
-            elif f.kind == k.K_INT:
-                cols.append(self._ints(f, k))
-            elif f.kind == k.K_NUM:
-                cols.append(self._floats(f, k))
+            elif f.kind in (k.K_INT, k.K_NUM):
+                cols.append(self._numbers(f))
             else:  # device, stream, bytes, size: numbers, or numeric text (ROCm)
-                num, strs = self._mixed(f, strings, k)
+                num, strs = self._mixed(f, strings)
                 if strs.null_count() < self.n:
                     num = jsonscan._coalesce_numeric_strings(num, strs)
                 cols.append(num)
@@ -326,87 +390,59 @@ class Scanned:
         out = jsonscan.Columns(frames=[frame], counters=self.counters, n_events=self.n)
         return out, (ns["ts"].alias("ts_ns"), ns["dur"].alias("dur_ns"))
 
-    # -- per kind
-
-    def _cat(self, f: _Field) -> tuple[IntArray, np.ndarray[Any, np.dtype[np.int8]]]:
-        """A field's values and type codes over the whole trace; the field lets go of its
-        chunks (each column is built while the rest stay as compact arrays: peak memory)."""
-        if not f.seen:
-            return np.zeros(self.n, np.int64), np.zeros(self.n, np.int8)
-        vals = np.concatenate(f.vals)
-        f.vals.clear()
-        vt = np.concatenate(f.vt) if f.vt else np.zeros(0, np.int8)
-        f.vt.clear()
-        return vals, vt
-
-    def _masked(self, name: str, vals: Any, valid: Any, dtype: Any) -> pl.Series:
-        s = pl.Series(name, vals, dtype=dtype)
-        if bool(valid.all()):
-            return s
-        return pl.select(pl.when(pl.Series(valid)).then(s).alias(name)).to_series()
+    # -- per kind; each lets go of the field's pieces as its column is made (peak memory)
 
     def _codes(self, f: _Field, table: pl.Series) -> pl.Series:
-        codes, _ = self._cat(f)
         if not f.seen:
-            return pl.Series(f.name, [], pl.String).extend_constant(None, self.n)
-        return table.gather(self._masked("i", codes, codes >= 0, pl.Int32)).alias(f.name)
+            return _nulls(f.name, pl.String, self.n)
+        codes = np.concatenate(f.codes)
+        f.codes.clear()
+        return table.gather(_masked("i", codes, codes >= 0, pl.Int32)).alias(f.name)
 
-    def _ints(self, f: _Field, k: Any) -> pl.Series:
-        vals, vt = self._cat(f)
-        return self._masked(f.name, vals, vt == k.INT, pl.Int64)
+    def _joined(self, pieces: list[pl.Series]) -> pl.Series:
+        s = pl.concat(pieces, rechunk=False)
+        pieces.clear()
+        return s
 
-    def _number_texts(self, f: _Field) -> pl.Series:
-        idx = np.fromiter(f.texts.keys(), dtype=np.int64, count=len(f.texts))
-        return pl.Series([t.decode() for t in f.texts.values()]), idx  # type: ignore[return-value]
+    def _patched(self, s: pl.Series, f: _Field) -> pl.Series:
+        """``s`` with the numbers left as text parsed (float64, as the reference decodes)."""
+        if not f.texts:
+            return s
+        idx = pl.Series(list(f.texts), dtype=pl.Int64)
+        vals = pl.Series([t.decode() for t in f.texts.values()]).cast(pl.Float64)
+        return s.rechunk().scatter(idx, vals)
 
-    def _floats(self, f: _Field, k: Any) -> pl.Series:
-        vals, vt = self._cat(f)
-        out = vals.astype(np.float64)
-        valid = vt == k.INT
-        if f.texts:
-            texts, idx = self._number_texts(f)  # type: ignore[misc]
-            out[idx] = texts.cast(pl.Float64).to_numpy()
-            valid[idx] = True
-        return self._masked(f.name, out, valid, pl.Float64)
+    def _numbers(self, f: _Field) -> pl.Series:
+        return self._patched(self._joined(f.nums), f)
 
-    def _mixed(self, f: _Field, strings: pl.Series, k: Any) -> tuple[pl.Series, pl.Series]:
-        vals, vt = self._cat(f)
-        num = self._masked(f.name, vals, vt == k.INT, pl.Int64)
-        if not bool((vt == k.STR).any()):
-            strs = pl.Series(f.name + "_str", [], pl.String).extend_constant(None, self.n)
+    def _mixed(self, f: _Field, strings: pl.Series) -> list[pl.Series]:
+        if not f.seen:
+            return [_nulls(f.name, pl.Int64, self.n), _nulls(f.name + "_str", pl.String, self.n)]
+        num = self._joined(f.nums)
+        codes = np.concatenate(f.codes)
+        f.codes.clear()
+        if (codes < 0).all():
+            strs = _nulls(f.name + "_str", pl.String, self.n)
         else:
-            strs = strings.gather(self._masked("i", vals, vt == k.STR, pl.Int64))
-        return num, strs.alias(f.name + "_str")
+            strs = strings.gather(_masked("i", codes, codes >= 0, pl.Int32))
+        return [num, strs.alias(f.name + "_str")]
 
-    def _times(self, f: _Field, k: Any) -> tuple[pl.Series, pl.Series]:
+    def _times(self, f: _Field) -> tuple[pl.Series, pl.Series]:
         """(µs as float64, like the reference column; exact ns)."""
-        vals, vt = self._cat(f)
-        is_int, is_ns = vt == k.INT, vt == k.NS
-        # µs integers: ns = µs * 1000 unless it overflows (the reference's bound: 9.2e15 µs)
-        big = is_int & (np.abs(vals) >= 9_200_000_000_000_000)
-        ns_vals = np.where(is_int & ~big, vals * 1000, vals)
-        ns_valid = (is_int & ~big) | is_ns
-        us = np.where(is_int, vals.astype(np.float64), vals / 1000.0)
-        us_valid = is_int | is_ns
+        if not f.seen:
+            return _nulls(f.name, pl.Float64, self.n), _nulls(f.name, pl.Int64, self.n)
+        us = self._patched(self._joined(f.nums), f)
+        ns = self._joined(f.ns)
         if f.texts:
-            texts, idx = self._number_texts(f)  # type: ignore[misc]
-            fl = texts.cast(pl.Float64)
-            us[idx] = fl.to_numpy()
-            us_valid[idx] = True
+            idx = pl.Series(list(f.texts), dtype=pl.Int64)
             if self.exact:
-                dec = [jsonscan._dec_ns(msgspec.Raw(t)) for t in f.texts.values()]
-                got = np.array([-1 if d is None else d for d in dec], dtype=np.int64)
-                ok = np.array([d is not None for d in dec], dtype=bool)
+                got = pl.Series(
+                    [jsonscan._dec_ns(msgspec.Raw(t)) for t in f.texts.values()], dtype=pl.Int64
+                )
             else:
-                conv = pl.select(jsonscan.float_us_to_ns(pl.lit(fl))).to_series()
-                ok = conv.is_not_null().to_numpy()
-                got = conv.fill_null(0).to_numpy()
-            ns_vals[idx] = got
-            ns_valid[idx] = ok
-        return (
-            self._masked(f.name, us, us_valid, pl.Float64),
-            self._masked(f.name, ns_vals, ns_valid, pl.Int64),
-        )
+                got = pl.select(jsonscan.float_us_to_ns(pl.lit(us.gather(idx)))).to_series()
+            ns = ns.rechunk().scatter(idx, got)
+        return us, ns
 
 
 _KERNELS: list[Any] = []
@@ -421,7 +457,7 @@ def _kernels() -> Any:
 
 
 def scan(
-    data: bytes,
+    data: Buffer,
     start: int,
     end: int,
     *,
@@ -432,14 +468,108 @@ def scan(
     if not available():
         return None
     try:
-        return _scan(data, start, end, progress)
+        scanned, stop = _scan(data, start, end, progress, None)
     except _Bail:
+        return None
+    return scanned if stop == end else None
+
+
+_WS = re.compile(rb"[ \t\n\r]*")
+
+
+def scan_document(
+    data: Buffer,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    release: Callable[[int], None] | None = None,
+) -> tuple[dict[str, Any], Scanned] | None:
+    """A whole Chrome trace: (the top-level keys other than ``traceEvents``, decoded; the
+    events) or ``None`` for the reference path. Walks the top-level object itself, so the text is
+    read once. ``release(pos)`` is called as the scan passes ``pos``: text before it is not read
+    again except for the few interned strings (the caller may drop it from memory)."""
+    if not available():
+        return None
+    try:
+        return _document(data, progress, release)
+    except (_Bail, msgspec.DecodeError):
         return None
 
 
+def _document(
+    data: Buffer,
+    progress: Callable[[int, int], None] | None,
+    release: Callable[[int], None] | None,
+) -> tuple[dict[str, Any], Scanned]:
+    k = _kernels()
+    lim = len(data)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
+    stack = np.zeros(_STACK_DEPTH, dtype=np.uint8)
+    ctl[[k.C_STACK, k.C_STACK_CAP]] = [stack.ctypes.data, _STACK_DEPTH]
+    addr = buf.ctypes.data
+
+    def value_end(p: int) -> int:
+        e = int(k.skip_value(addr, p, lim, ctl.ctypes.data))
+        if e < 0:
+            raise _Bail
+        return e
+
+    def ws(p: int) -> int:
+        m = _WS.match(data, p)
+        return p if m is None else m.end()
+
+    p = ws(0)
+    if p < lim and data[p : p + 1] == b"[":
+        scanned, stop = _scan(data, p, lim, progress, release)
+        if ws(stop) != lim:
+            raise _Bail
+        return {}, scanned
+    if data[p : p + 1] != b"{":
+        raise _Bail
+    header: dict[str, Any] = {}
+    events: Scanned | None = None
+    p = ws(p + 1)
+    if data[p : p + 1] == b"}":
+        raise _Bail  # no traceEvents: the reference path says so
+    while True:
+        e = value_end(p)
+        key = msgspec.json.decode(data[p:e])
+        if not isinstance(key, str):
+            raise _Bail
+        p = ws(e)
+        if data[p : p + 1] != b":":
+            raise _Bail
+        p = ws(p + 1)
+        if key == "traceEvents":
+            if events is not None or data[p : p + 1] != b"[":
+                raise _Bail
+            events, e = _scan(data, p, lim, progress, release)
+        else:
+            e = value_end(p)
+            header[key] = msgspec.json.decode(data[p:e])
+        p = ws(e)
+        c = data[p : p + 1]
+        if c == b",":
+            p = ws(p + 1)
+        elif c == b"}" and ws(p + 1) == lim and events is not None:
+            return header, events
+        else:
+            raise _Bail
+
+
 def _scan(
-    data: bytes, start: int, end: int, progress: Callable[[int, int], None] | None
-) -> Scanned:
+    data: Buffer,
+    start: int,
+    end: int,
+    progress: Callable[[int, int], None] | None,
+    release: Callable[[int], None] | None,
+) -> tuple[Scanned, int]:
+    """The array at ``data[start]``, read up to ``end`` at most: (events, position after its
+    closing bracket).
+
+    Two chunk buffers alternate: the kernel (which releases the GIL) fills one in a worker thread
+    while this thread turns the other into typed pieces, so the two cores share the work.
+    """
     k = _kernels()
     t = _tables(k)
     allowed = _allowed(k)
@@ -447,21 +577,12 @@ def _scan(
     n_rows = len(ek.names) + len(ak.names)
     names = ek.names + ak.names
     kinds = np.concatenate([ek.kinds, ak.kinds])
-    # column-major: a field's values of the chunk are one contiguous row, copied out as a block
     chunk = CHUNK_EVENTS
-    vtype = np.zeros((n_rows, chunk), dtype=np.int8)
-    ival = np.zeros((n_rows, chunk), dtype=np.int64)
-    ilen = np.zeros((n_rows, chunk), dtype=np.int32)
+    bufs = [_ChunkBuf(n_rows, chunk), _ChunkBuf(n_rows, chunk)]
     stack = np.zeros(_STACK_DEPTH, dtype=np.uint8)
     enxt = np.full(len(ek.names) + 1, -1, dtype=np.int64)
     anxt = np.full(len(ak.names) + 1, -1, dtype=np.int64)
     ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
-    ctl[[k.C_VT, k.C_IV, k.C_IL, k.C_STRIDE]] = [
-        vtype.ctypes.data,
-        ival.ctypes.data,
-        ilen.ctypes.data,
-        chunk,
-    ]
     ctl[[k.C_STACK, k.C_STACK_CAP]] = [stack.ctypes.data, _STACK_DEPTH]
     for base, keys in ((k.C_EK_TAB, ek), (k.C_AK_TAB, ak)):
         ctl[base : base + 7] = [
@@ -478,109 +599,111 @@ def _scan(
     fields = {nm: _Field(nm, int(kd)) for nm, kd in zip(names, kinds, strict=True)}
     buf = np.frombuffer(data, dtype=np.uint8)
     addr = buf.ctypes.data
-    pos, first, n_total = start + 1, True, 0
-    while True:
+    cur, n_total = 0, 0
+
+    def run(b: _ChunkBuf, pos: int, first: bool) -> tuple[int, int, int]:
         # every array the kernel reaches through ``ctl`` is referenced from this frame
-        status, pos, n = k.scan_events(addr, pos, end, first, chunk, ctl.ctypes.data)
-        if status == k.BAIL:
-            raise _Bail
-        first = False
-        if n:
-            _take(fields, names, kinds, vtype, ival, ilen, n, n_total, allowed, data, k)
-            n_total += n
-        vtype[:, : min(n + 1, chunk)] = k.ABSENT
-        if status == k.GROW:
-            for tab in (strs, raws):
-                if tab.full:
-                    tab.grow(k)
-        if progress is not None:
-            progress(pos - start, end - start)
-        if status == k.DONE:
-            break
+        b.install(ctl, k)
+        status, stop, n = k.scan_events(addr, pos, end, first, chunk, ctl.ctypes.data)
+        return int(status), int(stop), int(n)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        job: Future[tuple[int, int, int]] | None = pool.submit(run, bufs[cur], start + 1, True)
+        while job is not None:
+            status, pos, n = job.result()
+            if status == k.BAIL:
+                raise _Bail
+            done = bufs[cur]
+            job = None
+            if status != k.DONE:
+                if status == k.GROW:
+                    for tab in (strs, raws):
+                        if tab.full:
+                            tab.grow(k)
+                cur ^= 1
+                job = pool.submit(run, bufs[cur], pos, False)
+            try:
+                done.take(n_total, fields, names, kinds, n, allowed, data, k)
+                n_total += n
+            except _Bail:
+                if job is not None:
+                    job.result()  # the kernel must be done with the buffers before they go
+                raise
+            if progress is not None:
+                progress(pos - start, end - start)
+            if release is not None:
+                release(pos)
     del buf
-    if pos != end:
-        raise _Bail  # pragma: no cover - the caller hands exactly the array
     strings = _decode_strings(strs.texts(data))
     raw_texts = _decode_raws(raws.texts(data))
     exact = bool(ctl[k.C_BIG_FRACTION])
     if exact:
         ts = fields["ts"]
-        exact = _max_abs_us(ts, k) >= jsonscan.EXACT_FLOAT_US
+        big = max([ts.max_abs_us] + [abs(float(x)) for x in ts.texts.values()])
+        exact = big >= jsonscan.EXACT_FLOAT_US
     counters: list[jsonscan.CounterEvent] = []
     ph = fields["ph"]
     if ph.seen and "C" in strings:
         code = strings.index("C")
-        if any(bool((v == code).any()) for v in ph.vals):
+        if any(bool((v == code).any()) for v in ph.codes):
             counters = [
                 c
-                for c in jsonscan._counter_decoder.decode(memoryview(data)[start:end])
+                for c in jsonscan._counter_decoder.decode(memoryview(data)[start:pos])
                 if c.ph == "C"
             ]
-    return Scanned(n_total, fields, strings, raw_texts, exact, counters)
+    return Scanned(n_total, fields, strings, raw_texts, exact, counters), pos
 
 
-def _max_abs_us(f: _Field, k: Any) -> float:
-    """Largest |value| of a time field, in µs (what the reference compares with 2**43)."""
-    best = 0.0
-    for v, vt in zip(f.vals, f.vt, strict=True):
-        for code, scale in ((k.INT, 1.0), (k.NS, 1000.0)):
-            m = vt == code
-            if m.any():
-                best = max(best, float(np.abs(v[m]).max()) / scale)
-    for text in f.texts.values():
-        best = max(best, abs(float(text)))
-    return best
+class _ChunkBuf:
+    """One set of chunk arrays (column-major: a field's values of the chunk are one row)."""
 
+    def __init__(self, n_rows: int, chunk: int) -> None:
+        self.vtype = np.zeros((n_rows, chunk), dtype=np.int8)
+        self.ival = np.zeros((n_rows, chunk), dtype=np.int64)
+        self.ilen = np.zeros((n_rows, chunk), dtype=np.int32)
+        self.chunk = chunk
 
-def _take(
-    fields: dict[str, _Field],
-    names: tuple[str, ...],
-    kinds: Any,
-    vtype: Any,
-    ival: Any,
-    ilen: Any,
-    n: int,
-    base: int,
-    allowed: dict[int, frozenset[int]],
-    data: bytes,
-    k: Any,
-) -> None:
-    """Move the first ``n`` events of the chunk arrays into the fields (checking types).
+    def install(self, ctl: IntArray, k: Any) -> None:
+        ctl[[k.C_VT, k.C_IV, k.C_IL, k.C_STRIDE]] = [
+            self.vtype.ctypes.data,
+            self.ival.ctypes.data,
+            self.ilen.ctypes.data,
+            self.chunk,
+        ]
 
-    Strings and raw texts are kept as int32 codes (-1: none), other fields as their int64 value
-    plus the type code; the ``args`` container itself is not kept.
-    """
-    present = (vtype[:, :n] != k.ABSENT).any(axis=1)
-    for row, (name, kind) in enumerate(zip(names, kinds, strict=True)):
-        f = fields[name]
-        coded = kind in (k.K_STR, k.K_RAW)
-        if not present[row]:
-            if f.seen:
-                f.vals.append(np.full(n, -1, np.int32) if coded else np.zeros(n, np.int64))
-                if not coded:
-                    f.vt.append(np.zeros(n, np.int8))
-            continue
-        vt = vtype[row, :n]
-        counts = np.bincount(vt.view(np.uint8), minlength=16)
-        seen_types = set(np.flatnonzero(counts).tolist())
-        if not seen_types <= allowed[int(kind)] or (name == "ph" and k.NULL in seen_types):
-            raise _Bail  # (``ph`` is the one field the reference requires to be a string)
-        if kind == k.K_ARGS:
-            continue
-        if not f.seen:
-            f.seen = True
-            if base:
-                f.vals.append(np.full(base, -1, np.int32) if coded else np.zeros(base, np.int64))
-                if not coded:
-                    f.vt.append(np.zeros(base, np.int8))
-        vals = ival[row, :n]
-        if coded:
-            code = k.STR if kind == k.K_STR else k.RAW
-            f.vals.append(np.where(vt == code, vals, -1).astype(np.int32))
-            continue
-        if k.NUMTEXT in seen_types:
-            for j in np.flatnonzero(vt == k.NUMTEXT).tolist():
-                s, ln = int(vals[j]), int(ilen[row, j])
-                f.texts[base + j] = data[s : s + ln]
-        f.vals.append(vals.copy())
-        f.vt.append(vt.copy())
+    def take(
+        self,
+        base: int,
+        fields: dict[str, _Field],
+        names: tuple[str, ...],
+        kinds: Any,
+        n: int,
+        allowed: dict[int, frozenset[int]],
+        data: Buffer,
+        k: Any,
+    ) -> None:
+        """Move the first ``n`` events (``base``: events taken before) into the fields,
+        checking their types, then clear the buffer (the kernel writes only the fields present,
+        so ``vtype`` must start at ABSENT; a half-read event after them, on GROW, is cleared
+        too)."""
+        vtype = self.vtype
+        present = (vtype[:, :n] != k.ABSENT).any(axis=1) if n else np.zeros(len(names), bool)
+        for row, (name, kind) in enumerate(zip(names, kinds, strict=True)):
+            f = fields[name]
+            if kind == k.K_ARGS:  # (the kernel bails on anything but an object)
+                continue
+            if not present[row]:
+                if f.seen and n:
+                    _add_nulls(f, n, k)
+                continue
+            vt = vtype[row, :n]
+            counts = np.bincount(vt.view(np.uint8), minlength=16)
+            seen_types = set(np.flatnonzero(counts).tolist())
+            if not seen_types <= allowed[int(kind)] or (name == "ph" and k.NULL in seen_types):
+                raise _Bail  # (``ph`` is the one field the reference requires to be a string)
+            if not f.seen:
+                f.seen = True
+                if base:
+                    _add_nulls(f, base, k)
+            _add(f, vt, self.ival[row, :n], self.ilen[row, :n], n, data, k)
+        vtype[:, : min(n + 1, self.chunk)] = k.ABSENT

@@ -8,7 +8,9 @@ categories with ``hip*`` names. See docs/loading.md for the mapping.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import mmap
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +20,7 @@ import msgspec
 import polars as pl
 
 from opscope.errors import InputError, TruncatedTraceError
-from opscope.ingest import gz, jsonscan, link
+from opscope.ingest import fastscan, gz, jsonscan, link
 from opscope.ingest.jsonscan import ScanError
 from opscope.model import Profile, schema
 
@@ -94,6 +96,10 @@ def parse_kineto(
         if progress is not None:
             progress("decompress", done, total)
 
+    if not salvage:
+        fast = _parse_fast(path, gz_progress, progress, rank)
+        if fast is not None:
+            return fast
     # Handed over in a list that _parse pops from: no caller frame keeps a reference, so the
     # text is freed before the tables are built (peak memory: 1 GB for a 1 GB trace).
     try:
@@ -106,6 +112,63 @@ def parse_kineto(
         )
     except RecursionError:  # msgspec's decoder on JSON nested thousands of levels deep
         raise InputError("JSON is nested too deeply to read", path) from None
+
+
+def _parse_fast(
+    path: Path,
+    gz_progress: Callable[[int, int], None],
+    progress: ProgressFn | None,
+    rank: int | None,
+) -> Profile | None:
+    """The byte scanner's path (:mod:`opscope.ingest.fastscan`); ``None`` sends the file to the
+    reference path, which also reports what is wrong with it.
+
+    An uncompressed file is memory-mapped and the pages the scanner has passed are dropped from
+    this process (they stay in the page cache): the text never adds its size to the peak.
+    """
+    if not fastscan.available():
+        return None
+
+    def scan_progress(done: int, total: int) -> None:
+        if progress is not None:
+            progress("parse", done, total)
+
+    mm: mmap.mmap | None = None
+    try:
+        if gz.is_gzip(path) or path.name.endswith(".gz"):  # (read_bytes rejects a false .gz)
+            data: bytes | mmap.mmap = gz.read_bytes(path, progress=gz_progress)
+        else:
+            with open(path, "rb") as f:
+                mm = data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # unreadable, a directory, empty: the reference path says so
+        return None
+    released = [0]
+
+    def release(pos: int) -> None:
+        upto = (pos - _KEEP_BEHIND) // mmap.PAGESIZE * mmap.PAGESIZE
+        if mm is not None and upto > released[0] and hasattr(mmap, "MADV_DONTNEED"):
+            mm.madvise(mmap.MADV_DONTNEED, released[0], upto - released[0])
+            released[0] = upto
+
+    try:
+        got = fastscan.scan_document(data, progress=scan_progress, release=release)
+    finally:
+        del data
+        if mm is not None:
+            with contextlib.suppress(BufferError):  # a view still alive: closed when freed
+                mm.close()
+    if got is None:
+        return None
+    header, scanned = got
+    cols, exact = scanned.columns()
+    del scanned
+    held = [cols.frame()]
+    cols.frames.clear()
+    return _build_profile(held, cols.counters, header, path, {}, exact=exact, rank=rank)
+
+
+#: Text kept mapped behind the scan position (the start of the event being read lies there).
+_KEEP_BEHIND = 1 << 20
 
 
 # --------------------------------------------------------------------------------------------------
