@@ -169,16 +169,16 @@ def _depths(parent: IntArray) -> IntArray:
     """Distance to the root for every row (list ranking by pointer doubling)."""
     d = (parent >= 0).astype(np.int64)
     j = parent.copy()
-    while True:
-        m = j >= 0
-        if not m.any():
-            return d
-        jm = j[m]
-        d_new = d.copy()
-        d_new[m] = d[m] + d[jm]
-        j_new = j.copy()
-        j_new[m] = j[jm]
-        d, j = d_new, j_new
+    act = np.nonzero(j >= 0)[0]
+    while act.size:  # only rows whose pointer has not reached the root yet
+        jj = j[act]
+        # every read before any write: one synchronous doubling step
+        nd = d[act] + d[jj]
+        nj = j[jj]
+        d[act] = nd
+        j[act] = nj
+        act = act[nj >= 0]
+    return d
 
 
 # --------------------------------------------------------------------------------------------------
@@ -234,24 +234,26 @@ def _packed_keys(k: pl.DataFrame) -> list[pl.Series] | None:
     assert isinstance(lo_ts, int) and isinstance(hi_ts, int)
     assert isinstance(lo_end, int) and isinstance(hi_end, int)
     # Track numbers in (rank, pid, tid) order, nulls first as in the plain sort.
-    tracks = (
-        k.select("rank", "pid", "tid")
-        .unique()
-        .sort(["rank", "pid", "tid"])
-        .with_row_index("code")
-        .with_columns(pl.col("code").cast(pl.Int64))
-    )
+    codes = [_dense_codes(k.get_column(c)) for c in ("rank", "pid", "tid")]
+    n_tracks = codes[0][1] * codes[1][1] * codes[2][1]
     ts_bits = (hi_ts - lo_ts).bit_length()
-    if tracks.height.bit_length() + ts_bits > 62 or (hi_end - lo_end).bit_length() + 4 > 62:
+    if n_tracks.bit_length() + ts_bits > 62 or (hi_end - lo_end).bit_length() + 4 > 62:
         return None
-    code = k.join(
-        tracks, on=["rank", "pid", "tid"], how="left", nulls_equal=True, maintain_order="left"
-    ).get_column("code")
+    code = (codes[0][0] * codes[1][1] + codes[1][0]) * codes[2][1] + codes[2][0]
     packed = k.select(
-        (pl.lit(code) * (1 << ts_bits) + (pl.col("ts_ns") - lo_ts)).alias("k1"),
+        (pl.lit(pl.Series(code)) * (1 << ts_bits) + (pl.col("ts_ns") - lo_ts)).alias("k1"),
         ((hi_end - pl.col("end")) * 16 + pl.col("prio")).alias("k2"),
     )
     return packed.get_columns()
+
+
+def _dense_codes(s: pl.Series) -> tuple[IntArray, int]:
+    """Codes numbering the distinct values of ``s`` in sort order, null first (code 0), and how
+    many codes there are. Binary search over the few distinct values: no hashing per row."""
+    vals = s.drop_nulls().unique().sort().to_numpy()
+    code: IntArray = np.searchsorted(vals, s.fill_null(0).to_numpy()).astype(np.int64) + 1
+    code[s.is_null().to_numpy()] = 0
+    return code, len(vals) + 1
 
 
 def _track_spans(k: pl.DataFrame) -> tuple[dict[tuple[Any, ...], tuple[int, int]], BoolArray]:
