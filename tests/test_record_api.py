@@ -94,6 +94,34 @@ def test_periodic_every(tmp_path: Path) -> None:
     assert [x["step"] for x in m if x["profiled"]] == [2, 3, 7, 8, 12, 13]
 
 
+def test_periodic_sample_is_freed_without_gc(tmp_path: Path) -> None:
+    """A finished sample's profiler and its results go when the sample ends, by reference
+    counting: with the cyclic GC off, nothing collects them later."""
+    import gc
+    import weakref
+
+    model, opt = tiny()
+    gc.collect()
+    gc.disable()
+    try:
+        with opscope.profile(tmp_path / "g", wait=1, warmup=1, active=2, every=5,
+                             with_stack=False) as p:  # fmt: skip
+            rec = p.recorder
+            assert rec is not None
+            train_step(model, opt)
+            p.step()  # the sample (steps 1-3) starts
+            assert rec._prof is not None
+            outer, results = weakref.ref(rec._prof), weakref.ref(rec._prof.profiler)
+            for _ in range(3):
+                train_step(model, opt)
+                p.step()
+            assert rec._prof is None and rec.traces  # ended and saved
+            assert outer() is None and results() is None
+    finally:
+        gc.enable()
+    assert [t.name for t in rec.traces] == ["step_000002.pt.trace.json.gz"]
+
+
 def test_periodic_every_epochs(tmp_path: Path) -> None:
     from torch.utils.data import DataLoader, TensorDataset
 

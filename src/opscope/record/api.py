@@ -21,7 +21,7 @@ from opscope.errors import RecordError
 from opscope.record import devices, rundir
 from opscope.record.metrics import MetricsWriter
 from opscope.record.model_structure import ModelWatcher, describe
-from opscope.record.periodic import SamplePlan
+from opscope.record.periodic import SamplePlan, release
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -210,6 +210,7 @@ class Recorder:
             if self.settings.periodic and self.step_idx >= self._sample_end:
                 prof.stop()
                 self._prof = None
+                release(prof)
         if self._prof is None and self.settings.periodic and self._plan.starts_at(self.step_idx):
             free = rundir.free_disk_bytes(self.out)
             if free >= self.settings.active * rundir.EST_TRACE_BYTES_PER_STEP:
@@ -234,6 +235,7 @@ class Recorder:
                 prof.stop()
             except Exception as e:  # a broken trace must not hide the script's own outcome
                 print(f"opscope: could not save the last trace: {e}", file=sys.stderr)
+            release(prof)
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None

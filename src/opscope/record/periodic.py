@@ -85,3 +85,22 @@ class SamplePlan:
                 self._sampled_epoch = e
                 return True
         return False
+
+
+def release(prof: Any) -> None:
+    """Free a stopped profiler's results now, by reference counting.
+
+    ``torch.profiler.profile`` keeps every event of its last cycle (``profiler.kineto_results``)
+    and sits in a reference cycle (``action_map`` holds its bound methods), so dropping the last
+    reference to it freed nothing: each sample's results stayed in memory until a full GC ran,
+    at some later unprofiled step, which then paid for freeing them. Cutting both links frees
+    them in the step that saved the trace. Other profiler classes (torch_npu's) are left alone.
+    """
+    import torch.profiler as tp
+
+    if not isinstance(prof, tp.profile):
+        return
+    state = vars(prof)
+    for name in ("profiler", "action_map"):
+        if name in state:
+            state[name] = None
