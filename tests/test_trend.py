@@ -189,3 +189,26 @@ def test_html_report_carries_the_trend(
     steps = {c["step"] for c in data["trend"]["change_points"] if c["metric"] == "step_time"}
     assert any(abs(s - SLOW_FROM) <= 1 for s in steps)
     assert data["trend"]["series"]["step_time"]["steps"] == sorted(_clean_walls(slow_run))
+
+
+def test_operator_change_below_one_percent_of_the_step_is_not_reported() -> None:
+    """Two operators double at sample 6 of 12 in a 10 ms step: 3 ms of it (reported) and 60 µs
+    (0.6 % of the step: not reported, however large its relative change)."""
+    import polars as pl
+
+    from opscope.trend.series import _changes
+
+    firsts = [10 * i for i in range(12)]
+    samples = pl.DataFrame({"first_step": firsts, "step_us": [10_000.0] * 12})
+    big = [3000.0] * 6 + [6000.0] * 6
+    small = [60.0] * 6 + [120.0] * 6
+    series = pl.DataFrame(
+        {
+            "metric": ["op:big"] * 12 + ["op:small"] * 12,
+            "step": firsts * 2,
+            "value": big + small,
+        }
+    )
+    found = _changes(series, samples)
+    assert [(c["metric"], c["step"]) for c in found] == [("op:big", 60)]
+    assert found[0]["before"] == 3000.0 and found[0]["after"] == 6000.0

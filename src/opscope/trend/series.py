@@ -307,6 +307,8 @@ def _changes(series: pl.DataFrame, samples: pl.DataFrame) -> list[dict[str, Any]
             before = vals[c.before_range[0] : c.before_range[1]]
             after = vals[c.after_range[0] : c.after_range[1]]
             b, a = float(np.median(before)), float(np.median(after))
+            if metric.startswith("op:") and not _material(a - b, steps, c, share_of):
+                continue
             out.append(
                 {
                     "step": steps[c.index],
@@ -322,6 +324,22 @@ def _changes(series: pl.DataFrame, samples: pl.DataFrame) -> list[dict[str, Any]
                 }
             )
     return sorted(out, key=lambda d: (d["step"], d["metric"]))
+
+
+MIN_STEP_SHARE = 0.01
+"""An operator's change point is reported only when it moves the step by at least this share of
+the step time (median over the samples on both sides): a 25 % swing of a 70 µs operator in a
+10 ms step is cache noise from a co-tenant, not a regression anyone can act on."""
+
+
+def _material(
+    delta_us: float, steps: list[int], c: cp.ChangePoint, step_us: dict[int, Any]
+) -> bool:
+    around = [step_us.get(steps[i]) for i in range(c.before_range[0], c.after_range[1])]
+    known = [float(x) for x in around if x]
+    if not known:
+        return True
+    return abs(delta_us) >= MIN_STEP_SHARE * float(np.median(known))
 
 
 def _attach_comparisons(
