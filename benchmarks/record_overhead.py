@@ -7,7 +7,10 @@
 Each configuration runs the same training loop (this file with ``--worker``) in a fresh process;
 the loop times every iteration itself, and the ratios compare medians over the same step indices
 (>= 20 steps each). Rounds alternate the configurations and the best median of each is kept, to
-damp noise from other processes. Usage: ``python benchmarks/record_overhead.py [--rounds 3]``.
+damp noise from other processes. The same medians of each step's CPU time (the worker's process
+time) are printed too, and a second no-profiler process gives the noise floor: the ratio of two
+identical configurations in this run, which the targets above cannot be read more finely than.
+Usage: ``python benchmarks/record_overhead.py [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -66,8 +69,10 @@ def worker(mode: str, steps: int, times_out: str, trace_dir: str, device: str) -
         )
         prof.start()
     times = []
+    cpu = []
     for _ in range(steps):
         t0 = time.perf_counter_ns()
+        c0 = time.process_time_ns()
         loss = model(x).square().mean()
         opt.zero_grad()
         loss.backward()
@@ -77,12 +82,13 @@ def worker(mode: str, steps: int, times_out: str, trace_dir: str, device: str) -
         if dev.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter_ns() - t0)
+        cpu.append(time.process_time_ns() - c0)
     if prof is not None:
         prof.stop()
-    Path(times_out).write_text(json.dumps(times))
+    Path(times_out).write_text(json.dumps({"wall": times, "cpu": cpu}))
 
 
-def run(config: str, tmp: Path, device: str) -> list[int]:
+def run(config: str, tmp: Path, device: str) -> dict[str, list[int]]:
     out = tmp / f"{config}-{time.perf_counter_ns()}"
     out.mkdir()
     times = out / "times.json"
@@ -102,14 +108,19 @@ def run(config: str, tmp: Path, device: str) -> list[int]:
     cmd += ["--steps", str(steps), "--times", str(times), "--trace-dir", str(out),
             "--device", device]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True)
-    return list(json.loads(times.read_text()))
+    return dict(json.loads(times.read_text()))
 
 
 def between_samples(n: int) -> list[int]:
-    """Step indices outside every sample window (and not the step that saves a trace)."""
+    """Step indices with the profiler off from their start to their end.
+
+    A sample starting at step ``s`` (warmup 1, active 3) owns steps ``s - 1`` (its optimizer-step
+    hook starts the profiler) to ``s + 3`` (its hook stops the profiler and saves the trace); the
+    step after that is a between-samples step like any other.
+    """
     busy: set[int] = set()
     for start in range(1, n, EVERY):
-        busy.update(range(start, start + 1 + 3 + 1))
+        busy.update(range(start - 1, start + 1 + 3))
     return [i for i in range(5, n) if i not in busy]
 
 
@@ -130,13 +141,16 @@ def main() -> None:
     best: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d:
         for _ in range(a.rounds):
-            for config in ("torch", "opscope", "none", "periodic"):
+            for config in ("torch", "opscope", "none", "periodic", "none-again"):
                 t = run(config, Path(d), a.device)
                 idx = profiled if config in ("torch", "opscope") else idle
-                med = statistics.median(t[i] for i in idx)
-                best[config] = min(best.get(config, float("inf")), med)
+                for kind in ("wall", "cpu"):
+                    med = statistics.median(t[kind][i] for i in idx)
+                    key = config if kind == "wall" else f"{config} cpu"
+                    best[key] = min(best.get(key, float("inf")), med)
     r1 = best["opscope"] / best["torch"]
     r2 = best["periodic"] / best["none"]
+    floor = best["none-again"] / best["none"]
     print(f"device={a.device} rounds={a.rounds}")
     print(f"profiled step median: opscope {best['opscope'] / 1e6:.3f} ms, torch.profiler "
           f"{best['torch'] / 1e6:.3f} ms over {len(profiled)} steps")  # fmt: skip
@@ -146,6 +160,11 @@ def main() -> None:
           f"{best['none'] / 1e6:.3f} ms over {len(idle)} steps")  # fmt: skip
     print(f"ratio periodic/no-profiler = {r2:.3f} (target <= 1.01) "
           f"{'OK' if r2 <= 1.01 else 'OVER'}")  # fmt: skip
+    print(f"CPU-time ratios: opscope/torch.profiler "
+          f"{best['opscope cpu'] / best['torch cpu']:.3f}, periodic/no-profiler "
+          f"{best['periodic cpu'] / best['none cpu']:.3f}")  # fmt: skip
+    print(f"noise floor: no-profiler/no-profiler (two processes) = {floor:.3f} wall, "
+          f"{best['none-again cpu'] / best['none cpu']:.3f} CPU")  # fmt: skip
 
 
 if __name__ == "__main__":
