@@ -211,6 +211,8 @@ class Recorder:
                 prof.stop()
                 self._prof = None
                 release(prof)
+                if self._metrics is not None:  # a slow step already: write the lines now
+                    self._metrics.flush()
         if self._prof is None and self.settings.periodic and self._plan.starts_at(self.step_idx):
             free = rundir.free_disk_bytes(self.out)
             if free >= self.settings.active * rundir.EST_TRACE_BYTES_PER_STEP:
@@ -302,6 +304,9 @@ class Recorder:
 
     def _open_sample(self, first: int) -> None:
         import torch.profiler as tp
+
+        if self._metrics is not None:  # the profiler's start is slow anyway: write the lines now
+            self._metrics.flush()
 
         s = self.settings
         end = first + s.warmup + s.active
