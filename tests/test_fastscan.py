@@ -89,26 +89,18 @@ def test_shared_traces_equal_reference(rel: str) -> None:
 @pytest.fixture(scope="module")
 def torch_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch = pytest.importorskip("torch")
-    from torch.profiler import ProfilerActivity, profile
+    from models._profile import record
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        record_shapes=True,
-        profile_memory=True,
-        with_stack=True,
-        with_modules=True,
-        with_flops=True,
-    ) as prof:
-        for _ in range(3):
-            loss = model(torch.randn(8, 16)).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    out = tmp_path_factory.mktemp("fastscan") / "t.pt.trace.json"
-    prof.export_chrome_trace(str(out))
-    return out
+
+    def step() -> None:
+        loss = model(torch.randn(8, 16)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return record(step, tmp_path_factory.mktemp("fastscan") / "t.pt.trace.json")
 
 
 def test_torch_trace_equals_reference(torch_trace: Path) -> None:

@@ -203,24 +203,15 @@ class _Bail(Exception):
     """The input is outside what the scanner reads: use the reference decoder."""
 
 
-def _decode_strings(texts: list[bytes]) -> list[str]:
-    out: list[str] = []
-    for t in texts:
-        if b"\\" in t:
-            out.append(msgspec.json.decode(b'"' + t + b'"'))
-        else:
-            try:
-                out.append(t.decode("utf-8"))
-            except UnicodeDecodeError:
-                raise _Bail from None
-    return out
-
-
-def _decode_raws(texts: list[bytes]) -> list[str | None]:
+def _decode(texts: list[bytes], *, raw: bool) -> list[str | None]:
+    """The interned texts as Python strings: string contents are JSON-unescaped, raw JSON texts
+    kept verbatim (``null`` is None, as the reference decoder reads an absent-or-null raw)."""
     out: list[str | None] = []
     for t in texts:
-        if t == b"null":
+        if raw and t == b"null":
             out.append(None)
+        elif not raw and b"\\" in t:
+            out.append(msgspec.json.decode(b'"' + t + b'"'))
         else:
             try:
                 out.append(t.decode("utf-8"))
@@ -349,7 +340,7 @@ class Scanned:
 
     n: int
     fields: dict[str, _Field]
-    strings: list[str]
+    strings: list[str | None]
     raws: list[str | None]
     exact: bool
     counters: list[jsonscan.CounterEvent]
@@ -634,8 +625,8 @@ def _scan(
             if release is not None:
                 release(pos)
     del buf
-    strings = _decode_strings(strs.texts(data))
-    raw_texts = _decode_raws(raws.texts(data))
+    strings = _decode(strs.texts(data), raw=False)
+    raw_texts = _decode(raws.texts(data), raw=True)
     exact = bool(ctl[k.C_BIG_FRACTION])
     if exact:
         ts = fields["ts"]
