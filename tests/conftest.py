@@ -28,3 +28,13 @@ def shared_trace(rel: str) -> Path:
     if not p.exists():
         pytest.skip(f"shared trace not found: {p}")
     return p
+
+
+@pytest.fixture
+def user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """opscope's user cache folder moved under ``tmp_path`` (``$XDG_CACHE_HOME``), and
+    ``OPSCOPE_CACHE_DIR`` unset: tests never touch the real ``~/.cache``."""
+    d = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(d))
+    monkeypatch.delenv("OPSCOPE_CACHE_DIR", raising=False)
+    return d / "opscope"

@@ -22,11 +22,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(autouse=True)
-def _user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "xdg"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(d))
-    monkeypatch.delenv("OPSCOPE_CACHE_DIR", raising=False)
-    return d / "opscope"
+def _user_cache(user_cache: Path) -> Path:
+    return user_cache
 
 
 def _trace(prefix: str, n: int) -> dict[str, Any]:

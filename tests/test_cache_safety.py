@@ -54,11 +54,8 @@ def _loaded_names(prof: Profile) -> set[str]:
 
 
 @pytest.fixture(autouse=True)
-def _user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "xdg"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(d))
-    monkeypatch.delenv("OPSCOPE_CACHE_DIR", raising=False)
-    return d / "opscope"
+def _user_cache(user_cache: Path) -> Path:
+    return user_cache
 
 
 def test_two_traces_in_one_folder_never_share(tmp_path: Path) -> None:

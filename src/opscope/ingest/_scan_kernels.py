@@ -188,6 +188,22 @@ def _string(b: int, p: int, lim: int) -> tuple[int, int]:
 
 
 @_jit
+def _digits(b: int, p: int, lim: int) -> tuple[int, int, int]:
+    """The run of decimal digits at ``p``: (end, value of its first 18 digits, its length)."""
+    v = 0
+    n = 0
+    while p < lim:
+        d = _u8(b, p)
+        if not (48 <= d <= 57):
+            break
+        if n < 18:
+            v = v * 10 + (d - 48)
+        n += 1
+        p += 1
+    return p, v, n
+
+
+@_jit
 def _number(b: int, p: int, lim: int) -> tuple[int, int, int, int, int, int]:
     """A JSON number at ``p``: (end, is_plain_int, int_part, n_int_digits, frac_value,
     n_frac_digits); end -1 if not a number. Over 18 digits, or an exponent, is "not plain"
@@ -205,14 +221,7 @@ def _number(b: int, p: int, lim: int) -> tuple[int, int, int, int, int, int]:
         p += 1
         nd = 1
     elif 49 <= c <= 57:
-        while p < lim:
-            d = _u8(b, p)
-            if not (48 <= d <= 57):
-                break
-            if nd < 18:
-                ip = ip * 10 + (d - 48)
-            nd += 1
-            p += 1
+        p, ip, nd = _digits(b, p, lim)
     else:
         return -1, 0, 0, 0, 0, 0
     plain = nd <= 18
@@ -222,14 +231,7 @@ def _number(b: int, p: int, lim: int) -> tuple[int, int, int, int, int, int]:
         p += 1
         if p >= lim or not (48 <= _u8(b, p) <= 57):
             return -1, 0, 0, 0, 0, 0
-        while p < lim:
-            d = _u8(b, p)
-            if not (48 <= d <= 57):
-                break
-            if nf < 18:
-                fv = fv * 10 + (d - 48)
-            nf += 1
-            p += 1
+        p, fv, nf = _digits(b, p, lim)
     if p < lim and (_u8(b, p) == 101 or _u8(b, p) == 69):
         p += 1
         if p < lim and (_u8(b, p) == 43 or _u8(b, p) == 45):
