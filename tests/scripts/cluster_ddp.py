@@ -54,3 +54,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # The traces are written and the group is gone; skip the interpreter's C++ teardown, where
+    # torch 2.13 + gloo sometimes aborts ("terminate called without an active exception", seen
+    # once in a clean-clone CI run), which says nothing about the run being measured.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
