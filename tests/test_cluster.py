@@ -313,6 +313,41 @@ def test_two_stragglers_of_four_are_both_found() -> None:
         assert waits[r] == pytest.approx(exp, abs=1e-3)
 
 
+def test_ties_do_not_dilute_the_straggler() -> None:
+    """Per 50 ms step two all-reduces: at the first rank 0 waits 3 ms for rank 1; at the second
+    they arrive together, rank 0 last by 200 µs (< 1 % of the step). Rank 1 is the straggler:
+    last at every collective where somebody waited, though last at only half of all of them."""
+    from opscope.analysis.cluster import MIN_COLLECTIVE_WAIT_SHARE, aggregate
+
+    step_us = 50_000.0
+    assert 200.0 < MIN_COLLECTIVE_WAIT_SHARE * step_us < 3000.0
+    arrive = {0: (0.0, 4000.0), 1: (3000.0, 3800.0)}  # (first, second) all-reduce, µs
+    steps, colls = [], []
+    for s in range(4):
+        t0 = s * 1_000_000
+        for r, (a, b) in arrive.items():
+            steps.append({"rank": r, "step": s, "ts_ns": t0 * 1000, "dur_ns": int(step_us * 1000)})
+            for seq, (at, end) in enumerate(((a, 3100.0), (b, 4100.0))):
+                colls.append(
+                    {
+                        "rank": r,
+                        "step": s,
+                        "collective": "allreduce",
+                        "name": "k",
+                        "group": "0",
+                        "seq": seq,
+                        "start_ns": int((t0 + at) * 1000),
+                        "dur_ns": int((end - at) * 1000),
+                    }
+                )
+    out = aggregate(pl.DataFrame(steps), pl.DataFrame(colls)).to_json()
+    assert out["slow_ranks"] == [1]
+    share = {r["rank"]: r["last_arrival_share"] for r in out["ranks"]}
+    assert share == {0: 0.0, 1: 1.0}
+    waits = {r["rank"]: r["wait_us"] for r in out["ranks"]}
+    assert waits == {0: pytest.approx(4 * 3000.0), 1: pytest.approx(4 * 200.0)}
+
+
 def test_jitter_is_not_a_straggler() -> None:
     # Arrivals differ by at most 300 µs per step, below MIN_PEER_WAIT_US: nobody is slow.
     starts = {0: [0.0, 300, 0, 0], 1: [250.0, 0, 280, 290]}

@@ -34,10 +34,12 @@ Wait time
 Slow rank (all thresholds below are named constants)
     A rank is slow when it makes the others wait: it is among the last to arrive (it waits at
     most :data:`LATE_WAIT_RATIO` of that collective's median wait) in at least
-    :data:`LAST_ARRIVAL_SHARE` of the aligned collectives, its peers wait on average at least
-    :data:`MIN_PEER_WAIT_US` per step and at least :data:`MIN_PEER_WAIT_SHARE` of their step
-    time, and its own wait is at most :data:`OWN_WAIT_RATIO` of its peers' median wait. The
-    evidence says how much more compute it has than the median of its peers.
+    :data:`LAST_ARRIVAL_SHARE` of the aligned collectives where some rank waited at least
+    :data:`MIN_COLLECTIVE_WAIT_US` and :data:`MIN_COLLECTIVE_WAIT_SHARE` of the median step, its
+    peers wait on average at least :data:`MIN_PEER_WAIT_US` per step and at least
+    :data:`MIN_PEER_WAIT_SHARE` of their step time, and its own wait is at most
+    :data:`OWN_WAIT_RATIO` of its peers' median wait. The evidence says how much more compute it
+    has than the median of its peers.
 
 Slow link
     Ascend ``communication_matrix.json`` links are summed per (src, dst, transport); a link whose
@@ -62,6 +64,14 @@ LAST_ARRIVAL_SHARE: Final = 0.6
 
 LATE_WAIT_RATIO: Final = 0.1
 """Among the last to arrive at a collective: waiting at most this fraction of its median wait."""
+
+MIN_COLLECTIVE_WAIT_US: Final = 100.0
+"""Arrival order counts only at collectives where some rank waited at least this long (µs) ..."""
+
+MIN_COLLECTIVE_WAIT_SHARE: Final = 0.01
+"""... and at least this share of the median step time: where all arrive together, which one was
+last by a few hundred µs is scheduling jitter (a 2-rank run whose second all-reduce of each step
+was such a tie left its straggler last at only half to two thirds of the collectives)."""
 
 MIN_PEER_WAIT_US: Final = 1000.0
 """Its peers wait at least this long per step on average (µs): below it, jitter, not a straggler."""
@@ -357,6 +367,8 @@ class Cluster(Result):
             "thresholds": {
                 "last_arrival_share": LAST_ARRIVAL_SHARE,
                 "late_wait_ratio": LATE_WAIT_RATIO,
+                "min_collective_wait_us": MIN_COLLECTIVE_WAIT_US,
+                "min_collective_wait_share": MIN_COLLECTIVE_WAIT_SHARE,
                 "min_peer_wait_us": MIN_PEER_WAIT_US,
                 "min_peer_wait_share": MIN_PEER_WAIT_SHARE,
                 "own_wait_ratio": OWN_WAIT_RATIO,
@@ -401,6 +413,11 @@ def aggregate(
         else _conform(pl.DataFrame(), LINK_COLUMNS)
     )
     key = ["step", "collective", "group", "seq"]
+    step_ns = st.get_column("dur_ns").median()
+    decisive_ns = max(
+        MIN_COLLECTIVE_WAIT_US * 1000,
+        MIN_COLLECTIVE_WAIT_SHARE * (float(step_ns) if step_ns is not None else 0.0),  # type: ignore[arg-type]
+    )
     co = (
         co.with_columns(
             pl.col("start_ns").max().over(key).alias("max_start"),
@@ -419,6 +436,10 @@ def aggregate(
                 (pl.col("ranks_seen") > 1)
                 & (pl.col("wait_ns") <= LATE_WAIT_RATIO * pl.col("wait_ns").median().over(key))
             ).alias("last"),
+            # Who came last only says something where somebody waited for it.
+            ((pl.col("ranks_seen") > 1) & (pl.col("wait_ns").max().over(key) >= decisive_ns)).alias(
+                "decisive"
+            ),
         )
         .drop("max_start")
         .sort("rank", "start_ns")
@@ -426,7 +447,7 @@ def aggregate(
     per_rank_coll = co.group_by("rank").agg(
         pl.col("wait_ns").sum().alias("wait_ns"),
         pl.len().alias("collectives"),
-        (pl.col("last").sum() / pl.col("ranks_seen").gt(1).sum().clip(1)).alias(
+        ((pl.col("last") & pl.col("decisive")).sum() / pl.col("decisive").sum().clip(1)).alias(
             "last_arrival_share"
         ),
         pl.col("ranks_seen").gt(1).sum().alias("aligned"),
