@@ -6,11 +6,14 @@ callbacks): it owns the torch profiler, the step clock, metrics.jsonl, model.jso
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -205,18 +208,20 @@ class Recorder:
             self._plan.epochs.on_step()
         self.step_idx += 1
         if prof is not None:
-            prof.step()
-            self._note_action()
-            if self.settings.periodic and self.step_idx >= self._sample_end:
-                prof.stop()
-                self._prof = None
-                release(prof)
-                if self._metrics is not None:  # a slow step already: write the lines now
-                    self._metrics.flush()
+            with _sigint_deferred():
+                prof.step()
+                self._note_action()
+                if self.settings.periodic and self.step_idx >= self._sample_end:
+                    prof.stop()
+                    self._prof = None
+                    release(prof)
+                    if self._metrics is not None:  # a slow step already: write the lines now
+                        self._metrics.flush()
         if self._prof is None and self.settings.periodic and self._plan.starts_at(self.step_idx):
             free = rundir.free_disk_bytes(self.out)
             if free >= self.settings.active * rundir.EST_TRACE_BYTES_PER_STEP:
-                self._open_sample(self.step_idx)
+                with _sigint_deferred():
+                    self._open_sample(self.step_idx)
             else:
                 self._run.setdefault("skipped_samples", []).append(self.step_idx)
         self._t0 = time.perf_counter_ns()
@@ -496,3 +501,27 @@ def step() -> None:
 def active_recorder() -> Recorder | None:
     """The innermost running recorder, if any."""
     return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C back while the profiler changes state, and deliver it right after.
+
+    A KeyboardInterrupt raised in the middle of torch's profiler start, stop or trace export (its
+    Python code runs between the C++ calls) left Kineto half-stopped, and the stop that followed
+    crashed the process (SIGSEGV) instead of writing the completed steps. Only the main thread can
+    set signal handlers; elsewhere (and under a custom handler) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    pending: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if pending:
+        raise KeyboardInterrupt
