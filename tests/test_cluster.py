@@ -282,19 +282,22 @@ def _synthetic(starts: dict[int, list[float]], dur_us: float = 5000.0) -> Any:
                     "compute_ns": int(v[s] * 1000),
                 }
             )
-            colls.append(
-                {
-                    "rank": r,
-                    "step": s,
-                    "collective": "allreduce",
-                    "name": "k",
-                    "group": "0",
-                    "seq": 0,
-                    "start_ns": int((t0 + v[s]) * 1000),
-                    "dur_ns": int((end - v[s]) * 1000),
-                }
-            )
+            colls.append(_allreduce(r, s, 0, t0 + v[s], t0 + end))
     return aggregate(pl.DataFrame(steps), pl.DataFrame(colls))
+
+
+def _allreduce(rank: int, step: int, seq: int, start_us: float, end_us: float) -> dict[str, Any]:
+    """One rank's row of an all-reduce (group "0") entered at ``start_us``, left at ``end_us``."""
+    return {
+        "rank": rank,
+        "step": step,
+        "collective": "allreduce",
+        "name": "k",
+        "group": "0",
+        "seq": seq,
+        "start_ns": int(start_us * 1000),
+        "dur_ns": int((end_us - start_us) * 1000),
+    }
 
 
 def test_two_stragglers_of_four_are_both_found() -> None:
@@ -328,18 +331,7 @@ def test_ties_do_not_dilute_the_straggler() -> None:
         for r, (a, b) in arrive.items():
             steps.append({"rank": r, "step": s, "ts_ns": t0 * 1000, "dur_ns": int(step_us * 1000)})
             for seq, (at, end) in enumerate(((a, 3100.0), (b, 4100.0))):
-                colls.append(
-                    {
-                        "rank": r,
-                        "step": s,
-                        "collective": "allreduce",
-                        "name": "k",
-                        "group": "0",
-                        "seq": seq,
-                        "start_ns": int((t0 + at) * 1000),
-                        "dur_ns": int((end - at) * 1000),
-                    }
-                )
+                colls.append(_allreduce(r, s, seq, t0 + at, t0 + end))
     out = aggregate(pl.DataFrame(steps), pl.DataFrame(colls)).to_json()
     assert out["slow_ranks"] == [1]
     share = {r["rank"]: r["last_arrival_share"] for r in out["ranks"]}

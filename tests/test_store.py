@@ -11,29 +11,20 @@ from typing import Any
 
 import pytest
 
-from opscope.cli.app import main
 from opscope.errors import StoreError
 from opscope.trend import store as store_mod
 from opscope.trend.store import SCHEMA_VERSION, open_store
 
 duckdb = pytest.importorskip("duckdb")
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
-from trend_runs import recorded  # noqa: E402
-from trend_store_checks import check_round_trip, concurrent_writers  # noqa: E402
+from trend_store_checks import both_runs, check_round_trip, cli, concurrent_writers  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.getbasetemp()
-    return {n: recorded(base, n) for n in ("steady", "slow")}
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return both_runs(tmp_path_factory.getbasetemp())
 
 
 def test_duckdb_round_trip_and_flag(tmp_path: Path, runs: dict[str, Path]) -> None:
@@ -52,13 +43,13 @@ def test_default_store_under_xdg_data_home(
 ) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("OPSCOPE_STORE", raising=False)
-    code, out, _ = _cli(capsys, "store", "add", str(runs["steady"]), "--tag", "t1", "--json")
+    code, out, _ = cli(capsys, "store", "add", str(runs["steady"]), "--tag", "t1", "--json")
     assert code == 0
     assert json.loads(out)["tag"] == "t1"
     assert (tmp_path / "xdg" / "opscope" / "runs.duckdb").is_file()
-    code, out, _ = _cli(capsys, "store", "list", "--json")
+    code, out, _ = cli(capsys, "store", "list", "--json")
     assert [r["tag"] for r in json.loads(out)] == ["t1"]
-    code, out, _ = _cli(capsys, "store", "trend", "--json", "--metric", "samples_per_s")
+    code, out, _ = cli(capsys, "store", "trend", "--json", "--metric", "samples_per_s")
     rows = [json.loads(x) for x in (runs["steady"] / "metrics.jsonl").read_text().splitlines()]
     sps = statistics.median(r["samples_per_s"] for r in rows)
     assert json.loads(out)["runs"][0]["value"] == pytest.approx(sps)
@@ -76,7 +67,7 @@ def test_newer_store_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[st
         open_store(str(path)),
     ):
         pass
-    code, out, err = _cli(capsys, "store", "list", "--store", str(path))
+    code, out, err = cli(capsys, "store", "list", "--store", str(path))
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert f"schema {SCHEMA_VERSION + 98} > {SCHEMA_VERSION}" in err
@@ -85,7 +76,7 @@ def test_newer_store_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_not_a_store_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.duckdb"
     bad.write_bytes(b"this is not a database" * 100)
-    code, out, err = _cli(capsys, "store", "list", "--store", str(bad))
+    code, out, err = cli(capsys, "store", "list", "--store", str(bad))
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and str(bad) in err
 
@@ -99,7 +90,7 @@ def test_run_without_metrics_writes_nothing(
     empty = tmp_path / "run"
     empty.mkdir()
     (empty / "run.json").write_text("{}")
-    code, _, err = _cli(capsys, "store", "add", str(empty), "--store", url)
+    code, _, err = cli(capsys, "store", "add", str(empty), "--store", url)
     assert code == 2 and "metrics.jsonl" in err and len(err.strip().splitlines()) == 1
     with open_store(url) as s:
         assert len(s.list()) == 1

@@ -16,14 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from opscope.cli.app import main
 from opscope.errors import StoreError
 from opscope.trend.store import SCHEMA_VERSION, open_store
 
 psycopg = pytest.importorskip("psycopg")
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
-from trend_runs import recorded  # noqa: E402
-from trend_store_checks import check_round_trip, concurrent_writers  # noqa: E402
+from trend_store_checks import both_runs, check_round_trip, cli, concurrent_writers  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -124,14 +122,7 @@ def fresh(pg_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.getbasetemp()
-    return {n: recorded(base, n) for n in ("steady", "slow")}
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return both_runs(tmp_path_factory.getbasetemp())
 
 
 def test_postgres_round_trip_and_flag(fresh: str, runs: dict[str, Path]) -> None:
@@ -149,7 +140,7 @@ def test_postgres_newer_schema_refused(fresh: str, capsys: pytest.CaptureFixture
         pass
     with psycopg.connect(fresh, autocommit=True) as c:
         c.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION + 1,))
-    code, out, err = _cli(capsys, "store", "list", "--store", fresh)
+    code, out, err = cli(capsys, "store", "list", "--store", fresh)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert f"newer opscope (schema {SCHEMA_VERSION + 1} > {SCHEMA_VERSION})" in err
@@ -158,7 +149,7 @@ def test_postgres_newer_schema_refused(fresh: str, capsys: pytest.CaptureFixture
 
 def test_refused_connection_one_line(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"postgresql://opscope:{PASSWORD}@127.0.0.1:{_free_port()}/postgres"  # nobody listens
-    code, out, err = _cli(capsys, "store", "list", "--store", url)
+    code, out, err = cli(capsys, "store", "list", "--store", url)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert "cannot connect" in err and "refused" in err.lower()
@@ -167,7 +158,7 @@ def test_refused_connection_one_line(pg_url: str, capsys: pytest.CaptureFixture[
 
 def test_wrong_password_one_line(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     url = pg_url.replace(PASSWORD, "wrong")
-    code, out, err = _cli(capsys, "store", "add", "nowhere", "--store", url)
+    code, out, err = cli(capsys, "store", "add", "nowhere", "--store", url)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert "password authentication failed" in err

@@ -12,8 +12,22 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from trend_runs import recorded
 
+from opscope.cli.app import main
 from opscope.trend.store import open_store
+
+
+def both_runs(base: Path) -> dict[str, Path]:
+    """The steady and the slow recorded run (recorded once per test session)."""
+    return {n: recorded(base, n) for n in ("steady", "slow")}
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``opscope ARGS`` run in-process."""
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def clean_median_us(run: Path) -> float:
