@@ -96,15 +96,18 @@ def parse_kineto(
         if progress is not None:
             progress("decompress", done, total)
 
-    if not salvage:
-        fast = _parse_fast(path, gz_progress, progress, rank)
-        if fast is not None:
-            return fast
     # Handed over in a list that _parse pops from: no caller frame keeps a reference, so the
     # text is freed before the tables are built (peak memory: 1 GB for a 1 GB trace).
+    owned: list[bytes] = []
+    if not salvage:
+        fast = _parse_fast(path, gz_progress, progress, rank, owned)
+        if fast is not None:
+            return fast
+    if not owned:  # (a .json.gz the scanner stepped aside from is not inflated twice)
+        owned.append(gz.read_bytes(path, progress=gz_progress, allow_truncated=salvage))
     try:
         return _parse(
-            [gz.read_bytes(path, progress=gz_progress, allow_truncated=salvage)],
+            owned,
             path,
             salvage=salvage,
             progress=progress,
@@ -119,9 +122,11 @@ def _parse_fast(
     gz_progress: Callable[[int, int], None],
     progress: ProgressFn | None,
     rank: int | None,
+    inflated: list[bytes],
 ) -> Profile | None:
     """The byte scanner's path (:mod:`opscope.ingest.fastscan`); ``None`` sends the file to the
-    reference path, which also reports what is wrong with it.
+    reference path, which also reports what is wrong with it (an inflated ``.json.gz`` is then
+    left in ``inflated`` for it).
 
     An uncompressed file is memory-mapped and the pages the scanner has passed are dropped from
     this process (they stay in the page cache): the text never adds its size to the peak.
@@ -153,12 +158,14 @@ def _parse_fast(
     try:
         got = fastscan.scan_document(data, progress=scan_progress, release=release)
     finally:
-        del data
         if mm is not None:
             with contextlib.suppress(BufferError):  # a view still alive: closed when freed
                 mm.close()
     if got is None:
+        if isinstance(data, bytes):
+            inflated.append(data)
         return None
+    del data
     header, scanned = got
     cols, exact = scanned.columns()
     del scanned
