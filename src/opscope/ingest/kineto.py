@@ -573,44 +573,59 @@ _CAT_L = pl.col("cat_l")  # lower-case cat, added by _with_times_and_tracks
 
 def _events_table(raw: list[pl.DataFrame], rk: int, oddities: dict[str, int]) -> pl.DataFrame:
     """The slices (``ph: "X"``) of ``raw.pop()`` as EVENTS rows in time order, ids 0..n-1 (before
-    linking). The decoded frame is dropped once the rows are selected."""
-    # Lazy everywhere: raw has ~60 columns, and an eager filter would copy every one of them.
-    lazy = raw.pop().lazy()
+    linking). The decoded frame is taken apart column by column as the rows are selected."""
+    frame = raw.pop()
     _bump(
         oddities,
         "unsupported phase",
-        lazy.select((~_PH.is_in(["X", "i", "I", "s", "f", "t", "M", "C", "R", "n"])).sum())
-        .collect()
-        .item(),
+        frame.select((~_PH.is_in(["X", "i", "I", "s", "f", "t", "M", "C", "R", "n"])).sum()).item(),
     )
-    xs = lazy.filter((_PH == "X") & (_CAT_L.fill_null("") != "trace"))
-    del lazy
+    is_slice = (_PH == "X") & (_CAT_L.fill_null("") != "trace")
     has_ts = pl.col("ts_ns").is_not_null()
-    odd = xs.select(
-        pl.col("ts_ns").is_null().sum().alias("no_ts"),
-        (has_ts & pl.col("dur_ns").is_null()).sum().alias("no_dur"),
-        (has_ts & (pl.col("dur_ns") < 0)).sum().alias("neg"),
-        (has_ts & pl.col("name").is_null()).sum().alias("no_name"),
-        (has_ts & (pl.col("pid_n").is_null() | pl.col("tid_n").is_null())).sum().alias("no_track"),
-    ).collect()
+    # Lazy: only the five columns the counts read are filtered.
+    odd = (
+        frame.lazy()
+        .filter(is_slice)
+        .select(
+            pl.col("ts_ns").is_null().sum().alias("no_ts"),
+            (has_ts & pl.col("dur_ns").is_null()).sum().alias("no_dur"),
+            (has_ts & (pl.col("dur_ns") < 0)).sum().alias("neg"),
+            (has_ts & pl.col("name").is_null()).sum().alias("no_name"),
+            (has_ts & (pl.col("pid_n").is_null() | pl.col("tid_n").is_null()))
+            .sum()
+            .alias("no_track"),
+        )
+        .collect()
+    )
     _bump(oddities, "slice without ts (dropped)", int(odd.item(0, "no_ts")))
     _bump(oddities, "slice without dur (0 used)", int(odd.item(0, "no_dur")))
     _bump(oddities, "negative duration (clamped to 0)", int(odd.item(0, "neg")))
     _bump(oddities, "slice without name", int(odd.item(0, "no_name")))
     _bump(oddities, "slice without pid/tid", int(odd.item(0, "no_track")))
-    # Streaming: morsel by morsel, so the filtered inputs and expression temporaries never exist
-    # for all rows at once (~0.4 GB less peak at 1 GB, and less CPU).
-    events = xs.filter(has_ts).select(_event_columns(rk)).collect(engine="streaming")
-    del xs  # the last reference to the decoded frame
-    return _sorted_by_time(_clean_distinct(events))
+    rows = frame.select(pl.arg_where(is_slice & has_ts)).to_series()
+    # One column at a time: each decoded column is freed as soon as its slice rows are gathered,
+    # so the frame shrinks while the slices grow (a frame-wide filter, even streaming, held
+    # ~1.2 GB of both at once for a 1 GB trace).
+    exprs = _event_columns(rk)
+    needed = {name for e in exprs for name in e.meta.root_names()}
+    for name in [c for c in frame.columns if c not in needed]:
+        frame.drop_in_place(name)
+    xs = pl.DataFrame([frame.drop_in_place(name).gather(rows) for name in frame.columns])
+    del frame
+    events = xs.select(exprs)
+    del xs
+    held = [_clean_distinct(events)]
+    del events
+    return _sorted_by_time(held)
 
 
-def _sorted_by_time(events: pl.DataFrame) -> pl.DataFrame:
-    """``events`` stably sorted by ``ts_ns``, with ``id`` = row number in front.
+def _sorted_by_time(held: list[pl.DataFrame]) -> pl.DataFrame:
+    """``held.pop()`` stably sorted by ``ts_ns``, with ``id`` = row number in front.
 
     A few columns at a time, each batch dropped once gathered: a frame-wide sort holds both
     copies of every column at once (peak memory), one column at a time gives up the threads.
     """
+    events = held.pop()
     order = events.select(
         pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts_ns", maintain_order=True)
     ).to_series()
