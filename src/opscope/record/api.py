@@ -6,14 +6,11 @@ callbacks): it owns the torch profiler, the step clock, metrics.jsonl, model.jso
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +22,7 @@ from opscope.record import devices, rundir
 from opscope.record.metrics import MetricsWriter
 from opscope.record.model_structure import ModelWatcher, describe
 from opscope.record.periodic import SamplePlan, release
+from opscope.record.sigint import GATE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -132,6 +130,7 @@ class Recorder:
         self._prof: Any = None
         self._first_active = 0
         self._plan = SamplePlan(settings.wait, settings.every, settings.every_epochs)
+        self._periodic = settings.periodic
         self._sample_end = -1
         self._user_steps = False
         self._optimizer: int | None = None
@@ -141,6 +140,7 @@ class Recorder:
         self._t0 = 0
         self._run: dict[str, Any] = {}
         self._started = False
+        self._gated = False
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Recorder:
@@ -168,6 +168,8 @@ class Recorder:
             self._plan.epochs.on_epoch = self._epoch_ended
             self._plan.epochs.install()
         _ACTIVE.append(self)
+        GATE.arm()
+        self._gated = True
         if not self.settings.periodic:
             import torch.profiler as tp
 
@@ -193,7 +195,8 @@ class Recorder:
             self._user_steps = True
         now = time.perf_counter_ns()
         prof = self._prof
-        profiled = prof is not None and prof.current_action.name in _RECORDING
+        # _name_, not .name: an enum's .name is a Python-level property, traced under with_stack
+        profiled = prof is not None and prof.current_action._name_ in _RECORDING
         if self._metrics is not None:
             self._metrics.write(
                 self.step_idx,
@@ -208,19 +211,19 @@ class Recorder:
             self._plan.epochs.on_step()
         self.step_idx += 1
         if prof is not None:
-            with _sigint_deferred():
+            with GATE:
                 prof.step()
                 self._note_action()
-                if self.settings.periodic and self.step_idx >= self._sample_end:
+                if self._periodic and self.step_idx >= self._sample_end:
                     prof.stop()
                     self._prof = None
                     release(prof)
                     if self._metrics is not None:  # a slow step already: write the lines now
                         self._metrics.flush()
-        if self._prof is None and self.settings.periodic and self._plan.starts_at(self.step_idx):
+        if self._prof is None and self._periodic and self._plan.starts_at(self.step_idx):
             free = rundir.free_disk_bytes(self.out)
             if free >= self.settings.active * rundir.EST_TRACE_BYTES_PER_STEP:
-                with _sigint_deferred():
+                with GATE:
                     self._open_sample(self.step_idx)
             else:
                 self._run.setdefault("skipped_samples", []).append(self.step_idx)
@@ -246,6 +249,9 @@ class Recorder:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self._gated:
+            self._gated = False
+            GATE.disarm()
         self.status = status
         self.exit_code = exit_code
         if self._run:
@@ -339,7 +345,7 @@ class Recorder:
         prof = self._prof
         if prof is None:
             return
-        act = prof.current_action.name
+        act = prof.current_action._name_
         if act in _RECORDING and getattr(self, "_last_action", "NONE") not in _RECORDING:
             self._first_active = self.step_idx
         self._last_action = act
@@ -501,27 +507,3 @@ def step() -> None:
 def active_recorder() -> Recorder | None:
     """The innermost running recorder, if any."""
     return _ACTIVE[-1] if _ACTIVE else None
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C back while the profiler changes state, and deliver it right after.
-
-    A KeyboardInterrupt raised in the middle of torch's profiler start, stop or trace export (its
-    Python code runs between the C++ calls) left Kineto half-stopped, and the stop that followed
-    crashed the process (SIGSEGV) instead of writing the completed steps. Only the main thread can
-    set signal handlers; elsewhere (and under a custom handler) nothing changes.
-    """
-    if threading.current_thread() is not threading.main_thread() or (
-        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
-        yield
-        return
-    pending: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if pending:
-        raise KeyboardInterrupt

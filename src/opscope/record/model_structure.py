@@ -50,16 +50,6 @@ def describe(root: Any) -> dict[str, Any]:
     }
 
 
-def first_tensor_batch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-    """Dim 0 of the first tensor among a forward call's inputs, or None."""
-    import torch
-
-    for v in (*args, *kwargs.values()):
-        if isinstance(v, torch.Tensor):
-            return int(v.shape[0]) if v.dim() > 0 else None
-    return None
-
-
 class ModelWatcher:
     """Finds the root module and counts the samples its forward calls see."""
 
@@ -68,6 +58,7 @@ class ModelWatcher:
         self._global: Any = None
         self._local: Any = None
         self.root: Any = None
+        self._tensor: Any = None
         self.samples = 0
 
     def arm(self) -> None:
@@ -83,7 +74,10 @@ class ModelWatcher:
         if self._global is not None:
             self._global.remove()
             self._global = None
+        import torch
+
         self.root = root
+        self._tensor = torch.Tensor
         self._local = root.register_forward_pre_hook(self._count, with_kwargs=True)
         self._on_root(root)
 
@@ -93,9 +87,15 @@ class ModelWatcher:
             self._count(module, args, {})
 
     def _count(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        n = first_tensor_batch(args, kwargs)
-        if n is not None:
-            self.samples += n
+        # Runs in every forward call of the model: the common call, model(batch), is tested first.
+        if args and isinstance(args[0], self._tensor):
+            v = args[0]
+        else:
+            v = next((x for x in (*args, *kwargs.values()) if isinstance(x, self._tensor)), None)
+            if v is None:
+                return
+        if v.dim() > 0:
+            self.samples += int(v.shape[0])
 
     def take_samples(self) -> int:
         """Samples seen since the last call."""
