@@ -9,7 +9,7 @@ For each size (default 100, 500, 1000 MB) it generates a trace with gen_trace.py
 - peak RSS of the cold load; and, if ``holistictraceanalysis`` is installed, HTA's
   ``TraceAnalysis`` parse of the same file.
 
-    python benchmarks/load_speed.py [--sizes 100 500 1000] [--gzip] [--dir /tmp/opscope-bench]
+    python benchmarks/load_speed.py [--sizes 100 500 1000] [--gzip] [--no-hta] [--dir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -88,6 +88,14 @@ def run(code: str, path: Path, src: Path | None = None) -> tuple[float, int, int
     return float(out[0]), int(out[1]), int(out[2]), float(out[3])
 
 
+def warm(path: Path) -> None:
+    """Read ``path`` once, so that every measurement finds it in the page cache (the first would
+    otherwise pay the disk alone: this VM's page cache does not keep a freshly written GB)."""
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
 def has_hta() -> bool:
     r = subprocess.run(
         [sys.executable, "-c", "import hta.trace_analysis"], capture_output=True, check=False
@@ -101,6 +109,7 @@ def main() -> None:
     ap.add_argument("--gzip", action="store_true", help="also time the .json.gz of each size")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "opscope-bench")
     ap.add_argument("--keep", action="store_true", help="keep the generated traces")
+    ap.add_argument("--no-hta", action="store_true", help="skip HTA even if it is installed")
     ap.add_argument(
         "--baseline-src",
         type=Path,
@@ -112,13 +121,14 @@ def main() -> None:
     from gen_trace import generate
 
     a.dir.mkdir(parents=True, exist_ok=True)
-    hta = has_hta()
+    hta = not a.no_hta and has_hta()
     rows = []
     for mb in a.sizes:
         path = a.dir / f"trace_{int(mb)}mb.json"
         if not path.exists():
             generate(path, mb, seed=0)
         size = path.stat().st_size
+        warm(path)
         ms_t, ms_rss, n, ms_cpu = run(MSGSPEC, path)
         cold_t, cold_rss, n_ev, cold_cpu = run(COLD, path)
         run(COLD.replace("cache=False", "cache=True"), path)  # write the cache
@@ -148,9 +158,11 @@ def main() -> None:
             gzp = path.with_suffix(".json.gz")
             if not gzp.exists():
                 generate(gzp, mb, seed=0, gz=True)
+            warm(gzp)
             gz_t, _, _, _ = run(COLD, gzp)
             row["gzip_cold_s"] = round(gz_t, 3)
         if hta:
+            warm(path)
             hta_t, hta_rss, _, _ = run(HTA, path)
             row["hta_s"] = round(hta_t, 3)
             row["hta_peak_rss_gb"] = round(hta_rss / 2**30, 2)
@@ -167,7 +179,7 @@ def main() -> None:
         for r in rows[1:]:
             lin = (r["cold_s"] / base["cold_s"]) / (r["mb"] / base["mb"])
             print(f"linearity {base['mb']} MB -> {r['mb']} MB: time ratio / size ratio = {lin:.2f}")
-    if not hta:
+    if not hta and not a.no_hta:
         print("HTA not installed (pip install HolisticTraceAnalysis) - skipped")
 
 

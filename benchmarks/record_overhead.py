@@ -18,14 +18,18 @@ mirrored order (drift over a round weighs all alike), for ``--rounds`` rounds. B
 - ``opscope`` / ``torch``: wait 1, warmup 1, active 20 under the recorder and under a plain
   ``torch.profiler.profile`` with the same options and a gzipped trace; active steps compared.
 
-The ratios are of medians over all counted steps of a configuration (>= 20 per block); the same
-medians of each step's CPU time are printed too. A first sample before the rounds takes Kineto's
-one-time start-up out of every block.
+Every block is preceded by 60 untimed steps with no profiler, so one block's after-effects do not
+land on the next. The headline ratios are of medians over all counted steps of a configuration
+(>= 20 per block, 35 x 2 x rounds in all); the same medians of each step's CPU time are printed
+too. Because the machine's speed wanders by several % over seconds, each round's ratio (its two
+blocks of a configuration against its two no-profiler blocks) is also kept, and the geometric
+mean of the rounds is printed with a 95% bootstrap interval: the resolution this run reached.
+A first sample before the rounds takes Kineto's one-time start-up out of every block.
 
 ``--processes``: the older method, kept for the real ``opscope record`` launcher path: each
 configuration in a fresh process (this file with ``--worker``), best median of each over rounds.
 
-Usage: ``python benchmarks/record_overhead.py [--rounds 6] [--device cpu] [--processes]``.
+Usage: ``python benchmarks/record_overhead.py [--rounds 40] [--device cpu] [--processes]``.
 """
 
 from __future__ import annotations
@@ -142,7 +146,7 @@ def between_samples(n: int) -> list[int]:
 
 # --- in-process, interleaved (the default) ---------------------------------------------------
 
-BLOCK = 40  # steps per block: one periodic cycle (--every 40), or one profiled window + margin
+CYCLE = 40  # default steps per between-samples block: one periodic cycle of --every 40
 SKIP = 5  # steps at a block's start left out everywhere: what the real periodic cycle's sample owns
 
 
@@ -214,22 +218,22 @@ def _torch_profiler(out: Path, dev: Any) -> Any:
     )
 
 
-def _block(config: str, step: Any, dev: Any, out: Path) -> tuple[list[int], list[int]]:
+def _block(
+    config: str, step: Any, dev: Any, out: Path, cycle: int = CYCLE
+) -> tuple[list[int], list[int]]:
     """One block of steps under ``config``; set-up and tear-down are not timed.
 
-    Every block but ``bare`` starts after the same set-up work: a recorder's ``start()`` (run.json,
-    a ``git`` call, hooks armed), which the recorder's own blocks keep running and the others stop
-    at once. That work leaves a few tens of slower steps behind it (+1.6% on the next 8 steps
-    here), which a real run pays once at its start, not before every cycle.
+    Every block starts after the same set-up work: a recorder's ``start()`` (run.json, a ``git``
+    call, hooks armed), which the recorder's own blocks keep running and the others stop at once.
+    That work slows the next few steps (+1.6% over the next 8 measured here), which a real run
+    pays once at its start, not before every cycle.
     """
     from opscope.record.api import Recorder, RecordSettings
 
     out.mkdir(parents=True)
-    if config == "bare":
-        return _timed(step, BLOCK)
     if config == "opscope":
         s = RecordSettings(wait=1, warmup=1, active=ACTIVE)
-    elif config == "periodic":  # one real cycle of --every 40: a sample at steps 1-4, then off
+    elif config == "periodic":  # one real cycle of --every N: a sample at steps 1-4, then off
         s = RecordSettings(wait=1, warmup=1, active=3, every=10**6)
     else:  # the recorder's hooks on, no sample in reach (its per-step cost alone)
         s = RecordSettings(wait=10**6, warmup=1, active=3, every=10**6)
@@ -242,7 +246,7 @@ def _block(config: str, step: Any, dev: Any, out: Path) -> tuple[list[int], list
         t = _timed(step, ACTIVE + 3, prof)
         prof.stop()
         return t
-    t = _timed(step, ACTIVE + 3 if config == "opscope" else BLOCK)
+    t = _timed(step, ACTIVE + 3 if config == "opscope" else cycle)
     rec.stop()
     if config in ("opscope", "periodic") and not rec.traces:
         raise SystemExit(f"{config}: the block recorded no trace")
@@ -256,11 +260,11 @@ tens of steps once its profiler is freed) must not fall on the next block's conf
 # Each round runs each configuration twice, mirrored (a b c c b a), so a linear drift of the
 # machine's speed over a round weighs every configuration alike. The two targets are separate
 # experiments: a 20-step profiled window's after-effects outlast the settle steps.
-BETWEEN = ("none", "periodic", "armed", "none-again", "bare")
+BETWEEN = ("none", "periodic", "armed", "none-again")
 PROFILED = ("torch", "opscope")
 
 
-def interleaved(rounds: int, device: str) -> dict[str, Any]:
+def interleaved(rounds: int, device: str, cycle: int = CYCLE) -> dict[str, Any]:
     """Median step times (ns) per configuration, all blocks in this process, interleaved; and
     the spread of the per-round ratios."""
     step, dev = _training(device)
@@ -278,14 +282,14 @@ def interleaved(rounds: int, device: str) -> dict[str, Any]:
         # A first sample before any block: Kineto's one-time set-up is nobody's overhead.
         _block("periodic", step, dev, Path(d) / "warm")
         n = 0
-        for configs, idx, base in ((BETWEEN, range(SKIP, BLOCK), "none"),
+        for configs, idx, base in ((BETWEEN, range(SKIP, cycle), "none"),
                                    (PROFILED, range(2, 2 + ACTIVE), "torch")):  # fmt: skip
             for _ in range(rounds):
                 this: dict[str, list[int]] = {c: [] for c in configs}
                 for config in (*configs, *reversed(configs)):
                     n += 1
                     _timed(step, SETTLE)
-                    wall, cpu = _block(config, step, dev, Path(d) / f"{n}-{config}")
+                    wall, cpu = _block(config, step, dev, Path(d) / f"{n}-{config}", cycle)
                     this[config] += [wall[i] for i in idx]
                     steps[config]["wall"] += [wall[i] for i in idx]
                     steps[config]["cpu"] += [cpu[i] for i in idx]
@@ -316,9 +320,6 @@ def report(best: dict[str, Any], device: str, how: str) -> None:
           f"{best['none'] / 1e6:.3f} ms")  # fmt: skip
     print(f"ratio periodic/no-profiler = {r2:.3f} (target <= 1.01) "
           f"{'OK' if r2 <= 1.01 else 'OVER'}")  # fmt: skip
-    if "bare" in best:
-        print(f"no profiler, no recorder start before the block / no profiler = "
-              f"{best['bare'] / best['none']:.3f}")  # fmt: skip
     if "armed" in best:
         print(f"recorder armed, no sample in reach / no profiler = "
               f"{best['armed'] / best['none']:.3f}")  # fmt: skip
@@ -355,6 +356,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--processes", action="store_true", help="one process per configuration")
+    ap.add_argument(
+        "--every", type=int, default=CYCLE, help="the periodic cycle of the between-samples blocks"
+    )
     a = ap.parse_args()
     if a.worker:
         worker(a.worker, a.steps, a.times, a.trace_dir, a.device)
@@ -363,17 +367,33 @@ def main() -> None:
         rounds = a.rounds or 3
         report(cross_process(rounds, a.device), a.device, f"fresh processes, rounds={rounds}")
         return
-    rounds = a.rounds or 6
-    med = interleaved(rounds, a.device)
+    rounds = a.rounds or 40
+    med = interleaved(rounds, a.device, a.every)
     counts = ", ".join(f"{c} {int(med[f'{c} n'])}" for c in (*BETWEEN, *PROFILED))
-    report(med, a.device, f"one process, interleaved, rounds={rounds}; steps counted: {counts}")
+    how = f"one process, interleaved, rounds={rounds}, --every {a.every}; steps counted: {counts}"
+    report(med, a.device, how)
     for c, rs in med["per_round"].items():
         base = "torch.profiler" if c == "opscope" else "no profiler"
-        q = statistics.quantiles(rs, n=4) if len(rs) > 1 else [rs[0]] * 3
+        gm, lo, hi = geometric_mean_ci(rs)
         print(
-            f"per-round ratio {c}/{base}: median {statistics.median(rs):.3f}, "
-            f"quartiles {q[0]:.3f}-{q[2]:.3f}, range {min(rs):.3f}-{max(rs):.3f}"
+            f"per-round ratio {c}/{base}: geometric mean {gm:.3f}, 95% CI {lo:.3f}-{hi:.3f} "
+            f"(bootstrap over {len(rs)} rounds), range {min(rs):.3f}-{max(rs):.3f}"
         )
+
+
+def geometric_mean_ci(ratios: list[float], n: int = 4000) -> tuple[float, float, float]:
+    """Geometric mean of ``ratios`` and a 95% percentile-bootstrap interval (seeded)."""
+    import math
+    import random
+
+    logs = [math.log(r) for r in ratios]
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(n))
+    return (
+        math.exp(statistics.fmean(logs)),
+        math.exp(means[int(0.025 * n)]),
+        math.exp(means[int(0.975 * n) - 1]),
+    )
 
 
 if __name__ == "__main__":
