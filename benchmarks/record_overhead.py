@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -51,61 +50,15 @@ EVERY = 40
 
 
 def worker(mode: str, steps: int, times_out: str, trace_dir: str, device: str) -> None:
-    import torch
-
-    torch.manual_seed(0)
-    # one thread: the comparison is about profiler overhead, not thread scheduling on a busy host
-    torch.set_num_threads(1)
-    dev = torch.device(device)
-    model = torch.nn.Sequential(
-        *[m for _ in range(6) for m in (torch.nn.Linear(256, 256), torch.nn.GELU())]
-    ).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(64, 256, device=dev)
-    prof = None
-    if mode == "torch":
-        import gzip
-        import shutil
-
-        acts = [torch.profiler.ProfilerActivity.CPU]
-        if dev.type == "cuda":
-            acts.append(torch.profiler.ProfilerActivity.CUDA)
-
-        def save(p: torch.profiler.profile) -> None:
-            tmp = os.path.join(trace_dir, "t.json")
-            p.export_chrome_trace(tmp)
-            with open(tmp, "rb") as fi, gzip.open(tmp + ".gz", "wb") as fo:
-                shutil.copyfileobj(fi, fo)
-
-        prof = torch.profiler.profile(
-            activities=acts,
-            schedule=torch.profiler.schedule(wait=1, warmup=1, active=ACTIVE, repeat=1),
-            on_trace_ready=save,
-            record_shapes=True,
-            profile_memory=True,
-            with_stack=True,
-            with_modules=True,
-            with_flops=True,
-        )
+    """``--processes``: one configuration's loop in this fresh process, step times to a file."""
+    step, dev = _training(device)
+    prof = _torch_profiler(Path(trace_dir), dev) if mode == "torch" else None
+    if prof is not None:
         prof.start()
-    times = []
-    cpu = []
-    for _ in range(steps):
-        t0 = time.perf_counter_ns()
-        c0 = time.process_time_ns()
-        loss = model(x).square().mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if prof is not None:
-            prof.step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter_ns() - t0)
-        cpu.append(time.process_time_ns() - c0)
+    wall, cpu = _timed(step, steps, prof)
     if prof is not None:
         prof.stop()
-    Path(times_out).write_text(json.dumps({"wall": times, "cpu": cpu}))
+    Path(times_out).write_text(json.dumps({"wall": wall, "cpu": cpu}))
 
 
 def run(config: str, tmp: Path, device: str) -> dict[str, list[int]]:

@@ -15,6 +15,9 @@ import os
 import time
 from pathlib import Path
 
+_Row = tuple[int, int, int, tuple[int | None, int | None], bool]
+"""A buffered step: step, wall_ns, samples, (allocated, reserved) peaks, profiled."""
+
 FLUSH_SECONDS = 1.0
 """Longest time a step's line waits in memory before it is written."""
 
@@ -25,7 +28,7 @@ class MetricsWriter:
     def __init__(self, path: Path, rank: int) -> None:
         self.rank = rank
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._rows: list[tuple[int, int, int, tuple[int | None, int | None], bool]] = []
+        self._rows: list[_Row] = []
         self._flushed = time.monotonic()
 
     def write(
@@ -45,19 +48,13 @@ class MetricsWriter:
     def flush(self) -> None:
         """Append the buffered lines, in one write."""
         if self._rows and self._fd >= 0:
-            lines = [self._line(*row) for row in self._rows]
+            lines = [self._line(row) for row in self._rows]
             os.write(self._fd, ("\n".join(lines) + "\n").encode())
         self._rows.clear()
         self._flushed = time.monotonic()
 
-    def _line(
-        self,
-        step: int,
-        wall_ns: int,
-        samples: int,
-        mem: tuple[int | None, int | None],
-        profiled: bool,
-    ) -> str:
+    def _line(self, row: _Row) -> str:
+        step, wall_ns, samples, mem, profiled = row
         sps = samples / (wall_ns / 1e9) if samples and wall_ns > 0 else None
         return json.dumps(
             {
