@@ -37,7 +37,7 @@ def _array(data: bytes) -> tuple[int, int]:
 
 
 def _reference_ns(frame: pl.DataFrame, data: bytes, s: int, e: int) -> tuple[pl.Series, pl.Series]:
-    if jsonscan.needs_exact_times(frame.get_column("ts"), data, s, e):
+    if jsonscan.needs_exact_times(frame.get_column("ts"), frame.get_column("dur"), data, s, e):
         return jsonscan.exact_times(data, s, e)
     ns = frame.select(
         jsonscan.float_us_to_ns(pl.col("ts")).alias("ts_ns"),
@@ -292,6 +292,15 @@ _event = st.tuples(
     _members(_EVENT_VALUES),
     st.none() | _members(_ARG_VALUES),
 ).map(lambda t: {**t[1], "ph": t[0], **({} if t[2] is None else {"args": t[2]})})
+
+
+def test_a_duration_beyond_float_precision_keeps_its_ns_digits() -> None:
+    # 2**45 us + 0.94 us: float64 holds it to 1/128 us, so a float reading gives ...938 ns.
+    text = b'{"traceEvents": [{"ph": "X", "ts": 1.5, "dur": 35184372088832.94}]}'
+    assert check_same(text)
+    s, e = _array(text)
+    ref = jsonscan.scan_array(text, s, e).frame()
+    assert _reference_ns(ref, text, s, e)[1].to_list() == [35_184_372_088_832_940]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

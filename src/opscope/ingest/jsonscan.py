@@ -507,14 +507,15 @@ def float_us_to_ns(us: pl.Expr) -> pl.Expr:
     return (whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round(0).cast(pl.Int64)).alias("ns")
 
 
-_BIG_FRACTION = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d*[1-9]')
+_BIG_FRACTION = re.compile(rb'"(?:ts|dur)"\s*:\s*-?\d{13,}\.\d*[1-9]')
 
 
-def needs_exact_times(ts: pl.Series, data: bytes, start: int, end: int) -> bool:
-    """True when some timestamp is too large for float64 to hold its ns digits and is written with
-    a fraction (the float value itself cannot tell: its fraction may have rounded away)."""
-    big = ts.abs().max()
-    if big is None or float(big) < EXACT_FLOAT_US:  # type: ignore[arg-type]
+def needs_exact_times(ts: pl.Series, dur: pl.Series, data: bytes, start: int, end: int) -> bool:
+    """True when some timestamp or duration is too large for float64 to hold its ns digits and is
+    written with a fraction (the float value itself cannot tell: its fraction may have rounded
+    away)."""
+    big = max((float(m) for m in (ts.abs().max(), dur.abs().max()) if m is not None), default=0.0)  # type: ignore[arg-type]
+    if big < EXACT_FLOAT_US:
         return False
     return _BIG_FRACTION.search(data, start, end) is not None
 

@@ -301,7 +301,7 @@ def _parse(
     raw = cols.frame()
     cols.frames.clear()
     exact = None
-    if jsonscan.needs_exact_times(raw.get_column("ts"), data, start, end):
+    if jsonscan.needs_exact_times(raw.get_column("ts"), raw.get_column("dur"), data, start, end):
         exact = jsonscan.exact_times(data, start, end)
         if exact[0].len() != raw.height:  # the lenient path dropped events: keep float times
             exact = None
