@@ -46,7 +46,7 @@ from typing import Any
 
 ACTIVE = 20
 PERIODIC_STEPS = 90
-EVERY = 40
+EVERY = 40  # the periodic cycle (--every), and the default between-samples block length
 
 
 def worker(mode: str, steps: int, times_out: str, trace_dir: str, device: str) -> None:
@@ -99,7 +99,6 @@ def between_samples(n: int) -> list[int]:
 
 # --- in-process, interleaved (the default) ---------------------------------------------------
 
-CYCLE = 40  # default steps per between-samples block: one periodic cycle of --every 40
 SKIP = 5  # steps at a block's start left out everywhere: what the real periodic cycle's sample owns
 
 
@@ -172,7 +171,7 @@ def _torch_profiler(out: Path, dev: Any) -> Any:
 
 
 def _block(
-    config: str, step: Any, dev: Any, out: Path, cycle: int = CYCLE
+    config: str, step: Any, dev: Any, out: Path, cycle: int = EVERY
 ) -> tuple[list[int], list[int]]:
     """One block of steps under ``config``; set-up and tear-down are not timed.
 
@@ -217,7 +216,7 @@ BETWEEN = ("none", "periodic", "armed", "none-again")
 PROFILED = ("torch", "opscope")
 
 
-def interleaved(rounds: int, device: str, cycle: int = CYCLE) -> dict[str, Any]:
+def interleaved(rounds: int, device: str, cycle: int = EVERY) -> dict[str, Any]:
     """Median step times (ns) per configuration, all blocks in this process, interleaved; and
     the spread of the per-round ratios."""
     step, dev = _training(device)
@@ -310,7 +309,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--processes", action="store_true", help="one process per configuration")
     ap.add_argument(
-        "--every", type=int, default=CYCLE, help="the periodic cycle of the between-samples blocks"
+        "--every", type=int, default=EVERY, help="the periodic cycle of the between-samples blocks"
     )
     a = ap.parse_args()
     if a.worker:

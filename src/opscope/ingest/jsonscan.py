@@ -514,8 +514,8 @@ def needs_exact_times(ts: pl.Series, dur: pl.Series, data: bytes, start: int, en
     """True when some timestamp or duration is too large for float64 to hold its ns digits and is
     written with a fraction (the float value itself cannot tell: its fraction may have rounded
     away)."""
-    big = max((float(m) for m in (ts.abs().max(), dur.abs().max()) if m is not None), default=0.0)  # type: ignore[arg-type]
-    if big < EXACT_FLOAT_US:
+    peaks = [s.abs().max() for s in (ts, dur)]
+    if all(m is None or float(m) < EXACT_FLOAT_US for m in peaks):  # type: ignore[arg-type]
         return False
     return _BIG_FRACTION.search(data, start, end) is not None
 
