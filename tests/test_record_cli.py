@@ -163,6 +163,26 @@ def test_ctrl_c_writes_completed_steps(tmp_path: Path) -> None:
     assert profiler_steps(run / full[1]) == [6, 7]
 
 
+@pytest.mark.slow
+def test_script_cycles_collected_before_shutdown(tmp_path: Path) -> None:
+    # A reference cycle left by the script (DDP's reducer holding a gloo group is the one that
+    # matters) must be freed while the interpreter is alive, not by the shutdown collection.
+    out = tmp_path / "when.txt"
+    script = tmp_path / "cycle.py"
+    script.write_text(
+        "import gc, sys\n"
+        "gc.disable()\n"
+        "class Node:\n"
+        "    def __del__(self):\n"
+        f"        open({str(out)!r}, 'w').write('finalizing' if sys.is_finalizing() else 'alive')\n"
+        "n = Node()\n"
+        "n.me = n\n"
+    )
+    p = opscope("record", "--out", str(tmp_path / "run"), "--", "python", str(script))
+    assert p.returncode == 0, p.stderr
+    assert out.read_text() == "alive"
+
+
 @pytest.mark.parametrize(
     ("cmd", "needle"),
     [

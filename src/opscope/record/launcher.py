@@ -9,6 +9,7 @@ Steps are detected by a global optimizer step post hook, unless the script calls
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import runpy
@@ -191,6 +192,12 @@ def run_target(t: Target, out_dir: Path, settings: RecordSettings) -> RunResult:
         sys.stderr.flush()
         tb = _user_tb(exc.__traceback__)
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        del exc, tb
+    # The script's globals are gone; collect their cycles while the interpreter is fully alive.
+    # DDP's reducer is one such cycle and holds the process group: left to the shutdown collection,
+    # a gloo worker frees its last all-reduce then, needs the GIL and aborts the process (torch
+    # 2.13: "terminate called without an active exception", 16 in 40 plain torchrun runs).
+    gc.collect()
     return result
 
 
