@@ -54,11 +54,9 @@ def worker(config: str, steps: int, out: Path) -> None:
     from opscope.record.api import Recorder, RecordSettings
 
     step, dev = ro._training("cpu")
-    for _ in range(10):
-        step()
+    ro._timed(step, 10)
     ro._block("periodic", step, dev, out / "warm")
-    for _ in range(20):
-        step()
+    ro._timed(step, 20)
     wait = 10**6 if config == "armed" else 1
     rec = Recorder(out / "run", RecordSettings(wait=wait, warmup=1, active=3, every=10**6),
                    auto_step=True).start()  # fmt: skip
@@ -68,8 +66,7 @@ def worker(config: str, steps: int, out: Path) -> None:
         subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
                        capture_output=True)  # fmt: skip
     # The sample (steps 1-4, its trace saved in step 4's hook) and the step it was armed in.
-    for _ in range(5):
-        step()
+    ro._timed(step, 5)
     for _ in itertools.starmap(step, itertools.repeat((), steps)):
         pass
     if config != "none":
