@@ -140,7 +140,7 @@ def _timed(step: Any, n: int, prof: Any = None) -> tuple[list[int], list[int]]:
     return wall, cpu
 
 
-def _torch_profiler(out: Path, dev: Any) -> Any:
+def _torch_profiler(out: Path, dev: Any, active: int = ACTIVE) -> Any:
     """A plain ``torch.profiler.profile`` with opscope's default options and a gzipped trace."""
     import gzip
     import shutil
@@ -160,7 +160,7 @@ def _torch_profiler(out: Path, dev: Any) -> Any:
 
     return torch.profiler.profile(
         activities=acts,
-        schedule=torch.profiler.schedule(wait=1, warmup=1, active=ACTIVE, repeat=1),
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=active, repeat=1),
         on_trace_ready=save,
         record_shapes=True,
         profile_memory=True,
