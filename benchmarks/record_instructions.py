@@ -180,6 +180,11 @@ def main() -> None:
     for c, base in pairs:
         ratios = ", ".join(f"{k} {res[c][k] / v:.4f}" for k, v in res[base].items() if v)
         print(f"{c}/{base}: {ratios}")
+    c, base = pairs[0]
+    target = 1.03 if a.profiled else 1.01
+    r = res[c]["Ir"] / res[base]["Ir"]
+    print(f"instructions {c}/{base} = {r:.4f} (issue 3's wall-clock target <= {target}) "
+          f"{'OK' if r <= target else 'OVER'}")  # fmt: skip
     if not a.profiled:
         print(f"periodic/armed (the after-sample effect alone): Ir "
               f"{res['periodic']['Ir'] / res['armed']['Ir']:.4f}")  # fmt: skip
