@@ -7,7 +7,9 @@
 Default: **one process, interleaved blocks.** Two processes running the same loop differ by 6-14%
 in step time on a shared 2-core VM (memory placement, co-tenants), far more than the 1% target,
 so the configurations run as blocks of the same loop in one process, each twice per round in
-mirrored order (drift over a round weighs all alike), for ``--rounds`` rounds. Blocks:
+mirrored order (drift over a round weighs all alike), the order rotated by one from round to round
+(each configuration takes every place in the round and follows every other one alike), for
+``--rounds`` rounds. Blocks:
 
 - ``none`` / ``none-again``: no recorder; their ratio is the noise floor of this run;
 - ``periodic``: one real ``--every 40`` cycle, a fresh ``Recorder`` (the same object
@@ -15,6 +17,12 @@ mirrored order (drift over a round weighs all alike), for ``--rounds`` rounds. B
   active 3 at steps 1-4, trace saved and released at the end of step 4, then steps 5-39 with the
   profiler off: the "steps between samples", after-sample effects included;
 - ``armed``: the recorder on with no sample in reach: its per-step bookkeeping alone;
+- ``torch-sample``: the same sample (warmup 1 + active 3, the same options, a gzipped trace) taken
+  by a plain ``torch.profiler.profile`` with no opscope in the process's steps, freed when it
+  ends, then the same steps with no profiler: ``periodic / torch-sample`` is opscope's own share;
+- ``memory-sweep``: no profiler at all; between steps 4 and 5 (where a sample saves its trace)
+  a 16 MiB buffer is copied into another, both made before the block: no allocation, no system
+  call, only the caches emptied of the training's data, as streaming a trace out does;
 - ``opscope`` / ``torch``: wait 1, warmup 1, active 20 under the recorder and under a plain
   ``torch.profiler.profile`` with the same options and a gzipped trace; active steps compared.
 
@@ -29,12 +37,24 @@ A first sample before the rounds takes Kineto's one-time start-up out of every b
 ``--processes``: the older method, kept for the real ``opscope record`` launcher path: each
 configuration in a fresh process (this file with ``--worker``), best median of each over rounds.
 
-Usage: ``python benchmarks/record_overhead.py [--rounds 40] [--device cpu] [--processes]``.
+The after-sample effect. The first steps after a sample run slower than the same steps of a
+no-profiler block (on the 2-core VM the first +40-60%, the next few +5-15%, then within the noise),
+with no page faults, no system time and the same instruction count (``record_instructions.py``):
+the caches refill with the training's data. ``torch-sample`` and ``memory-sweep`` show the same
+transient, so it belongs to saving any trace (and to any work that streams memory), not to
+opscope's recorder. The script prints each configuration's ratio over steps 5-9 and over the rest
+of the block. ``--loader`` draws each step's batch from a shuffled ``DataLoader``, as a training
+loop does.
+
+Usage: ``python benchmarks/record_overhead.py [--rounds 40] [--every 40] [--loader]
+[--device cpu] [--processes]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import statistics
 import subprocess
@@ -102,8 +122,12 @@ def between_samples(n: int) -> list[int]:
 SKIP = 5  # steps at a block's start left out everywhere: what the real periodic cycle's sample owns
 
 
-def _training(device: str) -> tuple[Any, Any]:
-    """The benchmark's model and one training step (6x Linear(256)+GELU, AdamW, batch 64)."""
+def _training(device: str, loader: bool = False) -> tuple[Any, Any]:
+    """The benchmark's model and one training step (6x Linear(256)+GELU, AdamW, batch 64).
+
+    ``loader``: each step's batch comes from a shuffled ``DataLoader`` over 4096 samples (a new
+    tensor per step, as in training) instead of one tensor reused by every step.
+    """
     import torch
 
     torch.manual_seed(0)
@@ -115,9 +139,14 @@ def _training(device: str) -> tuple[Any, Any]:
     ).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(64, 256, device=dev)
+    data = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(4096, 256)), batch_size=64, shuffle=True
+    )
+    batches = itertools.chain.from_iterable(itertools.repeat(data))
 
     def step(prof: Any = None) -> None:
-        loss = model(x).square().mean()
+        batch = next(batches)[0].to(dev) if loader else x
+        loss = model(batch).square().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -198,6 +227,23 @@ def _block(
         t = _timed(step, ACTIVE + 3, prof)
         prof.stop()
         return t
+    if config == "torch-sample":  # the periodic block's sample, by a plain torch.profiler
+        from opscope.record.periodic import release
+
+        prof = _torch_profiler(out, dev, active=3)
+        prof.start()
+        first = _timed(step, SKIP, prof)
+        prof.stop()
+        release(prof)  # as opscope frees its samples: otherwise a later GC pays for it
+        del prof
+        if not any(out.glob("*.gz")):
+            raise SystemExit("torch-sample: the block recorded no trace")
+        return _joined(first, _timed(step, cycle - SKIP))
+    if config == "memory-sweep":
+        src, dst = _sweep_buffers()
+        first = _timed(step, SKIP)
+        dst[:] = src
+        return _joined(first, _timed(step, cycle - SKIP))
     t = _timed(step, ACTIVE + 3 if config == "opscope" else cycle)
     rec.stop()
     if config in ("opscope", "periodic") and not rec.traces:
@@ -205,30 +251,44 @@ def _block(
     return t
 
 
+def _joined(
+    a: tuple[list[int], list[int]], b: tuple[list[int], list[int]]
+) -> tuple[list[int], list[int]]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+@functools.cache
+def _sweep_buffers() -> tuple[bytes, bytearray]:
+    """``memory-sweep``'s source and target, made once: the sweep itself allocates nothing."""
+    return bytes(16 << 20), bytearray(16 << 20)
+
+
 SETTLE = 60
-"""Untimed no-profiler steps before every block: a sample's after-effects (slower steps for some
-tens of steps once its profiler is freed) must not fall on the next block's configuration."""
+"""Untimed no-profiler steps before every block: a sample's after-effects (slower steps right
+after its trace is saved) must not fall on the next block's configuration."""
 
 # Each round runs each configuration twice, mirrored (a b c c b a), so a linear drift of the
-# machine's speed over a round weighs every configuration alike. The two targets are separate
-# experiments: a 20-step profiled window's after-effects outlast the settle steps.
-BETWEEN = ("none", "periodic", "armed", "none-again")
+# machine's speed over a round weighs every configuration alike; rotating the order each round
+# spreads the rest of the drift, and whatever a block leaves to the next, over all of them. The
+# two targets are separate experiments: a 20-step profiled window's after-effects outlast the
+# settle steps.
+BETWEEN = ("none", "periodic", "torch-sample", "memory-sweep", "armed", "none-again")
+AFTER = (SKIP, SKIP + 5)
+"""The steps right after a sample, whose ratios are printed apart from the rest."""
 PROFILED = ("torch", "opscope")
 
 
-def interleaved(rounds: int, device: str, cycle: int = EVERY) -> dict[str, Any]:
+def interleaved(
+    rounds: int, device: str, cycle: int = EVERY, loader: bool = False
+) -> dict[str, Any]:
     """Median step times (ns) per configuration, all blocks in this process, interleaved; and
     the spread of the per-round ratios."""
-    step, dev = _training(device)
+    step, dev = _training(device, loader)
     steps: dict[str, dict[str, list[int]]] = {
         c: {"wall": [], "cpu": []} for c in (*BETWEEN, *PROFILED)
     }
-    per_round: dict[str, list[float]] = {
-        "periodic": [],
-        "armed": [],
-        "none-again": [],
-        "opscope": [],
-    }
+    per_round: dict[str, list[float]] = {c: [] for c in (*BETWEEN[1:], PROFILED[1])}
+    parts: dict[str, dict[str, list[int]]] = {c: {"after": [], "rest": []} for c in BETWEEN}
     with tempfile.TemporaryDirectory() as d:
         _timed(step, 30)
         # A first sample before any block: Kineto's one-time set-up is nobody's overhead.
@@ -236,15 +296,19 @@ def interleaved(rounds: int, device: str, cycle: int = EVERY) -> dict[str, Any]:
         n = 0
         for configs, idx, base in ((BETWEEN, range(SKIP, cycle), "none"),
                                    (PROFILED, range(2, 2 + ACTIVE), "torch")):  # fmt: skip
-            for _ in range(rounds):
+            for r in range(rounds):
                 this: dict[str, list[int]] = {c: [] for c in configs}
-                for config in (*configs, *reversed(configs)):
+                order = configs[r % len(configs) :] + configs[: r % len(configs)]
+                for config in (*order, *reversed(order)):
                     n += 1
                     _timed(step, SETTLE)
                     wall, cpu = _block(config, step, dev, Path(d) / f"{n}-{config}", cycle)
                     this[config] += [wall[i] for i in idx]
                     steps[config]["wall"] += [wall[i] for i in idx]
                     steps[config]["cpu"] += [cpu[i] for i in idx]
+                    if config in parts:
+                        parts[config]["after"] += wall[AFTER[0] : AFTER[1]]
+                        parts[config]["rest"] += wall[AFTER[1] : cycle]
                 for c in configs:
                     if c in per_round:
                         per_round[c].append(
@@ -256,6 +320,12 @@ def interleaved(rounds: int, device: str, cycle: int = EVERY) -> dict[str, Any]:
         med[f"{config} cpu"] = statistics.median(t["cpu"])
         med[f"{config} n"] = len(t["wall"])
     med["per_round"] = per_round
+    base_after, base_rest = (statistics.median(parts["none"][k]) for k in ("after", "rest"))
+    med["after_sample"] = {
+        c: (statistics.median(t["after"]) / base_after, statistics.median(t["rest"]) / base_rest)
+        for c, t in parts.items()
+        if c != "none"
+    }
     return med
 
 
@@ -275,6 +345,12 @@ def report(best: dict[str, Any], device: str, how: str) -> None:
     if "armed" in best:
         print(f"recorder armed, no sample in reach / no profiler = "
               f"{best['armed'] / best['none']:.3f}")  # fmt: skip
+    if "torch-sample" in best:
+        print(f"after the same sample by a plain torch.profiler / no profiler = "
+              f"{best['torch-sample'] / best['none']:.3f}; periodic / that = "
+              f"{best['periodic'] / best['torch-sample']:.3f} (opscope's own share)")  # fmt: skip
+        print(f"after a 16 MiB memory sweep, no profiler / no profiler = "
+              f"{best['memory-sweep'] / best['none']:.3f}")  # fmt: skip
     print(f"CPU-time ratios: opscope/torch.profiler "
           f"{best['opscope cpu'] / best['torch cpu']:.3f}, periodic/no-profiler "
           f"{best['periodic cpu'] / best['none cpu']:.3f}")  # fmt: skip
@@ -311,6 +387,9 @@ def main() -> None:
     ap.add_argument(
         "--every", type=int, default=EVERY, help="the periodic cycle of the between-samples blocks"
     )
+    ap.add_argument(
+        "--loader", action="store_true", help="each step's batch from a shuffled DataLoader"
+    )
     a = ap.parse_args()
     if a.worker:
         worker(a.worker, a.steps, a.times, a.trace_dir, a.device)
@@ -320,10 +399,17 @@ def main() -> None:
         report(cross_process(rounds, a.device), a.device, f"fresh processes, rounds={rounds}")
         return
     rounds = a.rounds or 40
-    med = interleaved(rounds, a.device, a.every)
+    med = interleaved(rounds, a.device, a.every, a.loader)
     counts = ", ".join(f"{c} {int(med[f'{c} n'])}" for c in (*BETWEEN, *PROFILED))
-    how = f"one process, interleaved, rounds={rounds}, --every {a.every}; steps counted: {counts}"
+    how = (
+        f"one process, interleaved, rounds={rounds}, --every {a.every}"
+        f"{', batches from a DataLoader' if a.loader else ''}; steps counted: {counts}"
+    )
     report(med, a.device, how)
+    a0, a1 = AFTER
+    for c, (after, rest) in med["after_sample"].items():
+        print(f"{c}/no profiler: steps {a0}-{a1 - 1} {after:.3f}, steps {a1}-{a.every - 1} "
+              f"{rest:.3f}")  # fmt: skip
     for c, rs in med["per_round"].items():
         base = "torch.profiler" if c == "opscope" else "no profiler"
         gm, lo, hi = geometric_mean_ci(rs)
