@@ -60,6 +60,14 @@ def test_single_slow_host_call_is_not_an_anomaly() -> None:
     assert res.groups.height == 0  # type: ignore[attr-defined]
 
 
+IDENTICAL_RUN_ATTEMPTS = 3
+"""Profiles of identical steps the test may record. On the 2-core VM, 1 in 30 such profiles
+has one group whose calls were slowed in several steps (``aten::t [[128,64]]``: 3 of 12 calls at
+16 µs against a 3.6 µs median), which the rule rightly reports when no other group has a slow
+call. With three tries a correct rule fails about once in 27,000 runs; a rule that flags identical
+steps fails every time."""
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 def test_real_cpu_run_repeated_identical_steps_has_none(tmp_path: Path) -> None:
@@ -68,26 +76,33 @@ def test_real_cpu_run_repeated_identical_steps_has_none(tmp_path: Path) -> None:
 
     from opscope.ingest import load
 
-    torch.manual_seed(0)
     torch.set_num_threads(1)  # two shared cores: intra-op threads would only fight
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(32, 64)
-    out = tmp_path / "t.json"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=1, warmup=1, active=6),
-        record_shapes=True,
-        with_stack=True,
-        on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
-    ) as prof:
-        for _ in range(8):
-            opt.zero_grad()
-            model(x).sum().backward()
-            opt.step()
-            prof.step()
-    res = run("anomalies", load(out, cache=False))
-    assert res.groups.height == 0, res.groups  # type: ignore[attr-defined]
+    seen = []
+    for attempt in range(IDENTICAL_RUN_ATTEMPTS):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
+        )
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(32, 64)
+        out = tmp_path / f"t{attempt}.json"
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=schedule(wait=1, warmup=1, active=6),
+            record_shapes=True,
+            with_stack=True,
+            on_trace_ready=lambda p, out=out: p.export_chrome_trace(str(out)),
+        ) as prof:
+            for _ in range(8):
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+                prof.step()
+        groups = run("anomalies", load(out, cache=False)).groups  # type: ignore[attr-defined]
+        if groups.height == 0:
+            return
+        seen.append(groups.select("name", "input_shapes", "outlier_calls", "steps").rows())
+    pytest.fail(f"each of {IDENTICAL_RUN_ATTEMPTS} identical-step profiles had anomalies: {seen}")
 
 
 def test_planted_inefficient_shape_found_and_small_shapes_not() -> None:
