@@ -139,10 +139,11 @@ def _training(device: str, loader: bool = False) -> tuple[Any, Any]:
     ).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(64, 256, device=dev)
-    data = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(torch.randn(4096, 256)), batch_size=64, shuffle=True
-    )
-    batches = itertools.chain.from_iterable(itertools.repeat(data))
+    if loader:
+        data = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.randn(4096, 256)), batch_size=64, shuffle=True
+        )
+        batches = itertools.chain.from_iterable(itertools.repeat(data))
 
     def step(prof: Any = None) -> None:
         batch = next(batches)[0].to(dev) if loader else x
