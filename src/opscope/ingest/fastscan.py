@@ -229,6 +229,8 @@ def _nulls(name: str, dtype: Any, n: int) -> pl.Series:
 
 
 def _masked(name: str, vals: Any, valid: Any, dtype: Any) -> pl.Series:
+    """``vals`` where ``valid``, else null. The Series may share ``vals``'s memory: pass an array
+    nothing writes to again."""
     s = pl.Series(name, vals, dtype=dtype)
     if bool(valid.all()):
         return s
@@ -325,7 +327,10 @@ def _add(f: _Field, vt: Any, vals: Any, ilen: Any, n: int, data: Buffer, k: Any)
     elif kind == k.K_NUM or _float_kind(f.name):
         f.nums.append(_masked(f.name, vals.astype(np.float64), is_int, pl.Float64))
     else:
-        f.nums.append(_masked(f.name, vals, is_int, pl.Int64))
+        # A copy: Polars takes a contiguous int64 array without copying, and ``vals`` is a row
+        # of the chunk buffer that the chunk after next overwrites (events of the first chunk
+        # got pid/tid/ids of the third before this copy).
+        f.nums.append(_masked(f.name, vals.copy(), is_int, pl.Int64))
         if kind in (k.K_INTSTR, k.K_NUMSTR):
             f.codes.append(np.where(vt == k.STR, vals, -1).astype(np.int32))
     f.rows += n
