@@ -71,7 +71,8 @@ def record_model(model_cls: type, out: Path, device: str, steps: int) -> Path:
     from opscope.record.api import RecordSettings
     from opscope.record.launcher import record_callable
 
-    settings = RecordSettings(wait=1, warmup=1, active=steps)
+    # lines: each op charged to the line that called it (the seed names `x = torch.matmul(...)`)
+    settings = RecordSettings(wait=1, warmup=1, active=steps, lines=True)
     total = settings.wait + settings.warmup + settings.active
     result = record_callable(
         _train_fn(model_cls, device, total, seed=0),

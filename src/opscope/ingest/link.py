@@ -34,7 +34,6 @@ Rules (also in docs/loading.md):
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +41,7 @@ import numpy as np
 import polars as pl
 
 from opscope.model import schema
+from opscope.model.usercode import CALL_SITE_PREFIX, is_model_file
 
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
@@ -618,64 +618,35 @@ def assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 # --------------------------------------------------------------------------------------------------
 # stacks and modules
 
-_NOT_USER_TOP = frozenset(
-    {
-        "torch",
-        "torchvision",
-        "torchaudio",
-        "torchtext",
-        "functorch",
-        "triton",
-        "numpy",
-        "transformers",
-        "accelerate",
-        "deepspeed",
-        "lightning",
-        "pytorch_lightning",
-        "apex",
-        "fairscale",
-        "timm",
-        "torch_npu",
-        "megatron",
-        "opscope",
-        "typer",
-        "click",
-        "pytest",
-        "_pytest",
-        "pluggy",
-        "tqdm",
-        "safetensors",
-        "tokenizers",
-        "datasets",
-        "huggingface_hub",
-    }
-)
-_STDLIB = frozenset(sys.stdlib_module_names)
-
-
 def is_user_file(file: str | None) -> bool:
-    """True for the user's own code: not torch or other frameworks, site-packages, stdlib or
-    built-ins. Traces give paths relative to ``sys.path`` (``torch/nn/modules/linear.py``,
-    ``threading.py``) or absolute ones."""
-    if not file:
-        return False
-    f = file.replace("\\", "/")
-    if "opscope/demo/" in f:
-        # the demo's built-in model stands for the user's model: its lines are the ones to show
-        return True
-    if f.startswith("<") or "site-packages/" in f or "dist-packages/" in f:
-        return False
-    if re.search(r"/lib/python\d+(\.\d+)?/", f):
-        return False
-    parts = [p for p in f.split("/") if p]
-    if not parts:
-        return False
-    top = parts[0] if not f.startswith("/") else None
-    if top is not None:
-        stem = top[:-3] if top.endswith(".py") else top
-        if stem in _STDLIB or stem in _NOT_USER_TOP:
-            return False
-    return not any(p in ("torch", "torch_npu") for p in parts[:-1])
+    """True for the model's code (:func:`opscope.model.usercode.is_model_file`, the one rule)."""
+    return is_model_file(file)
+
+
+def call_site_frames(events: pl.DataFrame) -> pl.DataFrame:
+    """The recorder's call-site annotations (``opscope.line: model.py(30): forward``, written
+    as host ops or annotations by :mod:`opscope.record.callsites`) as Python frames named
+    ``model.py(30): forward``: the innermost frame of the ops they enclose, so the stack of
+    each op ends at the line that called it."""
+    if events.height == 0:
+        return events
+    name = pl.col("name").fill_null("")
+    is_site = name.str.starts_with(CALL_SITE_PREFIX) & pl.col("kind").cast(pl.String).is_in(
+        ["cpu_op", "user_annotation"]
+    )
+    if not events.select(is_site.any()).item():
+        return events
+    return events.with_columns(
+        pl.when(is_site)
+        .then(pl.lit("python_function"))
+        .otherwise(pl.col("kind").cast(pl.String))
+        .cast(events.schema["kind"])
+        .alias("kind"),
+        pl.when(is_site)
+        .then(name.str.strip_prefix(CALL_SITE_PREFIX))
+        .otherwise(pl.col("name"))
+        .alias("name"),
+    )
 
 
 def parse_frame(text: str) -> tuple[str | None, int | None, str]:
@@ -912,7 +883,7 @@ def link_events(events: pl.DataFrame, raw_flows: pl.DataFrame) -> Linked:
     Returns the linked events (conformed to :data:`~opscope.model.schema.EVENTS`, helper columns
     dropped), the resolved FLOWS table, the STACKS table and the STEPS table.
     """
-    ev, index = nest_indexed(events)
+    ev, index = nest_indexed(call_site_frames(events))
     flows = resolve_flows(ev, raw_flows, index=index) if raw_flows.height else schema.empty("flows")
     ev = link_launches(ev, flows)
     ev = mark_backward(ev)

@@ -41,6 +41,7 @@ class RecordSettings:
     with_stack: bool = True
     with_modules: bool = True
     with_flops: bool = True
+    lines: bool = False
     activities: str | list[str] = "auto"
     every: int | None = None
     every_epochs: int | None = None
@@ -135,6 +136,7 @@ class Recorder:
         self._user_steps = False
         self._optimizer: int | None = None
         self._hook: Any = None
+        self._sites: Any = None  # record.callsites.CallSites, made at the first recorded step
         self._metrics: MetricsWriter | None = None
         self._watcher = ModelWatcher(self._on_root)
         self._t0 = 0
@@ -215,6 +217,7 @@ class Recorder:
                 prof.step()
                 self._note_action()
                 if self._periodic and self.step_idx >= self._sample_end:
+                    self._call_sites(False)
                     prof.stop()
                     self._prof = None
                     release(prof)
@@ -239,6 +242,7 @@ class Recorder:
         self._watcher.disarm()
         if self._plan.epochs is not None:
             self._plan.epochs.uninstall()
+        self._call_sites(False)
         if self._prof is not None:
             prof, self._prof = self._prof, None
             try:
@@ -349,6 +353,20 @@ class Recorder:
         if act in _RECORDING and getattr(self, "_last_action", "NONE") not in _RECORDING:
             self._first_active = self.step_idx
         self._last_action = act
+        self._call_sites(act in _RECORDING)
+
+    def _call_sites(self, on: bool) -> None:
+        """Annotate each torch call with its line while steps record (``lines=True``)."""
+        if not self.settings.lines:
+            return
+        if on:
+            if self._sites is None:
+                from opscope.record.callsites import CallSites
+
+                self._sites = CallSites()
+            self._sites.enter()
+        elif self._sites is not None:
+            self._sites.leave()
 
     def _save_trace(self, prof: Any) -> None:
         name = f"step_{self._first_active:06d}.pt.trace.json"
@@ -429,6 +447,7 @@ class profile:
         with_stack: bool = True,
         with_modules: bool = True,
         with_flops: bool = True,
+        lines: bool = False,
         activities: str | list[str] = "auto",
         every: int | None = None,
         every_epochs: int | None = None,
@@ -447,6 +466,7 @@ class profile:
             with_stack=with_stack,
             with_modules=with_modules,
             with_flops=with_flops,
+            lines=lines,
             activities=activities,
             every=every,
             every_epochs=every_epochs,

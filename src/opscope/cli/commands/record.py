@@ -32,6 +32,11 @@ def register(app: typer.Typer) -> None:
             None, "--every-epochs", help="Periodic: a sample every N DataLoader epochs."
         ),
         out: Path | None = typer.Option(None, "--out", "-o", help="Run directory."),  # noqa: B008
+        lines: bool = typer.Option(
+            False,
+            "--lines",
+            help="Charge each op to the exact line that called it (costs extra while recording).",
+        ),
     ) -> None:
         """Record a run directory: opscope record [options] -- python train.py ARGS."""
         from opscope.record.api import RecordSettings
@@ -52,6 +57,7 @@ def register(app: typer.Typer) -> None:
             skip_first=skip_first,
             every=every,
             every_epochs=every_epochs,
+            lines=lines,
         )
         settings.validate()
         target = parse_command(list(command or []))

@@ -1,0 +1,132 @@
+"""The exact call-site line of every op (``opscope.profile(lines=True)``, ``record --lines``).
+
+A real CPU run of tests/scripts/two_lines.py, whose matmul, bias add and linear layer sit on
+three lines of one ``forward``: each op, and each backward op through its forward op, must be
+charged to its own line; without ``lines`` all of them go to one line (torch.profiler names a
+frame by its function's first line), which is what the feature fixes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import opscope
+from opscope.analysis.attribution import resolve_ops
+from opscope.model import Profile
+from opscope.model.usercode import is_model_file
+
+SCRIPT = Path(__file__).parent / "scripts" / "two_lines.py"
+
+
+def _marker_lines() -> dict[str, int]:
+    out = {}
+    for i, text in enumerate(SCRIPT.read_text().splitlines(), start=1):
+        if "# LINE:" in text:
+            out[text.split("# LINE:")[1].strip()] = i
+    return out
+
+
+def _record(tmp: Path, lines: bool) -> Profile:
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import two_lines
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    out = tmp / ("lines" if lines else "plain")
+    with opscope.profile(out, wait=0, warmup=1, active=2, lines=lines) as p:
+        two_lines.train(3, p)
+    return opscope.load(out, cache=False)
+
+
+def _line_of(prof: Profile) -> pl.DataFrame:
+    """Per host op: name, is_backward, the file and line it is charged to."""
+    res = resolve_ops(prof)
+    return res.join(prof.events.select("id", "name"), on="id").select(
+        "name", "is_backward", "file", "line", "top_level"
+    )
+
+
+@pytest.fixture(scope="module")
+def with_lines(tmp_path_factory: pytest.TempPathFactory) -> Profile:
+    return _record(tmp_path_factory.mktemp("callsites"), lines=True)
+
+
+def test_each_forward_op_is_charged_to_its_own_line(with_lines: Profile) -> None:
+    want = _marker_lines()
+    got = _line_of(with_lines).filter(pl.col("top_level") & ~pl.col("is_backward"))
+    in_script = got.filter(pl.col("file").str.ends_with("two_lines.py"))
+
+    def lines_of(op: str) -> set[int]:
+        return set(in_script.filter(pl.col("name") == op).get_column("line").to_list())
+
+    assert lines_of("aten::matmul") == {want["matmul"]}
+    assert lines_of("aten::add") == {want["bias"]}
+    assert lines_of("aten::linear") == {want["head"]}
+    # the annotations themselves are frames now, never ops
+    assert not with_lines.ops.filter(pl.col("name").str.starts_with("opscope.line")).height
+
+
+def test_backward_ops_follow_their_forward_line(with_lines: Profile) -> None:
+    want = _marker_lines()
+    bwd = _line_of(with_lines).filter(
+        pl.col("is_backward") & pl.col("file").str.ends_with("two_lines.py")
+    )
+    names = {n: set(g.get_column("line").to_list()) for (n,), g in bwd.group_by("name")}
+    mm_bwd = [n for n in names if n.startswith("MmBackward")]
+    assert mm_bwd, sorted(names)
+    assert set().union(*(names[n] for n in mm_bwd)) <= {want["matmul"], want["head"]}
+    add_bwd = [n for n in names if n.startswith("AddBackward")]
+    assert add_bwd and all(names[n] == {want["bias"]} for n in add_bwd)
+
+
+def test_without_lines_every_op_goes_to_one_line(tmp_path: Path) -> None:
+    """The control: torch.profiler's own frames give one line for the whole forward."""
+    got = _line_of(_record(tmp_path, lines=False)).filter(
+        pl.col("top_level")
+        & ~pl.col("is_backward")
+        & pl.col("name").is_in(["aten::matmul", "aten::add", "aten::linear"])
+        & pl.col("file").str.ends_with("two_lines.py")
+    )
+    assert got.height > 0
+    assert got.get_column("line").n_unique() == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [
+        ("train.py", True),
+        ("/home/me/proj/model.py", True),
+        ("torch/nn/modules/linear.py", False),
+        ("/usr/lib/python3.11/site-packages/torch/nn/functional.py", False),
+        ("/usr/lib/python3.11/site-packages/transformers/models/vit/modeling_vit.py", True),
+        ("transformers/models/vit/modeling_vit.py", True),
+        ("timm/models/vision_transformer.py", True),
+        ("/opt/venv/lib/python3.12/site-packages/accelerate/accelerator.py", False),
+        ("/opt/venv/lib/python3.12/site-packages/somelib/x.py", False),
+        ("/usr/lib/python3.11/threading.py", False),
+        ("threading.py", False),
+        ("multiprocessing/pool.py", False),
+        ("/work/src/opscope/record/callsites.py", False),
+        ("opscope/demo/model.py", True),
+        ("<built-in method matmul>", False),
+        ("", False),
+    ],
+)
+def test_model_code_rule(path: str, model: bool) -> None:
+    assert is_model_file(path) is model
+
+
+def test_model_code_rule_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = "/opt/venv/lib/python3.12/site-packages/somelib/x.py"
+    monkeypatch.setenv("OPSCOPE_MODEL_PACKAGES", "somelib")
+    assert is_model_file(lib)
+    monkeypatch.setenv("OPSCOPE_FRAMEWORK_PACKAGES", "mytools")
+    monkeypatch.delenv("OPSCOPE_MODEL_PACKAGES")
+    assert not is_model_file(lib)
+    assert not is_model_file("mytools/helpers.py")
+    assert is_model_file("transformers/models/bert/modeling_bert.py")
