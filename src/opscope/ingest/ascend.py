@@ -42,6 +42,7 @@ from opscope.ingest import link
 from opscope.ingest.registry import Progress
 from opscope.model import Profile
 from opscope.model import schema as S
+from opscope.model.usercode import is_model_file
 from opscope.redact import redact
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -1312,10 +1313,10 @@ def parse_stacks(texts: pl.Series) -> pl.DataFrame:
         file_.alias("file"),
         pl.col("line").cast(pl.Int32, strict=False),
         pl.col("function"),
-        ~file_.str.contains(
-            r"site-packages|dist-packages|/lib/python\d|^<|torch_npu/|/torch/|"
-            r"\\lib\\|threading\.py|multiprocessing/"
-        ).alias("is_user"),
+        # the one rule of what is the model's code (Kineto stacks use it too)
+        file_.map_elements(is_model_file, return_dtype=pl.Boolean)
+        .fill_null(False)
+        .alias("is_user"),
     )
 
 

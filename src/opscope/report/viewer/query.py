@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from opscope.model import Profile, schema
+from opscope.model.usercode import is_model_file
 
 _ROW_FIELDS = (
     "kind",
@@ -49,14 +50,6 @@ _JSON_FIELDS = ("input_dims", "input_types", "input_strides", "concrete_inputs",
 _DEVICE_WORK = ("kernel", "memcpy", "memset", "communication")
 _LAUNCH_KINDS = ("runtime", "driver")
 _PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
-_NON_USER = (
-    "site-packages",
-    "dist-packages",
-    "/torch/",
-    "/lib/python",
-    "<built-in",
-    "threading.py",
-)
 # Characters that mean something to the regex engine (Rust syntax, incl. extended mode).
 _REGEX_META = set("\\.+*?()|[]{}^$#&-~")
 MAX_MATCHES = 1000
@@ -625,7 +618,7 @@ def _python_frames(ancestors: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "file": file,
                 "line": int(m.group("line")),
                 "function": m.group("func"),
-                "is_user": not any(s in file for s in _NON_USER),
+                "is_user": is_model_file(file),
             }
         )
     return frames
