@@ -102,15 +102,52 @@ class Anomalies(Result):
 
 
 def _binom_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
+    """P(X >= k) for X ~ Binomial(n, p), for any ``n`` without overflow.
+
+    Sums the probability terms of the smaller side in log space: ``log pmf(k)`` from
+    :func:`math.lgamma`, then the neighbours by the ratio ``pmf(i+1)/pmf(i)``, stopping once the
+    rest of the (geometrically shrinking) tail is below 1e-17 of the sum. The upper side is summed
+    when ``k`` is past the mode, else ``1 - P(X <= k-1)``: either way every term shrinks away from
+    ``k``, and the subtraction from 1 happens only when the result is at least about a half.
+    """
     if k <= 0:
         return 1.0
+    if k > n:
+        return 0.0
     if p <= 0.0:
         return 0.0
     if p >= 1.0:
         return 1.0
-    below = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k))
-    return max(0.0, 1.0 - below)
+    q = 1.0 - p
+    odds = p / q
+    upper = k > (n + 1) * p - 1  # pmf(i+1) <= pmf(i) for every i >= k
+    i = k if upper else k - 1
+    log_first = (
+        math.lgamma(n + 1)
+        - math.lgamma(i + 1)
+        - math.lgamma(n - i + 1)
+        + i * math.log(p)
+        + (n - i) * math.log1p(-p)
+    )
+    total, term = 1.0, 1.0  # relative to pmf(i)
+    while True:
+        if upper:
+            if i >= n:
+                break
+            ratio = (n - i) / (i + 1) * odds
+            i += 1
+        else:
+            if i <= 0:
+                break
+            ratio = i / (n - i + 1) / odds
+            i -= 1
+        term *= ratio
+        total += term
+        # the ratios keep shrinking, so the rest is at most term * ratio / (1 - ratio)
+        if ratio < 1.0 and term * ratio / (1.0 - ratio) < 1e-17 * total:
+            break
+    side = math.exp(log_first + math.log(total))
+    return min(1.0, side) if upper else max(0.0, 1.0 - side)
 
 
 def _calls(profile: Profile) -> pl.DataFrame:
