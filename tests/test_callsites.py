@@ -130,3 +130,41 @@ def test_model_code_rule_is_configurable(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not is_model_file(lib)
     assert not is_model_file("mytools/helpers.py")
     assert is_model_file("transformers/models/bert/modeling_bert.py")
+
+
+def test_run_directory_carries_the_model_source(with_lines: Profile) -> None:
+    """sources/ holds two_lines.py; the blocks show each marked line with its own time."""
+    from opscope.analysis.attribution import charged_lines
+    from opscope.analysis.source_view import captured_sources, source_blocks
+
+    src = captured_sources(with_lines)
+    mine = [p for p in src if p.endswith("two_lines.py")]
+    assert len(mine) == 1
+    text, truncated = src[mine[0]]
+    assert text == SCRIPT.read_text().splitlines() and not truncated
+    lines = charged_lines(with_lines)
+    blocks = [b for b in source_blocks(with_lines, lines) if b.path == mine[0]]
+    shown = {ln.line: ln for b in blocks for ln in b.lines}
+    want = _marker_lines()
+    script_rows = lines.filter(pl.col("file").str.ends_with("two_lines.py"))
+    for key in ("matmul", "bias", "head"):
+        ln = shown[want[key]]
+        assert "# LINE:" + key in ln.text
+        row = script_rows.filter(pl.col("line") == want[key])
+        assert ln.fwd_ns == int(row.get_column("fwd_ns").sum()) > 0
+        assert ln.bwd_ns == int(row.get_column("bwd_ns").sum()) > 0
+
+
+def test_source_capture_is_bounded_and_redacted(tmp_path: Path) -> None:
+    from opscope.record.sources import capture
+
+    a = tmp_path / "a.py"
+    a.write_text('HF_TOKEN = "hf_secret_value"\nx = 1\n' + "y = 2\n" * 100)
+    b = tmp_path / "b.py"
+    b.write_text("z = 3\n" * 10)
+    idx = capture(tmp_path / "run", [str(a), str(b)], per_file=64, total=80)
+    copy = (tmp_path / "run" / "sources" / idx["files"][str(a.resolve())]["copy"]).read_text()
+    assert "hf_secret_value" not in copy and '"<redacted>"' in copy
+    assert idx["files"][str(a.resolve())]["truncated"]
+    assert len(copy.encode()) <= 64 + len("<redacted>")
+    assert idx["skipped"] == [str(b)]  # past the total cap

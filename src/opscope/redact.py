@@ -107,3 +107,26 @@ def secret_names(obj: Any) -> list[str]:
 
     visit(obj, 0)
     return sorted(found)
+
+
+# A source line assigning a string literal to a secret-looking name (``HF_TOKEN = "hf_..."``,
+# ``api_key: str = '...'``, ``os.environ["AWS_SECRET_ACCESS_KEY"] = "..."``, ``token="..."`` as
+# a keyword argument).
+_SRC_ASSIGN_RE: Final = re.compile(
+    r"""(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<q>['"]\])?\s*(?::\s*[A-Za-z_][\w\[\], .|]*)?\s*=\s*"""
+    r"""(?P<lit>[rbfuRBFU]{0,2}(?P<quote>'''|\"\"\"|'|")(?P<value>.*?)(?P=quote))"""
+)
+
+
+def redact_source_line(text: str) -> str:
+    """``text`` (one line of source code) with string literals assigned to secret-looking names
+    (:func:`is_secret`) replaced by ``"<redacted>"``: captured source must not carry keys."""
+
+    def hide(m: re.Match[str]) -> str:
+        if not is_secret(m.group("name")) or not m.group("value"):
+            return m.group(0)
+        q = m.group("quote")
+        start = m.start("lit") - m.start(0)
+        return m.group(0)[:start] + f"{q}{REDACTED}{q}"
+
+    return _SRC_ASSIGN_RE.sub(hide, text)

@@ -253,6 +253,8 @@ class Recorder:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self.rank == 0 and self.traces:
+            self._capture_sources()
         if self._gated:
             self._gated = False
             GATE.disarm()
@@ -263,6 +265,15 @@ class Recorder:
         return RunResult(
             self.out, exit_code or 0, self.step_idx, list(self.profiled), list(self.traces), status
         )
+
+    def _capture_sources(self) -> None:
+        from opscope.record import sources
+
+        seen = self._sites.files() if self._sites is not None else []
+        try:
+            sources.capture(self.out, sources.model_files(self._watcher.root, seen))
+        except OSError as e:  # a full disk must not hide the script's own outcome
+            print(f"opscope: could not copy the model's source files: {e}", file=sys.stderr)
 
     def _epoch_ended(self) -> None:
         # The step now running has fetched no batch of the new epoch yet: a due sample starts here.

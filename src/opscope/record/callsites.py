@@ -53,6 +53,7 @@ class CallSites:
 
         record = torch._C._profiler._RecordFunctionFast
         is_model: dict[CodeType, bool] = {}
+        self._is_model = is_model
         names: dict[tuple[CodeType, int], str] = {}
 
         def site(frame: FrameType | None) -> str | None:
@@ -93,6 +94,10 @@ class CallSites:
 
         self._mode: Any = _Mode()
         self._entered = False
+
+    def files(self) -> list[str]:
+        """The model-code files that calls were made from (absolute paths, first seen first)."""
+        return list(dict.fromkeys(c.co_filename for c, m in self._is_model.items() if m))
 
     @property
     def active(self) -> bool:
