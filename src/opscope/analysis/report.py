@@ -6,13 +6,19 @@ A :class:`Report` holds the loader's summary and one result per registered analy
 (the key of their part in :meth:`Report.to_json`; the analysis name otherwise). A result without
 those methods is rendered generically from its tables. Other engineers' results (findings,
 comparison) join a report through ``sections`` the same way.
+
+A section that fails never costs the report the others: an analysis, rule or renderer that
+raises is recorded as a :class:`SectionError` (section, exception type, one-line message) in
+``Report.errors``, listed under ``"errors"`` in the JSON and as a warning line in every rendering.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from functools import partial
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import polars as pl
 
@@ -59,6 +65,47 @@ def section_markdown(name: str, result: Any, top: int = 20) -> str:
     return "\n".join(parts)
 
 
+@dataclass(frozen=True)
+class SectionError:
+    """A report section that raised: where, the exception's type and its one-line message."""
+
+    section: str
+    type: str
+    message: str
+
+    @classmethod
+    def of(cls, section: str, exc: BaseException) -> SectionError:
+        """The record of ``exc`` raised while producing ``section``."""
+        return cls(section, type(exc).__name__, one_line(str(exc)))
+
+    def to_json(self) -> dict[str, str]:
+        """``{"section", "type", "message"}``."""
+        return {"section": self.section, "type": self.type, "message": self.message}
+
+    def line(self) -> str:
+        """The warning line shown in the terminal, Markdown and HTML reports."""
+        return f"section {self.section} failed: {self.type}: {self.message}"
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text``'s first line, cut to ``limit`` characters."""
+    first = (text.strip().splitlines() or [""])[0]
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+T = TypeVar("T")
+
+
+def guarded(section: str, fn: Callable[[], T], errors: list[SectionError]) -> T | None:
+    """``fn()``, or ``None`` with the failure appended to ``errors`` (one section must never
+    take the report down; :class:`KeyboardInterrupt` and friends still propagate)."""
+    try:
+        return fn()
+    except Exception as e:
+        errors.append(SectionError.of(section, e))
+        return None
+
+
 def _plain(v: Any) -> bool:
     return v is None or isinstance(v, str | int | float | bool | list | dict)
 
@@ -71,6 +118,7 @@ class Report:
     sections: dict[str, Any] = field(default_factory=dict)
     top: int = 20
     skipped: dict[str, str] = field(default_factory=dict)
+    errors: tuple[SectionError, ...] = ()
 
     def __getitem__(self, name: str) -> Any:
         return self.sections[name]
@@ -87,14 +135,24 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The summary keys at the top level (and again under ``"load"``), then one key per
         section: ``hotspots``, ``sources``, ``anomalies``, ``roofline``, ``breakdown``,
-        ``memory``, ..."""
+        ``memory``, ...; ``"errors"``: one ``{"section", "type", "message"}`` per section that
+        failed (analysis, rule or this rendering), empty when none did."""
         out: dict[str, Any] = dict(self.summary)
         out["load"] = dict(self.summary)
+        errors = list(self.errors)
         for name, res in self.sections.items():
-            out[section_key(name, res)] = section_json(res, self.top)
+            failed = len(errors)
+            val = guarded(name, partial(section_json, res, self.top), errors)
+            if len(errors) == failed:
+                out[section_key(name, res)] = val
         if self.skipped:
             out["skipped"] = dict(self.skipped)
+        out["errors"] = [e.to_json() for e in errors]
         return out
+
+    def with_errors(self, *errors: SectionError) -> Report:
+        """A copy with more failed sections recorded."""
+        return replace(self, errors=(*self.errors, *errors))
 
     def with_sections(self, **sections: Any) -> Report:
         """A copy with more sections (e.g. ``findings=advise(profile)``, ``comparison=...``)."""
@@ -118,7 +176,16 @@ class Report:
             f"span {float(s.get('span_us') or 0) / 1000:.3f} ms",
             "",
         ]
-        body = [section_markdown(n, r, self.top) for n, r in self.sections.items()]
+        errors = list(self.errors)
+        body = []
+        for n, r in self.sections.items():
+            md = guarded(n, partial(section_markdown, n, r, self.top), errors)
+            if md is not None:
+                body.append(md)
+        if errors:
+            warn = [f"**Warning: {len(errors)} report section(s) failed.**", ""]
+            warn += [f"- {e.line()}" for e in errors]
+            head += [*warn, ""]
         return "\n".join(head) + "\n".join(body)
 
 
@@ -141,7 +208,8 @@ class Analyzer:
         """Run the analyses (all registered, or ``only`` these) and return a :class:`Report`.
 
         An analysis that raises :class:`~opscope.errors.AnalysisError` for this profile is left
-        out and named in ``Report.skipped``; any other exception is a bug and propagates.
+        out and named in ``Report.skipped``; one that raises anything else is a bug, but it costs
+        the report only its own section: it is recorded in ``Report.errors``.
         """
         from opscope.errors import AnalysisError
         from opscope.ingest.summary import summary
@@ -149,6 +217,7 @@ class Analyzer:
         opts = options or Options(top=top)
         sections: dict[str, Any] = {}
         skipped: dict[str, str] = {}
+        errors: list[SectionError] = []
         for name in only or _ORDER_FIRST + [n for n in registry.names() if n not in _ORDER_FIRST]:
             if name not in registry.names():
                 continue
@@ -156,7 +225,12 @@ class Analyzer:
                 sections[name] = registry.run(name, self.profile, opts)
             except AnalysisError as e:
                 skipped[name] = str(e)
-        return Report(summary=summary(self.profile), sections=sections, top=top, skipped=skipped)
+            except Exception as e:
+                errors.append(SectionError.of(name, e))
+        head = guarded("summary", lambda: summary(self.profile), errors) or {}
+        return Report(
+            summary=head, sections=sections, top=top, skipped=skipped, errors=tuple(errors)
+        )
 
 
 _ORDER_FIRST = ["hotspots", "attribution", "anomalies", "roofline", "breakdown", "memory"]

@@ -24,6 +24,7 @@ import msgspec
 import polars as pl
 
 from opscope import __version__
+from opscope.analysis.report import SectionError
 from opscope.jsonsafe import finite as _finite
 from opscope.model import Profile
 
@@ -111,7 +112,8 @@ def _fit(data: dict[str, Any]) -> tuple[str, list[str]]:
         notes: list[str] = []
         cut = _truncate(data, limit, notes)
         cut["_notes"] = [
-            f"This report was cut to stay under {MAX_BYTES // 1_000_000} MB: " + "; ".join(notes)
+            *(data.get("_notes") or []),
+            f"This report was cut to stay under {MAX_BYTES // 1_000_000} MB: " + "; ".join(notes),
         ]
         enc = msgspec.json.encode(cut).decode()
         if len(escape_json_for_script(enc).encode()) <= _DATA_BUDGET:
@@ -134,10 +136,21 @@ def render_html(report: Any, *, profile: Profile | None = None, title: str | Non
     if not isinstance(data, dict):
         raise TypeError("report.to_json() must return a dict")
     prof = profile if profile is not None else getattr(report, "profile", None)
+    errors = list(data.get("errors") or [])
     if isinstance(prof, Profile):
-        curves = memory_curves(prof)
+        failed = len(errors)
+        curves = _guarded_curves(prof, errors)
         if curves:
             data["_memory_curve"] = curves
+        if len(errors) > failed:
+            data["errors"] = errors
+    if errors:
+        # shown at the top of the page, under the summary; the list itself is a table further down
+        data["_notes"] = [
+            f"Warning: {len(errors)} report section(s) failed; the others are complete.",
+            *(_error_line(e) for e in errors),
+            *(data.get("_notes") or []),
+        ]
     payload, _notes = _fit(data)
     css = _asset("report.css")
     js = _asset("report.js")
@@ -160,6 +173,20 @@ def render_html(report: Any, *, profile: Profile | None = None, title: str | Non
         f'<script type="application/json" id="opscope-data">{escape_json_for_script(payload)}'
         f"</script>\n<script>{js}</script>\n</body>\n</html>\n"
     )
+
+
+def _guarded_curves(profile: Profile, errors: list[Any]) -> list[dict[str, Any]]:
+    try:
+        return memory_curves(profile)
+    except Exception as e:
+        errors.append(SectionError.of("memory curve", e).to_json())
+        return []
+
+
+def _error_line(e: Any) -> str:
+    if isinstance(e, dict):
+        return f"section {e.get('section')} failed: {e.get('type')}: {e.get('message')}"
+    return str(e)
 
 
 def write_html(path: str | os.PathLike[str], text: str) -> Path:

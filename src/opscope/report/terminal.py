@@ -3,17 +3,19 @@ breakdown, memory, then any other section generically)."""
 
 from __future__ import annotations
 
+from functools import partial
 from io import StringIO
 from typing import Any
 
 import polars as pl
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.table import Table
 
 from opscope.analysis.hotspots import to_us
 from opscope.analysis.registry import Result
-from opscope.analysis.report import Report
+from opscope.analysis.report import Report, guarded
 from opscope.report.base import renderer
 
 #: Columns shown per known table (others: every column); ns columns are shown in µs.
@@ -137,7 +139,11 @@ def table(title: str, df: pl.DataFrame, columns: list[str] | None, top: int) -> 
 
 @renderer("terminal")
 def render_terminal(report: Report, console: Console | None = None, **_: Any) -> str:
-    """Print ``report`` on ``console`` (returns ""), or return it as text when none is given."""
+    """Print ``report`` on ``console`` (returns ""), or return it as text when none is given.
+
+    A section that cannot be drawn is a warning line, as is every section that failed before
+    (``report.errors``); the last line counts them.
+    """
     out = console or Console(file=StringIO(), width=160, record=True)
     s = report.summary
     out.print(
@@ -147,37 +153,57 @@ def render_terminal(report: Report, console: Console | None = None, **_: Any) ->
     )
     for w in s.get("warnings") or []:
         out.print(f"[yellow]{w}[/]", highlight=False)
+    errors = list(report.errors)
+    for e in errors:
+        out.print(f"[yellow]warning: {escape(e.line())}[/]", highlight=False)
     for name, res in report.sections.items():
-        if not isinstance(res, Result):
-            if getattr(type(res), "json_key", None) == "findings":
-                out.print(_findings_table(res.to_json(), report.top))
-                continue
-            to_md = getattr(res, "to_markdown", None)
-            if callable(to_md):  # sections from other layers (comparison, ...)
-                out.print(Markdown(str(to_md())))
+        # built in full before printing, so a failing section prints nothing but its warning
+        parts = guarded(name, partial(_section, name, res, report.top), errors)
+        if parts is None:
+            out.print(f"[yellow]warning: {escape(errors[-1].line())}[/]", highlight=False)
             continue
-        for tname, df in res.tables().items():
-            key = f"{name}.{tname}"
-            if key in _SKIP or not df.height:
-                continue
-            if key not in _COLUMNS and name in _KNOWN:
-                continue
-            if key not in _COLUMNS:
-                if tname not in ("groups", next(iter(res.tables()))):
-                    continue  # other sections: their main table only, first columns only
-                cols: list[str] | None = df.columns[:8]
-            else:
-                cols = _COLUMNS[key]
-            if key == "attribution.lines":
-                shown = df.with_columns(pl.col("file").fill_null("(no user frame)"))
-            else:
-                shown = df
-            out.print(table(_TITLES.get(key, key), shown, cols, report.top))
-        if name == "anomalies" and not any(t.height for t in res.tables().values()):
-            out.print("[green]No anomalies found.[/]")
+        for part in parts:
+            out.print(part)
     for name, why in report.skipped.items():
         out.print(f"[dim]{name}: skipped ({why})[/]")
+    if errors:
+        out.print(
+            f"[yellow]{len(errors)} report section(s) failed; the others are complete.[/]",
+            highlight=False,
+        )
     return "" if console is not None else out.export_text()
+
+
+def _section(name: str, res: Any, top: int) -> list[RenderableType]:
+    """The renderables of one section."""
+    parts: list[RenderableType] = []
+    if not isinstance(res, Result):
+        if getattr(type(res), "json_key", None) == "findings":
+            return [_findings_table(res.to_json(), top)]
+        to_md = getattr(res, "to_markdown", None)
+        if callable(to_md):  # sections from other layers (comparison, ...)
+            parts.append(Markdown(str(to_md())))
+        return parts
+    for tname, df in res.tables().items():
+        key = f"{name}.{tname}"
+        if key in _SKIP or not df.height:
+            continue
+        if key not in _COLUMNS and name in _KNOWN:
+            continue
+        if key not in _COLUMNS:
+            if tname not in ("groups", next(iter(res.tables()))):
+                continue  # other sections: their main table only, first columns only
+            cols: list[str] | None = df.columns[:8]
+        else:
+            cols = _COLUMNS[key]
+        if key == "attribution.lines":
+            shown = df.with_columns(pl.col("file").fill_null("(no user frame)"))
+        else:
+            shown = df
+        parts.append(table(_TITLES.get(key, key), shown, cols, top))
+    if name == "anomalies" and not any(t.height for t in res.tables().values()):
+        parts.append("[green]No anomalies found.[/]")
+    return parts
 
 
 def _findings_table(findings: list[dict[str, Any]], top: int) -> Table:

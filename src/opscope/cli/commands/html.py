@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from opscope.cli.output import console
 from opscope.errors import OpscopeError
-
-
-def report_data(profile: Any, report: Any) -> dict[str, Any]:
-    """The report's JSON, with the advise rules' findings added when the report has none."""
-    data: dict[str, Any] = report.to_json()
-    if "findings" not in data:
-        try:
-            from opscope.advise import advise
-        except ImportError:
-            return data
-        data["findings"] = advise(profile, getattr(report, "sections", None)).to_json()
-    return data
 
 
 def register(app: typer.Typer) -> None:
@@ -41,17 +29,27 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
     ) -> None:
-        """Write the analysis report as one offline HTML file (no network needed to view it)."""
+        """Write the analysis report as one offline HTML file (no network needed to view it).
+
+        A section that fails is a warning on the page (and listed under "errors"), not a crash.
+        """
         from opscope.analysis import Analyzer
+        from opscope.cli.commands.report import build_report
         from opscope.report.html import render_html, write_html
 
         analyzer = Analyzer(path, salvage=salvage)
-        report = analyzer.generate_report(top=top)
-        data = report_data(analyzer.profile, report)
+        report = build_report(analyzer, top)
+        data = report.to_json()
         if before is not None:
             from opscope.analysis.compare import compare
+            from opscope.analysis.report import SectionError
 
-            data["comparison"] = compare(before, analyzer.profile).to_json()
+            try:
+                data["comparison"] = compare(before, analyzer.profile).to_json()
+            except OpscopeError:
+                raise  # a bad baseline is the user's to fix: one line, exit 2
+            except Exception as e:
+                data["errors"].append(SectionError.of("comparison", e).to_json())
         text = render_html(
             data,
             profile=analyzer.profile,
@@ -61,4 +59,6 @@ def register(app: typer.Typer) -> None:
             write_html(out, text)
         except OSError as e:
             raise OpscopeError(f"cannot write the report: {e.strerror}", out) from e
-        console.print(f"wrote {out} ({len(text.encode()) / 1e6:.2f} MB)", highlight=False)
+        n = len(data.get("errors") or [])
+        failed = f", {n} section(s) failed: see the warnings on the page" if n else ""
+        console.print(f"wrote {out} ({len(text.encode()) / 1e6:.2f} MB{failed})", highlight=False)

@@ -1,0 +1,99 @@
+"""The array walks of the event tree (opscope.analysis.tree) against brute force on random forests,
+and the per-profile memo."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import polars as pl
+import pytest
+
+from opscope.analysis.tree import Forest, per_profile
+from opscope.model import Profile
+
+
+def random_forest(rng: random.Random, n: int) -> tuple[list[int], list[int | None]]:
+    """Ids in shuffled order (not positions), parents earlier in creation order, some roots, some
+    parents outside the set."""
+    ids = rng.sample(range(10 * n), n)
+    parents: list[int | None] = []
+    for i in range(n):
+        r = rng.random()
+        if i == 0 or r < 0.1:
+            parents.append(None)
+        elif r < 0.15:
+            parents.append(10 * n + i)  # a parent that is not in the set
+        else:
+            parents.append(ids[rng.randrange(max(0, i - 6), i)])
+    order = list(range(n))
+    rng.shuffle(order)
+    return [ids[i] for i in order], [parents[i] for i in order]
+
+
+def chain(ids: list[int], parents: list[int | None], i: int) -> list[int]:
+    """Positions of the ancestors of position i, nearest first."""
+    pos = {x: k for k, x in enumerate(ids)}
+    out = []
+    p = parents[i]
+    while p is not None and p in pos:
+        out.append(pos[p])
+        p = parents[pos[p]]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_walks_match_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    n = 300
+    ids, parents = random_forest(rng, n)
+    f = Forest.of(
+        pl.DataFrame(
+            {"id": ids, "parent_id": parents}, schema=[("id", pl.Int64), ("parent_id", pl.Int64)]
+        )
+    )
+    has = np.array([rng.random() < 0.3 for _ in range(n)])
+    vals = np.array([rng.randrange(0, 5) * 100 for _ in range(n)], dtype=np.int64)
+    up_self, up = f.nearest_up(has), f.nearest_up(has, include_self=False)
+    down = f.nearest_down(has)
+    dsum = f.descendant_sum(vals)
+    above = f.has_ancestor(has)
+    anc = [chain(ids, parents, i) for i in range(n)]
+    for i in range(n):
+        hits = [a for a in anc[i] if has[a]]
+        assert up[i] == (hits[0] if hits else -1)
+        assert up_self[i] == (i if has[i] else up[i])
+        assert above[i] == bool(hits)
+        desc = [(anc[j].index(i) + 1, j) for j in range(n) if i in anc[j]]
+        assert dsum[i] == sum(vals[j] for _, j in desc)
+        cands = sorted((d, j) for d, j in desc if has[j])
+        want = i if has[i] else (cands[0][1] if cands else -1)
+        assert down[i] == want  # nearest, then first in the set
+
+
+def test_positions_and_cycles_end() -> None:
+    f = Forest.of(
+        pl.DataFrame(
+            {"id": [5, 7, 9], "parent_id": [7, 5, None]},
+            schema=[("id", pl.Int64), ("parent_id", pl.Int64)],
+        )
+    )
+    assert f.positions(pl.Series([9, 4, None, 5], dtype=pl.Int64)).tolist() == [2, -1, -1, 0]
+    # 5 <-> 7 is a cycle: walks stop instead of spinning
+    assert f.nearest_up(np.array([False, False, True])).tolist() == [-1, -1, 2]
+    assert f.descendant_sum(np.array([1, 0, 0], dtype=np.int64)).tolist()[2] == 0
+
+
+def test_per_profile_computes_once_per_profile_object() -> None:
+    calls: list[int] = []
+
+    @per_profile
+    def count(p: Profile) -> int:
+        calls.append(1)
+        return p.events.height
+
+    a, b = Profile(), Profile()
+    assert count(a) == count(a) == 0
+    assert len(calls) == 1
+    count(b)
+    assert len(calls) == 2  # another Profile object, even an equal one, is computed afresh
