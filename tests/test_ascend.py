@@ -54,8 +54,11 @@ def _load(rel: str):  # type: ignore[no-untyped-def]
 def test_kernel_rows_times_and_shapes(rel: str) -> None:
     p = _load(rel)
     rows = _rows(_out(shared_trace(rel)) / "kernel_details.csv")
-    k = p.events.filter(pl.col("kind") == "kernel").sort("ts_ns")
+    # a kernel_details row is a kernel, or communication when its core is HCCL
+    k = p.events.filter(pl.col("kind").is_in(["kernel", "communication"])).sort("ts_ns")
     assert k.height == len(rows)
+    comm = p.events.filter(pl.col("kind") == "communication")
+    assert comm.height == sum(r["Accelerator Core"] == "HCCL" for r in rows)
     want_ts = sorted(_ns(r["Start Time(us)"]) for r in rows)
     assert k.get_column("ts_ns").to_list() == want_ts
     want_dur = sum(round(float(r["Duration(us)"]) * 1000) for r in rows)
@@ -146,7 +149,9 @@ def test_kernel_to_op_links_follow_async_npu_flows(rel: str) -> None:
     p = _load(rel)
     ev = p.events
     names = dict(ev.select("id", "name").iter_rows())
-    k = ev.filter((pl.col("kind") == "kernel") & pl.col("op_id").is_not_null())
+    k = ev.filter(
+        pl.col("kind").is_in(["kernel", "communication"]) & pl.col("op_id").is_not_null()
+    )
     got = {ts: names[op] for ts, op in k.select("ts_ns", "op_id").iter_rows()}
     assert len(want) > 150
     assert got == want
@@ -457,7 +462,8 @@ def test_trace_view_without_kernel_table(tmp_path: Path) -> None:
         if e.get("ph") == "X" and e["name"].startswith("hcom_") and e.get("tid") == 0
     )
     p = read_ascend(tmp_path / "k_ascend_pt")
-    k = p.events.filter(pl.col("kind") == "kernel")
+    assert p.events.filter(pl.col("kind") == "communication").height == groups
+    k = p.events.filter(pl.col("kind").is_in(["kernel", "communication"]))
     assert k.height == len(tasks) + groups
     linked = k.filter(pl.col("op_id").is_not_null()).height
     assert linked >= len(tasks) - 5  # the same flows link the trace's own tasks
@@ -473,6 +479,6 @@ def test_hccl_collective_bytes() -> None:
         if e.get("ph") == "X" and e["name"].startswith("hcom_") and e.get("tid") == 0
     }
     p = _load(L1R0)
-    k = p.events.filter((pl.col("kind") == "kernel") & (pl.col("core_type") == "HCCL"))
+    k = p.events.filter((pl.col("kind") == "communication") & (pl.col("core_type") == "HCCL"))
     assert len(want) == 4
     assert dict(k.select("name", "bytes").iter_rows()) == want

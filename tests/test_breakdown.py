@@ -39,7 +39,8 @@ def _planted() -> Builder:
         op = b.op("aten::mm", t + 100, 50, parent=st, step=s)
         b.kernel("gemm", t + 200, 300, op)  # compute 200..500
         b.kernel("gemm2", t + 400, 200, op, stream=8)  # compute 400..600 (overlaps)
-        b.kernel("ncclDevKernel_AllReduce", t + 550, 150, op, stream=9)  # 550..700
+        # kind set as the loader classifies it (the breakdown trusts the kind, not the name)
+        b.kernel("ncclDevKernel_AllReduce", t + 550, 150, op, stream=9, kind="communication")
         b.kernel("Memcpy HtoD", t + 800, 50, op, kind="memcpy")  # 800..850
     return b
 

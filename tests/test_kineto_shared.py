@@ -73,6 +73,10 @@ def _ref(path: Path) -> dict[str, Any]:
         if cat in ("cpu_op", "operator", "user_annotation") and name.startswith("ProfilerStep#"):
             kinds["step"] += 1
             steps.add(int(name.split("#")[1]))
+        elif cat == "kernel" and name.startswith("nccl"):
+            # the only collectives in these traces are NCCL/RCCL kernels (test_comm_kinds tests
+            # the classifier itself)
+            kinds["communication"] += 1
         else:
             kinds[CAT.get(cat, "other")] += 1
     launches = {
@@ -120,7 +124,9 @@ def test_shared_trace_counts_match_stdlib(rel: str) -> None:
     got = dict(ev.group_by("kind").len().iter_rows())
     assert {k: int(v) for k, v in got.items()} == ref["kinds"]
     assert prof.steps.height == ref["steps"]
-    dev = ev.filter(pl.col("kind").cast(pl.String).is_in(["kernel", "memcpy", "memset"]))
+    dev = ev.filter(
+        pl.col("kind").cast(pl.String).is_in(["kernel", "communication", "memcpy", "memset"])
+    )
     assert int(dev.get_column("launch_id").is_not_null().sum()) == ref["linked"]
     # every launched kernel's launch shares its correlation id
     j = dev.filter(pl.col("launch_id").is_not_null()).join(

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from opscope.model import Profile
+from opscope.model import Profile, kinds
 
 MAX_WALK = 48  # deepest op nesting followed when walking parent links
 
@@ -139,7 +139,8 @@ def parse_types(s: str | None) -> list[str | None]:
 
 # Devices -------------------------------------------------------------------------------------
 
-DEVICE_KINDS = ("cpu", "nvidia", "amd", "ascend")
+#: The devices advice can target (not device-activity kinds: those are in opscope.model.kinds).
+TARGET_DEVICES = ("cpu", "nvidia", "amd", "ascend")
 
 
 def device_kind(profile: Profile) -> str:
@@ -184,8 +185,8 @@ def target_of(profile: Profile, results: Mapping[str, Any]) -> str:
     t = str(t).lower()
     aliases = {"cuda": "nvidia", "gpu": "nvidia", "npu": "ascend", "rocm": "amd", "hip": "amd"}
     t = aliases.get(t, t)
-    if t not in DEVICE_KINDS:
-        raise ValueError(f"unknown target device {t!r} (one of {', '.join(DEVICE_KINDS)})")
+    if t not in TARGET_DEVICES:
+        raise ValueError(f"unknown target device {t!r} (one of {', '.join(TARGET_DEVICES)})")
     return t
 
 
@@ -351,7 +352,7 @@ def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
     base = pl.DataFrame({"id": list(ids)}, schema={"id": pl.Int64}).unique()
     b = base.join(ev.select("id", "op_id", "kind", "is_backward"), on="id", how="left")
     b = b.with_columns(
-        pl.when(pl.col("kind").cast(pl.String).is_in(["kernel", "memcpy", "memset"]))
+        pl.when(pl.col("kind").cast(pl.String).is_in(kinds.DEVICE_WORK))
         .then(pl.coalesce("op_id", "id"))
         .otherwise(pl.col("id"))
         .alias("op")

@@ -34,7 +34,7 @@ from opscope.analysis.hotspots import (
     rows,
 )
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.model import Profile
+from opscope.model import Profile, kinds
 
 KEYS: list[str] = ["file", "line", "function", "module"]
 
@@ -59,7 +59,7 @@ def resolve_ops(profile: Profile) -> pl.DataFrame:
     ``stack_id``, ``module``, ``file``, ``line``, ``function``, ``top_level``.
     """
     ev = profile.events
-    host = ev.filter(~pl.col("kind").is_in(["kernel", "memcpy", "memset", "gpu_annotation"]))
+    host = ev.filter(~pl.col("kind").is_in(kinds.DEVICE_KINDS))
     ops = host.filter(pl.col("kind") == "cpu_op")
     pairs = ancestor_pairs(host, include_self=True)
     op_pairs = pairs.join(ops.select("id"), on="id").join(

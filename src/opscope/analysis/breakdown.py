@@ -27,13 +27,6 @@ from opscope.analysis.hotspots import markdown_table, rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
 
-#: Kernel names that are communication (NCCL/RCCL/HCCL collectives and p2p).
-COMM_PATTERN = (
-    r"(?i)nccl|rccl|hccl|allreduce|all_reduce|allgather|all_gather|reducescatter"
-    r"|reduce_scatter|alltoall|sendrecv"
-    # collectives named broadcast, not elementwise kernels such as Ascend's *_BroadcastToAiCore
-    r"|_broadcast_|broadcast_|_broadcast$|:broadcast"
-)
 #: Host events that are data loading.
 DATA_PATTERN = r"DataLoader|dataloader"
 
@@ -129,7 +122,7 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
     ev = profile.events
     win = _windows(profile)
     dev = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset", "communication"]))
-    is_comm = (pl.col("kind") == "communication") | pl.col("name").str.contains(COMM_PATTERN)
+    is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
     parts = [
         _clip(dev.filter((pl.col("kind") == "kernel") & ~is_comm), win, "compute"),
         _clip(dev.filter(is_comm), win, "communication"),

@@ -18,8 +18,10 @@ Breakdown per step
     union of ``cpu_op`` that are not collectives, communication = union of the collectives.
 
 Collectives
-    Device: collective kernels (NCCL/RCCL ``nccl*`` kernels, Ascend kernels on the ``HCCL`` core;
-    events of kind ``communication`` are per-link sub-tasks and are not counted again). Host-only
+    Device: events of kind ``communication`` (classified once at load, see
+    :mod:`opscope.model.kinds`: NCCL/RCCL, DeepEP, NVSHMEM, symmetric-memory kernels, Ascend
+    tasks on the ``HCCL`` core; one event per call, Ascend's per-plane HCCL tasks are ``other``
+    and do not count again). Host-only
     ranks: ``gloo:`` / ``mpi:`` / ``ucc:`` ranges (gloo runs collectives on its own threads).
     ``collective`` is the normalised operation (``allreduce``, ``allgather``, ``broadcast``, ...);
     ``bytes`` comes from Kineto's ``In msg nelems`` × the ``dtype`` size when recorded.
@@ -54,7 +56,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from opscope.analysis.breakdown import COMM_PATTERN, breakdown, union_ns
+from opscope.analysis.breakdown import breakdown, union_ns
 from opscope.analysis.hotspots import markdown_table, rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
@@ -184,11 +186,7 @@ def _conform(df: pl.DataFrame, cols: dict[str, type[pl.DataType]]) -> pl.DataFra
 
 
 def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
-    # Ascend kernels say their core: only HCCL ones are collectives (a name pattern would take
-    # e.g. "BroadcastTo" vector kernels). Other kernels go by the NCCL/RCCL name pattern.
-    dev_comm = (pl.col("kind") == "kernel") & pl.when(pl.col("core_type").is_not_null()).then(
-        pl.col("core_type") == "HCCL"
-    ).otherwise(pl.col("name").str.contains(COMM_PATTERN))
+    dev_comm = pl.col("kind") == "communication"
     host_comm = pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(
         HOST_COLLECTIVE
     )

@@ -52,7 +52,7 @@ import polars as pl
 
 from opscope.analysis.registry import Result
 from opscope.errors import AnalysisError
-from opscope.model import Profile
+from opscope.model import Profile, kinds
 
 MIN_STEPS: Final = 3
 """Steps needed on each side before a change is tested against the step-to-step noise."""
@@ -81,7 +81,7 @@ SUMMARY_ROWS: Final = 5
 
 ROW_KINDS: Final = ("op", "op_shape", "kernel", "module", "line")
 
-_DEVICE_WORK: Final = ("kernel", "memcpy", "memset", "communication")
+_DEVICE_WORK: Final = kinds.DEVICE_WORK
 
 _ROW_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
     "key": pl.String,

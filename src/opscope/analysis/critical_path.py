@@ -28,7 +28,7 @@ import numpy as np
 import polars as pl
 
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.model import Profile
+from opscope.model import Profile, kinds
 
 # Host calls that block until device work is done (Ascend names carry an "AscendCL@" prefix and
 # may end in "WithTimeout"). cudaStreamWaitEvent is not one: it makes a stream wait, not the host.
@@ -37,7 +37,7 @@ SYNC_PATTERN: Final = (
     r"|aclrtSynchronize(?:Stream|Device|Event)\w*"
     r"|(?:cudaMemcpy|hipMemcpy|aclrtMemcpy))$"
 )
-_DEVICE_KINDS: Final = ("kernel", "memcpy", "memset", "communication")
+_DEVICE_KINDS: Final = kinds.DEVICE_WORK
 
 
 @dataclass(frozen=True)

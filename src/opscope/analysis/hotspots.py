@@ -22,10 +22,10 @@ from typing import Any
 import polars as pl
 
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.model import Profile
+from opscope.model import Profile, kinds
 
 #: Kinds of device work that count as kernel time (annotations are ranges, not work).
-DEVICE_WORK: tuple[str, ...] = ("kernel", "memcpy", "memset", "communication")
+DEVICE_WORK: tuple[str, ...] = kinds.DEVICE_WORK
 
 #: Nesting deeper than this is treated as a cycle in the parent links and cut.
 MAX_DEPTH = 256
@@ -192,7 +192,7 @@ def op_times(profile: Profile, pairs: pl.DataFrame | None = None) -> pl.DataFram
     )
 
 
-_DEVICE_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset", "gpu_annotation", "communication")
+_DEVICE_KINDS: tuple[str, ...] = kinds.DEVICE_KINDS
 
 
 # The analysis -----------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import polars as pl
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, op_costs
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.model import Profile
+from opscope.model import Profile, kinds
 
 # A kernel launch costs ~2-5 µs of host/driver work and a few µs of ramp-up on the device; below
 # this a call's time says nothing about throughput.
@@ -44,7 +44,9 @@ PMU_METRICS: Final = (
     "cube_utilization(%)",
 )
 _GROUP: Final = ("name", "input_dims", "input_types")
-_DEVICE_KINDS: Final = ("kernel", "memcpy", "memset")
+# Communication is left out: a collective's time is set by its peers and the network, not by
+# the FLOPs and bytes of the op around it (DDP's allreduce runs inside backward nodes).
+_DEVICE_KINDS: Final = kinds.LOCAL_WORK
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from opscope.ingest import link
 from opscope.ingest.registry import Progress
 from opscope.model import Profile
 from opscope.model import schema as S
+from opscope.model.kinds import COMM_CORE_TYPES
 from opscope.model.usercode import is_model_file
 from opscope.redact import redact
 
@@ -276,7 +277,12 @@ def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
         progress("ascend", 2, 3)
 
     info = _profiler_info(out)
-    n_links = int(events.filter(pl.col("kind") == "kernel").get_column("op_id").is_not_null().sum())
+    n_links = int(
+        events.filter(pl.col("kind").is_in(["kernel", "communication"]))
+        .get_column("op_id")
+        .is_not_null()
+        .sum()
+    )
     meta: dict[str, Any] = {
         "format": "ascend",
         "sources": [str(path)],
@@ -807,10 +813,13 @@ def _assemble(
             )
             .when(is_hw)
             .then(pl.lit("other"))
+            # The HCCL group slice (tid 0) is the collective. The per-plane tasks (Notify_Wait,
+            # Memcpy, RDMASend...) are its steps, inside its time: kept for the timeline as
+            # "other" so that a collective counts once (kinds.py).
             .when(is_hccl & (pl.col("tid") == 0))
-            .then(pl.lit("kernel"))
-            .when(is_hccl)
             .then(pl.lit("communication"))
+            .when(is_hccl)
+            .then(pl.lit("other"))
             .when(is_cann)
             .then(pl.lit("runtime"))
             .when(pl.col("name").str.starts_with("ProfilerStep#"))
@@ -884,7 +893,9 @@ def _assemble(
             .otherwise(pl.col("size(Byte)"))
             .alias("bytes"),
         ).with_columns(
-            pl.when(pl.col("kind").is_in(["communication", "kernel"])).then(pl.col("bytes"))
+            pl.when(pl.col("kind").is_in(["communication", "kernel"]) | is_hccl).then(
+                pl.col("bytes")
+            )
         )
         parts.append(ev)
 
@@ -921,7 +932,14 @@ def _assemble(
     if kernels is not None:
         k = kernels
         kev = k.select(
-            pl.lit("kernel").cast(S.EventKind).alias("kind"),
+            pl.when(
+                _col(k, "Accelerator Core").str.to_uppercase().is_in(list(COMM_CORE_TYPES))
+                | _col(k, "Task Type").str.to_uppercase().is_in(list(COMM_CORE_TYPES))
+            )
+            .then(pl.lit("communication"))
+            .otherwise(pl.lit("kernel"))
+            .cast(S.EventKind)
+            .alias("kind"),
             pl.col("Name").alias("name"),
             pl.lit(hw_pid if hw_pid is not None else device, pl.Int64).alias("pid"),
             _col(k, "Stream ID").cast(pl.Int64, strict=False).alias("tid"),
@@ -947,7 +965,7 @@ def _assemble(
             # The NPU task of a kernel_details row starts at the same ns on the same stream;
             # HCCL collectives (no stream in the table) match by name within 2 µs.
             dev = ev.with_row_index("_erow").filter(pl.col("device").is_not_null())
-            hc = dev.filter(pl.col("kind") == "kernel").select(
+            hc = dev.filter(pl.col("kind") == "communication").select(
                 "name",
                 pl.col("ts_ns").alias("_hts"),
                 pl.col("correlation").alias("_corr"),
@@ -966,7 +984,7 @@ def _assemble(
             rest = kev.filter(~pl.col("_krow").is_in(hccl_match.get_column("_krow").implode()))
             hw_match = (
                 rest.join(
-                    dev.filter(pl.col("kind") != "kernel").select(
+                    dev.filter(pl.col("kind") != "communication").select(
                         "ts_ns",
                         pl.col("stream").alias("_hstream"),
                         pl.col("correlation").alias("_corr"),
@@ -1091,7 +1109,12 @@ def _resolve_flows(parts: list[pl.DataFrame], events: pl.DataFrame) -> pl.DataFr
     fin = fl.filter(pl.col("ph").is_in(["f", "t"]))
     dst_exact = (
         fin.join(ev.rename({"kind": "ekind"}), on=["pid", "tid", "ts_ns"], how="inner")
-        .with_columns(pl.when(pl.col("ekind") == "kernel").then(0).otherwise(1).alias("_pr"))
+        .with_columns(
+            pl.when(pl.col("ekind").is_in(["kernel", "communication"]))
+            .then(0)
+            .otherwise(1)
+            .alias("_pr")
+        )
         .sort(["kind", "fid", "_pr", "dur_ns"], descending=[False, False, False, True])
         .unique(["kind", "fid"], keep="first")
         .select("kind", "fid", pl.col("id").alias("dst_id"))
@@ -1102,7 +1125,12 @@ def _resolve_flows(parts: list[pl.DataFrame], events: pl.DataFrame) -> pl.DataFr
             on="ts_ns",
             how="inner",
         )
-        .with_columns(pl.when(pl.col("ekind") == "kernel").then(0).otherwise(1).alias("_pr"))
+        .with_columns(
+            pl.when(pl.col("ekind").is_in(["kernel", "communication"]))
+            .then(0)
+            .otherwise(1)
+            .alias("_pr")
+        )
         .sort(["kind", "fid", "_pr"])
         .unique(["kind", "fid"], keep="first")
         .select("kind", "fid", pl.col("id").alias("dst_dev"))

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from opscope.model import schema
+from opscope.model import kinds, schema
 from opscope.model.usercode import CALL_SITE_PREFIX, is_model_file
 
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -66,16 +66,17 @@ _PRIORITY = {
     "user_annotation": 1,
     "python_function": 2,
     "cpu_op": 3,
-    "communication": 4,
     "runtime": 5,
     "driver": 6,
     "kernel": 7,
+    # device work all ranks alike (a collective was "kernel" until classified, after nesting)
+    "communication": 7,
     "memcpy": 7,
     "memset": 7,
     "other": 8,
 }
 #: Kinds that run on a device (their op, step, stack come from the host op that launched them).
-_DEVICE_KINDS = ("kernel", "memcpy", "memset", "communication", "gpu_annotation")
+_DEVICE_KINDS = kinds.DEVICE_KINDS
 _STEP_RE = r"^ProfilerStep#(\d+)$"
 _EVAL_FN = "autograd::engine::evaluate_function"
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
@@ -401,7 +402,7 @@ def resolve_flows(
         return schema.empty("flows")
     host_op = kind_mask(events, "cpu_op", "user_annotation", "step")
     launch = kind_mask(events, "runtime", "driver")
-    device = kind_mask(events, "kernel", "memcpy", "memset", "communication")
+    device = kind_mask(events, *kinds.DEVICE_WORK)
     anyk = np.ones(events.height, dtype=bool)
     raw = raw_flows.with_columns(pl.col("kind").cast(pl.String).alias("k"))
     parts = []
@@ -498,6 +499,54 @@ def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
         mid = _np(miss.get_column("id"))
         op[mid] = _np(miss.get_column("xop"))
     return events.with_columns(_nullable("launch_id", launch), _nullable("op_id", op))
+
+
+def classify_communication(events: pl.DataFrame) -> pl.DataFrame:
+    """Set kind ``communication`` on the ``kernel`` rows that are communication.
+
+    A kernel is communication when its name says so
+    (:data:`~opscope.model.kinds.COMM_KERNEL_PATTERN`) or when a collective launched it: the
+    innermost ``cpu_op`` or ``user_annotation`` around its launch, or its op, is named like
+    :data:`~opscope.model.kinds.COMM_OP_PATTERN` (``record_param_comms``, ``c10d::*``,
+    ``nccl:*``, ``hccl*``). Innermost only: a copy kernel that ``c10d::allgather_`` launches
+    through a nested ``aten::copy_`` is a copy, not communication. Copies and fills keep their
+    kind. Needs :func:`nest` and :func:`link_launches`.
+    """
+    is_kernel = kind_mask(events, *kinds.COMPUTE_KINDS)
+    if not is_kernel.any():
+        return events
+    name = events.get_column("name")
+    # Per distinct name: kernel and op names repeat every step.
+    knames = name.filter(pl.Series(is_kernel)).unique().drop_nulls()
+    comm_k = knames.filter(
+        knames.to_frame().select(kinds.is_comm_kernel_name(pl.col("name"))).to_series()
+    )
+    comm = is_kernel & name.is_in(comm_k.implode()).fill_null(False).to_numpy()
+    is_range = kind_mask(events, "cpu_op", "user_annotation")
+    onames = name.filter(pl.Series(is_range)).unique().drop_nulls()
+    comm_o = onames.filter(
+        onames.to_frame().select(kinds.is_comm_op_name(pl.col("name"))).to_series()
+    )
+    if comm_o.len():
+        comm_op = is_range & name.is_in(comm_o.implode()).fill_null(False).to_numpy()
+        inner = nearest_ancestor(_np(events.get_column("parent_id")), is_range)
+        launch = _np(events.get_column("launch_id"))
+        op = _np(events.get_column("op_id"))
+        by_launch = np.zeros(events.height, dtype=bool)
+        has = is_kernel & (launch >= 0)
+        rng = inner[launch[has]]
+        by_launch[np.nonzero(has)[0]] = (rng >= 0) & comm_op[np.maximum(rng, 0)]
+        has_op = is_kernel & (op >= 0)
+        by_launch[has_op] |= comm_op[op[has_op]]
+        comm |= is_kernel & by_launch
+    if not comm.any():
+        return events
+    return events.with_columns(
+        pl.when(pl.Series(comm))
+        .then(pl.lit(kinds.COMMUNICATION, schema.EventKind))
+        .otherwise(pl.col("kind").cast(schema.EventKind))
+        .alias("kind")
+    )
 
 
 def mark_backward(events: pl.DataFrame) -> pl.DataFrame:
@@ -886,6 +935,7 @@ def link_events(events: pl.DataFrame, raw_flows: pl.DataFrame) -> Linked:
     ev, index = nest_indexed(call_site_frames(events))
     flows = resolve_flows(ev, raw_flows, index=index) if raw_flows.height else schema.empty("flows")
     ev = link_launches(ev, flows)
+    ev = classify_communication(ev)
     ev = mark_backward(ev)
     ev = link_fwd_bwd(ev, flows)
     steps = step_numbers(ev)

@@ -6,17 +6,17 @@ from typing import Any
 
 import polars as pl
 
-from opscope.model import Profile
+from opscope.model import Profile, kinds
 
 #: Device work counted as "kernels": the rows of :attr:`Profile.kernels`.
-DEVICE_WORK = ("kernel", "memcpy", "memset")
+DEVICE_WORK = kinds.DEVICE_WORK
 
 
 def summary(profile: Profile) -> dict[str, Any]:
     """Counts describing what was read.
 
     - ``events``: rows of the events table (every slice, host and device)
-    - ``ops``: ``cpu_op`` rows; ``kernels``: kernel + memcpy + memset rows
+    - ``ops``: ``cpu_op`` rows; ``kernels``: kernel + communication + memcpy + memset rows
     - ``steps``: rows of the steps table (distinct ProfilerStep#N per rank)
     - ``fwd_bwd_links``: distinct forward ops that some backward op links to (``fwd_id``)
     - ``op_kernel_links``: kernels (as above) whose ``op_id`` names a launching op

@@ -115,8 +115,9 @@ class Profile:
 
     @property
     def kernels(self) -> pl.DataFrame:
-        """Device work: kernels, memcpy, memset (not annotations)."""
-        return self._rows("events", pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+        """Device work (:data:`~opscope.model.kinds.DEVICE_WORK`): kernels, communication,
+        memcpy, memset (not annotations)."""
+        return self._rows("events", pl.col("kind").is_in(schema.DEVICE_WORK))
 
     @property
     def ranks(self) -> list[int]:

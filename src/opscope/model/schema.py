@@ -16,7 +16,11 @@ from typing import Final
 
 import polars as pl
 
-SCHEMA_VERSION: Final = 1
+from opscope.model import kinds
+
+# 2: NCCL/RCCL/HCCL/DeepEP... kernels are stored with kind "communication" (they were "kernel"),
+#    Ascend HCCL per-plane sub-tasks with kind "other" (they were "communication").
+SCHEMA_VERSION: Final = 2
 
 # What a row of ``events`` is. One table holds host and device slices alike, so that nesting,
 # step assignment and the timeline treat them the same way (Perfetto's ``slice`` table).
@@ -31,12 +35,19 @@ EVENT_KINDS: Final = (
     "memcpy",  # a device copy (gpu_memcpy / Memcpy)
     "memset",  # a device fill (gpu_memset / Memset)
     "gpu_annotation",  # gpu_user_annotation: a record_function range projected on a stream
-    "communication",  # a collective or p2p on the device (NCCL/HCCL kernels are also kernels)
+    "communication",  # a collective / p2p kernel on the device (see kinds.py: which ones)
     "other",  # anything else with a duration, kept for the timeline
 )
 EventKind = pl.Enum(list(EVENT_KINDS))
 
-DEVICE_KINDS: Final = ("kernel", "memcpy", "memset", "gpu_annotation", "communication")
+# The device-activity subsets and the communication classifier are declared once, in kinds.py
+# (which says why each subset differs); the subsets are repeated here for schema users.
+DEVICE_KINDS: Final = kinds.DEVICE_KINDS
+DEVICE_WORK: Final = kinds.DEVICE_WORK
+LOCAL_WORK: Final = kinds.LOCAL_WORK
+COMPUTE_KINDS: Final = kinds.COMPUTE_KINDS
+COPY_KINDS: Final = kinds.COPY_KINDS
+COMMUNICATION: Final = kinds.COMMUNICATION
 HOST_KINDS: Final = tuple(k for k in EVENT_KINDS if k not in DEVICE_KINDS)
 
 FLOW_KINDS: Final = ("ac2g", "fwdbwd", "async_npu", "other")

@@ -47,7 +47,7 @@ _ROW_FIELDS = (
     "seq",
 )
 _JSON_FIELDS = ("input_dims", "input_types", "input_strides", "concrete_inputs", "args")
-_DEVICE_WORK = ("kernel", "memcpy", "memset", "communication")
+_DEVICE_WORK = schema.DEVICE_WORK
 _LAUNCH_KINDS = ("runtime", "driver")
 _PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 # Characters that mean something to the regex engine (Rust syntax, incl. extended mode).
