@@ -15,8 +15,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-import polars as pl
-
 from opscope.advise.finding import SEVERITIES, Finding
 from opscope.model import Profile
 
@@ -145,7 +143,7 @@ def advise(
     """Run every registered rule (or those in ``only``) and return the findings by saving.
 
     ``target`` is the device the advice is for (see the module doc); default the profile's own.
-    A rule that raises on odd input is recorded in ``Findings.errors``, not fatal.
+    A rule that raises is recorded in ``Findings.errors``, not fatal.
     """
     ctx: dict[str, Any] = dict(results or {})
     if target is not None:
@@ -166,7 +164,7 @@ def advise(
         try:
             for f in rule.match(profile, ctx):
                 found.setdefault(f.id, f)
-        except (ValueError, KeyError, TypeError, IndexError, pl.exceptions.PolarsError) as e:
-            # odd input in one rule must not cost the report the other rules' findings
+        except Exception as e:
+            # odd input (or a bug) in one rule must not cost the report the other rules' findings
             errors[rid] = f"{type(e).__name__}: {e}"
     return Findings(tuple(sorted(found.values(), key=_sort_key)), errors)

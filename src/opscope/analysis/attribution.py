@@ -28,12 +28,11 @@ import polars as pl
 
 from opscope.analysis.hotspots import (
     DEVICE_WORK,
-    ancestor_pairs,
     markdown_table,
-    nearest,
     rows,
 )
 from opscope.analysis.registry import Options, Result, analysis
+from opscope.analysis.tree import Forest, gather, per_profile
 from opscope.model import Profile, kinds
 
 KEYS: list[str] = ["file", "line", "function", "module"]
@@ -52,33 +51,38 @@ _LINE_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
 }
 
 
+@per_profile
 def resolve_ops(profile: Profile) -> pl.DataFrame:
     """For every host op: where its time is charged.
 
     Columns: ``id``, ``is_backward``, ``src_id`` (the forward op for a backward op, else the op),
-    ``stack_id``, ``module``, ``file``, ``line``, ``function``, ``top_level``.
+    ``stack_id``, ``module``, ``file``, ``line``, ``function``, ``top_level``. Computed once per
+    Profile (hotspots, attribution, memory and the rules all need it).
     """
     ev = profile.events
     host = ev.filter(~pl.col("kind").is_in(kinds.DEVICE_KINDS))
-    ops = host.filter(pl.col("kind") == "cpu_op")
-    pairs = ancestor_pairs(host, include_self=True)
-    op_pairs = pairs.join(ops.select("id"), on="id").join(
-        ops.select(pl.col("id").alias("anc_id")), on="anc_id"
-    )
-    up = nearest(op_pairs, ops, "fwd_id")
-    down = nearest(op_pairs, ops, "fwd_id", upward=False).rename({"fwd_id": "fwd_down"})
+    forest = Forest.of(host)
+    is_op = (host.get_column("kind") == "cpu_op").to_numpy()
+    fwd = host.get_column("fwd_id")
+    with_fwd = is_op & fwd.is_not_null().to_numpy()
+    # the nearest op at or above (below, for the engine's wrapper) that has a forward link
+    up = gather(fwd, forest.nearest_up(with_fwd)).alias("fwd_id")
+    down = gather(fwd, forest.nearest_down(with_fwd)).alias("fwd_down")
     # An op is top-level when no cpu_op is above it (python frames and annotations don't count).
-    has_op_above = op_pairs.filter(pl.col("dist") > 0).select("id").unique()
-    base = (
-        ops.select("id", pl.col("is_backward").fill_null(False))
-        .join(up.select("id", "fwd_id"), on="id", how="left")
-        .join(down.select("id", "fwd_down"), on="id", how="left")
-    )
+    top = pl.Series("top_level", ~forest.has_ancestor(is_op))
+    base = pl.DataFrame(
+        [
+            host.get_column("id"),
+            host.get_column("is_backward").fill_null(False),
+            up,
+            down,
+            top,
+        ]
+    ).filter(pl.Series(is_op))
     base = base.with_columns(
         pl.when(pl.col("is_backward") | pl.col("fwd_id").is_not_null())
         .then(pl.coalesce("fwd_id", "fwd_down"))
         .alias("fwd_target"),
-        (~pl.col("id").is_in(has_op_above.get_column("id").implode())).alias("top_level"),
     )
     base = base.with_columns(
         pl.col("is_backward") | pl.col("fwd_target").is_not_null(),
@@ -86,11 +90,20 @@ def resolve_ops(profile: Profile) -> pl.DataFrame:
     )
     # Stack and module: nearest at or above the source op, through any host event (python frames
     # carry no stack_id themselves, but an annotation might).
-    stack = nearest(pairs, host, "stack_id").select("id", "stack_id")
-    module = nearest(pairs, host, "module").select("id", "module")
-    base = base.join(stack.rename({"id": "src_id"}), on="src_id", how="left").join(
-        module.rename({"id": "src_id"}), on="src_id", how="left"
+    found = pl.DataFrame(
+        [
+            host.get_column("id").alias("src_id"),
+            gather(
+                host.get_column("stack_id"),
+                forest.nearest_up(host.get_column("stack_id").is_not_null().to_numpy()),
+            ),
+            gather(
+                host.get_column("module"),
+                forest.nearest_up(host.get_column("module").is_not_null().to_numpy()),
+            ),
+        ]
     )
+    base = base.join(found, on="src_id", how="left")
     frames = user_frames(profile)
     return base.join(frames, on="stack_id", how="left").select(
         "id",
@@ -147,8 +160,10 @@ def charges(profile: Profile) -> pl.DataFrame:
     return pl.concat([dev.select(order), host.select(order)])
 
 
+@per_profile
 def charged_lines(profile: Profile) -> pl.DataFrame:
-    """Per (file, line, function, module): fwd/bwd/total/host ns, kernels, calls."""
+    """Per (file, line, function, module): fwd/bwd/total/host ns, kernels, calls (computed once
+    per Profile: hotspots and attribution both show it)."""
     ch = charges(profile)
     if not ch.height:
         return pl.DataFrame(schema=_LINE_SCHEMA)

@@ -19,9 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from opscope.analysis.registry import Options, Result, analysis
+from opscope.analysis.tree import Forest, per_profile
 from opscope.model import Profile, kinds
 
 #: Kinds of device work that count as kernel time (annotations are ranges, not work).
@@ -146,12 +148,13 @@ def op_times(profile: Profile, pairs: pl.DataFrame | None = None) -> pl.DataFram
     """Every host op with ``self_ns``, ``device_ns`` (inclusive) and ``device_self_ns``.
 
     Columns: id, rank, name, input_dims, input_types, step, ts_ns, dur_ns, self_ns,
-    device_self_ns, device_ns.
+    device_self_ns, device_ns. Without ``pairs`` (:func:`ancestor_pairs` of the host events) the
+    nesting is walked as arrays and the result is computed once per Profile.
     """
+    if pairs is None:
+        return _op_times(profile)
     ev = profile.events
     host = ev.filter(~pl.col("kind").is_in(["python_function", *_DEVICE_KINDS]))
-    if pairs is None:
-        pairs = ancestor_pairs(ev.filter(~pl.col("kind").is_in(_DEVICE_KINDS)))
     hp = host_parent(ev, pairs)
     child = (
         host.select("id", "dur_ns")
@@ -160,18 +163,53 @@ def op_times(profile: Profile, pairs: pl.DataFrame | None = None) -> pl.DataFram
         .agg(pl.col("dur_ns").sum().alias("child_ns"))
         .rename({"host_parent": "id"})
     )
-    kern = ev.filter(pl.col("kind").is_in(DEVICE_WORK) & pl.col("op_id").is_not_null())
-    dev_self = (
-        kern.group_by("op_id")
-        .agg(pl.col("dur_ns").sum().alias("device_self_ns"))
-        .rename({"op_id": "id"})
-    )
+    dev_self = _device_self(ev)
     dev_incl = (
         pairs.join(dev_self.rename({"id": "dd"}), left_on="id", right_on="dd")
         .group_by("anc_id")
         .agg(pl.col("device_self_ns").sum().alias("desc_ns"))
         .rename({"anc_id": "id"})
     )
+    return _op_table(ev, child, dev_self, dev_incl)
+
+
+def _device_self(ev: pl.DataFrame) -> pl.DataFrame:
+    """(id, device_self_ns): the device time of the work each op launched itself."""
+    kern = ev.filter(pl.col("kind").is_in(DEVICE_WORK) & pl.col("op_id").is_not_null())
+    return (
+        kern.group_by("op_id")
+        .agg(pl.col("dur_ns").sum().alias("device_self_ns"))
+        .rename({"op_id": "id"})
+    )
+
+
+@per_profile
+def _op_times(profile: Profile) -> pl.DataFrame:
+    ev = profile.events
+    tree = ev.filter(~pl.col("kind").is_in(_DEVICE_KINDS))
+    forest = Forest.of(tree)
+    n = len(forest)
+    not_py = (tree.get_column("kind") != "python_function").fill_null(True).to_numpy()
+    # children of an event: the events whose nearest non-Python ancestor it is
+    hp = forest.nearest_up(not_py, include_self=False)
+    dur = tree.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64, copy=False)
+    kid = np.flatnonzero(not_py & (hp >= 0))
+    child_ns = np.zeros(n, dtype=np.int64)
+    np.add.at(child_ns, hp[kid], dur[kid])
+    dev_self = _device_self(ev)
+    own = np.zeros(n, dtype=np.int64)
+    at = forest.positions(dev_self.get_column("id"))
+    vals = dev_self.get_column("device_self_ns").fill_null(0).to_numpy().astype(np.int64)
+    np.add.at(own, at[at >= 0], vals[at >= 0])
+    ids = tree.get_column("id")
+    child = pl.DataFrame([ids, pl.Series("child_ns", child_ns)])
+    dev_incl = pl.DataFrame([ids, pl.Series("desc_ns", forest.descendant_sum(own))])
+    return _op_table(ev, child, dev_self, dev_incl)
+
+
+def _op_table(
+    ev: pl.DataFrame, child: pl.DataFrame, dev_self: pl.DataFrame, dev_incl: pl.DataFrame
+) -> pl.DataFrame:
     ops = ev.filter(pl.col("kind") == "cpu_op").select(
         "id", "rank", "name", "input_dims", "input_types", "step", "ts_ns", "dur_ns"
     )

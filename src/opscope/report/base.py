@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from opscope.analysis.report import Report, SectionError
+from opscope.analysis.report import Report
 from opscope.jsonsafe import finite as _finite
 
 RenderFn = Callable[..., str]
@@ -44,25 +44,8 @@ def render(report: Report, fmt: str, **options: Any) -> str:
 
 @renderer("json")
 def _json(report: Report, **_: Any) -> str:
-    data = report.to_json()
-    try:
-        return msgspec.json.encode(_finite(data)).decode()
-    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
-        pass
-    # A section holding something JSON cannot encode costs only that section.
-    out: dict[str, Any] = {}
-    errors = list(data.get("errors") or [])
-    for key, val in data.items():
-        if key == "errors":
-            continue
-        try:
-            msgspec.json.encode(_finite(val))
-        except Exception as e:
-            errors.append(SectionError.of(key, e).to_json())
-            continue
-        out[key] = val
-    out["errors"] = errors
-    return msgspec.json.encode(_finite(out)).decode()
+    # to_json() isolates each section; finite() makes any value encodable
+    return msgspec.json.encode(_finite(report.to_json())).decode()
 
 
 @renderer("markdown")
