@@ -15,7 +15,8 @@ must be there)::
         communication.json        per-collective timing               -> read_communication()
         communication_matrix.json per-link bandwidth                  -> read_communication()
 
-Kernels come from ``kernel_details.csv`` (kind ``"kernel"``, with ``op_type`` / ``core_type``,
+Kernels come from ``kernel_details.csv`` (kind ``"kernel"``, ``"communication"`` on the HCCL
+core; with ``op_type`` / ``core_type``,
 shapes as compact JSON, ``blocks`` from ``Block Num`` or the older ``Block Dim``); the matching
 NPU task in ``trace_view.json`` (same start, to the nanosecond) is not duplicated. Each kernel is
 joined to the host operator that issued it through the trace's ``async_npu`` flows (whose end
