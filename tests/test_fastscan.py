@@ -74,7 +74,8 @@ SHARED = sorted(
     str(p.relative_to(SHARED_TRACES))
     for sub in ("gpu", "compare", "multi_rank")
     for p in (SHARED_TRACES / sub).rglob("*.json*")
-    if SHARED_TRACES.is_dir()
+    # (not inside hidden folders: an older opscope wrote its cache beside the traces)
+    if SHARED_TRACES.is_dir() and not any(part.startswith(".") for part in p.parts)
 )
 
 
