@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from opscope.analysis.tree import Forest, per_profile
+from opscope.analysis.tree import Forest, gather, per_profile
 from opscope.model import Profile
 
 
@@ -97,3 +97,11 @@ def test_per_profile_computes_once_per_profile_object() -> None:
     assert len(calls) == 1
     count(b)
     assert len(calls) == 2  # another Profile object, even an equal one, is computed afresh
+
+
+def test_gather_keeps_the_dtype_even_from_an_empty_column() -> None:
+    # an Ascend rank with no host events: the looked-up column must still join as Int64
+    got = gather(pl.Series("stack_id", [], dtype=pl.Int64), np.array([-1, -1], dtype=np.int64))
+    assert got.dtype == pl.Int64 and got.to_list() == [None, None]
+    got = gather(pl.Series("m", ["a", "b"]), np.array([1, -1, 0], dtype=np.int64))
+    assert got.to_list() == ["b", None, "a"]

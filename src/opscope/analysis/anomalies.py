@@ -261,10 +261,10 @@ def _costs(profile: Profile) -> pl.DataFrame:
     """(id, flops, bytes) per op: the roofline engineer's formulas, else the trace's flops."""
     ops = profile.events.filter(pl.col("kind") == "cpu_op")
     try:
-        from opscope.analysis.flops import op_costs
+        from opscope.analysis.flops import host_op_costs
     except ImportError:
         return ops.select("id", "flops", pl.lit(None, pl.Int64).alias("bytes"))
-    c = op_costs(ops).select("id", "flops", "bytes")
+    c = host_op_costs(profile).select("id", "flops", "bytes")
     return c.join(ops.select("id", pl.col("flops").alias("f0")), on="id", how="left").select(
         "id", pl.coalesce("flops", "f0").alias("flops"), "bytes"
     )

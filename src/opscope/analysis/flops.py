@@ -27,6 +27,9 @@ from typing import Any, Final
 import msgspec
 import polars as pl
 
+from opscope.analysis.tree import per_profile
+from opscope.model import Profile
+
 # Element sizes by the dtype strings that profilers write (Kineto "Input type", Ascend
 # "Input Data Types"), with the dtype class used to pick a device peak.
 _DTYPES: Final[dict[str, tuple[int, str]]] = {
@@ -962,6 +965,13 @@ def _cost_table(keys: pl.DataFrame, fn: Callable[..., Cost], cols: Sequence[str]
             schema=_COST_SCHEMA,
         )
     )
+
+
+@per_profile
+def host_op_costs(profile: Profile) -> pl.DataFrame:
+    """:func:`op_costs` of the profile's host operators (``cpu_op`` rows), computed once per
+    Profile (roofline and anomalies both need it)."""
+    return op_costs(profile.events.filter(pl.col("kind") == "cpu_op"))
 
 
 def op_costs(events: pl.DataFrame) -> pl.DataFrame:

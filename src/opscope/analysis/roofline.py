@@ -24,7 +24,7 @@ import msgspec
 import polars as pl
 
 from opscope.analysis.devices import DeviceSpec, resolve
-from opscope.analysis.flops import ascend_kernel_costs, op_costs
+from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, kinds
 
@@ -297,7 +297,7 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
     spec, dev_name, note = device_of(profile, options)
     ev = profile.events
     ops = ev.filter(pl.col("kind") == "cpu_op")
-    costs = op_costs(ops)
+    costs = host_op_costs(profile)
     ops = ops.join(costs.rename({"flops": "our_flops", "bytes": "our_bytes"}), on="id", how="left")
     costed = ops.get_column("our_flops").is_not_null() | ops.get_column("our_bytes").is_not_null()
     # a cost derived from the forward op (autograd nodes) yields to exact, shape-based costs of

@@ -145,7 +145,9 @@ def _positions(ids: IntArray, wanted: Any, null: Any) -> IntArray:
 def gather(series: pl.Series, at: IntArray) -> pl.Series:
     """``series[at]``, null where ``at`` is -1."""
     idx = pl.Series(np.where(at >= 0, at, 0), dtype=pl.Int64)
-    vals = series.gather(idx) if len(series) else pl.Series(series.name, [None] * len(at))
+    if not len(series):
+        return pl.Series(series.name, [None] * len(at), dtype=series.dtype)
+    vals = series.gather(idx)
     return pl.select(
         pl.when(pl.Series(at >= 0)).then(vals).otherwise(None).alias(series.name)
     ).to_series()

@@ -12,6 +12,7 @@ from rich.console import Console, RenderableType
 from rich.markdown import Markdown
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from opscope.analysis.hotspots import to_us
 from opscope.analysis.registry import Result
@@ -133,7 +134,8 @@ def table(title: str, df: pl.DataFrame, columns: list[str] | None, top: int) -> 
         numeric = d.schema[c].is_numeric()
         t.add_column(c, justify="right" if numeric else "left", overflow="fold")
     for r in d.select(cols).iter_rows():
-        t.add_row(*(_fmt(v) for v in r))
+        # Text, not str: a trace's names ("[[1,256]]", "<lambda>[...]") are not rich markup
+        t.add_row(*(Text(_fmt(v)) for v in r))
     return t
 
 
