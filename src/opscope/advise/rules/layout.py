@@ -88,15 +88,23 @@ class Layout:
         names = o.select(pl.col("id").alias("op_parent"), pl.col("name").alias("parent_name"))
         o = o.join(names, on="op_parent", how="left")
         grp = [pl.col("rank"), pl.col("tid"), pl.col("op_parent")]
-        o = o.with_columns(
-            *[pl.col("name").shift(-k).over(grp).alias(f"next{k}") for k in (1, 2)],
-            *[pl.col("id").shift(-k).over(grp).alias(f"next{k}_id") for k in (1, 2)],
-            *[pl.col("input_dims").shift(-k).over(grp).alias(f"next{k}_dims") for k in (1, 2)],
-            *[
-                pl.col("input_strides").shift(-k).over(grp).alias(f"next{k}_strides")
-                for k in (1, 2)
-            ],
+        # the row of the next two siblings, one window each, then every column gathered from it
+        # (a window per column cost 0.25 s on a 138k-op trace)
+        o = o.with_row_index("_row").with_columns(
+            pl.col("_row").shift(-k).over(grp).alias(f"_next{k}") for k in (1, 2)
         )
+        o = o.with_columns(
+            pl.when(pl.col(f"_next{k}").is_not_null())
+            .then(pl.col(col).gather(pl.col(f"_next{k}").fill_null(0)))
+            .alias(f"next{k}{suffix}")
+            for k in (1, 2)
+            for col, suffix in (
+                ("name", ""),
+                ("id", "_id"),
+                ("input_dims", "_dims"),
+                ("input_strides", "_strides"),
+            )
+        ).drop("_row", "_next1", "_next2")
         mm = list(c.MATMUL_OPS)
         feeds_next = pl.col("next1").is_in(mm) | (
             pl.col("next1").is_in(VIEW_OPS) & pl.col("next2").is_in(mm)
