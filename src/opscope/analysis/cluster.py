@@ -325,6 +325,7 @@ class Cluster(Result):
     slow_links: pl.DataFrame
     engine: str = "local"
     top: int = 20
+    failed: tuple[tuple[int, str], ...] = ()  # (rank, reason): ranks skipped, unreadable
 
     @property
     def slow_rank_ids(self) -> list[int]:
@@ -356,6 +357,7 @@ class Cluster(Result):
         )
         return {
             "engine": self.engine,
+            "failed_ranks": [{"rank": r, "reason": why} for r, why in self.failed],
             "ranks": ranks,
             "slow_ranks": self.slow_rank_ids,
             "slow_rank_evidence": rows(self.slow_ranks),
@@ -378,6 +380,9 @@ class Cluster(Result):
     def to_markdown(self) -> str:
         """Ranks, slow ranks, step gap and slow links as Markdown."""
         parts = ["## Cluster: ranks\n", markdown_table(self.ranks, self.top)]
+        if self.failed:
+            parts.append(f"\n{len(self.failed)} rank(s) could not be read and were skipped:\n")
+            parts += [f"- rank {r}: {why}" for r, why in self.failed]
         ids = self.slow_rank_ids
         parts.append("\n### Slow ranks\n")
         parts.append(markdown_table(self.slow_ranks) if ids else "No rank makes the others wait.")
@@ -400,6 +405,7 @@ def aggregate(
     *,
     engine: str = "local",
     top: int = 20,
+    failed: tuple[tuple[int, str], ...] = (),
 ) -> Cluster:
     """Join the per-rank tables of :func:`rank_tables` (lazy frames are fine) into a
     :class:`Cluster`: wait per collective, per-rank totals, slow ranks, step gap, slow links."""
@@ -490,6 +496,7 @@ def aggregate(
         slow_links=slow_links,
         engine=engine,
         top=top,
+        failed=failed,
     )
 
 

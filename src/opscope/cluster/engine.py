@@ -12,6 +12,10 @@ Parquet bytes; the events never leave the worker. Engines:
   through Ray's object store (the parent may be on another machine than the task), and the
   parent writes them to the same work folder. The trace paths must be readable by every node.
 
+A rank that cannot be read (a corrupt file, a missing folder, a worker that died) is reported
+and skipped, never fatal: the result lists it in ``failed`` with the reason, and the analysis
+runs on the ranks that were read. Only when no rank could be read is it an error.
+
 The parent then scans the small Parquet files lazily (``pl.scan_parquet``) and aggregates them
 (:func:`opscope.analysis.cluster.aggregate`): its memory is the summaries', never all events.
 """
@@ -68,9 +72,18 @@ def _write(work: Path, rank: int, blobs: dict[str, bytes]) -> str:
     return str(d)
 
 
-def _local_job(job: tuple[int, str, str, bool, str]) -> str:
+def _failure(e: BaseException) -> str:
+    return str(e) if isinstance(e, OpscopeError) else f"{type(e).__name__}: {e}"
+
+
+def _local_job(job: tuple[int, str, str, bool, str]) -> tuple[int, str | None]:
+    """(rank, None) when summarised, (rank, reason) when the rank could not be read."""
     rank, path, fmt, cache, work = job
-    return _write(Path(work), rank, rank_summary(rank, path, fmt, cache))
+    try:
+        _write(Path(work), rank, rank_summary(rank, path, fmt, cache))
+    except Exception as e:  # one bad rank must not stop the others (reported by the caller)
+        return rank, _failure(e)
+    return rank, None
 
 
 def run_cluster(
@@ -100,23 +113,44 @@ def run_cluster(
     n = workers if workers is not None else min(4, os.cpu_count() or 1, len(items))
     n = max(0, min(n, len(items)))
     work = Path(tempfile.mkdtemp(prefix="opscope-cluster-"))
+    failed: dict[int, str] = {}
     try:
         jobs = [(r, str(p), fmt, cache, str(work)) for r, p, fmt in items]
         if engine == "ray":
-            _run_ray(jobs, work, max(1, n), address, progress)
+            failed = _run_ray(jobs, work, max(1, n), address, progress)
         elif n == 0:
             for i, job in enumerate(jobs):
-                _local_job(job)
+                rank, err = _local_job(job)
+                if err is not None:
+                    failed[rank] = err
                 if progress is not None:
                     progress(i + 1, len(jobs))
         else:
             with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
-                for i, _ in enumerate(pool.map(_local_job, jobs)):
+                futures = [pool.submit(_local_job, job) for job in jobs]
+                for i, (job, fut) in enumerate(zip(jobs, futures, strict=True)):
+                    try:
+                        rank, err = fut.result()
+                    except Exception as e:  # the worker process itself died
+                        rank, err = job[0], _failure(e)
+                    if err is not None:
+                        failed[rank] = err
                     if progress is not None:
                         progress(i + 1, len(jobs))
+        if len(failed) == len(jobs):
+            first = min(failed)
+            raise InputError(
+                f"no rank could be read ({len(failed)} failed; rank {first}: {failed[first]})",
+                Path(path),
+            )
         scans = {t: pl.scan_parquet(str(work / "rank*" / f"{t}.parquet")) for t in _TABLES}
         return aggregate(
-            scans["steps"], scans["collectives"], scans["links"], engine=engine, top=top
+            scans["steps"],
+            scans["collectives"],
+            scans["links"],
+            engine=engine,
+            top=top,
+            failed=tuple(sorted(failed.items())),
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -128,7 +162,9 @@ def _run_ray(
     n: int,
     address: str | None,
     progress: Callable[[int, int], None] | None,
-) -> None:
+) -> dict[int, str]:
+    """Run the jobs as Ray tasks; returns the ranks that failed with their reasons."""
+    failed: dict[int, str] = {}
     try:
         import ray
     except ImportError as e:
@@ -152,16 +188,16 @@ def _run_ray(
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
                 try:
-                    blobs = ray.get(ref)
+                    _write(work, refs[ref], ray.get(ref))
                 except ray.exceptions.RayTaskError as e:
                     cause = e.as_instanceof_cause()  # type: ignore[no-untyped-call]
-                    if isinstance(cause, OpscopeError):
-                        raise InputError(cause.reason, cause.path) from None
-                    raise
-                _write(work, refs[ref], blobs)
+                    failed[refs[ref]] = _failure(cause)
+                except ray.exceptions.RayError as e:  # a worker or node lost
+                    failed[refs[ref]] = _failure(e)
                 done_n += 1
                 if progress is not None:
                     progress(done_n, len(jobs))
     finally:
         if started:
             ray.shutdown()
+    return failed

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -37,13 +37,16 @@ def register(app: typer.Typer) -> None:
         """Analyse a multi-rank run: step breakdown per rank, collectives and their wait,
         slow ranks, slow links and the gap between the fastest and slowest rank."""
         from opscope.cli.output import console, print_json
-        from opscope.cluster import run_cluster
 
         if json_out and md:
             raise OpscopeError("--json and --md are exclusive: pick one output")
         if not path.exists():
             raise OpscopeError("no such file or directory", path)
-        res = run_cluster(path, engine=engine, workers=workers, address=address, top=top)
+        res = _run_with_progress(path, engine, workers, address, top)
+        from opscope.cli.output import err_console
+
+        for rank, why in res.failed:
+            err_console.print(f"note: rank {rank} skipped: {why}", markup=False)
         comp = None
         if compare_ranks is not None:
             comp = _compare(path, compare_ranks)
@@ -62,6 +65,30 @@ def register(app: typer.Typer) -> None:
             from rich.markdown import Markdown
 
             console.print(Markdown(text))
+
+
+def _run_with_progress(
+    path: Path, engine: str, workers: int | None, address: str | None, top: int
+) -> Any:
+    """run_cluster with a progress bar of ranks done on a terminal's stderr."""
+    from opscope.cli.output import err_console
+    from opscope.cluster import run_cluster
+
+    if not err_console.is_terminal:
+        return run_cluster(path, engine=engine, workers=workers, address=address, top=top)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "ranks", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console
+    ) as bar:
+        task = bar.add_task("ranks", total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return run_cluster(
+            path, engine=engine, workers=workers, address=address, top=top, progress=tick
+        )
 
 
 def _compare(path: Path, ab: tuple[int, int]) -> Comparison:
