@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from opscope.model import Profile, kinds
@@ -23,7 +24,7 @@ MAX_WALK = 48  # deepest op nesting followed when walking parent links
 # Per-profile results shared by the rules of one advise() run: keyed by the helper's name and
 # the events table's identity (the entry keeps the table, so an id is never reused stale).
 _MEMO: dict[tuple[str, int], tuple[pl.DataFrame, Any]] = {}
-_MEMO_MAX = 16
+_MEMO_MAX = 32
 
 
 def _memo(name: str, profile: Profile, fn: Any) -> Any:
@@ -311,22 +312,25 @@ def kernels_of(profile: Profile, op_ids: Sequence[int]) -> pl.DataFrame:
 
 
 def _first_up(profile: Profile, ids: pl.Series, column: str) -> pl.DataFrame:
-    """``[id, value]``: the first non-null ``column`` on the event or its nearest ancestor."""
-    ev = profile.events.select("id", "parent_id", column)
+    """``[id, value]``: the first non-null ``column`` on the event or its nearest ancestor
+    (within ``MAX_WALK`` events). The walk is done once per profile and column, for every event
+    (the rules ask for a few ids at a time, dozens of times)."""
+    from opscope.analysis.tree import Forest, gather
+
+    ev = profile.events
+    forest: Forest = _memo("forest", profile, lambda: Forest.of(ev))
+    src: Any = _memo(
+        f"first_up:{column}",
+        profile,
+        lambda: forest.nearest_up(
+            ev.get_column(column).is_not_null().to_numpy(), max_depth=MAX_WALK - 1
+        ),
+    )
     start = pl.DataFrame({"id": ids.cast(pl.Int64)}).unique()
-    cur = start.with_columns(pl.col("id").alias("at"))
-    found = []
-    for _ in range(MAX_WALK):
-        cur = cur.join(ev.rename({"id": "at"}), on="at", how="inner")
-        hit = cur.filter(pl.col(column).is_not_null())
-        found.append(hit.select("id", pl.col(column).alias("value")))
-        cur = cur.filter(pl.col(column).is_null() & pl.col("parent_id").is_not_null()).select(
-            "id", pl.col("parent_id").alias("at")
-        )
-        if cur.height == 0:
-            break
-    out = pl.concat(found) if found else pl.DataFrame({"id": [], "value": []})
-    return start.join(out.unique("id", keep="first"), on="id", how="left")
+    pos = forest.positions(start.get_column("id"))
+    at = np.full(len(pos), -1, dtype=np.int64)
+    at[pos >= 0] = src[pos[pos >= 0]]
+    return start.with_columns(gather(ev.get_column(column), at).alias("value"))
 
 
 @dataclass(frozen=True)

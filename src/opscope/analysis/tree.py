@@ -59,9 +59,11 @@ class Forest:
         """The position of each id in this forest (-1 for a null id or one not in it)."""
         return _positions(self.ids, ids.fill_null(-1).to_numpy(), ids.is_null().to_numpy())
 
-    def nearest_up(self, has: BoolArray, *, include_self: bool = True) -> IntArray:
+    def nearest_up(
+        self, has: BoolArray, *, include_self: bool = True, max_depth: int = MAX_DEPTH
+    ) -> IntArray:
         """For each event, the position of its nearest ancestor (or itself, with
-        ``include_self``) where ``has`` is true; -1 when none is within :data:`MAX_DEPTH`."""
+        ``include_self``) where ``has`` is true; -1 when none is within ``max_depth`` steps."""
         n = len(self)
         out = np.full(n, -1, dtype=np.int64)
         if include_self:
@@ -70,7 +72,7 @@ class Forest:
         else:
             todo = np.arange(n, dtype=np.int64)
         cur = self.parent[todo]
-        for _ in range(MAX_DEPTH):
+        for _ in range(max_depth):
             live = cur >= 0
             todo, cur = todo[live], cur[live]
             if not len(todo):

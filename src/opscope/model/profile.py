@@ -16,6 +16,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any, overload
 
@@ -113,7 +114,7 @@ class Profile:
         """Host operators (``kind == "cpu_op"``)."""
         return self._rows("events", pl.col("kind") == "cpu_op")
 
-    @property
+    @cached_property  # a Profile is immutable; the rules ask for it dozens of times a report
     def kernels(self) -> pl.DataFrame:
         """Device work (:data:`~opscope.model.kinds.DEVICE_WORK`): kernels, communication,
         memcpy, memset (not annotations)."""
@@ -127,7 +128,7 @@ class Profile:
             return [int(x) for x in r]
         return sorted(int(x) for x in self.events.get_column("rank").unique().drop_nulls())
 
-    @property
+    @cached_property
     def has_device(self) -> bool:
         """True when the profile holds any device kernel / copy."""
         return self.kernels.height > 0
