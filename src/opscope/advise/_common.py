@@ -236,22 +236,27 @@ def step_info(profile: Profile) -> StepInfo:
 
 def ancestors(profile: Profile, ids: pl.Series | None = None) -> pl.DataFrame:
     """``[id, anc_id, hops]``: each of ``ids`` (default every event) with each of its ancestors
-    (and itself at hops 0)."""
-    ev = profile.events.select("id", "parent_id")
-    start = ev.get_column("id") if ids is None else ids.cast(pl.Int64).unique()
-    cur = pl.DataFrame({"id": start, "anc_id": start}).with_columns(pl.lit(0).alias("hops"))
-    parts = [cur]
-    par = ev.rename({"id": "anc_id"})
-    for h in range(1, MAX_WALK):
-        cur = (
-            cur.join(par, on="anc_id", how="inner")
-            .filter(pl.col("parent_id").is_not_null())
-            .select(pl.col("id"), pl.col("parent_id").alias("anc_id"), pl.lit(h).alias("hops"))
-        )
-        if cur.height == 0:
-            break
-        parts.append(cur)
-    return pl.concat(parts)
+    (and itself at hops 0), up to ``MAX_WALK - 1`` hops."""
+    forest = _forest(profile)
+    start = profile.events.get_column("id") if ids is None else ids.cast(pl.Int64).unique()
+    i, anc, hops = forest.ancestor_pairs(forest.positions(start), max_depth=MAX_WALK - 1)
+    own = start.to_numpy()
+    return pl.concat(
+        [
+            pl.DataFrame({"id": start, "anc_id": start}).with_columns(pl.lit(0).alias("hops")),
+            pl.DataFrame(
+                {"id": own[i], "anc_id": forest.ids[anc], "hops": hops.astype(np.int32)},
+                schema={"id": pl.Int64, "anc_id": pl.Int64, "hops": pl.Int32},
+            ),
+        ]
+    )
+
+
+def _forest(profile: Profile) -> Any:
+    """The parent links of every event as arrays (:class:`opscope.analysis.tree.Forest`)."""
+    from opscope.analysis.tree import Forest
+
+    return _memo("forest", profile, lambda: Forest.of(profile.events))
 
 
 def outermost(profile: Profile, events: pl.DataFrame) -> pl.DataFrame:
@@ -318,7 +323,7 @@ def _first_up(profile: Profile, ids: pl.Series, column: str) -> pl.DataFrame:
     from opscope.analysis.tree import Forest, gather
 
     ev = profile.events
-    forest: Forest = _memo("forest", profile, lambda: Forest.of(ev))
+    forest: Forest = _forest(profile)
     src: Any = _memo(
         f"first_up:{column}",
         profile,
@@ -397,22 +402,14 @@ def op_parents(profile: Profile) -> pl.DataFrame:
 
 
 def _op_parents(profile: Profile) -> pl.DataFrame:
-    ops = profile.ops.select("id", "parent_id")
-    kinds = profile.events.select(pl.col("id").alias("at"), "parent_id", "kind")
-    cur = ops.select("id", pl.col("parent_id").alias("at")).filter(pl.col("at").is_not_null())
-    found = []
-    for _ in range(MAX_WALK):
-        cur = cur.join(kinds, on="at", how="inner")
-        found.append(cur.filter(pl.col("kind") == "cpu_op").select("id", op_parent="at"))
-        cur = cur.filter((pl.col("kind") != "cpu_op") & pl.col("parent_id").is_not_null()).select(
-            "id", pl.col("parent_id").alias("at")
-        )
-        if cur.height == 0:
-            break
-    par = (
-        pl.concat(found) if found else pl.DataFrame(schema={"id": pl.Int64, "op_parent": pl.Int64})
-    )
-    return ops.select("id").join(par, on="id", how="left")
+    ev = profile.events
+    forest = _forest(profile)
+    is_op = (ev.get_column("kind") == "cpu_op").fill_null(False).to_numpy()
+    up = forest.nearest_up(is_op, include_self=False, max_depth=MAX_WALK)
+    from opscope.analysis.tree import gather
+
+    par = pl.DataFrame([ev.get_column("id"), gather(ev.get_column("id"), up).alias("op_parent")])
+    return profile.ops.select("id").join(par, on="id", how="left")
 
 
 def shapes_table(df: pl.DataFrame) -> pl.DataFrame:

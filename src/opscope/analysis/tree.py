@@ -121,6 +121,30 @@ class Forest:
             cur = self.parent[cur]
         return out
 
+    def ancestor_pairs(
+        self, start: IntArray, *, max_depth: int = MAX_DEPTH
+    ) -> tuple[IntArray, IntArray, IntArray]:
+        """(``start`` index, ancestor position, hops) for each of the positions ``start`` and
+        each of its ancestors up to ``max_depth`` hops (itself not included)."""
+        idx = np.arange(len(start), dtype=np.int64)
+        cur = np.where(start >= 0, self.parent[np.maximum(start, 0)], -1) if len(self) else start
+        parts: list[tuple[IntArray, IntArray, IntArray]] = []
+        for hop in range(1, max_depth + 1):
+            live = cur >= 0
+            idx, cur = idx[live], cur[live]
+            if not len(idx):
+                break
+            parts.append((idx, cur, np.full(len(idx), hop, dtype=np.int64)))
+            cur = self.parent[cur]
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        return (
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+        )
+
     def has_ancestor(self, mask: BoolArray) -> BoolArray:
         """For each event, whether any ancestor (not itself) within :data:`MAX_DEPTH` has
         ``mask``."""

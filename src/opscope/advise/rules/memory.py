@@ -145,10 +145,8 @@ class Churn:
         where: tuple[str | None, int | None, str | None] = (None, None, None)
         if by_op.height:
             loc = c.group_by_location(profile, by_op.rename({"op_id": "id"}))
-            counts = {
-                k: int(by_op.filter(pl.col("op_id").is_in(v)).get_column("len").sum())
-                for k, v in loc.items()
-            }
+            n_of = dict(zip(by_op.get_column("op_id"), by_op.get_column("len"), strict=True))
+            counts = {k: sum(int(n_of[i]) for i in v) for k, v in loc.items()}
             where = max(counts, key=lambda k: counts[k])
         return [
             c.make_finding(
