@@ -59,6 +59,10 @@ def test_walks_match_brute_force(seed: int) -> None:
     dsum = f.descendant_sum(vals)
     above = f.has_ancestor(has)
     anc = [chain(ids, parents, i) for i in range(n)]
+    start = np.array([*range(n), -1], dtype=np.int64)  # -1: an id not in the set
+    i_, a_, h_ = f.ancestor_pairs(start, max_depth=3)
+    got = sorted(zip(i_.tolist(), a_.tolist(), h_.tolist(), strict=True))
+    assert got == sorted((i, a, h + 1) for i in range(n) for h, a in enumerate(anc[i][:3]))
     for i in range(n):
         hits = [a for a in anc[i] if has[a]]
         assert up[i] == (hits[0] if hits else -1)
