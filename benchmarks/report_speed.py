@@ -5,7 +5,7 @@ per process, the same for every trace, and not what the 1x target is about):
 
 - ``load``: ``opscope.load(path, cache=False)``, the cold load (read, decode, build, link);
 - ``report``: what ``opscope report`` does after loading: every analysis, the rules' findings,
-  the doctor's warnings (:func:`opscope.cli.commands.report.build_report`), then rendering to the
+  the doctor's warnings (:func:`opscope.report.build.build_report`), then rendering to the
   terminal (as text) and to JSON.
 
 It prints both (wall seconds), their ratio and OK/OVER against the 1x target, the same ratio in
@@ -37,8 +37,7 @@ import json, sys, time
 import opscope
 import opscope.doctor, opscope.ingest, opscope.report.terminal
 from opscope.advise import rules
-from opscope.analysis import Analyzer
-from opscope.cli.commands.report import build_report
+from opscope.report.build import build_report
 from opscope.report.base import render
 
 rules()  # imports every rule module: once per process, like the imports above
@@ -51,7 +50,7 @@ except opscope.OpscopeError as e:  # not a trace opscope reads: said in one line
     print(json.dumps({"skipped": str(e)}))
     sys.exit(0)
 t1, c1 = time.perf_counter(), time.process_time()
-report = build_report(Analyzer(profile), top=20)
+report = build_report(profile, top=20)
 render(report, "terminal")
 render(report, "json")
 t2, c2 = time.perf_counter(), time.process_time()

@@ -104,7 +104,7 @@ def test_alignment_saving_from_aligned_peers_in_the_same_profile() -> None:
 
 
 def test_findings_plug_into_a_report_section() -> None:
-    from opscope.analysis.report import Report, section_json, section_key
+    from opscope.analysis.assemble import Report, section_json, section_key
 
     fs = Findings((_f("a", 1.0),))
     assert section_key("advice", fs) == "findings"

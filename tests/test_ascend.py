@@ -392,10 +392,8 @@ def test_truncated_trace_view(tmp_path: Path) -> None:
 
 
 def test_cli_load_exit_code(tmp_path: Path) -> None:
-    from opscope.cli.app import app, main
+    from opscope.cli.app import main
 
-    if not any(c.name == "load" for c in app.registered_commands):
-        pytest.skip("load command not written yet")
     out = tmp_path / "e_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     out.mkdir(parents=True)
     assert main(["load", str(tmp_path / "e_ascend_pt")]) == 2

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_TRACES
-from opscope.analysis import Analyzer, registry
-from opscope.analysis.report import Report
-from opscope.cli.commands.report import build_report
+from opscope.analysis import registry
+from opscope.analysis.assemble import Report
 from opscope.report.base import render
+from opscope.report.build import build_report
 from opscope.report.html import render_html
 
 
@@ -43,7 +43,7 @@ def full_report(path: Path) -> None:
     import opscope
 
     profile = opscope.load(path, cache=False)
-    report = build_report(Analyzer(profile), top=5)
+    report = build_report(profile, top=5)
     assert [e.line() for e in report.errors] == []
     # every analysis ran, or said why it does not apply to this profile
     assert set(registry.names()) <= set(report.sections) | set(report.skipped)
@@ -56,8 +56,9 @@ def check_renderers(report: Report, profile: object) -> None:
     assert data["errors"] == []
     md = render(report, "markdown")
     assert md.startswith("# opscope report") and "section(s) failed" not in md
-    text = render(report, "terminal")
-    assert "section(s) failed" not in text and "warning: section" not in text
+    for full in (False, True):
+        text = render(report, "terminal", full=full)
+        assert "section(s) failed" not in text and "warning: section" not in text
     page = render_html(report, profile=profile)  # type: ignore[arg-type]
     assert "section(s) failed" not in page
 

@@ -4,16 +4,18 @@ Importing this package registers the built-in analyses. ``Analyzer(path).generat
 runs them all and returns a :class:`Report`.
 """
 
-import contextlib
-import importlib
-
-from opscope.analysis import anomalies, attribution, breakdown, hotspots, memory
-from opscope.analysis.report import Analyzer, Report, Section
-
-# Analyses owned by other modules register on import; one still missing must not break the rest.
-for _mod in ("roofline", "occupancy", "critical_path", "cluster"):
-    with contextlib.suppress(ImportError):
-        importlib.import_module(f"opscope.analysis.{_mod}")
+from opscope.analysis import (
+    anomalies,
+    attribution,
+    breakdown,
+    cluster,
+    critical_path,
+    hotspots,
+    memory,
+    occupancy,
+    roofline,
+)
+from opscope.analysis.assemble import Analyzer, Report, Section
 
 __all__ = [
     "Analyzer",
@@ -22,6 +24,10 @@ __all__ = [
     "anomalies",
     "attribution",
     "breakdown",
+    "cluster",
+    "critical_path",
     "hotspots",
     "memory",
+    "occupancy",
+    "roofline",
 ]

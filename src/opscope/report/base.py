@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from opscope.analysis.report import Report
+from opscope.analysis.assemble import Report
 from opscope.jsonsafe import finite as _finite
 
 RenderFn = Callable[..., str]

@@ -24,7 +24,7 @@ import msgspec
 import polars as pl
 
 from opscope import __version__
-from opscope.analysis.report import SectionError
+from opscope.analysis.assemble import SectionError
 from opscope.jsonsafe import finite as _finite
 from opscope.model import Profile
 

@@ -1,5 +1,11 @@
-"""The terminal renderer: a Report as rich tables (hotspots, lines, anomalies, roofline,
-breakdown, memory, then any other section generically)."""
+"""The terminal renderer: a report as a story (see :mod:`opscope.report.story`).
+
+First the headline (step time and where it goes), then the top findings (where, saving per step,
+the fix in one line), then the top operators, kernels and source lines, and the other tables only
+when they say something; ``full=True`` (``opscope report --full``) draws every table. Every line
+fits the console's width: names are cut with an ellipsis (paths from the left, keeping the file
+and line), never folded into fragments.
+"""
 
 from __future__ import annotations
 
@@ -7,167 +13,211 @@ from functools import partial
 from io import StringIO
 from typing import Any
 
-import polars as pl
+from rich import box
 from rich.console import Console, RenderableType
-from rich.markdown import Markdown
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from opscope.analysis.hotspots import to_us
-from opscope.analysis.registry import Result
-from opscope.analysis.report import Report, guarded
+from opscope.analysis.assemble import Report, SectionError, guarded
+from opscope.report import fmt
 from opscope.report.base import renderer
+from opscope.report.story import Headline, Story, StoryFinding, StoryTable, story_of
 
-#: Columns shown per known table (others: every column); ns columns are shown in µs.
-_COLUMNS: dict[str, list[str]] = {
-    "hotspots.ops": ["name", "calls", "total_us", "self_us", "device_us", "pct"],
-    "hotspots.kernels": ["name", "calls", "total_us", "mean_us", "pct"],
-    "attribution.lines": [
-        "file",
-        "line",
-        "function",
-        "module",
-        "fwd_us",
-        "bwd_us",
-        "total_us",
-        "host_us",
-        "kernels",
-        "calls",
-    ],
-    "anomalies.groups": [
-        "kind",
-        "name",
-        "input_shapes",
-        "calls",
-        "outlier_calls",
-        "median_us",
-        "outlier_median_us",
-        "steps",
-    ],
-    "anomalies.efficiency": ["name", "input_shapes", "metric", "calls", "rate", "ratio"],
-    "breakdown.steps": [
-        "rank",
-        "step",
-        "dur_us",
-        "compute_us",
-        "communication_us",
-        "memcpy_us",
-        "device_idle_us",
-        "host_bound_us",
-        "data_loading_us",
-        "host_ops_us",
-    ],
-    "breakdown.stats": [
-        "rank",
-        "steps",
-        "mean_us",
-        "median_us",
-        "std_us",
-        "p10_us",
-        "p90_us",
-        "cv",
-    ],
-    "roofline.groups": [
-        "name",
-        "input_shapes",
-        "calls",
-        "intensity",
-        "achieved_tflops",
-        "achieved_gbps",
-        "pct_of_peak",
-        "bound",
-    ],
-    "memory.peaks": [
-        "rank",
-        "device_type",
-        "device",
-        "peak_allocated",
-        "reserved",
-        "fragmentation",
-    ],
-    "memory.live_at_peak": ["op", "module", "file", "line", "bytes", "allocations"],
-}
-_TITLES = {
-    "hotspots.ops": "Top operators",
-    "hotspots.kernels": "Top kernels",
-    "attribution.lines": "Time per source line",
-    "anomalies.groups": "Anomalies: slow calls",
-    "anomalies.efficiency": "Anomalies: inefficient shapes",
-    "breakdown.steps": "Step breakdown",
-    "breakdown.stats": "Step time",
-    "roofline.groups": "Roofline",
-    "memory.peaks": "Memory peaks",
-    "memory.live_at_peak": "Live at the peak",
-}
-_KNOWN = {"hotspots", "attribution", "anomalies", "breakdown", "memory", "roofline"}
-_SKIP = {
-    "hotspots.op_shapes",
-    "hotspots.per_step",
-    "hotspots.modules",
-    "hotspots.sources",
-    "attribution.modules",
-    "anomalies.calls",
-    "memory.timeline",
-    "memory.churn",
-    "memory.never_freed",
-}
+_SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
+_FIXED = {"us", "pct", "int", "bytes", "num", "auto"}
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
-    if isinstance(v, list):
-        return ",".join(str(x) for x in v[:8]) + ("…" if len(v) > 8 else "")
-    s = str(v)
-    return s if len(s) <= 70 else s[:67] + "…"
+def _fit_width(width: int, fixed: list[int], flexible: int) -> int:
+    """The width each of ``flexible`` text columns gets when the others take ``fixed``."""
+    # no edges, one space of padding between columns (two per column, counted generously)
+    used = sum(fixed) + 2 * (len(fixed) + flexible)
+    return max(8, (width - used) // max(1, flexible))
 
 
-def table(title: str, df: pl.DataFrame, columns: list[str] | None, top: int) -> Table:
-    """One rich table of the first ``top`` rows of ``df``."""
-    d = to_us(df.head(top))
-    cols = [c for c in (columns or d.columns) if c in d.columns]
-    t = Table(title=title, title_justify="left", show_lines=False)
-    for c in cols:
-        numeric = d.schema[c].is_numeric()
-        t.add_column(c, justify="right" if numeric else "left", overflow="fold")
-    for r in d.select(cols).iter_rows():
-        # Text, not str: a trace's names ("[[1,256]]", "<lambda>[...]") are not rich markup
-        t.add_row(*(Text(_fmt(v)) for v in r))
-    return t
+def story_table(t: StoryTable, width: int) -> Table:
+    """One story table drawn to fit ``width`` columns (text cells cut, numbers kept whole)."""
+    cells = [[t.cell(r, c) for c in t.columns] for r in t.rows]
+    widths = [
+        max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(t.columns)
+    ]
+    fixed = [w for w, c in zip(widths, t.columns, strict=True) if c.kind in _FIXED]
+    flex = [i for i, c in enumerate(t.columns) if c.kind not in _FIXED]
+    room = _fit_width(width, fixed, len(flex))
+    tab = _table(t, cells, widths, room)
+    for _ in range(4):  # rich's own layout decides the last few columns: measure, then shrink
+        drawn = _drawn_width(tab)
+        if drawn <= width or room <= 8:
+            break
+        room = max(8, room - (drawn - width + len(flex) - 1) // max(1, len(flex)))
+        tab = _table(t, cells, widths, room)
+    return tab
+
+
+def _drawn_width(tab: Table) -> int:
+    probe = Console(width=1000, file=StringIO(), record=True)
+    probe.print(tab)
+    return max((len(ln.rstrip()) for ln in probe.export_text().splitlines()), default=0)
+
+
+def _table(t: StoryTable, cells: list[list[str]], widths: list[int], room: int) -> Table:
+    flex = [i for i, c in enumerate(t.columns) if c.kind not in _FIXED]
+    # a text column narrower than its share gives the rest to the others
+    spare = sum(max(0, room - widths[i]) for i in flex)
+    wide = [i for i in flex if widths[i] > room]
+    room_wide = room + (spare // len(wide) if wide else 0)
+    tab = Table(
+        title=Text(t.title, style="bold"),
+        caption=Text(t.basis + (f"; {t.more} more rows: --full" if t.more else "")),
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        expand=False,
+    )
+    for i, c in enumerate(t.columns):
+        numeric = c.kind in _FIXED and c.kind != "num"
+        tab.add_column(
+            c.header,
+            justify="right" if numeric else "left",
+            no_wrap=True,
+            overflow="ellipsis",
+            min_width=widths[i] if c.kind in _FIXED else None,
+            max_width=None if c.kind in _FIXED else min(widths[i], room_wide),
+        )
+    for row in cells:
+        shown = []
+        for i, c in enumerate(t.columns):
+            text = row[i]
+            if c.kind == "path":
+                text = fmt.clip_left(text, room_wide)
+            elif c.kind not in _FIXED:
+                text = fmt.clip(text, room_wide)
+            # Text, not str: a trace's names ("[[1,256]]", "<lambda>[...]") are not rich markup
+            shown.append(Text(text))
+        tab.add_row(*shown)
+    return tab
+
+
+def headline(h: Headline, width: int) -> list[RenderableType]:
+    """The headline: what was profiled, the step time, and where it goes."""
+    what = " · ".join(
+        x
+        for x in (
+            h.source,
+            h.format,
+            f"{h.ranks} rank{'s' if h.ranks != 1 else ''}",
+        )
+        if x
+    )
+    out: list[RenderableType] = [
+        Text.assemble(("opscope report", "bold"), f" · {what}"),
+        Text.assemble(("Step time ", "bold"), h.step_text()),
+    ]
+    if h.parts:
+        kind = "device" if h.device else "host"
+        out.append(Text(f"Where it goes ({kind} time, % {h.basis}):"))
+        tab = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
+        label_w = max(len(p.label) for p in h.parts) + 2
+        bar_w = max(0, min(30, width - label_w - 22))
+        tab.add_column(no_wrap=True, overflow="ellipsis", max_width=max(10, width - 24))
+        tab.add_column(justify="right", no_wrap=True)
+        tab.add_column(justify="right", no_wrap=True)
+        if bar_w:
+            tab.add_column(no_wrap=True)
+        for p in h.parts:
+            for depth, q in [(0, p)] + [(1, d) for d in p.detail]:
+                bar = "█" * round(bar_w * min(100.0, max(0.0, q.pct)) / 100) if bar_w else ""
+                cells: list[RenderableType] = [
+                    Text(("  " * (depth + 1)) + q.label),
+                    fmt.us(q.us),
+                    fmt.pct(q.pct),
+                ]
+                tab.add_row(*cells, *([Text(bar, style="cyan")] if bar_w else []))
+        out.append(tab)
+    for n in h.notes:
+        out.append(Text(f"  {n}", style="dim"))
+    return out
+
+
+def finding_lines(f: StoryFinding, width: int) -> list[Text]:
+    """A finding in three short lines: title; where and saving; the fix."""
+    title = Text.assemble(
+        (f"{f.rank}. ", "bold"),
+        (f"[{f.severity}] ", _SEVERITY_STYLE.get(f.severity, "")),
+        (fmt.clip(f.title, width - 6 - len(f.severity)), "bold"),
+    )
+    saving = (
+        f"saves ≈ {fmt.us(f.saving_us)}/step ({fmt.pct(f.saving_pct)} of the step)"
+        if f.saving_us
+        else "saving not estimated"
+    )
+    where = fmt.clip_left(f.where, max(10, width - len(saving) - 8)) if f.where else ""
+    out = [title, Text("   " + " · ".join(x for x in (where, saving) if x), style="")]
+    if f.fix:
+        out.append(Text("   fix: " + fmt.clip(f.fix, width - 8), style="green"))
+    return out
+
+
+def draw_story(story: Story, width: int) -> list[RenderableType]:
+    """Every renderable of the story, in order."""
+    out: list[RenderableType] = headline(story.headline, width)
+    for w in story.warnings:
+        out.append(Text(w, style="yellow"))
+    out.append(Text(""))
+    if story.findings:
+        n = len(story.findings) + story.more_findings
+        out.append(Text(f"Top findings ({len(story.findings)} of {n}, by saving)", style="bold"))
+        for f in story.findings:
+            out += finding_lines(f, width)
+        if story.more_findings:
+            out.append(Text(f"   … {story.more_findings} more: opscope report --full", "dim"))
+    else:
+        out.append(Text("No findings.", style="green"))
+    for t in story.tables:
+        out.append(Text(""))
+        out.append(story_table(t, width))
+    return out
 
 
 @renderer("terminal")
-def render_terminal(report: Report, console: Console | None = None, **_: Any) -> str:
-    """Print ``report`` on ``console`` (returns ""), or return it as text when none is given.
+def render_terminal(
+    report: Report, console: Console | None = None, *, full: bool = False, **_: Any
+) -> str:
+    """Print ``report``'s story on ``console`` (returns ""), or return it as text when none is
+    given (80 columns). ``full``: every table.
 
-    A section that cannot be drawn is a warning line, as is every section that failed before
+    A part that cannot be drawn is a warning line, as is every section that failed before
     (``report.errors``); the last line counts them.
     """
-    out = console or Console(file=StringIO(), width=160, record=True)
-    s = report.summary
-    out.print(
-        f"[bold]{s.get('format')}[/] ranks {s.get('ranks')} · {s.get('events')} events · "
-        f"{s.get('ops')} ops · {s.get('kernels')} kernels · {s.get('steps')} steps · "
-        f"span {float(s.get('span_us') or 0) / 1000:.3f} ms"
-    )
-    for w in s.get("warnings") or []:
-        out.print(f"[yellow]{w}[/]", highlight=False)
-    errors = list(report.errors)
+    out = console or Console(file=StringIO(), width=80, record=True)
+    width = out.width
+    errors: list[SectionError] = list(report.errors)
     for e in errors:
-        out.print(f"[yellow]warning: {escape(e.line())}[/]", highlight=False)
-    for name, res in report.sections.items():
-        # built in full before printing, so a failing section prints nothing but its warning
-        parts = guarded(name, partial(_section, name, res, report.top), errors)
-        if parts is None:
-            out.print(f"[yellow]warning: {escape(errors[-1].line())}[/]", highlight=False)
-            continue
-        for part in parts:
+        out.print(Text(f"warning: {e.line()}", style="yellow"))
+    data = guarded("json", report.to_json, errors)
+    if data is not None:  # a section whose value cannot be made fails here, in every rendering
+        errors += [SectionError(**e) for e in data["errors"][len(report.errors) :]]
+        for e in errors[len(report.errors) :]:
+            out.print(Text(f"warning: {e.line()}", style="yellow"))
+    shown_errors = len(errors)
+    story = guarded("story", partial(story_of, report, full=full, data=data), errors)
+    if story is not None:
+        parts = guarded("story", partial(draw_story, story, width), errors)
+        for part in parts or []:
             out.print(part)
+        for name in story.extra:
+            res = report.sections.get(name)
+            md = guarded(name, partial(_extra, res), errors)
+            if md is not None:
+                out.print(md)
+        if story.hidden and not full:
+            shown = "; ".join(story.hidden)
+            out.print(Text(f"\nNot shown (--full shows every table): {shown}", style="dim"))
+    for e in errors[shown_errors:]:
+        out.print(Text(f"warning: {e.line()}", style="yellow"))
     for name, why in report.skipped.items():
-        out.print(f"[dim]{name}: skipped ({why})[/]")
+        out.print(Text(f"{name}: skipped ({why})", style="dim"))
     if errors:
         out.print(
             f"[yellow]{len(errors)} report section(s) failed; the others are complete.[/]",
@@ -176,52 +226,8 @@ def render_terminal(report: Report, console: Console | None = None, **_: Any) ->
     return "" if console is not None else out.export_text()
 
 
-def _section(name: str, res: Any, top: int) -> list[RenderableType]:
-    """The renderables of one section."""
-    parts: list[RenderableType] = []
-    if not isinstance(res, Result):
-        if getattr(type(res), "json_key", None) == "findings":
-            return [_findings_table(res.to_json(), top)]
-        to_md = getattr(res, "to_markdown", None)
-        if callable(to_md):  # sections from other layers (comparison, ...)
-            parts.append(Markdown(str(to_md())))
-        return parts
-    for tname, df in res.tables().items():
-        key = f"{name}.{tname}"
-        if key in _SKIP or not df.height:
-            continue
-        if key not in _COLUMNS and name in _KNOWN:
-            continue
-        if key not in _COLUMNS:
-            if tname not in ("groups", next(iter(res.tables()))):
-                continue  # other sections: their main table only, first columns only
-            cols: list[str] | None = df.columns[:8]
-        else:
-            cols = _COLUMNS[key]
-        if key == "attribution.lines":
-            shown = df.with_columns(pl.col("file").fill_null("(no user frame)"))
-        else:
-            shown = df
-        parts.append(table(_TITLES.get(key, key), shown, cols, top))
-    if name == "anomalies" and not any(t.height for t in res.tables().values()):
-        parts.append("[green]No anomalies found.[/]")
-    return parts
+def _extra(res: Any) -> RenderableType:
+    """The comparison, drawn by its own renderer."""
+    from opscope.report.compare_render import render_rich
 
-
-def _findings_table(findings: list[dict[str, Any]], top: int) -> Table:
-    t = Table(title=f"Findings ({len(findings)}, by saving)", title_justify="left")
-    for c in ("severity", "rule", "title", "where", "saving/step", "% step"):
-        t.add_column(
-            c, overflow="fold", justify="right" if c.startswith(("saving", "%")) else "left"
-        )
-    for f in findings[:top]:
-        where = f"{f['file']}:{f['line']}" if f.get("file") else (f.get("module") or "—")
-        t.add_row(
-            f["severity"],
-            f["rule"],
-            f["title"],
-            where,
-            f"{f['saving_us'] / 1000:.3f} ms",
-            f"{f['saving_pct']:.1f}",
-        )
-    return t
+    return render_rich(res)

@@ -1,42 +1,14 @@
-"""``opscope report PATH``: run every analysis and print the report."""
+"""``opscope report PATH``: the report's story in the terminal (or JSON, Markdown, HTML)."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from opscope.cli.output import console
-
-if TYPE_CHECKING:
-    from opscope.analysis.report import Analyzer, Report
-
-
-def build_report(analyzer: Analyzer, top: int = 20) -> Report:
-    """Every analysis, the rules' findings and the doctor's warnings: what ``opscope report``
-    and ``opscope html`` show.
-
-    Nothing here raises for a bug in one part: an analysis, a rule, the rules as a whole or the
-    doctor that fails is a :class:`~opscope.analysis.report.SectionError` in ``Report.errors``.
-    """
-    from opscope.advise import advise
-    from opscope.analysis.report import SectionError, guarded, one_line
-    from opscope.doctor import doctor_warnings
-
-    report = analyzer.generate_report(top=top)
-    errors: list[SectionError] = []
-    findings = guarded("findings", lambda: advise(analyzer.profile, report.sections), errors)
-    if findings is not None:
-        report = report.with_sections(findings=findings)
-        for rid, why in findings.errors.items():
-            kind, _, msg = why.partition(": ")
-            errors.append(SectionError(f"rule {rid}", kind, one_line(msg)))
-    # the doctor's checks head the report: figures from an untrustworthy profile say so first
-    warnings = guarded("doctor", lambda: doctor_warnings(analyzer.profile), errors) or []
-    return replace(report.with_errors(*errors), summary={**report.summary, "warnings": warnings})
 
 
 def register(app: typer.Typer) -> None:
@@ -47,7 +19,10 @@ def register(app: typer.Typer) -> None:
         path: Annotated[Path, typer.Argument(help="Trace file or profile directory.")],
         json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
         md: Annotated[bool, typer.Option("--md", help="Print the report as Markdown.")] = False,
-        top: Annotated[int, typer.Option("--top", min=1, help="Rows per table.")] = 20,
+        full: Annotated[
+            bool, typer.Option("--full", help="Every table, not only those that say something.")
+        ] = False,
+        top: Annotated[int, typer.Option("--top", min=1, help="Rows per table in JSON.")] = 20,
         salvage: Annotated[
             bool, typer.Option("--salvage", help="Recover the events of a truncated trace.")
         ] = False,
@@ -55,22 +30,21 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--html", help="Also write the offline HTML report here.")
         ] = None,
     ) -> None:
-        """Hotspots, time per source line, anomalies, roofline, breakdown, memory, findings.
+        """Step time and where it goes, the top findings, operators, kernels and source lines.
 
         A section that fails is a warning in the report (and under "errors" in --json), not a
         crash; the exit code stays 0.
         """
-        from opscope.analysis import Analyzer
         from opscope.errors import OpscopeError
         from opscope.report.base import render
+        from opscope.report.build import build_report
 
-        analyzer = Analyzer(path, salvage=salvage)
-        report = build_report(analyzer, top)
+        report = build_report(path, top=top, salvage=salvage)
         if html is not None:
-            from opscope.report.html import write_html
+            from opscope.report.html import render_html, write_html
 
             try:
-                write_html(html, report.to_html(profile=analyzer.profile))
+                write_html(html, render_html(report))
             except OSError as e:
                 raise OpscopeError(f"cannot write the report: {e.strerror}", html) from e
         if json_out:
@@ -78,4 +52,4 @@ def register(app: typer.Typer) -> None:
         elif md:
             sys.stdout.write(render(report, "markdown"))
         else:
-            render(report, "terminal", console=console)
+            render(report, "terminal", console=console, full=full)

@@ -1,4 +1,8 @@
-"""The automated-analysis API: ``Analyzer(path).generate_report() -> Report``.
+"""Assembling the analyses into one value: ``Analyzer(path).generate_report() -> Report``.
+
+(What the renderers draw, and the whole report with findings and source, is built by
+:func:`opscope.report.build.build_report`; this module holds the analyses' part and the section
+protocol, nothing that formats.)
 
 A :class:`Report` holds the loader's summary and one result per registered analysis (its
 ``sections``, keyed by analysis name). Results follow a small protocol, :class:`Section`:
@@ -119,6 +123,8 @@ class Report:
     top: int = 20
     skipped: dict[str, str] = field(default_factory=dict)
     errors: tuple[SectionError, ...] = ()
+    #: The profile the sections were computed from (for the memory curve and the source view).
+    profile: Profile | None = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, name: str) -> Any:
         return self.sections[name]
@@ -160,10 +166,11 @@ class Report:
 
     def to_html(self, profile: Profile | None = None) -> str:
         """The report as one self-contained, offline HTML page (see :mod:`opscope.report.html`);
-        with ``profile``, the page also draws the memory curve."""
+        with a profile (``profile``, else the report's own), the page also draws the memory
+        curve."""
         from opscope.report.html import render_html
 
-        return render_html(self.to_json(), profile=profile)
+        return render_html(self, profile=profile)
 
     def to_markdown(self) -> str:
         """The whole report as one Markdown document."""
@@ -229,7 +236,12 @@ class Analyzer:
                 errors.append(SectionError.of(name, e))
         head = guarded("summary", lambda: summary(self.profile), errors) or {}
         return Report(
-            summary=head, sections=sections, top=top, skipped=skipped, errors=tuple(errors)
+            summary=head,
+            sections=sections,
+            top=top,
+            skipped=skipped,
+            errors=tuple(errors),
+            profile=self.profile,
         )
 
 
