@@ -196,9 +196,21 @@ def test_real_profile_report_sections_and_sorting(browser: Any, tmp_path: Path) 
     data = _data(html)
     ctx, page, attempted, dialogs = _open_offline(browser, out)
     titles = page.locator("section h2").all_text_contents()
-    for want in ["Summary", "Step breakdown", "Hotspots", "Time per source line", "Anomalies",
-                 "Roofline", "Memory", "Findings"]:  # fmt: skip
+    for want in ["Step breakdown", "Hotspots", "Time per source line", "Roofline", "Memory",
+                 "All findings"]:  # fmt: skip
         assert want in titles
+    # the headline and the top findings come first; no section is empty (BERT has no anomaly)
+    assert titles[0].startswith("Step time ") and titles[1].startswith("Top findings")
+    assert "Anomalies" not in titles and data["anomalies"] == []
+    for sec in page.locator("main section").all():
+        assert sec.locator("table, svg, p, ol, dl").count() > 0
+    # the page's title names the trace; no cell holds raw JSON
+    assert page.title() == f"opscope report: {Path(BERT).name}"
+    cells = page.locator("td").all_text_contents()
+    assert cells and not [c for c in cells if c.startswith(("{", "[{"))]
+    # the one step's start is an offset, not an absolute timestamp
+    assert "ts_us" not in data["breakdown"]["steps"][0]
+    assert data["breakdown"]["steps"][0]["start_us"] == 0
     # Sort the operator table by total_us, ascending then descending.
     table = page.locator("#hotspots table").first
     headers = table.locator("th").all_text_contents()
@@ -221,6 +233,47 @@ def test_real_profile_report_sections_and_sorting(browser: Any, tmp_path: Path) 
     assert page.locator("#breakdown svg line[stroke-width='2']").count() == len(steps)
     assert attempted == [] and dialogs == []
     ctx.close()
+
+
+def _top_finding_box(browser: Any, path: Path) -> dict[str, float]:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = ctx.new_page()
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    box = page.locator("#finding-1").bounding_box()
+    text = page.locator("#finding-1").text_content() or ""
+    ctx.close()
+    assert box is not None
+    return {**box, "text": text}  # type: ignore[dict-item]
+
+
+@pytest.mark.browser
+def test_top_finding_is_above_the_fold(browser: Any, tmp_path: Path) -> None:
+    """The finding with the largest saving is inside the first 1280x800 screen."""
+    data = _report()
+    data["findings"] = [
+        {"rule": f"r{i}", "severity": "low", "title": f"finding {i}", "file": "m.py", "line": i,
+         "saving_us": 100.0 - i, "saving_pct": 1.0, "fix": "x = y\nz"}
+        for i in range(12)
+    ]  # fmt: skip
+    out = tmp_path / "r.html"
+    out.write_text(render_html(data))
+    box = _top_finding_box(browser, out)
+    assert box["y"] >= 0 and box["y"] + box["height"] <= 800
+    assert "finding 0" in str(box["text"]) and "m.py:0" in str(box["text"])
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_top_finding_is_above_the_fold_on_a_real_trace(browser: Any, tmp_path: Path) -> None:
+    from opscope.cli.app import main
+
+    out = tmp_path / "report.html"
+    assert main(["html", str(shared_trace(BERT)), "-o", str(out)]) == 0
+    top = _data(out.read_text())["findings"][0]
+    box = _top_finding_box(browser, out)
+    assert box["y"] + box["height"] <= 800
+    assert top["title"] in str(box["text"])
 
 
 @pytest.mark.browser

@@ -93,6 +93,21 @@ def linear_11_location() -> tuple[str, int, int]:
     return inspect.getsourcefile(SeedLinear) or "", start, start + len(lines) - 1
 
 
+def charged_lines_text(l11: dict[str, Any]) -> str:
+    """``model.py:40 `x = torch.matmul(x, self.weight.t())`, 41 `x += self.bias``` — the exact
+    lines of linear_11 the profile charged, with their code."""
+    file, first, _ = linear_11_location()
+    try:
+        code = Path(file).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        code = []
+    lines = sorted({int(o["line"]) for o in l11["ops"] if o.get("line") is not None})
+    if not lines:
+        return f"{Path(file).name}:{first}"
+    parts = [f"{n} `{code[n - 1].strip()}`" if 0 < n <= len(code) else str(n) for n in lines]
+    return f"{Path(file).name}:" + ", ".join(parts)
+
+
 def _is_demo_line(file: Any, line: Any, first: int, last: int) -> bool:
     return isinstance(file, str) and file.endswith("demo/model.py") and first <= int(line) <= last
 
@@ -125,12 +140,11 @@ def linear_11_trace(profile: Profile) -> dict[str, Any]:
 
 def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
     """Run the whole demo, printing each part as it is measured; return the JSON summary."""
-    from opscope.advise import advise
     from opscope.advise.verify import verify
-    from opscope.analysis import Analyzer
     from opscope.analysis.compare import compare
     from opscope.demo.model import FixedVisionModel, VisionModel
     from opscope.ingest import load
+    from opscope.report.build import build_report
     from opscope.report.compare_render import render_rich
     from opscope.report.html import render_html, write_html
 
@@ -146,7 +160,8 @@ def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
     )
     orig_dir = record_model(VisionModel, cfg.out / "original", device, cfg.steps)
     profile = load(orig_dir)
-    report = Analyzer(profile).generate_report(top=10)
+    # the same report as `opscope report` / `opscope html`: analyses, findings, source view
+    report = build_report(profile, top=10)
     data = report.to_json()
     device_time = profile.has_device
     basis = "device kernel time" if device_time else "host time (this profile has no device)"
@@ -186,8 +201,10 @@ def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
         ),
         None,
     )
+    l11 = linear_11_trace(profile)
+    where = charged_lines_text(l11)
     console.print(
-        f"linear_11 ({Path(file).name}:{first}-{last}) is "
+        f"linear_11 ({where}) is "
         + (
             "on top."
             if l11_on_top
@@ -210,9 +227,8 @@ def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
         console.print("none: every (operator, shape) group ran within its robust spread.")
 
     console.rule("5. Backward work traced to the forward layer")
-    l11 = linear_11_trace(profile)
     console.print(
-        f"linear_11 at {Path(file).name}:{first}-{last}: forward {l11['fwd_us'] / 1000:.2f} ms, "
+        f"linear_11 at {where}: forward {l11['fwd_us'] / 1000:.2f} ms, "
         f"backward {l11['bwd_us'] / 1000:.2f} ms over {cfg.steps} steps ({basis})"
     )
     _print_rows(
@@ -223,7 +239,9 @@ def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
     )
 
     console.rule("6. Findings")
-    findings = advise(profile, report.sections)
+    from opscope.advise.rule import Findings
+
+    findings = report.sections.get("findings") or Findings()  # a failed rule run is in errors
     _print_findings(console, findings.to_json())
 
     console.rule("7. Verification on this device")
@@ -259,10 +277,8 @@ def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
 
     console.rule("9. Report")
     html_path = cfg.out / "report.html"
-    html_data = dict(data)
-    html_data["findings"] = verified.to_json()
-    html_data["comparison"] = comp_json
-    write_html(html_path, render_html(html_data, profile=profile, title="opscope demo"))
+    final = report.with_sections(findings=verified, comparison=comp)
+    write_html(html_path, render_html(final, title=f"opscope demo: {orig_dir.name}"))
     console.print(f"HTML report: {html_path}  (open it in any browser; it needs no network)")
     console.print(f"Timeline:    opscope view {orig_dir}")
     for n in notes:
@@ -279,6 +295,8 @@ def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
         "linear_11": {
             "file": file,
             "lines": l11["lines"],
+            "charged_lines": sorted({int(o["line"]) for o in l11["ops"]}),
+            "where": where,
             "on_top": l11_on_top,
             "rank_by_time": rank,
             "source_rows": _us_rows(

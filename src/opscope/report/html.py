@@ -137,6 +137,10 @@ def render_html(report: Any, *, profile: Profile | None = None, title: str | Non
         raise TypeError("report.to_json() must return a dict")
     prof = profile if profile is not None else getattr(report, "profile", None)
     errors = list(data.get("errors") or [])
+    story = _guarded_story(report, data, errors)
+    if story is not None:
+        data["_story"] = story
+    _offsets_into_steps(data)
     if isinstance(prof, Profile):
         failed = len(errors)
         curves = _guarded_curves(prof, errors)
@@ -154,8 +158,9 @@ def render_html(report: Any, *, profile: Profile | None = None, title: str | Non
     payload, _notes = _fit(data)
     css = _asset("report.css")
     js = _asset("report.js")
-    sources = data.get("sources_read") or data.get("source") or ""
-    heading = title or "opscope report"
+    sources = data.get("sources_read") or ""
+    name = data.get("source")
+    heading = title or (f"opscope report: {name}" if name else "opscope report")
     csp = (
         f"default-src 'none'; script-src {_csp_hash(js)}; style-src {_csp_hash(css)}; "
         "img-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'"
@@ -173,6 +178,76 @@ def render_html(report: Any, *, profile: Profile | None = None, title: str | Non
         f'<script type="application/json" id="opscope-data">{escape_json_for_script(payload)}'
         f"</script>\n<script>{js}</script>\n</body>\n</html>\n"
     )
+
+
+def _guarded_story(report: Any, data: dict[str, Any], errors: list[Any]) -> Any:
+    """The story's JSON (what the page shows first), or ``None`` with the failure recorded."""
+    from opscope.report.story import build_story, story_of
+
+    try:
+        if hasattr(report, "sections"):
+            return _finite(story_of(report, data=data).to_json())
+        return _finite(build_story(data).to_json())
+    except Exception as e:
+        errors.append(SectionError.of("story", e).to_json())
+        data["errors"] = errors
+        return None
+
+
+def _offsets_into_steps(data: dict[str, Any]) -> None:
+    """Replace every row's absolute ``ts_us`` (µs since the epoch or the trace's clock origin)
+    by ``at_us``: its offset into its step (rows that name a step), else from the first step
+    (or the earliest timestamp)."""
+    bd = data.get("breakdown")
+    steps = bd.get("steps") if isinstance(bd, dict) else None
+    starts: dict[tuple[Any, Any], float] = {}
+    for r in steps if isinstance(steps, list) else []:
+        if isinstance(r, dict) and isinstance(r.get("ts_us"), int | float):
+            starts[(r.get("rank"), r.get("step"))] = float(r["ts_us"])
+    all_ts: list[float] = []
+
+    def collect(obj: Any) -> None:
+        if isinstance(obj, dict):
+            if isinstance(obj.get("ts_us"), int | float):
+                all_ts.append(float(obj["ts_us"]))
+            for k, v in obj.items():
+                if k != "_memory_curve":
+                    collect(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                collect(v)
+
+    collect(data)
+    if not all_ts:
+        return
+    origin = min(starts.values()) if starts else min(all_ts)
+
+    def fix(obj: Any, in_steps: bool) -> None:
+        if isinstance(obj, dict):
+            if isinstance(obj.get("ts_us"), int | float):
+                ts = float(obj.pop("ts_us"))
+                if in_steps:
+                    obj["start_us"] = ts - origin  # a step's start: from the first step
+                else:
+                    base = starts.get((obj.get("rank"), obj.get("step")))
+                    if base is None and len(starts) == 1 and obj.get("step") is None:
+                        base = origin
+                    obj["at_us" if base is not None else "from_start_us"] = ts - (
+                        base if base is not None else origin
+                    )
+            for k, v in obj.items():
+                if k != "_memory_curve":
+                    fix(v, in_steps)
+        elif isinstance(obj, list):
+            for v in obj:
+                fix(v, in_steps)
+
+    for k, v in data.items():
+        if k == "breakdown" and isinstance(v, dict):
+            fix(v.get("steps"), True)
+            fix({kk: vv for kk, vv in v.items() if kk != "steps"}, False)
+        elif k != "_memory_curve":
+            fix(v, False)
 
 
 def _guarded_curves(profile: Profile, errors: list[Any]) -> list[dict[str, Any]]:

@@ -617,7 +617,7 @@ def build_story(
             continue
         if full or (key == "cluster" and many):
             tables += gen
-        else:
+        elif key != "cluster":  # one rank: nothing to compare it with
             hidden += [t.title for t in gen]
     if full:
         bd = data.get("breakdown")

@@ -28,8 +28,24 @@
       const a = Math.abs(v);
       return a >= 100 ? v.toFixed(1) : a >= 1 ? v.toFixed(3) : v.toPrecision(3);
     }
-    if (typeof v === "object") return JSON.stringify(v);
+    if (Array.isArray(v)) return v.map((x) => (Array.isArray(x) ? "[" + fmt(x) + "]" : x && typeof x === "object" ? brief(x) : fmt(x))).join(", ");
+    if (typeof v === "object") return brief(v);
     return String(v);
+  }
+  // An object in a cell: its name and first figure ("aten::mm 56%"), never a JSON dump.
+  function brief(o) {
+    const keys = Object.keys(o);
+    const name = keys.find((k) => typeof o[k] === "string");
+    const num = keys.find((k) => typeof o[k] === "number");
+    if (name && num) return `${o[name]} (${num.endsWith("_us") ? fmtUs(o[num]) : fmt(o[num])})`;
+    return keys.map((k) => `${k}=${typeof o[k] === "object" && o[k] !== null ? "…" : fmt(o[k])}`).join(", ");
+  }
+  function fmtPct(v) {
+    if (v === null || v === undefined || !isFinite(v)) return "";
+    const a = Math.abs(v);
+    if (a === 0) return "0%";
+    if (a < 0.01) return "<0.01%";
+    return (a >= 10 ? v.toFixed(0) : a < 1 ? v.toPrecision(2) : v.toFixed(1)) + "%";
   }
   function fmtUs(us) {
     if (us === null || us === undefined) return "";
@@ -157,24 +173,6 @@
   }
 
   // Sections ------------------------------------------------------------------------------------
-  function summary() {
-    const s = section("summary", "Summary");
-    const sm = {};
-    if (D.summary && typeof D.summary === "object") Object.assign(sm, D.summary);
-    for (const k of Object.keys(D)) if (D[k] === null || typeof D[k] !== "object") sm[k] = D[k];
-    const hs = D.hotspots || {};
-    if (hs.step_us !== undefined) sm.step_time = fmtUs(hs.step_us);
-    const steps = D.breakdown && D.breakdown.steps;
-    if (Array.isArray(steps)) sm.steps = steps.length;
-    if (isRows(hs.ops)) sm.top_operator = hs.ops[0].name;
-    if (isRows(hs.kernels)) sm.top_kernel = hs.kernels[0].name;
-    if (Array.isArray(D.findings)) sm.findings = D.findings.length;
-    if (Array.isArray(D.anomalies)) sm.anomalies = D.anomalies.length;
-    delete sm._notes;
-    s.appendChild(kv(sm));
-    for (const n of D._notes || []) s.appendChild(el("p", n, "note"));
-  }
-
   function breakdown() {
     const b = D.breakdown;
     if (!b) return;
@@ -252,12 +250,101 @@
     generic(s, src, 0);
   }
 
+  function empty(v) {
+    if (v === undefined || v === null) return true;
+    if (Array.isArray(v)) return v.length === 0;
+    if (typeof v === "object") return Object.keys(v).every((k) => empty(v[k]));
+    return false;
+  }
   function listSection(key, id, title) {
-    if (D[key] === undefined || D[key] === null) return;
-    const s = section(id, title);
-    const v = D[key];
-    if (Array.isArray(v) && !v.length) s.appendChild(el("p", "None found.", "muted"));
-    else generic(s, v, 0);
+    if (empty(D[key])) return;
+    generic(section(id, title), D[key], 0);
+  }
+
+  // The first screen: headline card, then the top findings -----------------------------------
+  function headline() {
+    const st = D._story;
+    if (!st) return;
+    const h = st.headline;
+    const s = section("headline", "Step time " + h.step_text);
+    s.className = "card";
+    const facts = [h.source, h.format, `${h.ranks} rank${h.ranks === 1 ? "" : "s"}`, D.events !== undefined ? `${fmt(D.events)} events` : "", D.kernels ? `${fmt(D.kernels)} kernels` : ""].filter((x) => x);
+    s.appendChild(el("p", facts.join(" · "), "muted"));
+    if (h.parts.length) {
+      s.appendChild(el("p", `Where it goes (${h.device ? "device" : "host"} time, % ${h.basis}):`));
+      const t = el("table", null, "parts");
+      const add = (p, depth) => {
+        const tr = el("tr");
+        tr.appendChild(el("td", p.label, depth ? "sub" : ""));
+        tr.appendChild(el("td", fmtUs(p.us), "num"));
+        tr.appendChild(el("td", fmtPct(p.pct), "num"));
+        const bar = el("td", null, "barcell");
+        const b = el("span", null, "bar");
+        b.style.width = Math.max(0, Math.min(100, p.pct)) + "%";
+        bar.appendChild(b);
+        tr.appendChild(bar);
+        t.appendChild(tr);
+        for (const d of p.detail || []) add(d, depth + 1);
+      };
+      for (const p of h.parts) add(p, 0);
+      s.appendChild(t);
+    }
+    for (const n of h.notes) s.appendChild(el("p", n, "muted"));
+    for (const w of st.warnings) s.appendChild(el("p", w, "note"));
+    for (const n of D._notes || []) s.appendChild(el("p", n, "note"));
+  }
+
+  function topFindings() {
+    const st = D._story;
+    if (!st || !st.findings.length) return;
+    const n = st.findings.length + st.more_findings;
+    const s = section("top-findings", `Top findings (${st.findings.length} of ${n}, by saving)`);
+    const ol = el("ol", null, "findings");
+    for (const f of st.findings) {
+      const li = el("li");
+      li.id = "finding-" + f.rank;
+      const t = el("div", null, "ftitle");
+      t.appendChild(el("span", f.severity, "sev-" + f.severity));
+      t.appendChild(document.createTextNode(" " + f.title));
+      li.appendChild(t);
+      const saving = f.saving_us ? `saves ≈ ${fmtUs(f.saving_us)}/step (${fmtPct(f.saving_pct)} of the step)` : "saving not estimated";
+      li.appendChild(el("div", [f.where, saving].filter((x) => x).join(" · "), "where"));
+      if (f.fix) li.appendChild(el("code", f.fix, "fix"));
+      if (f.event_ids.length) li.appendChild(el("div", `timeline events ${f.event_ids.join(", ")} (opscope view, search the id)`, "muted"));
+      ol.appendChild(li);
+    }
+    s.appendChild(ol);
+    if (st.more_findings) {
+      const a = el("a", `${st.more_findings} more in Findings`);
+      a.href = "#findings";
+      s.appendChild(a);
+    }
+  }
+
+  function sourceView() {
+    const blocks = D.source_blocks;
+    if (!Array.isArray(blocks) || !blocks.length) return;
+    const s = section("source", `Source (${blocks[0].basis || ""} time per line, forward / backward)`);
+    let last = null;
+    for (const b of blocks) {
+      if (b.file !== last) s.appendChild(el("h3", b.file + (b.truncated ? " (copy cut at the size cap)" : "")));
+      last = b.file;
+      const t = el("table", null, "source");
+      const hr = el("tr");
+      for (const c of ["line", "code", "fwd", "bwd"]) hr.appendChild(el("th", c));
+      t.appendChild(hr);
+      for (const ln of b.lines) {
+        const tr = el("tr", null, ln.fwd_us || ln.bwd_us ? "hot" : "");
+        tr.appendChild(el("td", ln.line, "num"));
+        const code = el("td", null, "code");
+        code.appendChild(el("pre", ln.text));
+        tr.appendChild(code);
+        tr.appendChild(el("td", ln.fwd_us ? fmtUs(ln.fwd_us) : "", "num"));
+        tr.appendChild(el("td", ln.bwd_us ? fmtUs(ln.bwd_us) : "", "num"));
+        t.appendChild(tr);
+      }
+      s.appendChild(t);
+    }
   }
 
   function roofline() {
@@ -388,7 +475,9 @@
     else s.appendChild(el("p", "No change point: every series is steady within its noise.", "muted"));
   }
 
-  summary();
+  headline();
+  topFindings();
+  sourceView();
   trend();
   breakdown();
   hotspots();
@@ -396,10 +485,11 @@
   listSection("anomalies", "anomalies", "Anomalies");
   roofline();
   memory();
-  listSection("findings", "findings", "Findings");
+  listSection("findings", "findings", "All findings");
   listSection("critical_path", "critical-path", "Critical path");
   if (D.comparison) listSection("comparison", "comparison", "Comparison");
-  const done = new Set(["summary", "trend", "hotspots", "sources", "anomalies", "roofline", "breakdown", "memory", "findings", "comparison", "critical_path", "_notes", "_memory_curve", "load", "ranks"]);
-  for (const k of Object.keys(D)) if (!done.has(k) && D[k] && typeof D[k] === "object") listSection(k, "x-" + k.replace(/[^a-z0-9_-]/gi, ""), k);
+  const done = new Set(["summary", "_story", "source_blocks", "source", "warnings", "errors", "skipped", "oddities", "trend", "hotspots", "sources", "anomalies", "roofline", "breakdown", "memory", "findings", "comparison", "critical_path", "_notes", "_memory_curve", "load", "ranks"]);
+  const oneRank = !(Array.isArray(D.ranks) && D.ranks.length > 1);
+  for (const k of Object.keys(D)) if (!done.has(k) && !(k === "cluster" && oneRank) && D[k] && typeof D[k] === "object") listSection(k, "x-" + k.replace(/[^a-z0-9_-]/gi, ""), k);
   document.body.setAttribute("data-ready", "1");
 })();
