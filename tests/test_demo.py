@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import inspect
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,25 @@ def test_linear_11_line_is_in_the_attribution(demo: dict[str, Any]) -> None:
     ops = {(o["op"], o["is_backward"]) for o in demo["linear_11"]["ops"]}
     assert ("aten::matmul", False) in ops
     assert any(bwd and "MmBackward0" in name for name, bwd in ops)
+
+
+@pytest.mark.slow
+def test_linear_11_named_by_its_exact_lines_and_code(demo: dict[str, Any]) -> None:
+    src = Path(inspect.getsourcefile(demo_model) or "").read_text().splitlines()
+    charged = demo["linear_11"]["charged_lines"]
+    want = sorted({o["line"] for o in demo["linear_11"]["ops"]})
+    assert charged == want and len(charged) >= 1
+    assert any("torch.matmul" in src[n - 1] for n in charged)
+    for n in charged:
+        assert f"{n} `{src[n - 1].strip()}`" in demo["linear_11"]["where"]
+    # the HTML report (built by build_report) carries the same lines in its source view
+    m = re.search(r'id="opscope-data">(.*?)</script>', Path(demo["report_html"]).read_text(), re.S)
+    assert m is not None
+    blocks = json.loads(m.group(1))["source_blocks"]
+    shown = {(b["file"], ln["line"]): ln for b in blocks for ln in b["lines"]}
+    for n in charged:
+        ln = next(v for (f, line), v in shown.items() if f.endswith("demo/model.py") and line == n)
+        assert ln["text"] == src[n - 1] and ln["fwd_us"] + ln["bwd_us"] > 0
 
 
 @pytest.mark.slow

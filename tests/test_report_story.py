@@ -52,8 +52,9 @@ def _data(ranks: int = 1, findings: int = 7) -> dict[str, Any]:
                       "file": "model.py", "line": 40 + i, "module": None, "saving_us": 50.0 - i,
                       "saving_pct": 2.0, "fix": "# why\ny = F.linear(x, w)\n"}
                      for i in range(findings)],
-        "critical_path": {"steps": [{"rank": 0, "step": 1, "path_us": 900.0, "host_us": 800.0,
-                                     "device_us": 100.0, "ops": [{"name": "aten::mm", "share": 0.5}]}]},
+        "critical_path": {"steps": [{
+            "rank": 0, "step": 1, "path_us": 900.0, "host_us": 800.0, "device_us": 100.0,
+            "ops": [{"name": "aten::mm", "share": 0.5}]}]},
         "cluster": {"ranks": [{"rank": r, "step_us": 1100.0} for r in range(ranks)]},
         "memory": {"peaks": [{"rank": 0, "device_type": 1, "device": 0,
                               "peak_allocated": 3 * 2**30, "reserved": 4 * 2**30}]},
