@@ -158,3 +158,33 @@ def test_terminal_from_path_names_the_trace() -> None:
     lines = _render(build_report(path), 80)
     assert lines[0].startswith(f"opscope report · {Path(path).name}")
     assert lines[1].startswith("Step time ")
+
+
+def test_lines_are_summed_per_file_line_over_modules() -> None:
+    d = _data()
+    row = d["sources"][0]
+    d["sources"] = [row, {**row, "module": "M2", "fwd_us": 5.0, "bwd_us": 1.0, "total_us": 6.0},
+                    {**row, "line": 41, "total_us": 50.0}]  # fmt: skip
+    lines = build_story(d).table("lines")
+    assert lines is not None
+    assert [r["where"] for r in lines.rows] == ["model.py:40", "model.py:41"]
+    top = lines.rows[0]
+    assert (top["fwd_us"], top["bwd_us"], top["total_us"]) == (35.0, 71.0, 106.0)
+    assert top["code"] == "x = torch.matmul(x, w) (2 modules)"
+
+
+def test_story_of_a_report_sums_every_attribution_row() -> None:
+    """From a Report, the per-line sums use every attribution row, not only the JSON's top."""
+    from helpers.synth import training
+    from opscope.analysis import Analyzer
+
+    rep = Analyzer(training(steps=3, layers=4).profile).generate_report(top=1)
+    df = rep["attribution"].lines
+    want: dict[tuple[Any, Any], float] = {}
+    for r in df.iter_rows(named=True):
+        key = (r["file"], r["line"] if r["file"] else None)
+        want[key] = want.get(key, 0.0) + r["total_ns"] / 1000
+    lines = story_of(rep).table("lines")
+    assert lines is not None
+    got = {(r["file"], r["line"] if r["file"] else None): r["total_us"] for r in lines.rows}
+    assert got == pytest.approx(dict(sorted(want.items(), key=lambda kv: -kv[1])[:8]))

@@ -14,7 +14,7 @@ Every share says its basis (:attr:`StoryTable.basis`, :attr:`Headline.basis`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opscope.report import fmt
@@ -389,8 +389,28 @@ def _code_by_line(data: dict[str, Any]) -> dict[tuple[str, int], str]:
     return out
 
 
+def per_line(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Attribution rows summed per (file, line): a line run by several modules (a layer called
+    in a loop) is one row, with how many modules ran it."""
+    out: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for r in lines:
+        key = (r.get("file"), r.get("line") if r.get("file") else None)
+        acc = out.get(key)
+        if acc is None:
+            out[key] = {**r, "modules": 1}
+            continue
+        for k in ("fwd_us", "bwd_us", "total_us", "host_us", "kernels", "calls"):
+            acc[k] = _f(acc.get(k)) + _f(r.get(k))
+        acc["modules"] += 1
+    return sorted(out.values(), key=lambda r: -_f(r.get("total_us")))
+
+
 def main_tables(
-    data: dict[str, Any], step_total_us: float, rows: int = TOP_ROWS, kernel_total_us: float = 0
+    data: dict[str, Any],
+    step_total_us: float,
+    rows: int = TOP_ROWS,
+    kernel_total_us: float = 0,
+    lines: list[dict[str, Any]] | None = None,
 ) -> list[StoryTable]:
     """Top operators, kernels and source lines."""
     hs = data.get("hotspots") if isinstance(data.get("hotspots"), dict) else {}
@@ -447,7 +467,7 @@ def main_tables(
                 max(0, len(kernels) - rows),
             )
         )
-    lines = _rows(data.get("sources"))
+    lines = lines if lines is not None else per_line(_rows(data.get("sources")))
     if lines:
         code = _code_by_line(data)
         shown = []
@@ -456,17 +476,18 @@ def main_tables(
             where = f"{f}:{r.get('line')}" if f else "(no user frame)"
             text = code.get((str(f), int(_f(r.get("line"))))) if f else None
             share = 100.0 * _f(r.get("total_us")) / step_total_us if step_total_us else None
-            shown.append(
-                {**r, "where": where, "code": text or r.get("function") or "", "share": share}
-            )
+            what = text or r.get("function") or ""
+            if _f(r.get("modules")) > 1:
+                what = f"{what} ({r['modules']} modules)"
+            shown.append({**r, "where": where, "code": what, "share": share})
         dev = any(_f(r.get("kernels")) for r in lines)
         what = "device" if dev else "host"
         out.append(
             StoryTable(
                 "lines",
                 "Top source lines",
-                f"{what} time charged to the user's line (backward to its forward line); "
-                f"{step_basis}",
+                f"{what} time charged to the user's line (backward to its forward line), "
+                f"summed over the modules that ran it; {step_basis}",
                 (
                     Column("where", "line", "path"),
                     Column("code", "code" if code else "function", "code"),
@@ -531,6 +552,24 @@ def _critical_path(data: dict[str, Any], rows: int) -> StoryTable | None:
     )
 
 
+#: The columns worth a terminal's width, per generic table (others: the first eight).
+_PREFERRED = {
+    "roofline": ["name", "input_shapes", "calls", "time_us", "achieved_tflops", "achieved_gbps",
+                 "pct_of_peak", "bound"],
+    "memory.peaks": ["rank", "device_type", "device", "peak_allocated", "reserved",
+                     "fragmentation"],
+    "memory.live_at_peak": ["op", "file", "line", "bytes", "allocations"],
+    "memory.churn": ["rank", "device", "step", "allocated_bytes", "freed_bytes", "allocations"],
+    "memory.never_freed": ["op", "file", "line", "bytes", "allocations"],
+    "utilisation.kernels": ["name", "calls", "time_us", "grid", "block", "waves",
+                            "wave_efficiency", "achieved_occupancy"],
+    "cluster.ranks": ["rank", "steps", "step_time_us", "compute_us", "comm_not_overlapped_us",
+                      "idle_us", "wait_us"],
+    "breakdown.steps": ["rank", "step", "dur_us", "compute_us", "communication_not_overlapped_us",
+                        "device_idle_us", "host_bound_us", "host_ops_us"],
+}  # fmt: skip
+
+
 def _generic(key: str, title: str, value: Any, rows: int) -> list[StoryTable]:
     """Every list of rows under ``value`` as a table, cells formatted by column name."""
     out: list[StoryTable] = []
@@ -546,18 +585,27 @@ def _generic(key: str, title: str, value: Any, rows: int) -> list[StoryTable]:
             for c in r:
                 if c not in cols and c not in ("ts_us",) and not _nested(r[c]):
                     cols.append(c)
+        pref = [c for c in _PREFERRED.get(tid, []) if c in cols]
+        cols = pref or cols[:8]
         name = tid.split(".", 1)[1].replace("_", " ") if "." in tid else ""
         out.append(
             StoryTable(
                 tid,
                 f"{title}: {name}" if name else title,
                 "",
-                tuple(Column(c, fmt.header(c), "auto") for c in cols[:8]),
+                tuple(Column(c, fmt.header(c), _kind(rs, c)) for c in cols),
                 tuple(rs[:rows]),
                 max(0, len(rs) - rows),
             )
         )
     return out
+
+
+def _kind(rows: list[dict[str, Any]], col: str) -> str:
+    """``auto`` (a number, formatted by the column's name) or ``text`` (cut to fit)."""
+    vals = [r.get(col) for r in rows if r.get(col) is not None]
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
+    return "auto" if numeric else "text"
 
 
 def _nested(v: Any) -> bool:
@@ -582,18 +630,22 @@ def build_story(
     rows: int = TOP_ROWS,
     event_ids: list[list[int]] | None = None,
     kernel_total_us: float = 0.0,
+    lines: list[dict[str, Any]] | None = None,
 ) -> Story:
     """The story of the report ``data`` (``Report.to_json()``).
 
     ``full``: every table (the default shows a table only when it says something). Tables show at
     most ``rows`` rows (``full`` shows up to the report's ``top``). ``event_ids``: per finding,
     events to look at. ``kernel_total_us``: all kernels' time (the basis of the kernel shares;
-    without it, the top kernels' time).
+    without it, the top kernels' time). ``lines``: every attribution row (µs), for the
+    per-line sums (without it, the JSON's top rows).
     """
     head = headline(data)
     top_findings, more = findings(data, event_ids)
     n = 10**9 if full else rows
-    tables = main_tables(data, head.total_us, n, kernel_total_us)
+    tables = main_tables(
+        data, head.total_us, n, kernel_total_us, per_line(lines) if lines is not None else None
+    )
     hidden: list[str] = []
     anomalies = _anomalies(data, n)
     if anomalies:
@@ -622,8 +674,8 @@ def build_story(
     if full:
         bd = data.get("breakdown")
         if isinstance(bd, dict):
-            steps = _generic("breakdown", "Step breakdown", {"steps": bd.get("steps")}, n)
-            tables += steps
+            steps = _generic("breakdown", "", {"steps": bd.get("steps")}, n)
+            tables += [replace(t, title="Step breakdown per step") for t in steps]
     elif isinstance(data.get("breakdown"), dict) and len(_rows(data["breakdown"].get("steps"))) > 1:
         hidden.append("Step breakdown: steps")
     warnings = tuple(str(w) for w in data.get("warnings") or [])
@@ -652,4 +704,23 @@ def story_of(
     kernels = getattr(hs, "kernels", None)
     if kernels is not None and "total_ns" in getattr(kernels, "columns", []):
         ktotal = float(kernels.get_column("total_ns").sum()) / 1000
-    return build_story(data, full=full, rows=rows, event_ids=ids or None, kernel_total_us=ktotal)
+    all_lines = None
+    attribution = report.sections.get("attribution")
+    df = getattr(attribution, "lines", None)
+    if df is not None and {"file", "line", "total_ns"} <= set(getattr(df, "columns", [])):
+        ns = [c for c in df.columns if c.endswith("_ns")]
+        all_lines = [
+            {
+                **{k: v for k, v in r.items() if k not in ns},
+                **{k[:-3] + "_us": r[k] / 1000 for k in ns},
+            }
+            for r in df.iter_rows(named=True)
+        ]
+    return build_story(
+        data,
+        full=full,
+        rows=rows,
+        event_ids=ids or None,
+        kernel_total_us=ktotal,
+        lines=all_lines,
+    )

@@ -9,6 +9,7 @@ and line), never folded into fragments.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from io import StringIO
 from typing import Any
@@ -40,6 +41,14 @@ def story_table(t: StoryTable, width: int) -> Table:
     widths = [
         max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(t.columns)
     ]
+    while len(t.columns) > 2:  # columns that cannot fit at all go (the first ones say most)
+        fixed = [w for w, c in zip(widths, t.columns, strict=True) if c.kind in _FIXED]
+        flex = [i for i, c in enumerate(t.columns) if c.kind not in _FIXED]
+        if sum(fixed) + 2 * len(t.columns) + 12 * len(flex) <= width:
+            break
+        t = replace(t, columns=t.columns[:-1])
+        cells = [row[:-1] for row in cells]
+        widths = widths[:-1]
     fixed = [w for w, c in zip(widths, t.columns, strict=True) if c.kind in _FIXED]
     flex = [i for i, c in enumerate(t.columns) if c.kind not in _FIXED]
     room = _fit_width(width, fixed, len(flex))
