@@ -306,3 +306,27 @@ def test_trend_chart_draws_each_point_and_change_point(browser: Any, tmp_path: P
     assert xs[drawn.index(24)] < x < xs[drawn.index(26)]
     assert attempted == []
     ctx.close()
+
+
+@pytest.mark.browser
+def test_source_view_shows_code_and_times_as_text(browser: Any, tmp_path: Path) -> None:
+    data = _report()
+    code = f"    y = k({PAYLOAD!r})  # <b>not bold</b>"
+    data["source_blocks"] = [
+        {"file": "model.py", "path": "/x/model.py", "basis": "device", "total_us": 3.0,
+         "truncated": False, "lines": [
+             {"line": 9, "text": "def f(x):", "fwd_us": 0.0, "bwd_us": 0.0, "calls": 0},
+             {"line": 10, "text": code, "fwd_us": 1500.0, "bwd_us": 2.5, "calls": 2}]}
+    ]  # fmt: skip
+    out = tmp_path / "s.html"
+    out.write_text(render_html(data))
+    ctx, page, attempted, dialogs = _open_offline(browser, out)
+    rows = page.locator("#source table.source tr.hot")
+    assert rows.count() == 1
+    cells = rows.first.locator("td").all_text_contents()
+    assert cells == ["10", code, "1.500 ms", "2.50 µs"]
+    assert page.locator("#source b").count() == 0 and dialogs == [] and attempted == []
+    # the source view comes right after the headline and the findings
+    titles = page.locator("section h2").all_text_contents()
+    assert titles[2].startswith("Source (device time per line")
+    ctx.close()

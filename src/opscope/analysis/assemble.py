@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import polars as pl
 
 from opscope.analysis import registry
-from opscope.analysis.hotspots import markdown_table, rows
+from opscope.analysis.hotspots import rows
 from opscope.analysis.registry import Options, Result
 from opscope.model import Profile
 
@@ -56,17 +56,6 @@ def section_json(result: Any, top: int = 20) -> Any:
         out.update({k: v for k, v in result.scalars().items() if _plain(v)})
         return out
     return result
-
-
-def section_markdown(name: str, result: Any, top: int = 20) -> str:
-    """A section's Markdown (its ``to_markdown``, else a table per DataFrame)."""
-    if isinstance(result, Section):
-        return result.to_markdown()
-    parts = [f"## {name}", ""]
-    if isinstance(result, Result):
-        for k, v in result.tables().items():
-            parts += [f"### {k}", "", markdown_table(v, top), ""]
-    return "\n".join(parts)
 
 
 @dataclass(frozen=True)
@@ -173,27 +162,10 @@ class Report:
         return render_html(self, profile=profile)
 
     def to_markdown(self) -> str:
-        """The whole report as one Markdown document."""
-        s = self.summary
-        head = [
-            "# opscope report",
-            "",
-            f"format {s.get('format')}, ranks {s.get('ranks')}, {s.get('events')} events, "
-            f"{s.get('ops')} ops, {s.get('kernels')} kernels, {s.get('steps')} steps, "
-            f"span {float(s.get('span_us') or 0) / 1000:.3f} ms",
-            "",
-        ]
-        errors = list(self.errors)
-        body = []
-        for n, r in self.sections.items():
-            md = guarded(n, partial(section_markdown, n, r, self.top), errors)
-            if md is not None:
-                body.append(md)
-        if errors:
-            warn = [f"**Warning: {len(errors)} report section(s) failed.**", ""]
-            warn += [f"- {e.line()}" for e in errors]
-            head += [*warn, ""]
-        return "\n".join(head) + "\n".join(body)
+        """The whole report as one Markdown document (:func:`opscope.report.markdown.render`)."""
+        from opscope.report.markdown import render
+
+        return render(self)
 
 
 class Analyzer:

@@ -50,7 +50,9 @@ def _json(report: Report, **_: Any) -> str:
 
 @renderer("markdown")
 def _markdown(report: Report, **_: Any) -> str:
-    return report.to_markdown()
+    from opscope.report.markdown import render as render_markdown
+
+    return render_markdown(report)
 
 
 def _load_builtins() -> None:

@@ -46,7 +46,7 @@ class SourceBlocks:
                 t = ""
                 if ln.fwd_ns or ln.bwd_ns:
                     t = f"  # fwd {ln.fwd_ns / 1e6:.3f} ms, bwd {ln.bwd_ns / 1e6:.3f} ms"
-                out.append(f"{ln.line:>5}  {ln.text}{t}")
+                out.append(f"{ln.line:>5}  {ln.text}{t}".rstrip())
             out += ["```", ""]
         return "\n".join(out)
 
