@@ -99,6 +99,19 @@ def test_cli_report_markdown_and_terminal(capsys: pytest.CaptureFixture[str]) ->
     assert "Top kernels" in capsys.readouterr().out
 
 
+def test_cli_report_full_shows_every_table(capsys: pytest.CaptureFixture[str]) -> None:
+    path = shared_trace(TRACE)
+    assert main(["report", str(path)]) == 0
+    short = capsys.readouterr().out
+    assert "Not shown (--full shows every table)" in short and "Roofline" in short
+    assert "\nRoofline" not in short and "Top findings" in short
+    assert main(["report", str(path), "--full"]) == 0
+    full = capsys.readouterr().out
+    assert "Not shown" not in full
+    for title in ("Roofline", "Memory: peaks", "Critical path per step", "Top findings"):
+        assert f"\n{title}" in full, title
+
+
 def test_cli_report_bad_input_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
