@@ -389,6 +389,15 @@ def _code_by_line(data: dict[str, Any]) -> dict[tuple[str, int], str]:
     return out
 
 
+_AUTOGRAD = "autograd::engine::evaluate_function: "
+
+
+def _op_name(name: str) -> str:
+    """An operator's name with its distinctive part first (autograd's wrapper names end with
+    the backward function, which a cut name would lose)."""
+    return f"{name.removeprefix(_AUTOGRAD)} (autograd)" if name.startswith(_AUTOGRAD) else name
+
+
 def per_line(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Attribution rows summed per (file, line): a line run by several modules (a layer called
     in a loop) is one row, with how many modules ran it."""
@@ -418,6 +427,7 @@ def main_tables(
     ops = _rows((hs or {}).get("ops"))
     step_basis = "% of the summed step time" if data.get("steps") else "% of the trace's span"
     if ops:
+        ops = [{**r, "name": _op_name(str(r.get("name") or ""))} for r in ops]
         dev = any(_f(r.get("device_us")) for r in ops)
         cols = [
             Column("name", "operator", "text"),
@@ -631,18 +641,19 @@ def build_story(
     event_ids: list[list[int]] | None = None,
     kernel_total_us: float = 0.0,
     lines: list[dict[str, Any]] | None = None,
+    full_rows: int = 20,
 ) -> Story:
     """The story of the report ``data`` (``Report.to_json()``).
 
     ``full``: every table (the default shows a table only when it says something). Tables show at
-    most ``rows`` rows (``full`` shows up to the report's ``top``). ``event_ids``: per finding,
+    most ``rows`` rows (``full``: ``full_rows``, the report's ``top``). ``event_ids``: per finding,
     events to look at. ``kernel_total_us``: all kernels' time (the basis of the kernel shares;
     without it, the top kernels' time). ``lines``: every attribution row (µs), for the
     per-line sums (without it, the JSON's top rows).
     """
     head = headline(data)
     top_findings, more = findings(data, event_ids)
-    n = 10**9 if full else rows
+    n = max(rows, full_rows) if full else rows
     tables = main_tables(
         data, head.total_us, n, kernel_total_us, per_line(lines) if lines is not None else None
     )
@@ -723,4 +734,5 @@ def story_of(
         event_ids=ids or None,
         kernel_total_us=ktotal,
         lines=all_lines,
+        full_rows=int(getattr(report, "top", 20)),
     )
