@@ -73,7 +73,8 @@ def test_headline_parts_partition_the_steps_with_idle_by_cause() -> None:
     (idle,) = [p for p in h.parts if p.label == "device idle"]
     causes = {d.label: d.us for d in idle.detail}
     assert causes == {"waiting for the host": 1500.0, "data loading": idle.us - 1500.0}
-    assert "summed over 2 steps" in h.basis
+    assert h.basis == "of the summed step time, 2.2 ms = 2 steps"
+    assert h.step_text() == "1.1 ms ± 141 µs over 2 steps"
     assert any(n.startswith("peak memory 3 GiB allocated on device 0 (4 GiB") for n in h.notes)
 
 
@@ -108,6 +109,11 @@ def test_selection_top_findings_tables_and_what_is_left_out() -> None:
 
 
 def test_full_and_many_ranks_show_more_tables() -> None:
+    d = _data(ranks=2)
+    d["breakdown"]["steps"] += [{**r, "rank": 1} for r in d["breakdown"]["steps"]]
+    h = build_story(d).headline
+    assert h.basis == "of the summed step time, 4.4 ms = 2 steps × 2 ranks"
+    assert h.step_text().endswith("over 2 steps × 2 ranks")
     many = build_story(_data(ranks=4))
     assert "cluster.ranks" in [t.id for t in many.tables]
     full = build_story(_data(), full=True)

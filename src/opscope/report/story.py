@@ -70,13 +70,11 @@ class Headline:
         """``4.43 ms ± 0.12 ms over 3 steps (p10-p90 4.30-4.61 ms)``."""
         if self.step_us is None:
             return "no step time"
-        what = f"{self.steps} step{'s' if self.steps != 1 else ''}" if self.steps else "the span"
+        what = _steps_text(self.steps, self.ranks) if self.steps else "the span"
         text = f"{fmt.us(self.step_us)}"
         if self.std_us:
             text += f" ± {fmt.us(self.std_us)}"
         text += f" over {what}" if self.steps else f" ({what}: no steps marked)"
-        if self.ranks > 1:
-            text += f", {self.ranks} ranks"
         if self.steps > 2 and self.p10_us is not None and self.p90_us is not None:
             text += f" (p10–p90 {fmt.us(self.p10_us)}–{fmt.us(self.p90_us)})"
         return text
@@ -215,6 +213,11 @@ def _rows(v: Any) -> list[dict[str, Any]]:
     return [r for r in v if isinstance(r, dict)] if isinstance(v, list) else []
 
 
+def _steps_text(steps: int, ranks: int) -> str:
+    text = f"{steps} step{'s' if steps != 1 else ''}"
+    return text + (f" × {ranks} ranks" if ranks > 1 else "")
+
+
 def headline(data: dict[str, Any]) -> Headline:
     """Step time, its spread and where it goes, from the report JSON's ``breakdown``."""
     bd = data.get("breakdown") if isinstance(data.get("breakdown"), dict) else {}
@@ -227,14 +230,10 @@ def headline(data: dict[str, Any]) -> Headline:
     total = sum(_f(r.get("dur_us")) for r in steps)
     notes: list[str] = []
     if steps and any(r.get("step") is not None for r in steps):
-        n = int(_f(overall.get("steps"))) or len(steps)
         step_us: float | None = overall.get("mean_us") or (total / len(steps))
-        n_steps = n
-        basis = (
-            f"of the step time summed over {len(steps)} step{'s' if len(steps) != 1 else ''}"
-            + (f" × rank ({n_ranks} ranks)" if n_ranks > 1 else "")
-            + f" ({fmt.us(total)})"
-        )
+        n_steps = len({r.get("step") for r in steps})
+        step_ranks = len({r.get("rank") for r in steps})
+        basis = f"of the summed step time, {fmt.us(total)} = {_steps_text(n_steps, step_ranks)}"
     else:
         span = _f(data.get("span_us"))
         total = total or span
