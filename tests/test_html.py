@@ -213,20 +213,18 @@ def test_real_profile_report_sections_and_sorting(browser: Any, tmp_path: Path) 
     assert data["breakdown"]["steps"][0]["start_us"] == 0
     # Sort the operator table by total_us, ascending then descending.
     table = page.locator("#hotspots table").first
-    headers = table.locator("th").all_text_contents()
+    headers = [h.get_attribute("data-col") for h in table.locator("th").all()]
     col = headers.index("total_us")
+    assert table.locator("th").nth(col).text_content() == "total"
     table.locator("th").nth(col).click()
-    got = [
-        float(t.replace(",", ""))
-        for t in table.locator(f"tbody tr td:nth-child({col + 1})").all_text_contents()
-    ]
+    cells = table.locator(f"tbody tr td:nth-child({col + 1})")
+    got = [float(c.get_attribute("data-v") or "nan") for c in cells.all()]
+    # shown in human units: "1.156 ms", "826.00 µs"
+    assert all(t.endswith((" ms", " µs", " s")) for t in cells.all_text_contents())
     want = sorted((r["total_us"] for r in data["hotspots"]["ops"]), reverse=True)
     assert got == pytest.approx(want, rel=1e-3)
     table.locator("th").nth(col).click()
-    got2 = [
-        float(t.replace(",", ""))
-        for t in table.locator(f"tbody tr td:nth-child({col + 1})").all_text_contents()
-    ]
+    got2 = [float(c.get_attribute("data-v") or "nan") for c in cells.all()]
     assert got2 == pytest.approx(sorted(want), rel=1e-3)
     # One bar per step in the breakdown chart, each with its step time on hover.
     steps = data["breakdown"]["steps"]

@@ -40,6 +40,23 @@
     if (name && num) return `${o[name]} (${num.endsWith("_us") ? fmtUs(o[num]) : fmt(o[num])})`;
     return keys.map((k) => `${k}=${typeof o[k] === "object" && o[k] !== null ? "…" : fmt(o[k])}`).join(", ");
   }
+  function fmtBytes(b) {
+    const a = Math.abs(b);
+    for (const [u, n] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) if (a >= n) return (b / n).toPrecision(3) + " " + u;
+    return b.toFixed(0) + " B";
+  }
+  // A cell in human units, by what its column name says it holds (the raw value stays in data-v).
+  function fmtCol(c, v) {
+    if (typeof v !== "number" || !isFinite(v)) return fmt(v);
+    const n = c.toLowerCase();
+    if (n.endsWith("_us")) return fmtUs(v);
+    if (n.endsWith("_ns")) return fmtUs(v / 1000);
+    if (n === "pct" || n.endsWith("_pct") || n === "pct_span" || n === "pct_of_peak") return fmtPct(v);
+    if (n === "bytes" || n.endsWith("_bytes") || n.endsWith("allocated") || n.endsWith("reserved") || n === "fragmentation") return fmtBytes(v);
+    if (n.endsWith("gbps")) return v.toPrecision(3) + " GB/s";
+    if (n.endsWith("tflops")) return v.toPrecision(3) + " TFLOP/s";
+    return fmt(v);
+  }
   function fmtPct(v) {
     if (v === null || v === undefined || !isFinite(v)) return "";
     const a = Math.abs(v);
@@ -92,7 +109,8 @@
         const row = el("tr");
         for (const c of cols) {
           const v = r[c];
-          const td = el("td", fmt(v), typeof v === "number" ? "num" : "");
+          const td = el("td", fmtCol(c, v), typeof v === "number" ? "num" : "");
+          if (typeof v === "number") td.setAttribute("data-v", String(v));
           if (c === "severity" && typeof v === "string") td.className = "sev-" + v.toLowerCase();
           row.appendChild(td);
         }
@@ -100,7 +118,8 @@
       }
     }
     cols.forEach((c) => {
-      const th = el("th", c);
+      const th = el("th", c.replace(/_(us|ns|bytes)$/, "").replace(/_/g, " "));
+      th.setAttribute("data-col", c);
       th.addEventListener("click", () => {
         dir = sortCol === c ? -dir : (typeof (rows.find((r) => r[c] !== null && r[c] !== undefined) || {})[c] === "number" ? -1 : 1);
         sortCol = c;
