@@ -58,7 +58,9 @@ def test_planted_step_breakdown() -> None:
         assert r["device_busy_ns"] == 550_000  # 200..700 + 800..850
         assert r["device_idle_ns"] == 450_000
         assert r["data_loading_ns"] == 100_000
-        assert r["host_bound_ns"] == 350_000  # idle minus the data loading (0..100)
+        # no launch links planted: every gap (0..200, 700..800, 850..1000) is "other"
+        assert (r["idle_host_wait_ns"], r["idle_kernel_wait_ns"]) == (0, 0)
+        assert r["idle_other_ns"] == 450_000
     stats = res.stats.filter(res.stats["rank"].is_null()).row(0, named=True)  # type: ignore[attr-defined]
     assert stats["mean_ns"] == 1_000_000 and stats["std_ns"] == 0 and stats["cv"] == 0
 
@@ -100,3 +102,69 @@ def test_ascend_steps_equal_step_trace_time_csv() -> None:
             float(w["Communication(Not Overlapped)"]), abs=0.01
         )
         assert got[s]["device_idle_ns"] / 1000 == pytest.approx(float(w["Free"]), abs=0.01)
+
+
+def _launched(b: Builder, name: str, launch_ts: float, ts: float, dur: float, op: int,
+              stream: int = 7) -> None:  # fmt: skip
+    rt = b._add(kind="runtime", name="cudaLaunchKernel", ts=launch_ts, dur=1.0, pid=1, tid=1,
+                step=b.events[op].get("step"))  # fmt: skip
+    k = b.kernel(name, ts, dur, op, stream=stream)
+    b.events[k]["launch_id"] = rt
+
+
+def test_idle_split_by_cause_per_stream_and_device() -> None:
+    b = Builder()
+    st = b.step(0, 0, 1000)
+    op = b.op("aten::mm", 100, 800, parent=st, step=0)
+    _launched(b, "A", 150, 200, 300, op)  # gap 0..200: launched at 150 > 0 -> host wait
+    _launched(b, "B", 300, 600, 100, op)  # gap 500..600: launched at 300 <= 500 -> kernel wait
+    _launched(b, "C", 750, 800, 50, op)  # gap 700..800: launched at 750 > 700 -> host wait
+    _launched(b, "D", 160, 550, 100, op, stream=8)  # stream 8: 550..650
+    res = run("breakdown", b.build())
+    s7, s8 = res.streams.sort("stream").iter_rows(named=True)  # type: ignore[attr-defined]
+    # stream 7: busy 200..500, 600..700, 800..850; tail 850..1000 is other
+    assert (s7["busy_ns"], s7["idle_host_wait_ns"], s7["idle_kernel_wait_ns"]) == (
+        450_000,
+        300_000,
+        100_000,
+    )
+    assert s7["idle_other_ns"] == 150_000
+    # stream 8: D launched at 160 > 0 -> the 0..550 gap is host wait; tail 650..1000 other
+    assert (s8["busy_ns"], s8["idle_host_wait_ns"], s8["idle_kernel_wait_ns"]) == (
+        100_000,
+        550_000,
+        0,
+    )
+    assert s8["idle_other_ns"] == 350_000
+    # device-wide: busy 200..500, 550..700, 800..850; gaps 0..200 host (A), 500..550 kernel
+    # (D was launched at 160), 700..800 host (C), tail 850..1000 other
+    r = res.steps.row(0, named=True)  # type: ignore[attr-defined]
+    assert r["device_busy_ns"] == 500_000
+    assert (r["idle_host_wait_ns"], r["idle_kernel_wait_ns"], r["idle_other_ns"]) == (
+        300_000,
+        50_000,
+        150_000,
+    )
+    for row in [s7, s8, r]:
+        cats = row["idle_host_wait_ns"] + row["idle_kernel_wait_ns"] + row["idle_other_ns"]
+        assert cats + row.get("busy_ns", row.get("device_busy_ns")) == row["dur_ns"]
+    q = {x["stream"]: x for x in res.queue.iter_rows(named=True)}  # type: ignore[attr-defined]
+    # stream 7 queue: 1 on 150..300, 2 on 300..500, 1 on 500..700, 1 on 750..850
+    assert q[7]["max"] == 2
+    assert q[7]["zero_ns"] == 150_000 + 50_000 + 150_000
+    assert q[7]["mean"] == pytest.approx((150 + 400 + 200 + 100) / 1000)
+
+
+def test_device_work_counts_in_the_step_it_runs_in() -> None:
+    b = Builder()
+    st0 = b.step(0, 0, 1000)
+    b.step(1, 1000, 1000)
+    op = b.op("aten::mm", 100, 800, parent=st0, step=0)
+    # launched in step 0, runs 900..1300: 100 µs in step 0, 300 µs in step 1
+    _launched(b, "late", 850, 900, 400, op)
+    res = run("breakdown", b.build())
+    s0, s1 = res.steps.sort("step").iter_rows(named=True)  # type: ignore[attr-defined]
+    assert (s0["compute_ns"], s1["compute_ns"]) == (100_000, 300_000)
+    assert s0["idle_host_wait_ns"] == 900_000  # launched at 850 > 0
+    assert s1["idle_other_ns"] == 700_000 and s1["idle_host_wait_ns"] == 0
+    assert s0["device_busy_ns"] + s0["device_idle_ns"] == s0["dur_ns"]

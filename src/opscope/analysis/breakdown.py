@@ -1,53 +1,78 @@
-"""Step breakdown per step and rank, and the spread of step times.
+"""Step breakdown per step and rank, why the device is idle, launch queues, step-time spread.
 
-Each step window ``[ts, ts + dur)`` of ``steps`` (or, without steps, each rank's whole span as one
-step with a null number) is split by interval unions of the work clipped to it:
+**Windows.** Each step window ``[ts, ts + dur)`` of ``steps`` (or, without steps, each rank's
+whole span as one step with a null number). Every event counts in each window it overlaps, by
+its own time, clipped to the window (a kernel launched in step 3 that runs in step 4 is step 4's
+time); zero-length events count nowhere. Windows of a rank are assumed not to overlap (ProfilerStep
+ranges follow each other).
 
-- ``compute_ns``: device kernels that are not communication (union over streams);
-- ``communication_ns``: NCCL/HCCL/collective kernels and ``communication`` events;
-  ``communication_not_overlapped_ns`` the part of it when no compute runs;
-- ``memcpy_ns``, ``memset_ns``; ``device_busy_ns`` the union of all device work;
-- ``device_idle_ns`` = step − busy; ``data_loading_ns``: DataLoader ops/annotations on the host;
-  ``host_bound_ns``: device idle time that is not data loading (the device waits for the host);
-- ``host_ops_ns``: union of host ops (the only figure a CPU-only profile has besides loading).
+**Steps table** (interval unions of the clipped work):
+
+- ``compute_ns``: kernels of kind ``kernel``; ``communication_ns``: kind ``communication``
+  (classified once at load), ``communication_not_overlapped_ns`` the part of it when no other
+  device work runs; ``memcpy_ns``, ``memset_ns``; ``device_busy_ns`` the union of all device work
+  (every stream of the rank);
+- ``device_idle_ns`` = window − busy, split by why the device waited (the device-wide view: the
+  gaps of the union over all streams), each gap by the device work that ends it:
+  ``idle_host_wait_ns`` when that work's launch (the runtime call linked to it) started after
+  the gap began (the device waited for the host to launch it), ``idle_kernel_wait_ns`` when it had
+  already been launched (it waited on a dependency, an event, another stream), ``idle_other_ns``
+  when no work ends the gap inside the window (the tail of the step) or the work has no launch
+  link. ``device_busy_ns + idle_host_wait_ns + idle_kernel_wait_ns + idle_other_ns == dur_ns``;
+- ``data_loading_ns``: DataLoader ops/annotations on the host; ``host_ops_ns``: union of host ops.
+
+**Streams table**: the same split per (rank, step, device, stream) for every stream active on
+the rank: ``busy_ns`` (union of its work) and the three idle categories sum to ``dur_ns``.
+
+**Queue table**: per (rank, device, stream), the launch queue (work launched but not finished:
++1 at the launch call's start, or at the work's own start without a launch link, −1 at its
+end) over the rank's analysed range (first window start to last window end): time-weighted
+``mean``, ``max``, ``zero_ns`` (time with nothing queued) and its share ``zero_pct``.
 
 Ascend steps carrying ``computing_ns``/``communication_ns``/``communication_not_overlapped_ns``/
-``free_ns`` (step_trace_time.csv) use those figures instead. Unions are vectorised: sort, running
-max of the ends, a new segment where a start passes it.
+``free_ns`` (step_trace_time.csv) use those figures instead (the idle split is then null: it
+would not add up to ``free_ns``). Unions are vectorised: sort, running max of the ends, a new
+segment where a start passes it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from opscope.analysis.hotspots import markdown_table, rows
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.model import Profile
+from opscope.model import Profile, kinds
 
 #: Host events that are data loading.
 DATA_PATTERN = r"DataLoader|dataloader"
+
+#: The idle categories, in the order they are shown.
+IDLE_COLUMNS = ("idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns")
 
 
 def union_ns(iv: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Length of the union of intervals (``start``, ``end``) per ``keys``: column ``union_ns``."""
     if not iv.height:
         return pl.DataFrame(schema={**{k: iv.schema[k] for k in keys}, "union_ns": pl.Int64})
+    s = _segments(iv, keys)
+    return s.group_by(keys).agg((pl.col("e") - pl.col("s")).sum().cast(pl.Int64).alias("union_ns"))
+
+
+def _segments(iv: pl.DataFrame, keys: list[str], *extra: pl.Expr) -> pl.DataFrame:
+    """The union of intervals per ``keys`` as segments ``s``..``e`` (and ``extra`` aggregates)."""
     s = iv.sort([*keys, "start"])
-    s = s.with_columns(pl.col("end").cum_max().shift(1).over(keys).alias("prev"))
+    s = s.with_columns(pl.col("end").cum_max().shift(1).over(keys).alias("_prev"))
     s = s.with_columns(
-        (pl.col("prev").is_null() | (pl.col("start") > pl.col("prev")))
+        (pl.col("_prev").is_null() | (pl.col("start") > pl.col("_prev")))
         .cum_sum()
         .over(keys)
-        .alias("seg")
+        .alias("_seg")
     )
-    return (
-        s.group_by([*keys, "seg"])
-        .agg((pl.col("end").max() - pl.col("start").min()).alias("len"))
-        .group_by(keys)
-        .agg(pl.col("len").sum().cast(pl.Int64).alias("union_ns"))
+    return s.group_by([*keys, "_seg"]).agg(
+        pl.col("start").min().alias("s"), pl.col("end").max().alias("e"), *extra
     )
 
 
@@ -71,49 +96,168 @@ def _windows(profile: Profile) -> pl.DataFrame:
     )
 
 
-def _clip(ev: pl.DataFrame, win: pl.DataFrame, cls: str) -> pl.DataFrame:
-    """Intervals of ``ev`` in the window holding their start, clipped to its end, tagged ``cls``.
+def _clip(ev: pl.DataFrame, win: pl.DataFrame, cls: str | None = None) -> pl.DataFrame:
+    """``ev`` (``rank``, ``ts_ns``, ``dur_ns``, any other columns) once per window it overlaps,
+    clipped to it: ``step``, ``w0``, ``w1``, ``start``, ``end`` (and ``cls`` when given).
 
-    An as-of join (not a cross join of events and steps): an event belongs to the step it starts
-    in; the part of it running past the step's end is cut (it is rare, and it is the next step's
-    time only by a few µs at the boundary).
+    Two as-of joins find the first window ending after the event starts and the last window
+    starting before it ends; an event spanning several windows is repeated once per window (a
+    cross join of events and steps would be events × steps rows).
     """
-    e = ev.select("rank", "ts_ns", "dur_ns").sort("ts_ns")
-    w = win.sort("w0")
-    j = e.join_asof(
-        w, left_on="ts_ns", right_on="w0", by="rank", strategy="backward", check_sortedness=False
+    w = win.sort("rank", "w0").with_columns(pl.int_range(pl.len()).over("rank").alias("_k"))
+    e = ev.filter(pl.col("dur_ns") > 0).with_columns(
+        pl.col("ts_ns").alias("_s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_e")
     )
-    return j.filter(pl.col("w0").is_not_null() & (pl.col("ts_ns") < pl.col("w1"))).select(
-        "rank",
-        "step",
-        pl.lit(cls).alias("cls"),
-        pl.col("ts_ns").alias("start"),
-        pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), "w1").alias("end"),
+    lo = w.select("rank", pl.col("w1").alias("_s"), pl.col("_k").alias("_lo")).sort("_s")
+    hi = w.select("rank", pl.col("w0").alias("_e"), pl.col("_k").alias("_hi")).sort("_e")
+    e = e.sort("_s").join_asof(
+        lo, on="_s", by="rank", strategy="forward", allow_exact_matches=False,
+        check_sortedness=False,
+    )  # fmt: skip
+    e = e.sort("_e").join_asof(
+        hi, on="_e", by="rank", strategy="backward", allow_exact_matches=False,
+        check_sortedness=False,
+    )  # fmt: skip
+    e = e.filter(pl.col("_lo").is_not_null() & pl.col("_hi").is_not_null())
+    e = e.filter(pl.col("_lo") <= pl.col("_hi"))
+    e = e.with_columns(pl.int_ranges("_lo", pl.col("_hi") + 1).alias("_k")).explode("_k")
+    j = e.join(w.select("rank", "_k", "step", "w0", "w1"), on=["rank", "_k"], how="inner")
+    j = j.with_columns(
+        pl.max_horizontal("_s", "w0").alias("start"), pl.min_horizontal("_e", "w1").alias("end")
+    ).filter(pl.col("end") > pl.col("start"))
+    if cls is not None:
+        j = j.with_columns(pl.lit(cls).alias("cls"))
+    return j.drop("_s", "_e", "_lo", "_hi", "_k")
+
+
+def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Busy time and idle categories per lane and window (see the module doc).
+
+    ``iv``: clipped work (``keys``, ``start``, ``end``, ``launch_ts``); ``lanes``: every
+    (``keys``, ``w0``, ``w1``) to report, work or not. Returns ``keys``, ``busy_ns`` and
+    :data:`IDLE_COLUMNS`, which sum to ``w1 - w0`` per lane.
+    """
+    at_start = pl.col("start") == pl.col("start").min()
+    segs = _segments(iv, keys, pl.col("launch_ts").filter(at_start).min().alias("launch")).sort(
+        [*keys, "s"]
     )
+    segs = segs.join(lanes, on=keys, how="inner", nulls_equal=True)
+    # the gap before each segment: from the previous segment's end, or the window's start
+    segs = segs.with_columns(
+        pl.coalesce(pl.col("e").shift(1).over(keys), "w0").alias("g0")
+    ).with_columns((pl.col("s") - pl.col("g0")).alias("gap"))
+    host = pl.col("launch") > pl.col("g0")
+    kernel = pl.col("launch") <= pl.col("g0")
+    per = segs.group_by(keys).agg(
+        (pl.col("e") - pl.col("s")).sum().alias("busy_ns"),
+        pl.col("gap").filter(host).sum().alias("idle_host_wait_ns"),
+        pl.col("gap").filter(kernel).sum().alias("idle_kernel_wait_ns"),
+        # no launch link, plus the tail after the last segment
+        (pl.col("gap").filter(pl.col("launch").is_null()).sum() + pl.col("w1").max()
+         - pl.col("e").max()).alias("idle_other_ns"),
+    )  # fmt: skip
+    out = lanes.join(per, on=keys, how="left", nulls_equal=True).with_columns(
+        pl.col("busy_ns", "idle_host_wait_ns", "idle_kernel_wait_ns").fill_null(0),
+        pl.col("idle_other_ns").fill_null(pl.col("w1") - pl.col("w0")),
+    )
+    return out.select(*keys, *(pl.col(c).cast(pl.Int64) for c in ("busy_ns", *IDLE_COLUMNS)))
+
+
+def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """Launch-queue length per (rank, device, stream) over each rank's analysed range."""
+    schema = {
+        "rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64, "span_ns": pl.Int64,
+        "mean": pl.Float64, "max": pl.Int64, "zero_ns": pl.Int64, "zero_pct": pl.Float64,
+    }  # fmt: skip
+    if not dev.height or not win.height:
+        return pl.DataFrame(schema=schema)
+    rng = win.group_by("rank").agg(pl.col("w0").min().alias("r0"), pl.col("w1").max().alias("r1"))
+    lane = ["rank", "device", "stream"]
+    pts = pl.concat(
+        [
+            dev.select(*lane, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
+            dev.select(
+                *lane, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")
+            ),
+        ]
+    ).sort([*lane, "t", "d"])  # at one instant the ends first: no phantom peak
+    pts = pts.with_columns(
+        pl.col("d").cum_sum().over(lane).alias("q"),
+        pl.col("t").shift(-1).over(lane).alias("t1"),
+    ).join(rng, on="rank")
+    pts = pts.with_columns(
+        (pl.min_horizontal(pl.coalesce("t1", "t"), "r1") - pl.max_horizontal("t", "r0"))
+        .clip(lower_bound=0)
+        .alias("len")
+    )
+    out = (
+        pts.group_by(lane)
+        .agg(
+            (pl.col("r1").first() - pl.col("r0").first()).alias("span_ns"),
+            (pl.col("q") * pl.col("len")).sum().alias("_area"),
+            pl.col("q").filter(pl.col("len") > 0).max().fill_null(0).alias("max"),
+            pl.col("len").filter(pl.col("q") > 0).sum().alias("_busy"),
+        )
+        .with_columns(
+            (pl.col("_area") / pl.col("span_ns")).alias("mean"),
+            (pl.col("span_ns") - pl.col("_busy")).alias("zero_ns"),
+        )
+        .with_columns((100.0 * pl.col("zero_ns") / pl.col("span_ns")).alias("zero_pct"))
+        .drop("_area", "_busy")
+        .filter(pl.col("span_ns") > 0)
+    )
+    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).sort(lane)
 
 
 @dataclass(frozen=True)
 class Breakdown(Result):
     """``steps``: one row per (rank, step) with the columns of the module doc;
-    ``stats``: step time mean/median/std/p10/p90/cv per rank and over all (rank null)."""
+    ``streams``: busy and idle categories per (rank, step, device, stream); ``queue``: launch
+    queue length per stream; ``stats``: step time mean/median/std/p10/p90/cv per rank and over
+    all (rank null)."""
 
     steps: pl.DataFrame
     stats: pl.DataFrame
+    streams: pl.DataFrame = field(default_factory=pl.DataFrame)
+    queue: pl.DataFrame = field(default_factory=pl.DataFrame)
     top: int = 20
 
     def to_json(self) -> dict[str, Any]:
-        """``{"steps": [...], "stats": [...]}`` in µs."""
-        return {"steps": rows(self.steps), "stats": rows(self.stats)}
+        """``{"steps", "stats", "streams", "queue"}`` in µs."""
+        return {
+            "steps": rows(self.steps),
+            "stats": rows(self.stats),
+            "streams": rows(self.streams),
+            "queue": rows(self.queue),
+        }
 
     def to_markdown(self) -> str:
-        """Per-step breakdown and step-time spread as Markdown."""
-        return (
-            "## Step breakdown\n\n"
-            + markdown_table(self.steps, self.top)
-            + "\n\n### Step time\n\n"
-            + markdown_table(self.stats)
-            + "\n"
+        """Per-step breakdown, idle per stream, launch queues and step-time spread as Markdown."""
+        out = "## Step breakdown\n\n" + markdown_table(self.steps, self.top)
+        if self.streams.height:
+            out += "\n\n### Device idle per stream\n\n" + markdown_table(self.streams, self.top)
+        if self.queue.height:
+            out += "\n\n### Launch queue per stream\n\n" + markdown_table(self.queue, self.top)
+        return out + "\n\n### Step time\n\n" + markdown_table(self.stats) + "\n"
+
+
+def _device_work(profile: Profile) -> pl.DataFrame:
+    """Device work with its stream and the start of the runtime call that launched it."""
+    ev = profile.events
+    launch = ev.select(pl.col("id").alias("launch_id"), pl.col("ts_ns").alias("launch_ts"))
+    return (
+        ev.filter(pl.col("kind").is_in(list(kinds.DEVICE_WORK)))
+        .select(
+            "rank",
+            "kind",
+            pl.col("device").fill_null(-1).alias("device"),
+            pl.coalesce("stream", "tid").fill_null(-1).alias("stream"),
+            "ts_ns",
+            "dur_ns",
+            "launch_id",
         )
+        .join(launch, on="launch_id", how="left")
+    )
 
 
 @analysis("breakdown")
@@ -121,56 +265,46 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
     """Per-step breakdown and step-time spread: see the module doc."""
     ev = profile.events
     win = _windows(profile)
-    dev = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset", "communication"]))
+    dev = _device_work(profile)
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
+    cdev = _clip(dev, win)
     parts = [
-        _clip(dev.filter((pl.col("kind") == "kernel") & ~is_comm), win, "compute"),
-        _clip(dev.filter(is_comm), win, "communication"),
-        _clip(dev.filter(pl.col("kind") == "memcpy"), win, "memcpy"),
-        _clip(dev.filter(pl.col("kind") == "memset"), win, "memset"),
-        _clip(dev, win, "device_busy"),
-        _clip(dev.filter(~is_comm), win, "not_comm"),
+        cdev.filter(pl.col("kind") == "kernel").with_columns(pl.lit("compute").alias("cls")),
+        cdev.filter(is_comm).with_columns(pl.lit("communication").alias("cls")),
+        cdev.filter(pl.col("kind") == "memcpy").with_columns(pl.lit("memcpy").alias("cls")),
+        cdev.filter(pl.col("kind") == "memset").with_columns(pl.lit("memset").alias("cls")),
+        cdev.filter(~is_comm).with_columns(pl.lit("not_comm").alias("cls")),
         _clip(ev.filter(pl.col("kind") == "cpu_op"), win, "host_ops"),
-    ]
-    data = ev.filter(
-        pl.col("kind").is_in(["cpu_op", "user_annotation", "python_function"])
-        & pl.col("name").str.contains(DATA_PATTERN)
-    )
-    dl = _clip(data, win, "data_loading")
-    busy = parts[4]
-    parts += [
-        dl,
-        pl.concat(
-            [
-                dl.with_columns(pl.lit("dl_or_busy").alias("cls")),
-                busy.with_columns(pl.lit("dl_or_busy").alias("cls")),
-            ]
+        _clip(
+            ev.filter(
+                pl.col("kind").is_in(["cpu_op", "user_annotation", "python_function"])
+                & pl.col("name").str.contains(DATA_PATTERN)
+            ),
+            win,
+            "data_loading",
         ),
     ]
-    iv = pl.concat(parts)
+    iv = pl.concat([p.select("rank", "step", "cls", "start", "end") for p in parts])
     u = union_ns(iv, ["rank", "step", "cls"]).pivot(
         on="cls", index=["rank", "step"], values="union_ns"
     )
-    cols = [
-        "compute",
-        "communication",
-        "memcpy",
-        "memset",
-        "device_busy",
-        "not_comm",
-        "host_ops",
-        "data_loading",
-        "dl_or_busy",
-    ]
+    cols = ["compute", "communication", "memcpy", "memset", "not_comm", "host_ops", "data_loading"]
     for c in cols:
         if c not in u.columns:
             u = u.with_columns(pl.lit(0, pl.Int64).alias(c))
+    # device-wide idle: the union over every stream of the rank
+    whole = idle_split(cdev, win, ["rank", "step"])
     out = (
         win.join(u, on=["rank", "step"], how="left", nulls_equal=True)
+        .join(whole, on=["rank", "step"], how="left", nulls_equal=True)
         .with_columns(pl.col(cols).fill_null(0))
         .with_columns((pl.col("w1") - pl.col("w0")).alias("dur_ns"))
     )
     has_dev = profile.has_device
+
+    def dev_only(c: str) -> pl.Expr:
+        return (pl.col(c) if has_dev else pl.lit(None, pl.Int64)).alias(c)
+
     out = out.select(
         "rank",
         "step",
@@ -178,17 +312,14 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
         "dur_ns",
         pl.col("compute").alias("compute_ns"),
         pl.col("communication").alias("communication_ns"),
-        (pl.col("device_busy") - pl.col("not_comm")).alias("communication_not_overlapped_ns"),
+        (pl.col("busy_ns") - pl.col("not_comm")).alias("communication_not_overlapped_ns"),
         pl.col("memcpy").alias("memcpy_ns"),
         pl.col("memset").alias("memset_ns"),
-        pl.col("device_busy").alias("device_busy_ns"),
-        ((pl.col("dur_ns") - pl.col("device_busy")) if has_dev else pl.lit(None, pl.Int64)).alias(
+        pl.col("busy_ns").alias("device_busy_ns"),
+        ((pl.col("dur_ns") - pl.col("busy_ns")) if has_dev else pl.lit(None, pl.Int64)).alias(
             "device_idle_ns"
         ),
-        # idle not covered by data loading = step - |busy ∪ data loading|
-        ((pl.col("dur_ns") - pl.col("dl_or_busy")) if has_dev else pl.lit(None, pl.Int64)).alias(
-            "host_bound_ns"
-        ),
+        *(dev_only(c) for c in IDLE_COLUMNS),
         pl.col("data_loading").alias("data_loading_ns"),
         pl.col("host_ops").alias("host_ops_ns"),
     )
@@ -202,6 +333,7 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
             "communication_not_overlapped_ns",
             "free_ns",
         )
+        own = pl.col("free_ns").is_null()
         out = (
             out.join(asc, on=["rank", "step"], how="left", suffix="_src")
             .with_columns(
@@ -211,6 +343,7 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
                     "communication_not_overlapped_ns_src", "communication_not_overlapped_ns"
                 ).alias("communication_not_overlapped_ns"),
                 pl.coalesce("free_ns", "device_idle_ns").alias("device_idle_ns"),
+                *(pl.when(own).then(pl.col(c)).alias(c) for c in IDLE_COLUMNS),
             )
             .drop(
                 "computing_ns",
@@ -220,6 +353,22 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
             )
         )
     out = out.sort("rank", "step")
+    # per stream: every stream active on the rank, in every window
+    lanes = cdev.select("rank", "device", "stream").unique().join(win, on="rank", how="inner")
+    streams = (
+        idle_split(cdev, lanes, ["rank", "step", "device", "stream"])
+        .join(win, on=["rank", "step"], how="left", nulls_equal=True)
+        .select(
+            "rank",
+            "step",
+            "device",
+            "stream",
+            (pl.col("w1") - pl.col("w0")).alias("dur_ns"),
+            "busy_ns",
+            *IDLE_COLUMNS,
+        )
+        .sort("rank", "step", "device", "stream")
+    )
 
     def stats(df: pl.DataFrame) -> pl.DataFrame:
         d = pl.col("dur_ns").cast(pl.Float64)
@@ -245,4 +394,10 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
     )
     overall = stats(out).with_columns(pl.lit(None, pl.Int32).alias("rank"))
     allstats = pl.concat([per_rank, overall], how="diagonal") if per_rank.height else overall
-    return Breakdown(steps=out, stats=allstats.select("rank", pl.exclude("rank")), top=options.top)
+    return Breakdown(
+        steps=out,
+        stats=allstats.select("rank", pl.exclude("rank")),
+        streams=streams,
+        queue=queue_lengths(dev, win),
+        top=options.top,
+    )
