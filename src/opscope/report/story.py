@@ -262,6 +262,9 @@ def headline(data: dict[str, Any]) -> Headline:
         if copies:
             parts.append(part("copies and fills, not hidden by compute", copies))
         parts.append(part("device idle", idle, _idle_causes(steps, idle, part)))
+        rest = total - (compute + comm_no + copies + idle)
+        if abs(rest) > 0.005 * total:  # Ascend: step_trace's own figures, not our unions
+            parts.append(part("not split (profiler step figures)", rest))
         comm = s("communication_us")
         if comm > comm_no:
             notes.append(
@@ -330,13 +333,16 @@ def _idle_causes(steps: list[dict[str, Any]], idle: float, part: Any) -> tuple[P
                 split[what] = split.get(what, 0.0) + float(v)
     if split:
         return tuple(part(k, v) for k, v in split.items() if v)
-    host_bound = sum(_f(r.get("host_bound_us")) for r in steps)
+    host_bound = min(idle, sum(_f(r.get("host_bound_us")) for r in steps))
+    loading = min(idle - host_bound, sum(_f(r.get("data_loading_us")) for r in steps))
+    other = idle - host_bound - loading
     out = []
     if host_bound:
         out.append(part("waiting for the host", host_bound))
-    loading = idle - host_bound
-    if loading > 0 and any(_f(r.get("data_loading_us")) for r in steps):
+    if loading > 0:
         out.append(part("data loading", loading))
+    if out and other > 0.005 * idle:
+        out.append(part("other", other))
     return tuple(out)
 
 
