@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from opscope.errors import OpscopeError
 from opscope.model import Profile
@@ -325,25 +326,20 @@ def _us_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
     )
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.0f}"
-    if isinstance(v, list):
-        return str(v)
-    return str(v)
-
-
 def _print_rows(console: Console, title: str, rows: list[dict[str, Any]], cols: list[str]) -> None:
+    from opscope.report import fmt
+
     if not rows:
         console.print(f"{title}: none")
         return
     t = Table(title=title, title_justify="left", show_lines=False)
     for c in cols:
-        t.add_column(c, overflow="fold", max_width=60)
+        numeric = any(isinstance(r.get(c), int | float) for r in rows)
+        t.add_column(
+            fmt.header(c), overflow="fold", max_width=60, justify="right" if numeric else "left"
+        )
     for r in rows:
-        t.add_row(*(_fmt(r.get(c)) for c in cols))
+        t.add_row(*(Text(fmt.by_column(c, r.get(c)) or "—") for c in cols))
     console.print(t)
 
 
