@@ -85,7 +85,10 @@ def test_headline_uses_the_breakdowns_own_idle_split() -> None:
     for r in d["breakdown"]["steps"]:
         r["idle_host_wait_us"], r["idle_kernel_wait_us"] = 100.0, 20.0
     (idle,) = [p for p in build_story(d).headline.parts if p.label == "device idle"]
-    assert {p.label: p.us for p in idle.detail} == {"host wait": 200.0, "kernel wait": 40.0}
+    assert {p.label: p.us for p in idle.detail} == {
+        "waiting for the host to launch": 200.0,
+        "launched, waiting on a dependency": 40.0,
+    }
 
 
 def test_selection_top_findings_tables_and_what_is_left_out() -> None:

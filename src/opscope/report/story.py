@@ -318,6 +318,12 @@ def _memory_peak(data: dict[str, Any]) -> str | None:
     return text
 
 
+#: The breakdown's idle causes in words (its module doc says what each is).
+_IDLE_LABELS = {
+    "host wait": "waiting for the host to launch",
+    "kernel wait": "launched, waiting on a dependency",
+}
+
 _IDLE_SPLIT = re.compile(r"^(?:device_)?idle_(?P<what>.+)_us$|^(?P<what2>.+)_idle_us$")
 
 
@@ -330,6 +336,7 @@ def _idle_causes(steps: list[dict[str, Any]], idle: float, part: Any) -> tuple[P
             m = _IDLE_SPLIT.match(k)
             if m and k != "device_idle_us" and isinstance(v, int | float):
                 what = (m.group("what") or m.group("what2") or k).replace("_", " ")
+                what = _IDLE_LABELS.get(what, what)
                 split[what] = split.get(what, 0.0) + float(v)
     if split:
         return tuple(part(k, v) for k, v in split.items() if v)
