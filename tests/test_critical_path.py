@@ -6,13 +6,14 @@ import gzip
 import json
 import time
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
 
 from conftest import shared_trace
-from opscope.analysis.critical_path import critical_path, longest_path
+from opscope.analysis.critical_path import IDLE_OP, _nodes, critical_path, longest_path
 from opscope.analysis.registry import Options
 from opscope.model import Profile
 
@@ -86,15 +87,69 @@ def _synthetic() -> Profile:
 
 def test_synthetic_known_path() -> None:
     res = critical_path(_synthetic(), Options())
-    # by hand: host up to L2's end (0..25 = 25), K2 (26..80 = 54), the sync's tail (80..90 = 10)
-    assert res.path.get_column("id").to_list() == [10, 11, 21, 12]
-    assert res.path.get_column("on_path_ns").to_list() == [15, 10, 54, 10]
+    # by hand: the thread does nothing tracked on 0..5 (before opA) and 17..18 (between opA and
+    # opB): explicit idle nodes (no event id), never part of the next op. Then opA's launch
+    # 5..15 and its tail 15..17, opB up to L2's end (18..25), K2 (26..80), the sync's tail (80..90)
+    assert res.path.get_column("id").to_list() == [None, 10, None, None, 11, 21, 12]
+    assert res.path.get_column("on_path_ns").to_list() == [5, 10, 2, 1, 7, 54, 10]
     s = res.steps.row(0, named=True)
     assert s["path_ns"] == 89 and s["step_ns"] == 90 and s["host_step_ns"] == 100
     assert s["device_ns"] == 54 and s["host_ns"] == 35
     ops = dict(zip(res.ops.get_column("op"), res.ops.get_column("on_path_ns"), strict=True))
-    assert ops == {"opA": 15, "opB": 64, "cudaDeviceSynchronize": 10}
+    assert ops == {"opA": 12, "opB": 61, "cudaDeviceSynchronize": 10, IDLE_OP: 6}
     assert res.to_json()["steps"][0]["path_us"] == pytest.approx(0.089)
+
+
+def _blocking_copy() -> Profile:
+    # thread 1: div launches K [10,12] at 10..11; then nothing tracked 12..20; aten::item 20..300
+    # with a cudaMemcpyAsync 21..290 whose copy C runs 250..289 on stream 7 behind a long kernel
+    # L 30..250 (launched by mm at 13..14 inside aten::mm 12.5..14.5); then aten::div 300..310
+    # launching D at 301..302 (the op of the issue: must not carry the wait)
+    def op(i: int, name: str, ts: int, dur: int) -> dict[str, Any]:
+        return {"id": i, "kind": "cpu_op", "name": name, "tid": 1, "ts_ns": ts, "dur_ns": dur}
+
+    def rt(i: int, name: str, ts: int, dur: int, parent: int) -> dict[str, Any]:
+        return {"id": i, "kind": "runtime", "name": name, "tid": 1, "ts_ns": ts, "dur_ns": dur,
+                "op_id": parent, "parent_id": parent}  # fmt: skip
+
+    def dev(i: int, kind: str, ts: int, dur: int, launch: int, parent: int) -> dict[str, Any]:
+        return {"id": i, "kind": kind, "name": f"dev{i}", "tid": 7, "stream": 7, "device": 0,
+                "ts_ns": ts, "dur_ns": dur, "launch_id": launch, "op_id": parent}  # fmt: skip
+
+    ev = [
+        op(1, "aten::add", 9, 3), rt(2, "cudaLaunchKernel", 10, 1, 1),
+        op(3, "aten::mm", 12, 3), rt(4, "cudaLaunchKernel", 13, 1, 3),
+        op(5, "aten::item", 20, 280), rt(6, "cudaMemcpyAsync", 21, 269, 5),
+        op(7, "aten::div", 300, 10), rt(8, "cudaLaunchKernel", 301, 1, 7),
+        dev(20, "kernel", 11, 1, 2, 1), dev(21, "kernel", 30, 220, 4, 3),
+        dev(22, "memcpy", 250, 39, 6, 5), dev(23, "kernel", 303, 2, 8, 7),
+    ]  # fmt: skip
+    events = pl.DataFrame(ev).with_columns(pl.lit(0).alias("step"), pl.lit(0).alias("rank"))
+    steps = pl.DataFrame({"rank": [0], "step": [0], "ts_ns": [0], "dur_ns": [320]})
+    return Profile.from_tables(events=events, steps=steps)
+
+
+def test_blocking_copy_carries_the_wait_not_the_next_op() -> None:
+    p = _blocking_copy()
+    res = critical_path(p, Options())
+    got = res.path.select("start_ns", "end_ns", "op", "on_path_ns").rows()
+    # by hand: nothing tracked 0..9; add's launch 9..11 and its tail 11..12; mm's launch
+    # 12..14; mm's kernel L 30..250 and the copy 250..289, which the blocking cudaMemcpyAsync
+    # waited for (a wait edge from its copy: its own time counts from 289); item's tail
+    # 290..300; div's launch 300..302 and its kernel 303..305
+    assert got == [
+        (0, 9, IDLE_OP, 9), (9, 11, "aten::add", 2), (11, 12, "aten::add", 1),
+        (12, 14, "aten::mm", 2), (30, 250, "aten::mm", 220), (250, 289, "aten::item", 39),
+        (21, 290, "aten::item", 1), (290, 300, "aten::item", 10), (300, 302, "aten::div", 2),
+        (303, 305, "aten::div", 2),
+    ]  # fmt: skip
+    ops = dict(zip(res.ops.get_column("op"), res.ops.get_column("on_path_ns"), strict=True))
+    assert ops["aten::div"] == 4  # its own time only, never the 270 ns wait before it
+    # the thread's empty time 15..20 is an explicit idle node, not part of aten::item's node
+    nodes = _nodes(p).filter(pl.col("lane_kind") == "host").sort("start_ns")
+    assert (15, 20, IDLE_OP) in nodes.select("start_ns", "end_ns", "op").rows()
+    s = res.steps.row(0, named=True)
+    assert s["path_ns"] == 288 and s["step_ns"] == 305
 
 
 def test_longest_path_is_linear_time() -> None:

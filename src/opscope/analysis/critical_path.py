@@ -21,6 +21,8 @@ is a topological order and the longest path is one pass over nodes and edges (O(
 
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -91,29 +93,126 @@ class CriticalPathResult(Result):
         return "\n".join(lines)
 
 
+#: Host kinds whose slices say a thread is doing something (ProfilerStep ranges are not: they
+#: cover the whole step, busy or not).
+_TRACKED: Final = ("cpu_op", "python_function", "user_annotation", "runtime", "driver")
+#: A runtime copy: blocking when its copy ends before the call returns (a D2H copy to pageable
+#: memory, ``.item()``, ``.cpu()``): the host waited for that copy and the work queued before it.
+COPY_CALL: Final = r"(?:^|@)(?:cuda|hip|aclrt)Memcpy\w*$"
+#: ``op`` of the explicit segments of a host thread's empty time.
+IDLE_OP: Final = "(host idle: untracked)"
+
+_NODE_SCHEMA: Final = {
+    "rank": pl.Int32, "step": pl.Int32, "id": pl.Int64, "lane_kind": pl.String,
+    "lane": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "op_id": pl.Int64,
+    "name": pl.String, "is_sync": pl.Boolean, "is_wait": pl.Boolean,
+}  # fmt: skip
+
+
+def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Host nodes of the threads that make runtime calls (see the module doc).
+
+    Per thread, the time from the previous call's end (or the step's start) to the end of call
+    *i* is cut where the thread was doing nothing tracked (no op, frame, annotation or call
+    covers it): those gaps become explicit idle nodes (ids < 0, ``op`` :data:`IDLE_OP`), never
+    part of the next op. The tracked piece just before the call is its node (the call's id and
+    op); earlier tracked pieces are nodes of the top-level slice running at their end. A
+    synchronising call is its own node from its start, so that the host work before it keeps
+    its time when the wait is handed to the device.
+    """
+    rt = ev.filter(pl.col("kind").is_in(["runtime", "driver"]))
+    if not rt.height:
+        return pl.DataFrame(schema=_NODE_SCHEMA)
+    thread = ["rank", "pid", "tid"]
+    step_ts = dict(
+        zip(
+            zip(
+                steps.get_column("rank").to_list(), steps.get_column("step").to_list(), strict=True
+            ),
+            steps.get_column("ts_ns").to_list(),
+            strict=True,
+        )
+    )
+    copies = ev.filter(
+        pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("launch_id").is_not_null()
+    )
+    copy_end = dict(
+        copies.group_by("launch_id").agg((pl.col("ts_ns") + pl.col("dur_ns")).max()).iter_rows()
+    )
+    threads = rt.select(thread).unique()
+    tracked = ev.filter(pl.col("kind").is_in(list(_TRACKED))).join(
+        threads, on=thread, how="semi", nulls_equal=True
+    )
+    tracked_by = tracked.sort("ts_ns").partition_by(thread, as_dict=True)
+    cols: dict[str, list[Any]] = {c: [] for c in _NODE_SCHEMA}
+    next_id = -1
+
+    def emit(rank: int, step: int, nid: int, lane: int, a: int, b: int, op: Any, name: str,
+             sync: bool, wait: bool) -> None:  # fmt: skip
+        for c, v in zip(_NODE_SCHEMA, (rank, step, nid, "host", lane, a, b, op, name, sync, wait),
+                        strict=True):  # fmt: skip
+            cols[c].append(v)
+
+    for key, calls in rt.sort("ts_ns").partition_by(thread, as_dict=True).items():
+        rank, _pid, tid = (int(k) if k is not None else -1 for k in key)
+        tr = tracked_by.get(key)
+        # coverage of the thread: union of tracked slices, with the top-level slice ids
+        seg_s: list[int] = []
+        seg_e: list[int] = []
+        top_ts: list[int] = []
+        top_id: list[int] = []
+        for t0, d, i in [] if tr is None else tr.select("ts_ns", "dur_ns", "id").iter_rows():
+            t1 = t0 + d
+            if not seg_e or t0 >= seg_e[-1]:  # not inside the slices seen so far: top level
+                top_ts.append(t0)
+                top_id.append(i)
+            if not seg_e or t0 > seg_e[-1]:
+                seg_s.append(t0)
+                seg_e.append(t1)
+            seg_e[-1] = max(seg_e[-1], t1)
+        prev_end: dict[int, int] = {}
+        rows = calls.select("id", "ts_ns", "dur_ns", "step", "op_id", "name").iter_rows()
+        for cid, ts, dur, step, op, name in rows:
+            end = ts + dur
+            start = prev_end.get(step, step_ts.get((rank, step), ts))
+            start = min(start, ts)
+            prev_end[step] = end
+            sync = re.search(SYNC_PATTERN, name) is not None
+            ce = copy_end.get(cid)
+            wait = sync or (ce is not None and ce <= end and re.search(COPY_CALL, name) is not None)
+            # cut [start, ts) at the thread's untracked gaps
+            a = start
+            while a < ts:
+                k = bisect.bisect_right(seg_e, a)  # the first coverage segment ending after a
+                if k < len(seg_s) and seg_s[k] <= a:
+                    # tracked: up to the end of the coverage or the next top-level slice
+                    n = bisect.bisect_right(top_ts, a)
+                    b = min(seg_e[k], ts, top_ts[n] if n < len(top_ts) else ts)
+                    if b >= ts:
+                        break  # the piece just before the call: part of the call's node
+                    j = bisect.bisect_right(top_ts, b - 1) - 1
+                    emit(rank, step, next_id, tid, a, b, top_id[j] if j >= 0 else op, "", False,
+                         False)  # fmt: skip
+                    next_id -= 1
+                else:
+                    b = min(seg_s[k] if k < len(seg_s) else ts, ts)
+                    emit(rank, step, next_id, tid, a, b, None, "(idle)", False, False)
+                    next_id -= 1
+                a = b
+            if wait and a < ts:
+                emit(rank, step, next_id, tid, a, ts, op, "", False, False)
+                next_id -= 1
+                a = ts
+            emit(rank, step, cid, tid, min(a, ts), end, op, name, sync, wait)
+    return pl.DataFrame(cols, schema=_NODE_SCHEMA)
+
+
 def _nodes(profile: Profile) -> pl.DataFrame:
     """Every node of every step: host segments and device work, with their attribution."""
     ev = profile.events.with_columns(pl.col("step").fill_null(-1))
     names = ev.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
     runtime = ev.filter(pl.col("kind").is_in(["runtime", "driver"]))
-    # host segments cut at runtime calls, per (rank, step, pid, tid)
-    rt = runtime.sort("ts_ns").with_columns(
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-    )
-    rt = rt.with_columns(
-        pl.col("end_ns").shift(1).over("rank", "step", "pid", "tid").alias("prev_end"),
-    )
-    steps = profile.steps.select("rank", "step", pl.col("ts_ns").alias("step_ts"))
-    rt = rt.join(steps, on=["rank", "step"], how="left").with_columns(
-        pl.coalesce("prev_end", "step_ts", "ts_ns").alias("start_ns")
-    )
-    rt = rt.with_columns(pl.min_horizontal("start_ns", "ts_ns").alias("start_ns"))
-    sync = pl.col("name").str.contains(SYNC_PATTERN)
-    host = rt.select(
-        "rank", "step", "id", pl.lit("host").alias("lane_kind"),
-        pl.col("tid").alias("lane"), "start_ns", "end_ns", "op_id", "name",
-        sync.alias("is_sync"),
-    )  # fmt: skip
+    host = _host_nodes(ev, profile.steps)
     # threads without runtime calls: their top-level operators
     threads_rt = runtime.select("rank", "pid", "tid").unique()
     ops = ev.filter(pl.col("kind") == "cpu_op").join(
@@ -127,17 +226,22 @@ def _nodes(profile: Profile) -> pl.DataFrame:
         "rank", "step", "id", pl.lit("host").alias("lane_kind"), pl.col("tid").alias("lane"),
         pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
         pl.col("id").alias("op_id"), "name", pl.lit(False).alias("is_sync"),
+        pl.lit(False).alias("is_wait"),
     )  # fmt: skip
     dev = ev.filter(pl.col("kind").is_in(list(_DEVICE_KINDS))).select(
         "rank", "step", "id", pl.lit("device").alias("lane_kind"),
         (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000
          + pl.coalesce("stream", "tid", pl.lit(-1, dtype=pl.Int64))).alias("lane"),
         pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-        "op_id", "name", pl.lit(False).alias("is_sync"),
+        "op_id", "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
     )  # fmt: skip
     nodes = pl.concat([host, top_nodes, dev], how="vertical_relaxed")
     return nodes.join(names, on="op_id", how="left").with_columns(
-        pl.coalesce("op", "name").alias("op")
+        pl.when(pl.col("name") == "(idle)")
+        .then(pl.lit(IDLE_OP))
+        .otherwise(pl.coalesce("op", "name"))
+        .alias("op"),
+        pl.when(pl.col("name") == "").then(pl.col("op")).otherwise("name").alias("name"),
     )
 
 
@@ -167,7 +271,16 @@ def _edges(nodes: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
                     dl, on="end_ns", strategy="backward"
                 )
                 sync_edges.append(e.filter(pl.col("src").is_not_null()).select("src", "dst"))
-    parts = [lane, launch, *sync_edges]
+    # a blocking copy call waits for its own copy (and, through the stream, what precedes it)
+    blocking = nodes.filter(pl.col("is_wait") & ~pl.col("is_sync")).select(
+        pl.col("id").alias("dst")
+    )
+    copy_edges = (
+        events.filter(pl.col("launch_id").is_not_null())
+        .select(pl.col("id").alias("src"), pl.col("launch_id").alias("dst"))
+        .join(blocking, on="dst", how="semi")
+    )
+    parts = [lane, launch, copy_edges, *sync_edges]
     return pl.concat([p.cast({"src": pl.Int64, "dst": pl.Int64}) for p in parts])
 
 
@@ -267,7 +380,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
             g.get_column("end_ns").to_numpy(),
             e.get_column("src").to_numpy(),
             e.get_column("dst").to_numpy(),
-            waits=g.get_column("is_sync").to_numpy(),
+            waits=g.get_column("is_wait").to_numpy(),
             device=(g.get_column("lane_kind") == "device").to_numpy(),
         )
         paths.append(
@@ -296,6 +409,8 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         on="id",
         how="left",
     ).sort("rank", "step", "order")
+    # explicit host segments (idle gaps, host work cut off a call) are no event of the trace
+    path = path.with_columns(pl.when(pl.col("id") >= 0).then(pl.col("id")).alias("id"))
     span = nodes.group_by("rank", "step").agg(
         (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns")
     )
