@@ -125,7 +125,7 @@ def test_cli_json_and_markdown(
     assert "faster" in md
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
-    assert "aten::X" in out and "iteration time" in out
+    assert "aten::X" in out and "step time" in out
 
 
 def test_cli_bad_inputs_exit_2_with_one_line(
@@ -234,7 +234,7 @@ def test_real_cpu_model_against_its_fixed_twin(tmp_path: Path) -> None:
     assert added == set(fast_avg) - set(slow_avg)
     assert {"aten::matmul", "aten::mm"} <= removed
     assert {"aten::linear", "aten::addmm"} <= added
-    assert c.summary.row(0)[0].startswith("iteration time")
+    assert c.summary.row(0)[0].startswith("step time")
 
 
 # The two GPU traces of different jobs --------------------------------------------------------

@@ -50,6 +50,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
+from opscope.analysis.compare import semantic
 from opscope.analysis.registry import Result
 from opscope.errors import AnalysisError
 from opscope.model import Profile, kinds
@@ -79,7 +80,11 @@ HEAVY_TOP: Final = 10
 SUMMARY_ROWS: Final = 5
 """How many matched operators with a significant change the summary names."""
 
-ROW_KINDS: Final = ("op", "op_shape", "kernel", "module", "line")
+ROW_KINDS: Final = ("semantic", "op", "op_shape", "kernel", "module", "line")
+"""Row kinds; ``semantic`` rows are keyed by what the work is (:mod:`.semantic`)."""
+
+EXPLAIN_TOP: Final = 5
+"""How many semantic rows the headline names as explaining the step-time change."""
 
 _DEVICE_WORK: Final = kinds.DEVICE_WORK
 
@@ -131,11 +136,21 @@ class Comparison(Result):
       ``key, before_tflops, after_tflops, before_gbps, after_gbps`` and, when the device peaks
       are known, ``before_flops_util, after_flops_util, before_bw_util, after_bw_util``
       (fractions of the peak).
-    - ``summary``: the headline table — ``metric, before, after, change`` (strings).
+    - ``summary``: the headline table — ``metric, before, after, change`` (strings); every
+      label says what its figures cover.
+    - ``heavy``: the heaviest matched semantic rows with their roofline figures — ``key,
+      match, before_us, after_us, speedup, verdict, before_gbps, after_gbps, before_tflops,
+      after_tflops, before_flops_util, after_flops_util, before_bw_util, after_bw_util``
+      (utilisation null: no peak for that side's device).
+    - ``explain``: the step-time change split into the rows that explain it — ``label, kind,
+      delta_us`` per step; the top gains and losses among semantic rows, then the other matched
+      rows, the rows on one side only, and the rest (idle gaps, overlap, host time): the
+      ``delta_us`` sum to ``step_after_us - step_before_us`` exactly.
 
     Scalars: ``names``, ``basis`` (``"device"``/``"host"``), ``normalisation``, the step-time
     figures ``step_before_us, step_after_us, step_speedup, step_significant, step_noise_us,
-    step_p_value, step_verdict``, and ``notes`` (what was omitted and why).
+    step_p_value, step_verdict``, ``steps_per_epoch`` (when known), ``warnings`` (the sides ran
+    on different devices) and ``notes`` (what was omitted and why).
     """
 
     sides: pl.DataFrame
@@ -144,6 +159,8 @@ class Comparison(Result):
     removed: pl.DataFrame
     roofline: pl.DataFrame
     summary: pl.DataFrame
+    heavy: pl.DataFrame = field(default_factory=pl.DataFrame)
+    explain: pl.DataFrame = field(default_factory=pl.DataFrame)
     names: tuple[str, str] = ("before", "after")
     basis: str = "host"
     normalisation: str = ""
@@ -154,6 +171,8 @@ class Comparison(Result):
     step_noise_us: float | None = None
     step_p_value: float | None = None
     step_verdict: str = "untested"
+    steps_per_epoch: int | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -185,6 +204,10 @@ class Comparison(Result):
             "removed": self.removed.to_dicts(),
             "roofline": self.roofline.to_dicts(),
             "summary": self.summary.to_dicts(),
+            "heavy": self.heavy.to_dicts(),
+            "explain": self.explain.to_dicts(),
+            "steps_per_epoch": self.steps_per_epoch,
+            "warnings": list(self.warnings),
             "notes": list(self.notes),
         }
 
@@ -202,18 +225,24 @@ def compare(
     b: Profile | str | os.PathLike[str],
     *,
     names: tuple[str, str] = ("before", "after"),
+    devices: tuple[str | None, str | None] = (None, None),
+    steps_per_epoch: int | None = None,
 ) -> Comparison:
     """Compare profile ``a`` (before) with ``b`` (after).
 
     ``a`` and ``b`` are Profiles or paths (read with :func:`opscope.load`; an unreadable one
-    raises its :class:`~opscope.errors.InputError`). Raises
-    :class:`~opscope.errors.AnalysisError` when the two have no operator in common.
+    raises its :class:`~opscope.errors.InputError`). ``devices`` names each side's device for
+    its peaks when the profile does not (or names it wrongly); ``steps_per_epoch`` (else the
+    profiles' ``meta["steps_per_epoch"]``) turns the median step into an epoch time. Raises
+    :class:`~opscope.errors.AnalysisError` when the two have no operator and no semantic row in
+    common.
     """
     pa, src_a = _as_profile(a)
     pb, src_b = _as_profile(b)
     sa = _Side.build(pa, names[0], src_a)
     sb = _Side.build(pb, names[1], src_b)
     notes: list[str] = []
+    warnings: list[str] = []
 
     basis = "device" if (sa.kernels.height and sb.kernels.height) else "host"
     if basis == "host" and (sa.kernels.height or sb.kernels.height):
@@ -231,21 +260,33 @@ def compare(
             f"fewer than {MIN_STEPS} steps on a side: changes of {MIN_REL_CHANGE:.0%} or more "
             "are 'untested', not tested against step-to-step noise"
         )
+    strip = _roots_differ(sa.ops, sb.ops)
 
     matched: list[pl.DataFrame] = []
     added: list[pl.DataFrame] = []
     removed: list[pl.DataFrame] = []
+    resolved: dict[str, tuple[pl.DataFrame, pl.DataFrame]] = {}
     for kind in ROW_KINDS:
-        fa = sa.frame(kind, basis)
-        fb = sb.frame(kind, basis)
+        if kind == "semantic":
+            fa, fb = sa.semantic_frame(basis, strip), sb.semantic_frame(basis, strip)
+        else:
+            fa, fb = sa.frame(kind, basis), sb.frame(kind, basis)
         m, add, rem = _match(
-            kind, fa=fa, fb=fb, sa=sa, sb=sb, scale_a=scale_a, scale_b=scale_b, testable=testable
+            kind,
+            fa=fa,
+            fb=fb,
+            sa=sa,
+            sb=sb,
+            scale_a=scale_a,
+            scale_b=scale_b,
+            testable=testable,
+            resolved=resolved,
         )
         matched.append(m)
         added.append(add)
         removed.append(rem)
     rows = pl.concat(matched, how="vertical")
-    if rows.filter(pl.col("kind") == "op").height == 0:
+    if rows.filter(pl.col("kind").is_in(["op", "semantic"])).height == 0:
         raise AnalysisError(f"no common operators between {src_a} and {src_b}")
     rows = rows.sort(pl.col("delta_us").abs(), "key", descending=[True, False])
     add_df = pl.concat(added, how="vertical").sort("us", "key", descending=[True, False])
@@ -254,10 +295,35 @@ def compare(
     step = _step_change(sa, sb, testable)
     roofline, roof_notes = _roofline(rows, sa, sb)
     notes.extend(roof_notes)
+    specs = [_device_spec(sa.profile, devices[0]), _device_spec(sb.profile, devices[1])]
+    dev_names = (_device_label(sa.profile, devices[0]), _device_label(sb.profile, devices[1]))
+    if dev_names[0] != dev_names[1]:
+        warnings.append(
+            f"the two sides ran on different devices ({dev_names[0]} vs {dev_names[1]}): "
+            "a change may be the device's, not the code's"
+        )
+    heavy, heavy_notes = heavy_rows(
+        rows,
+        resolved.get("semantic"),
+        (sa, sb),
+        (scale_a, scale_b),
+        (specs[0][0], specs[1][0]),
+    )
+    for side, (spec, why) in zip((sa, sb), specs, strict=True):
+        if spec is None:
+            heavy_notes.append(f"{side.name}: utilisation n/a: {why}")
+    notes.extend(n for n in heavy_notes if n not in notes)
     sides = pl.DataFrame([sa.summary_row(scale_a), sb.summary_row(scale_b)])
+    sides = sides.with_columns(pl.Series("device", list(dev_names), dtype=pl.String))
     if sa.metrics_wall_us is None and sb.metrics_wall_us is None:
         notes.append("no run metrics (metrics.jsonl): samples/s and wall step time omitted")
-    summary = _summary(step, sides, rows, roofline, sa)
+    explain = explain_step(step, rows, add_df, rem_df, (sa.n_steps, sb.n_steps), scale_a == 1.0)
+    spe = (
+        steps_per_epoch
+        or _meta_int(sa.profile, "steps_per_epoch")
+        or _meta_int(sb.profile, "steps_per_epoch")
+    )
+    summary = _summary(step, sides, heavy, spe)
     return Comparison(
         sides=sides,
         rows=rows,
@@ -265,6 +331,8 @@ def compare(
         removed=rem_df,
         roofline=roofline,
         summary=summary,
+        heavy=heavy,
+        explain=explain,
         names=names,
         basis=basis,
         normalisation=normalisation,
@@ -275,8 +343,27 @@ def compare(
         step_noise_us=step.noise_us,
         step_p_value=step.p_value,
         step_verdict=step.verdict,
+        steps_per_epoch=spe,
+        warnings=tuple(warnings),
         notes=tuple(notes),
     )
+
+
+def _meta_int(p: Profile, key: str) -> int | None:
+    v = p.meta.get(key)
+    return int(v) if isinstance(v, int | float) and v > 0 else None
+
+
+def _roots_differ(a: pl.DataFrame, b: pl.DataFrame) -> bool:
+    """True when the two sides' module trees have different roots (a renamed model class):
+    semantic keys then use the path below the root."""
+
+    def roots(ops: pl.DataFrame) -> set[str]:
+        m = ops.get_column("module").drop_nulls()
+        return set(m.str.split("/").list.first().unique().to_list())
+
+    ra, rb = roots(a), roots(b)
+    return bool(ra and rb and not ra & rb)
 
 
 # One side -----------------------------------------------------------------------------------
@@ -343,10 +430,12 @@ class _Side:
                 "rank",
                 "name",
                 pl.col("input_dims").fill_null("[]").alias("dims"),
+                pl.col("input_types").alias("types"),
                 "step",
                 "dur_ns",
                 "module",
                 "line",
+                pl.col("is_backward").fill_null(False),
             )
         )
         charged = (
@@ -363,6 +452,8 @@ class _Side:
             "op_id",
             "ts_ns",
             pl.coalesce("device", "pid").alias("device"),
+            "kind",
+            pl.col("is_backward").fill_null(False),
         )
         win = windows.group_by("rank").agg(
             pl.col("ts_ns").min().alias("start_ns"),
@@ -467,6 +558,166 @@ class _Side:
             pl.lit(0, dtype=pl.Int64).alias("calls"),
         )
         return pl.concat([host, dev], how="vertical")
+
+    @functools.cached_property
+    def annotated_ops(self) -> pl.DataFrame:
+        """In-step ops with their semantic ``cls, size, dtype`` (see :mod:`.semantic`)."""
+        return semantic.annotate_ops(self.ops)
+
+    def anchors(self, basis: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Semantic attribution: ``(work, anchors)``.
+
+        ``work``: one row per charged piece of time — ``anchor_id`` (null for a kernel with no
+        classified op around it), ``step``, ``t_ns``, and the key parts ``module, is_backward,
+        cls, name, size, dtype``. ``anchors``: one row per anchor op — ``anchor_id, step`` and
+        the same key parts (its calls).
+        """
+        ann = self.annotated_ops
+        parts = ["module", "is_backward", "cls", "name", "size", "dtype"]
+        classified = ann.filter(pl.col("cls").is_not_null())
+        if basis == "device":
+            chain = self.kernel_ancestors.join(
+                classified.select(pl.col("id").alias("anc_id"), "cls", "size"), on="anc_id"
+            )
+            # the class of the innermost classified op around the launch...
+            inner = chain.sort("dist").group_by("kernel_id").first().select("kernel_id", "cls")
+            # ...charged to the outermost op of that class whose problem size is known
+            anchor = (
+                chain.join(inner, on=["kernel_id", "cls"])
+                .with_columns(pl.col("size").is_not_null().alias("sized"))
+                .sort(
+                    "kernel_id",
+                    "sized",
+                    pl.when(pl.col("sized")).then(-pl.col("dist")).otherwise(pl.col("dist")),
+                    descending=[False, True, False],
+                )
+                .group_by("kernel_id")
+                .first()
+                .select("kernel_id", pl.col("anc_id").alias("anchor_id"))
+            )
+            k = self.kernels.select(
+                pl.col("id").alias("kernel_id"),
+                "name",
+                "kind",
+                "op_id",
+                "step",
+                "dur_ns",
+                pl.col("is_backward").alias("k_bwd"),
+            ).join(anchor, on="kernel_id", how="left")
+            launcher = ann.select(
+                pl.col("id").alias("op_id"),
+                pl.col("module").alias("l_module"),
+                pl.col("is_backward").alias("l_bwd"),
+            )
+            k = k.join(launcher, on="op_id", how="left")
+            kcls = {
+                (n, kd): semantic.kernel_class(n, kd)
+                for n, kd in k.filter(pl.col("anchor_id").is_null())
+                .select("name", "kind")
+                .unique()
+                .rows()
+            }
+            orphan = (
+                k.filter(pl.col("anchor_id").is_null())
+                .with_columns(
+                    pl.struct("name", "kind")
+                    .map_elements(lambda r: kcls[(r["name"], r["kind"])], return_dtype=pl.String)
+                    .alias("cls")
+                )
+                .select(
+                    pl.lit(None, dtype=pl.Int64).alias("anchor_id"),
+                    "step",
+                    pl.col("dur_ns").alias("t_ns"),
+                    pl.col("l_module").alias("module"),
+                    pl.coalesce("l_bwd", "k_bwd").alias("is_backward"),
+                    "cls",
+                    "name",
+                    pl.lit(None, dtype=pl.String).alias("size"),
+                    pl.lit(None, dtype=pl.String).alias("dtype"),
+                )
+                if kcls
+                else None
+            )
+            a_parts = ann.select(pl.col("id").alias("anchor_id"), *parts)
+            anchored = (
+                k.filter(pl.col("anchor_id").is_not_null())
+                .select("anchor_id", "step", pl.col("dur_ns").alias("t_ns"))
+                .join(a_parts, on="anchor_id")
+            )
+            work = anchored if orphan is None else pl.concat([anchored, orphan], how="vertical")
+            used = anchored.select("anchor_id").unique()
+        else:
+            pairs = self.op_ancestors.join(
+                classified.select(pl.col("id").alias("anc_id"), pl.col("cls").alias("a_cls")),
+                on="anc_id",
+            )
+            real_anc = pairs.filter(pl.col("a_cls") != "other").select("id").unique()
+            any_anc = pairs.select("id").unique()
+            # an "other" op above real work is a wrapper, not the work
+            real_desc = (
+                self.op_ancestors.join(
+                    classified.filter(pl.col("cls") != "other").select("id"), on="id"
+                )
+                .select(pl.col("anc_id").alias("id"))
+                .unique()
+            )
+            real = classified.filter(pl.col("cls") != "other").join(real_anc, on="id", how="anti")
+            other = (
+                classified.filter(pl.col("cls") == "other")
+                .join(any_anc, on="id", how="anti")
+                .join(real_desc, on="id", how="anti")
+            )
+            tops = pl.concat([real, other], how="vertical")
+            work = tops.select(
+                pl.col("id").alias("anchor_id"), "step", pl.col("dur_ns").alias("t_ns"), *parts
+            )
+            used = work.select("anchor_id")
+        anchors = used.join(
+            ann.select(pl.col("id").alias("anchor_id"), "step", *parts), on="anchor_id"
+        )
+        return work, anchors
+
+    @functools.cached_property
+    def op_ancestors(self) -> pl.DataFrame:
+        """(id, anc_id, dist) over the in-step host ops."""
+        from opscope.analysis.hotspots import ancestor_pairs
+
+        host = self.profile.events.filter(~pl.col("kind").is_in(list(_DEVICE_WORK)))
+        return ancestor_pairs(host.select("id", "parent_id")).join(
+            self.ops.select("id"), on="id", how="semi"
+        )
+
+    def semantic_frame(self, basis: str, strip: bool) -> pl.DataFrame:
+        """Every contribution to a semantic row: ``key, fallback, step, t_ns, calls`` (and
+        ``anchor_id``: the op it is charged to, for the roofline figures)."""
+        work, anchors = self.anchors(basis)
+        module = semantic.strip_root(pl.col("module")) if strip else pl.col("module")
+        pas = pl.when(pl.col("is_backward")).then(pl.lit("bwd")).otherwise(pl.lit("fwd"))
+        key = semantic.label(
+            module, pas, pl.col("cls"), pl.col("name"), pl.col("size"), pl.col("dtype")
+        )
+        fb = semantic.fallback_label(module, pas, pl.col("cls"), pl.col("name"))
+        timed = work.select(
+            key.alias("key"),
+            fb.alias("fallback"),
+            "step",
+            pl.col("t_ns").cast(pl.Int64),
+            pl.lit(0, dtype=pl.Int64).alias("calls"),
+            "anchor_id",
+        )
+        counted = anchors.select(
+            key.alias("key"),
+            fb.alias("fallback"),
+            "step",
+            pl.lit(0, dtype=pl.Int64).alias("t_ns"),
+            pl.lit(1, dtype=pl.Int64).alias("calls"),
+            pl.col("anchor_id").cast(pl.Int64),
+        )
+        if basis == "host":  # the work rows are the anchors themselves
+            return timed.with_columns(pl.lit(1, dtype=pl.Int64).alias("calls"))
+        return pl.concat(
+            [timed.with_columns(pl.col("anchor_id").cast(pl.Int64)), counted], how="vertical"
+        )
 
     @functools.cached_property
     def kernel_ancestors(self) -> pl.DataFrame:
@@ -640,11 +891,16 @@ def _match(
     scale_a: float,
     scale_b: float,
     testable: bool,
+    resolved: dict[str, tuple[pl.DataFrame, pl.DataFrame]] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Matched, added and removed rows of one kind."""
-    label = {"op_shape": "shape changed", "kernel": "host op", "module": "root renamed"}.get(
-        kind, "exact"
-    )
+    """Matched, added and removed rows of one kind (``resolved[kind]``: both sides' frames
+    with their final ``key`` and ``match``)."""
+    label = {
+        "op_shape": "shape changed",
+        "semantic": "shape changed",
+        "kernel": "host op",
+        "module": "root renamed",
+    }.get(kind, "exact")
     common = set(fa.get_column("key").unique().to_list()) & set(
         fb.get_column("key").unique().to_list()
     )
@@ -674,6 +930,8 @@ def _match(
         )
 
     ra, rb = resolve(fa), resolve(fb)
+    if resolved is not None:
+        resolved[kind] = (ra, rb)
     tot_a = _totals(ra, scale_a)
     tot_b = _totals(rb, scale_b)
     mat_a = tot_a.filter(pl.col("match").is_not_null())
@@ -810,7 +1068,9 @@ def _significance(m: pl.DataFrame, testable: bool) -> pl.DataFrame:
     noise_ns = NOISE_K * ((pl.col("mad").pow(2) + pl.col("mad_b").pow(2)) / 2.0).sqrt()
     shift_ns = (pl.col("med_b") - pl.col("med")).abs()
     big = rel >= MIN_REL_CHANGE
-    beyond = (shift_ns > noise_ns) | (pl.col("p_value").fill_null(1.0) < ALPHA)
+    # significant only beyond the noise band that is printed with it (the p-value is reported,
+    # not used: a rank test could call a 37.9 ms shift inside a ±74.1 ms band significant)
+    beyond = shift_ns > noise_ns
     significant = (big & beyond) if testable else pl.when(big).then(None).otherwise(False)
     return m.with_columns(
         (after - before).alias("delta_us"),
@@ -979,10 +1239,13 @@ def _roofline(rows: pl.DataFrame, sa: _Side, sb: _Side) -> tuple[pl.DataFrame, l
     return out, notes
 
 
-def _device_spec(p: Profile) -> tuple[Any, str]:
-    """The roofline engineer's peaks for the profile's (first) device, and where they come from."""
+def _device_spec(p: Profile, override: str | None = None) -> tuple[Any, str]:
+    """The roofline engineer's peaks for the profile's (first) device, or for ``override``,
+    and where they come from."""
     from opscope.analysis import devices
 
+    if override:
+        return devices.resolve(override)
     dev = p.devices.filter(pl.col("vendor").fill_null("") != "cpu")
     if dev.height == 0:
         return devices.resolve(None, vendor="cpu")
@@ -995,30 +1258,203 @@ def _device_spec(p: Profile) -> tuple[Any, str]:
     )
 
 
+def _device_label(p: Profile, override: str | None) -> str:
+    """The device a side ran on, as its profile (or ``--device``) names it."""
+    if override:
+        return override
+    dev = p.devices.filter(pl.col("vendor").fill_null("") != "cpu")
+    if dev.height:
+        name = dev.row(0, named=True)["name"]
+        return str(name) if name else "unnamed device"
+    return "cpu" if not p.has_device else "unnamed device"
+
+
+_HEAVY_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
+    "key": pl.String,
+    "match": pl.String,
+    "before_us": pl.Float64,
+    "after_us": pl.Float64,
+    "speedup": pl.Float64,
+    "verdict": pl.String,
+    "noise_us": pl.Float64,
+    "before_gbps": pl.Float64,
+    "after_gbps": pl.Float64,
+    "before_tflops": pl.Float64,
+    "after_tflops": pl.Float64,
+    "before_flops_util": pl.Float64,
+    "after_flops_util": pl.Float64,
+    "before_bw_util": pl.Float64,
+    "after_bw_util": pl.Float64,
+}
+
+
+def heavy_rows(
+    rows: pl.DataFrame,
+    frames: tuple[pl.DataFrame, pl.DataFrame] | None,
+    sides: tuple[_Side, _Side],
+    scales: tuple[float, float],
+    specs: tuple[Any, Any],
+) -> tuple[pl.DataFrame, list[str]]:
+    """Time, achieved GB/s and TFLOP/s and their share of the device's peaks, before and after,
+    for the :data:`HEAVY_TOP` heaviest matched semantic rows.
+
+    FLOPs and bytes are :func:`opscope.analysis.flops.op_costs` of the row's anchor operators
+    (the roofline's per-op models) over the same steps as the row's time. A utilisation is null
+    where that side's peak is unknown.
+    """
+    notes: list[str] = []
+    heavy = (
+        rows.filter(pl.col("kind") == "semantic")
+        .with_columns(pl.max_horizontal("before_us", "after_us").alias("w"))
+        .sort("w", "key", descending=[True, False])
+        .head(HEAVY_TOP)
+    )
+    if heavy.height == 0 or frames is None:
+        return pl.DataFrame(schema=_HEAVY_SCHEMA), notes
+    from opscope.analysis.flops import op_costs
+
+    keys = heavy.select("key")
+    figures: list[pl.DataFrame] = []
+    for side, frame, scale, spec in zip(sides, frames, scales, specs, strict=True):
+        anchors = (
+            frame.filter(pl.col("match").is_not_null() & pl.col("anchor_id").is_not_null())
+            .join(keys, on="key", how="semi")
+            .select("key", "anchor_id")
+            .unique()
+        )
+        ev = side.profile.events.join(
+            anchors.select(pl.col("anchor_id").alias("id")), on="id", how="semi"
+        )
+        costs = op_costs(ev).rename({"id": "anchor_id"})
+        agg = (
+            anchors.join(costs, on="anchor_id", how="left")
+            .group_by("key")
+            .agg(
+                # null, not 0, when no anchor of the row has a cost formula
+                pl.when(pl.col("flops").is_not_null().any()).then(pl.col("flops").sum()),
+                pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
+                pl.col("dtype").drop_nulls().mode().first().alias("dtype"),
+                pl.col("roof").drop_nulls().mode().first().alias("roof"),
+            )
+        )
+        peaks = [
+            None if spec is None else spec.peak(d, r)
+            for d, r in zip(agg["dtype"].to_list(), agg["roof"].to_list(), strict=True)
+        ]
+        figures.append(
+            agg.with_columns(
+                (pl.col("flops").cast(pl.Float64) / scale).alias("flops"),
+                (pl.col("bytes").cast(pl.Float64) / scale).alias("bytes"),
+                pl.Series("peak_flops", peaks, dtype=pl.Float64),
+                pl.lit(None if spec is None else spec.mem_bw, dtype=pl.Float64).alias("peak_bw"),
+            ).select("key", "flops", "bytes", "peak_flops", "peak_bw")
+        )
+    out = heavy.join(figures[0], on="key", how="left").join(
+        figures[1], on="key", how="left", suffix="_b"
+    )
+
+    def rate(work: str, us: str, unit: float) -> pl.Expr:
+        return pl.when(pl.col(us) > 0).then(pl.col(work) / pl.col(us) * 1e6 / unit)
+
+    out = out.with_columns(
+        rate("bytes", "before_us", 1e9).alias("before_gbps"),
+        rate("bytes_b", "after_us", 1e9).alias("after_gbps"),
+        rate("flops", "before_us", 1e12).alias("before_tflops"),
+        rate("flops_b", "after_us", 1e12).alias("after_tflops"),
+    ).with_columns(
+        (pl.col("before_tflops") * 1e12 / pl.col("peak_flops")).alias("before_flops_util"),
+        (pl.col("after_tflops") * 1e12 / pl.col("peak_flops_b")).alias("after_flops_util"),
+        (pl.col("before_gbps") * 1e9 / pl.col("peak_bw")).alias("before_bw_util"),
+        (pl.col("after_gbps") * 1e9 / pl.col("peak_bw_b")).alias("after_bw_util"),
+    )
+    return out.select([pl.col(c).cast(t) for c, t in _HEAVY_SCHEMA.items()]), notes
+
+
+_EXPLAIN_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
+    "label": pl.String,
+    "kind": pl.String,
+    "delta_us": pl.Float64,
+}
+
+
+def explain_step(
+    step: _StepChange,
+    rows: pl.DataFrame,
+    added: pl.DataFrame,
+    removed: pl.DataFrame,
+    n_steps: tuple[int, int],
+    totals: bool,
+) -> pl.DataFrame:
+    """The median step's change split over what explains it (per step, µs).
+
+    The :data:`EXPLAIN_TOP` semantic rows (matched, added or removed) with the largest change
+    per step come first (``kind`` ``row``), then ``other matched rows``, ``other rows on one
+    side only`` and ``not in any row`` (the rest: idle gaps, overlap between streams, the
+    difference between a median step and the mean of the rows): the sum is the step change.
+    """
+    na, nb = float(n_steps[0]), float(n_steps[1])
+    sem = rows.filter(pl.col("kind") == "semantic")
+    per: list[tuple[str, float]] = []
+    for r in sem.iter_rows(named=True):
+        d = r["after_us"] / nb - r["before_us"] / na if totals else r["after_us"] - r["before_us"]
+        per.append((r["key"], d))
+    one_sided: list[tuple[str, float]] = []
+    for df, sign, n in ((added, 1.0, nb), (removed, -1.0, na)):
+        for r in df.filter(pl.col("kind") == "semantic").iter_rows(named=True):
+            where = "only after" if sign > 0 else "only before"
+            one_sided.append((f"{r['key']} ({where})", sign * r["us"] / (n if totals else 1.0)))
+    ranked = sorted(per + one_sided, key=lambda x: (-abs(x[1]), x[0]))
+    top = [x for x in ranked[:EXPLAIN_TOP] if x[1] != 0.0]
+    shown = {k for k, _ in top}
+    out: list[dict[str, Any]] = [{"label": k, "kind": "row", "delta_us": d} for k, d in top]
+    rest_m = sum(d for k, d in per if k not in shown)
+    rest_o = sum(d for k, d in one_sided if k not in shown)
+    out.append({"label": "other matched rows", "kind": "rest", "delta_us": rest_m})
+    out.append({"label": "other rows on one side only", "kind": "rest", "delta_us": rest_o})
+    total = step.after_us - step.before_us
+    covered = sum(float(r["delta_us"]) for r in out)
+    out.append(
+        {
+            "label": "not in any row (idle gaps, overlap, host time, median vs mean)",
+            "kind": "residual",
+            "delta_us": total - covered,
+        }
+    )
+    return pl.DataFrame(out, schema=_EXPLAIN_SCHEMA)
+
+
 # Summary ------------------------------------------------------------------------------------
 
 
 def _summary(
     step: _StepChange,
     sides: pl.DataFrame,
-    rows: pl.DataFrame,
-    roofline: pl.DataFrame,
-    sa: _Side,
+    heavy: pl.DataFrame,
+    steps_per_epoch: int | None,
 ) -> pl.DataFrame:
     out: list[dict[str, str]] = []
     a, b = sides.row(0, named=True), sides.row(1, named=True)
     out.append(
         {
-            "metric": "iteration time (median step)",
+            "metric": "step time (median of the profiled steps)",
             "before": fmt_us(step.before_us),
             "after": fmt_us(step.after_us),
             "change": change_text(step.speedup, step.verdict, step.noise_us),
         }
     )
+    if steps_per_epoch:
+        out.append(
+            {
+                "metric": f"epoch time ({steps_per_epoch} steps × median step)",
+                "before": fmt_us(step.before_us * steps_per_epoch),
+                "after": fmt_us(step.after_us * steps_per_epoch),
+                "change": change_text(step.speedup, step.verdict, None),
+            }
+        )
     if a["metrics_wall_us"] is not None and b["metrics_wall_us"] is not None:
         out.append(
             _pair(
-                "wall step time (run metrics)",
+                "wall step time (run metrics, median)",
                 a=a,
                 b=b,
                 col="metrics_wall_us",
@@ -1028,14 +1464,35 @@ def _summary(
         )
     if a["samples_per_s"] is not None and b["samples_per_s"] is not None:
         out.append(
-            _pair("samples/s", a=a, b=b, col="samples_per_s", fmt=_fmt_rate, lower_is_better=False)
+            _pair(
+                "samples/s (run metrics, median)",
+                a=a,
+                b=b,
+                col="samples_per_s",
+                fmt=_fmt_rate,
+                lower_is_better=False,
+            )
         )
     if a["device_busy_us"] is not None and b["device_busy_us"] is not None:
         out.append(
-            _pair("device busy", a=a, b=b, col="device_busy_us", fmt=fmt_us, lower_is_better=True)
+            _pair(
+                "device busy (all profiled steps)",
+                a=a,
+                b=b,
+                col="device_busy_us",
+                fmt=fmt_us,
+                lower_is_better=True,
+            )
         )
         out.append(
-            _pair("device idle", a=a, b=b, col="device_idle_us", fmt=fmt_us, lower_is_better=True)
+            _pair(
+                "device idle (all profiled steps)",
+                a=a,
+                b=b,
+                col="device_idle_us",
+                fmt=fmt_us,
+                lower_is_better=True,
+            )
         )
     if a["peak_mem_bytes"] is not None and b["peak_mem_bytes"] is not None:
         out.append(
@@ -1043,76 +1500,35 @@ def _summary(
                 "peak memory", a=a, b=b, col="peak_mem_bytes", fmt=fmt_bytes, lower_is_better=True
             )
         )
-    ops = (
-        rows.filter(
-            (pl.col("kind") == "op")
-            & pl.col("verdict").is_in(["gain", "loss", "untested"])
-            & (pl.col("match") == "exact")
-        )
-        .head(SUMMARY_ROWS)
-        .to_dicts()
-    )
-    where = _dominant_module(sa.ops)
-    for r in ops:
-        mod = where.get(r["key"])
-        label = f"{r['key']} ({mod.rsplit('/', 1)[-1]})" if mod else r["key"]
+    # the heaviest semantic rows that changed: the key says exactly what the figures cover
+    changed = heavy.filter(pl.col("verdict").is_in(["gain", "loss", "untested"]))
+    for r in changed.head(SUMMARY_ROWS).iter_rows(named=True):
         out.append(
             {
-                "metric": label,
+                "metric": r["key"],
                 "before": fmt_us(r["before_us"]),
                 "after": fmt_us(r["after_us"]),
                 "change": change_text(r["speedup"], r["verdict"], r["noise_us"]),
             }
         )
-    from opscope.analysis.flops import is_autograd_node
-
-    # the headline names a real operator, not an autograd wrapper that runs it
-    plain = roofline.filter(
-        ~pl.col("key").str.starts_with("autograd::")
-        & ~pl.col("key").map_elements(is_autograd_node, return_dtype=pl.Boolean)
-    )
-    if plain.height:
-        r = plain.row(0, named=True)
-        if "before_bw_util" in roofline.columns:
-            for metric, col in (
-                ("bandwidth utilisation", "bw_util"),
-                ("FLOP/s utilisation", "flops_util"),
-            ):
-                x, y = r[f"before_{col}"], r[f"after_{col}"]
-                if x is not None and y is not None and (x > 0 or y > 0):
-                    out.append(
-                        {
-                            "metric": f"{metric} ({r['key']})",
-                            "before": f"{x:.0%}",
-                            "after": f"{y:.0%}",
-                            "change": f"{(y - x) * 100:+.0f} pts",
-                        }
-                    )
-        else:
-            x, y = r["before_gbps"], r["after_gbps"]
-            if x is not None and y is not None and x > 0:
-                out.append(
-                    {
-                        "metric": f"achieved bandwidth ({r['key']})",
-                        "before": f"{x:.3g} GB/s",
-                        "after": f"{y:.3g} GB/s",
-                        "change": f"{y / x:.2f}×",
-                    }
-                )
+    if changed.height:
+        r = changed.row(0, named=True)
+        for metric, col in (
+            ("bandwidth utilisation", "bw_util"),
+            ("FLOP/s utilisation", "flops_util"),
+        ):
+            x, y = r[f"before_{col}"], r[f"after_{col}"]
+            if x is None and y is None:
+                continue
+            out.append(
+                {
+                    "metric": f"{metric} ({r['key']})",
+                    "before": "n/a" if x is None else f"{x:.0%}",
+                    "after": "n/a" if y is None else f"{y:.0%}",
+                    "change": "n/a" if x is None or y is None else f"{(y - x) * 100:+.0f} pts",
+                }
+            )
     return pl.DataFrame(out, schema=_SUMMARY_SCHEMA)
-
-
-def _dominant_module(ops: pl.DataFrame) -> dict[str, str]:
-    """Per operator name: the module where it spends the most time."""
-    d = (
-        ops.filter(pl.col("module").is_not_null() & (pl.col("module") != ""))
-        .group_by("name", "module")
-        .agg(pl.col("dur_ns").sum())
-        .sort("dur_ns", "module", descending=[True, False])
-        .group_by("name", maintain_order=True)
-        .first()
-    )
-    return dict(zip(d.get_column("name").to_list(), d.get_column("module").to_list(), strict=True))
 
 
 def _pair(
