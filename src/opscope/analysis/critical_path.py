@@ -2,15 +2,24 @@
 
 The graph of one step (one rank):
 
-- **host nodes** — each host thread's time cut at its runtime calls: node *i* runs from the end
-  of runtime call *i-1* to the end of call *i* (the host work that led to the launch, plus the
-  launch). Threads with no runtime calls (a CPU-only profile) use their top-level operators.
+- **host nodes** — each host thread's time cut at its runtime calls: the node of call *i* runs
+  from the end of call *i-1* (or the step's start) to the end of call *i* (the host work that led
+  to the launch, plus the launch), except that the thread's **untracked time** in between (no
+  operator and no runtime call running on it: Python outside ops, waits, an idle thread) is an
+  explicit idle node (``op`` :data:`IDLE_OP`, no event id), never part of the next op, and a
+  piece of tracked time cut off from the call by such a gap (or by a new top-level operator)
+  is a node of the top-level operator running then. A synchronising call is its own node from
+  its start. Threads with no runtime calls (a CPU-only profile) use their top-level operators.
   Consecutive nodes of a thread are joined by an edge.
 - **device nodes** — kernels, copies and fills; consecutive nodes of a stream are joined.
 - **launch edges** — host node of the runtime call -> the kernel it launched (``launch_id``).
 - **sync edges** — ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` /
-  ``cudaEventSynchronize`` / ``hipDeviceSynchronize`` / ``aclrtSynchronizeStream`` (and blocking
-  copies) wait on the last device node of every stream that ends before the call returns.
+  ``cudaEventSynchronize`` / ``hipDeviceSynchronize`` / ``aclrtSynchronizeStream`` (and
+  ``cudaMemcpy``) wait on the last device node of every stream that ends before the call returns;
+  a **blocking copy** call (``cudaMemcpyAsync`` / ``hipMemcpyAsync`` / ``aclrtMemcpy*`` whose copy
+  ends before the call returns: a D2H copy to pageable memory, ``.item()``) waits on its own copy,
+  and through the stream on the work queued before it. A waiting node only counts from the moment
+  the device work it waited on ended: the wait is that work's time on the path.
 
 A node's contribution along an edge ``u -> v`` is the part of ``v`` after ``u`` ended
 (``end(v) - max(start(v), end(u))``): time overlapped with the predecessor is not counted
@@ -44,7 +53,8 @@ _DEVICE_KINDS: Final = kinds.DEVICE_WORK
 
 @dataclass(frozen=True)
 class CriticalPathResult(Result):
-    """``path``: the nodes on each step's critical path in order; ``ops``: per step and
+    """``path``: the nodes on each step's critical path in order (``id`` null for the explicit
+    host segments that are no event: idle gaps, host work cut off a call); ``ops``: per step and
     operator, time on the path and its share of step time; ``steps``: path length (``path_ns``,
     split into ``host_ns`` and ``device_ns``) vs the step's span (``step_ns``: first node's start
     to last node's end, device tail included) and its ProfilerStep range (``host_step_ns``)."""
@@ -93,14 +103,15 @@ class CriticalPathResult(Result):
         return "\n".join(lines)
 
 
-#: Host kinds whose slices say a thread is doing something (ProfilerStep ranges are not: they
-#: cover the whole step, busy or not).
-_TRACKED: Final = ("cpu_op", "python_function", "user_annotation", "runtime", "driver")
+#: Host kinds whose slices say a thread runs an operator. Python frames and annotations are
+#: not: with ``with_stack`` a frame such as ``runpy._run_module_as_main`` covers the whole run,
+#: so its time outside any operator (Python code, waits) would go to the next op.
+_TRACKED: Final = ("cpu_op", "runtime", "driver")
 #: A runtime copy: blocking when its copy ends before the call returns (a D2H copy to pageable
 #: memory, ``.item()``, ``.cpu()``): the host waited for that copy and the work queued before it.
 COPY_CALL: Final = r"(?:^|@)(?:cuda|hip|aclrt)Memcpy\w*$"
 #: ``op`` of the explicit segments of a host thread's empty time.
-IDLE_OP: Final = "(host idle: untracked)"
+IDLE_OP: Final = "(host idle/untracked: no op running)"
 
 _NODE_SCHEMA: Final = {
     "rank": pl.Int32, "step": pl.Int32, "id": pl.Int64, "lane_kind": pl.String,
@@ -113,7 +124,7 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """Host nodes of the threads that make runtime calls (see the module doc).
 
     Per thread, the time from the previous call's end (or the step's start) to the end of call
-    *i* is cut where the thread was doing nothing tracked (no op, frame, annotation or call
+    *i* is cut where the thread was doing nothing tracked (no operator or runtime call
     covers it): those gaps become explicit idle nodes (ids < 0, ``op`` :data:`IDLE_OP`), never
     part of the next op. The tracked piece just before the call is its node (the call's id and
     op); earlier tracked pieces are nodes of the top-level slice running at their end. A
