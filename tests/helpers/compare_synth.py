@@ -83,9 +83,8 @@ def gemm_side(
     bwd_k: list[float] = []
     other: list[float] = []
     t = 0.0
-    period = 20 * (side.fwd_us + bwd_us + relu_us) + 1000
     for s in range(steps):
-        st = b.step(s, t, period - 100)
+        st = b.step(s, t, 1.0)  # its length is set below, once its work is laid out
         t0 = t + 10
         kus = side.fwd_us * (1 + r.uniform(-jitter, jitter))
         outer = b.op(
@@ -147,7 +146,12 @@ def gemm_side(
             b.kernel(f"{side.kernel}_bwd{i}", t0 + 30 + i * (bus + 5), bus, mm)
             total_b += bus
         bwd_k.append(total_b)
-        t += period
+        # the step ends 50 µs after its last kernel: its length moves with the planted kernels
+        end = t0 + 30 + total_b + 5 + 50
+        dur_ns = round((end - t) * 1000)
+        b.events[st]["dur_ns"] = dur_ns
+        b.steps[-1]["dur_ns"] = dur_ns
+        t = end + 100
     p = b.build()
     if side.device is not None:
         p = p.with_tables(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 _VERDICT_STYLE = {"gain": "green", "loss": "red", "noise": "dim", "untested": "yellow"}
 _KIND_TITLE = {
+    "semantic": "layer",
     "op": "op",
     "op_shape": "op+shapes",
     "kernel": "kernel",
@@ -55,16 +56,69 @@ def _header(comp: Comparison) -> list[str]:
 
 
 def _pct(x: Any) -> str:
-    return "-" if x is None else f"{x:.0%}"
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+def headline(comp: Comparison) -> str:
+    """One line: the median step's change, its noise band and verdict."""
+    d = comp.step_after_us - comp.step_before_us
+    noise = f" ± {fmt_us(comp.step_noise_us)} noise" if comp.step_noise_us is not None else ""
+    verdict = {
+        "gain": "faster, beyond the noise",
+        "loss": "slower, beyond the noise",
+        "noise": "within the noise",
+        "untested": "not tested (fewer than 3 steps a side)",
+    }.get(comp.step_verdict, comp.step_verdict)
+    return (
+        f"step time {fmt_us(comp.step_before_us)} → {fmt_us(comp.step_after_us)} "
+        f"({'+' if d >= 0 else '−'}{fmt_us(abs(d))}{noise}; {verdict})"
+    )
+
+
+def _signed(us: float) -> str:
+    return ("+" if us >= 0 else "−") + fmt_us(abs(us))
+
+
+def _heavy_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        fmt_us(r["before_us"]),
+        fmt_us(r["after_us"]),
+        change_text(r["speedup"], r["verdict"], r["noise_us"]),
+        f"{_num(r['before_gbps'], '')}→ {_num(r['after_gbps'], '')}",
+        f"{_pct(r['before_bw_util'])} → {_pct(r['after_bw_util'])}",
+        f"{_num(r['before_tflops'], '')}→ {_num(r['after_tflops'], '')}",
+        f"{_pct(r['before_flops_util'])} → {_pct(r['after_flops_util'])}",
+    ]
+
+
+_HEAVY_HEADER = ["row", "before", "after", "change", "GB/s", "bw util", "TFLOP/s", "FLOP/s util"]
 
 
 def _num(x: Any, unit: str) -> str:
-    return "-" if x is None else f"{x:.3g} {unit}"
+    return "n/a " if x is None else f"{x:.3g} {unit}"
 
 
 def render_rich(comp: Comparison, top: int = 15) -> RenderableType:
     """A rich renderable: header, summary, top matched rows, added/removed, roofline, notes."""
-    parts: list[RenderableType] = [Text("\n".join(_header(comp)), style="dim")]
+    parts: list[RenderableType] = [Text(headline(comp), style="bold")]
+    for w in comp.warnings:
+        parts.append(Text(f"warning: {w}", style="yellow"))
+    parts.append(Text("\n".join(_header(comp)), style="dim"))
+    if comp.explain.height:
+        t = Table(
+            title="what changed the step (per step; the rows sum to the step change)",
+            title_justify="left",
+            show_edge=False,
+        )
+        t.add_column("row", ratio=1)
+        t.add_column("Δ per step", justify="right", no_wrap=True)
+        for r in comp.explain.iter_rows(named=True):
+            tone = "green" if r["delta_us"] < 0 else "red" if r["delta_us"] > 0 else ""
+            t.add_row(
+                Text(_short(r["label"]), overflow="fold"),
+                Text(_signed(r["delta_us"]), style=tone if r["kind"] == "row" else "dim"),
+            )
+        parts.append(t)
 
     summary = Table(title="summary", title_justify="left", show_edge=False)
     for c in ("metric", comp.names[0], comp.names[1], "change"):
@@ -134,8 +188,23 @@ def render_rich(comp: Comparison, top: int = 15) -> RenderableType:
             )
         parts.append(t)
 
+    if comp.heavy.height:
+        t = Table(
+            title="heaviest matched rows (time, achieved bandwidth and FLOP/s, share of peak)",
+            title_justify="left",
+            show_edge=False,
+        )
+        for c in _HEAVY_HEADER:
+            t.add_column(
+                c, justify="left" if c == "row" else "right", ratio=1 if c == "row" else None
+            )
+        for r in comp.heavy.iter_rows(named=True):
+            t.add_row(Text(_short(r["key"]), overflow="fold"), *_heavy_cells(r))
+        parts.append(t)
     if comp.roofline.height:
-        t = Table(title="heaviest matched operators", title_justify="left", show_edge=False)
+        t = Table(
+            title="heaviest matched operators (all modules)", title_justify="left", show_edge=False
+        )
         util = "before_bw_util" in comp.roofline.columns
         cols = ["operator", "TFLOP/s", "GB/s"] + (["FLOP/s util", "bandwidth util"] if util else [])
         for c in cols:
@@ -177,7 +246,10 @@ def _md_table(header: list[str], rows: list[list[str]], right: set[int]) -> list
 def render_markdown(comp: Comparison, top: int = 15) -> str:
     """GitHub-flavoured Markdown for a PR comment: summary first, details folded."""
     b, a = comp.names
-    lines = [f"### opscope compare: {b} → {a}", ""]
+    lines = [f"### opscope compare: {b} → {a}", "", f"**{headline(comp)}**", ""]
+    lines += [f"> ⚠ {w}" for w in comp.warnings]
+    if comp.warnings:
+        lines.append("")
     lines += _md_table(
         ["metric", b, a, "change"],
         [
@@ -187,6 +259,22 @@ def render_markdown(comp: Comparison, top: int = 15) -> str:
         {1, 2},
     )
     lines += ["", *(f"<sub>{h}</sub><br>" for h in _header(comp)), ""]
+    if comp.explain.height:
+        lines += ["What changed the step (per step; the rows sum to the step change):", ""]
+        lines += _md_table(
+            ["row", "Δ per step"],
+            [[r["label"], _signed(r["delta_us"])] for r in comp.explain.iter_rows(named=True)],
+            {1},
+        )
+        lines.append("")
+    if comp.heavy.height:
+        lines += ["<details><summary>heaviest matched rows</summary>", ""]
+        lines += _md_table(
+            _HEAVY_HEADER,
+            [[r["key"], *_heavy_cells(r)] for r in comp.heavy.iter_rows(named=True)],
+            set(range(1, len(_HEAVY_HEADER))),
+        )
+        lines += ["", "</details>", ""]
     lines += ["<details><summary>top matched rows</summary>", ""]
     lines += _md_table(
         ["kind", "key", b, a, "delta", "change", "calls"],
@@ -226,3 +314,138 @@ def render_markdown(comp: Comparison, top: int = 15) -> str:
     if comp.notes:
         lines += [f"> {n}" for n in comp.notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+# HTML ---------------------------------------------------------------------------------------
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0}td,th{padding:3px 8px;border-bottom:1px solid #ddd}
+th{text-align:left;background:#f4f4f4}td.n{text-align:right;white-space:nowrap}
+.warn{background:#fff4d6;border-left:4px solid #e0a800;padding:.5em 1em}
+.head{font-size:1.15em;font-weight:600}.dim{color:#777}
+.gain{color:#1a7f37}.loss{color:#c62828}
+"""
+
+
+def _esc(x: Any) -> str:
+    import html
+
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def _html_table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
+    th = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="n">{_esc(c)}</td>' if i in right else f"<td>{_esc(c)}</td>"
+            for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _svg_bars(comp: Comparison, top: int) -> str:
+    """Before/after time of the heaviest matched rows as horizontal bars (inline SVG)."""
+    rows = comp.heavy.head(top).to_dicts()
+    if not rows:
+        return ""
+    vmax = max(max(r["before_us"] or 0.0, r["after_us"] or 0.0) for r in rows) or 1.0
+    label_w, bar_w, row_h = 420, 520, 34
+    h = row_h * len(rows) + 30
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 90}" height="{h}" '
+        'role="img" aria-label="before and after time of the heaviest matched rows">'
+    ]
+    out.append(
+        f'<rect x="{label_w}" y="4" width="12" height="10" fill="#9e9e9e"/>'
+        f'<text x="{label_w + 16}" y="13" font-size="11">{_esc(comp.names[0])}</text>'
+        f'<rect x="{label_w + 110}" y="4" width="12" height="10" fill="#1e88e5"/>'
+        f'<text x="{label_w + 126}" y="13" font-size="11">{_esc(comp.names[1])}</text>'
+    )
+    for i, r in enumerate(rows):
+        y = 24 + i * row_h
+        key = r["key"] if len(r["key"]) <= 64 else r["key"][:63] + "…"
+        out.append(
+            f'<text x="{label_w - 6}" y="{y + 17}" font-size="11" text-anchor="end">'
+            f"<title>{_esc(r['key'])}</title>{_esc(key)}</text>"
+        )
+        for j, (col, color) in enumerate((("before_us", "#9e9e9e"), ("after_us", "#1e88e5"))):
+            v = float(r[col] or 0.0)
+            w = max(v / vmax * bar_w, 0.5)
+            yy = y + 2 + j * 14
+            out.append(
+                f'<rect x="{label_w}" y="{yy}" width="{w:.1f}" height="12" fill="{color}"/>'
+                f'<text x="{label_w + w + 4:.1f}" y="{yy + 10}" font-size="10">'
+                f"{_esc(fmt_us(v))}</text>"
+            )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def render_html(comp: Comparison, top: int = 15) -> str:
+    """One offline HTML page: headline, warnings, what explains the step change, a chart of the
+    heaviest matched rows, their roofline figures, the summary and the matched rows. Every
+    string from a trace is escaped."""
+    b, a = comp.names
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>opscope compare: {_esc(b)} → {_esc(a)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>opscope compare: {_esc(b)} → {_esc(a)}</h1>",
+        f'<p class="head">{_esc(headline(comp))}</p>',
+    ]
+    parts += [f'<p class="warn">warning: {_esc(w)}</p>' for w in comp.warnings]
+    parts.append("".join(f'<div class="dim">{_esc(h)}</div>' for h in _header(comp)))
+    if comp.explain.height:
+        parts.append("<h2>What changed the step (per step; the rows sum to the step change)</h2>")
+        parts.append(
+            _html_table(
+                ["row", "Δ per step"],
+                [[r["label"], _signed(r["delta_us"])] for r in comp.explain.iter_rows(named=True)],
+                {1},
+            )
+        )
+    if comp.heavy.height:
+        parts.append("<h2>Heaviest matched rows</h2>")
+        parts.append(_svg_bars(comp, top))
+        parts.append(
+            _html_table(
+                _HEAVY_HEADER,
+                [[r["key"], *_heavy_cells(r)] for r in comp.heavy.iter_rows(named=True)],
+                set(range(1, len(_HEAVY_HEADER))),
+            )
+        )
+    parts.append("<h2>Summary</h2>")
+    parts.append(
+        _html_table(
+            ["metric", b, a, "change"],
+            [[r["metric"], r["before"], r["after"], r["change"]] for r in comp.summary.to_dicts()],
+            {1, 2},
+        )
+    )
+    parts.append(f"<h2>Top {top} matched rows</h2>")
+    parts.append(
+        _html_table(
+            ["kind", "key", b, a, "change", "calls"],
+            [
+                [
+                    _KIND_TITLE.get(r["kind"], r["kind"]),
+                    r["key"],
+                    fmt_us(r["before_us"]),
+                    fmt_us(r["after_us"]),
+                    change_text(r["speedup"], r["verdict"], r["noise_us"]),
+                    f"{r['calls_before']} → {r['calls_after']}",
+                ]
+                for r in _top_rows(comp, top).iter_rows(named=True)
+            ],
+            {2, 3, 5},
+        )
+    )
+    if comp.notes:
+        parts.append("".join(f'<p class="dim">note: {_esc(n)}</p>' for n in comp.notes))
+    parts.append("</body></html>\n")
+    return "".join(parts)

@@ -23,6 +23,27 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
         md: bool = typer.Option(False, "--md", help="Print Markdown for a PR comment."),
         top: int = typer.Option(15, "--top", min=1, help="Rows to show per table."),
+        html_out: Annotated[
+            Path | None,
+            typer.Option(
+                "--html", metavar="OUT", help="Also write an offline HTML page with a chart."
+            ),
+        ] = None,
+        device: str | None = typer.Option(
+            None, "--device", help="Device name for both sides' peaks (e.g. 'A100 80GB')."
+        ),
+        device_before: str | None = typer.Option(
+            None, "--device-before", help="Device name for BEFORE's peaks (overrides --device)."
+        ),
+        device_after: str | None = typer.Option(
+            None, "--device-after", help="Device name for AFTER's peaks (overrides --device)."
+        ),
+        steps_per_epoch: int | None = typer.Option(
+            None,
+            "--steps-per-epoch",
+            min=1,
+            help="DataLoader length: adds the epoch time (steps × median step).",
+        ),
         fail_if_slower: float | None = typer.Option(
             None,
             "--fail-if-slower",
@@ -31,12 +52,24 @@ def register(app: typer.Typer) -> None:
             help="Exit 1 when the median step time is more than PCT percent slower.",
         ),
     ) -> None:
-        """Compare two profiles: iteration time, operators, kernels, modules, source lines."""
+        """Compare two profiles: step time, layers, operators, kernels, modules, source lines."""
         from opscope.analysis.compare import compare, fmt_us
 
         if json_out and md:
             raise OpscopeError("--json and --md are exclusive: pick one output")
-        comp = compare(before, after)
+        comp = compare(
+            before,
+            after,
+            devices=(device_before or device, device_after or device),
+            steps_per_epoch=steps_per_epoch,
+        )
+        if html_out is not None:
+            from opscope.report.compare_render import render_html
+
+            try:
+                html_out.write_text(render_html(comp, top=top), encoding="utf-8")
+            except OSError as e:
+                raise OpscopeError(f"cannot write: {e.strerror or e}", html_out) from None
         if json_out:
             from opscope.cli.output import print_json
 
