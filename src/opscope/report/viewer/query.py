@@ -11,6 +11,7 @@ timestamp): absolute Kineto times exceed what a JavaScript number holds exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -53,6 +54,10 @@ _PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 # Characters that mean something to the regex engine (Rust syntax, incl. extended mode).
 _REGEX_META = set("\\.+*?()|[]{}^$#&-~")
 MAX_MATCHES = 1000
+# Python frames kept per thread when stacks are folded (the outermost ones); deeper frames are
+# hidden and the operators under them move up, so a with_stack trace's rows stay few.
+FOLD_LEVELS = 3
+_OP_KINDS = ("cpu_op",)
 
 
 def _escape(text: str) -> str:
@@ -73,6 +78,8 @@ class Track:
     is_device: bool = False
     max_depth: int = 0
     count: int = 0
+    folded_depth: int | None = None  # max depth with Python stacks folded; None: nothing to fold
+    launched_by: int | None = None  # device stream: the host track launching most of its work
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,7 +93,71 @@ class Track:
             "is_device": self.is_device,
             "max_depth": self.max_depth,
             "count": self.count,
+            "folded_depth": self.folded_depth,
+            "launched_by": self.launched_by,
         }
+
+
+class _Layer:
+    """Slices sorted by (track, depth, start), with what the window queries search."""
+
+    def __init__(self, df: pl.DataFrame) -> None:
+        df = df.sort("track", "depth", "ts")
+        # The running maximum of end times per (track, depth) is sorted, so the first slice that
+        # can reach into a window is found by binary search even where slices overlap.
+        df = df.with_columns(pl.col("end").cum_max().over("track", "depth").alias("end_max"))
+        self.df = df
+        self.ts = df.get_column("ts").to_numpy()
+        self.end_max = df.get_column("end_max").to_numpy()
+        groups = (
+            df.with_row_index("row")
+            .group_by("track", "depth")
+            .agg(pl.col("row").min().alias("lo"), pl.col("row").max().alias("hi"))
+            .sort("track", "depth")
+        )
+        self.ranges: dict[int, list[tuple[int, int, int]]] = {}
+        for t, d, lo, hi in groups.iter_rows():
+            self.ranges.setdefault(int(t), []).append((int(d), int(lo), int(hi) + 1))
+
+
+def _folded_depths(ev: pl.DataFrame, keep: int) -> np.ndarray:
+    """Each event's depth with Python stacks folded to their ``keep`` outermost frames; -1 where
+    the event is a deeper Python frame (hidden).
+
+    Along any chain of nesting the folded depth still grows strictly, so slices that overlap on
+    one thread never land on the same row.
+    """
+    depth = ev.get_column("depth").fill_null(0).cast(pl.Int32).to_numpy().copy()
+    is_py = (ev.get_column("kind").cast(pl.String) == "python_function").fill_null(False)
+    if not bool(is_py.any()) or "parent_id" not in ev.columns:
+        return depth
+    py = is_py.to_numpy()
+    prow = (
+        ev.select("parent_id")
+        .join(
+            ev.with_row_index("prow").select(pl.col("id").alias("parent_id"), "prow"),
+            on="parent_id",
+            how="left",
+            maintain_order="left",
+        )
+        .get_column("prow")
+        .cast(pl.Int64)
+        .fill_null(-1)
+        .to_numpy()
+    )
+    py_anc = np.zeros(len(depth), dtype=np.int32)  # Python frames above each event
+    anc = np.where(prow < 0, depth, 0).astype(np.int32)  # events above (depth where unlinked)
+    order = np.argsort(depth, kind="stable")
+    sorted_depth = depth[order]
+    bounds = np.flatnonzero(np.diff(sorted_depth)) + 1
+    for level in np.split(order, bounds):  # parents sit one level up: fill level by level
+        rows = level[prow[level] >= 0]
+        if rows.size:
+            par = prow[rows]
+            py_anc[rows] = py_anc[par] + py[par]
+            anc[rows] = anc[par] + 1
+    folded = np.minimum(py_anc, keep) + (anc - py_anc)
+    return np.where(py & (py_anc >= keep), -1, folded).astype(np.int32)
 
 
 class TimelineIndex:
@@ -109,7 +180,7 @@ class TimelineIndex:
         origin = min((int(s) for s in starts if s is not None), default=0)  # type: ignore[arg-type,call-overload]
         self.origin_ns = origin
         self._overlay_fn = overlays
-        self._overlays: list[dict[str, Any]] | None = None
+        self._overlays: dict[str, Any] | None = None
         self._overlay_lock = threading.Lock()
         self._build_slices(ev, origin)
         self._build_counters(profile, origin)
@@ -129,6 +200,12 @@ class TimelineIndex:
             pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("dur"),
             pl.col("name").fill_null(""),
             pl.col("device"),
+            pl.col("kind")
+            .to_physical()
+            .fill_null(schema.EVENT_KINDS.index("other"))
+            .cast(pl.Int8)
+            .alias("kind_code"),
+            pl.Series("fdepth", _folded_depths(ev, FOLD_LEVELS), dtype=pl.Int32),
         ).filter(pl.col("ts").is_not_null())
         keys = (
             base.group_by("rank", "pid", "tid", "is_device")
@@ -178,6 +255,7 @@ class TimelineIndex:
         names = base.select(pl.col("name").unique().sort()).with_row_index("name_code")
         self.names: list[str] = names.get_column("name").to_list()
         self._names_series = names.get_column("name")
+        self.kinds: list[str] = list(schema.EVENT_KINDS)
         df = (
             base.join(
                 keys.select("rank", "pid", "tid", "is_device", "track"),
@@ -192,28 +270,58 @@ class TimelineIndex:
                 (pl.col("ts") + pl.col("dur")).alias("end"),
                 "id",
                 pl.col("name_code").cast(pl.Int32),
+                "kind_code",
+                "fdepth",
             )
-            .sort("track", "depth", "ts")
         )
-        # The running maximum of end times per (track, depth) is sorted, so the first slice that
-        # can reach into a window is found by binary search even where slices overlap.
-        df = df.with_columns(pl.col("end").cum_max().over("track", "depth").alias("end_max"))
-        self._df = df
-        self._ts = df.get_column("ts").to_numpy()
-        self._end_max = df.get_column("end_max").to_numpy()
-        groups = (
-            df.with_row_index("row")
-            .group_by("track", "depth")
-            .agg(pl.col("row").min().alias("lo"), pl.col("row").max().alias("hi"))
-            .sort("track", "depth")
-        )
-        self._ranges: dict[int, list[tuple[int, int, int]]] = {}
-        for t, d, lo, hi in groups.iter_rows():
-            self._ranges.setdefault(int(t), []).append((int(d), int(lo), int(hi) + 1))
+        full = _Layer(df)
+        self._df = full.df
+        self._ts, self._end_max, self._ranges = full.ts, full.end_max, full.ranges
+        # The same slices with Python stacks folded, only where there is something to fold.
+        self._fold: _Layer | None = None
+        folded_max: dict[int, int] = {}
+        if df.height and bool((df.get_column("fdepth") != df.get_column("depth")).any()):
+            self._fold = _Layer(
+                df.filter(pl.col("fdepth") >= 0).with_columns(pl.col("fdepth").alias("depth"))
+            )
+            hidden = (
+                df.filter(pl.col("fdepth") != pl.col("depth")).get_column("track").unique()
+            ).to_list()
+            fm = self._fold.df.group_by("track").agg(pl.col("depth").max())
+            got = dict(fm.select("track", "depth").iter_rows())
+            folded_max = {int(t): int(got.get(t) or 0) for t in hidden}
         # id -> row of the events table, and id -> track/depth for summaries.
         self._by_id = ev.with_row_index("_row").select("id", "_row")
-        self._id_track = df.select("id", "track", "depth")
+        self._id_track = df.select("id", "track", "depth", "fdepth")
+        launched_by = self._launchers(ev)
+        self.tracks = [
+            dataclasses.replace(
+                t, folded_depth=folded_max.get(t.id), launched_by=launched_by.get(t.id)
+            )
+            for t in self.tracks
+        ]
         self.end_ns = int(df.get_column("end").max() or 0) if df.height else 0  # type: ignore[arg-type]
+
+    def _launchers(self, ev: pl.DataFrame) -> dict[int, int]:
+        """Device track -> the host track whose launches started most of its work."""
+        if "launch_id" not in ev.columns:
+            return {}
+        tr = self._id_track.select("id", "track")
+        pairs = (
+            ev.select("id", "launch_id")
+            .drop_nulls()
+            .join(tr, on="id")
+            .join(tr.rename({"id": "launch_id", "track": "host"}), on="launch_id")
+        )
+        if pairs.height == 0:
+            return {}
+        best = (
+            pairs.group_by("track", "host")
+            .len()
+            .sort("len", "host", descending=[True, False])
+            .unique("track", keep="first")
+        )
+        return {int(t): int(h) for t, h in best.select("track", "host").iter_rows()}
 
     def _build_counters(self, profile: Profile, origin: int) -> None:
         series: list[tuple[int, str, pl.DataFrame]] = []
@@ -278,12 +386,15 @@ class TimelineIndex:
             "tracks": [t.to_json() for t in self.tracks],
         }
 
-    def slices(self, track_ids: list[int], start_ns: int, end_ns: int, px: int) -> dict[str, Any]:
+    def slices(
+        self, track_ids: list[int], start_ns: int, end_ns: int, px: int, *, folded: bool = False
+    ) -> dict[str, Any]:
         """Slices of ``track_ids`` overlapping ``[start_ns, end_ns)`` at ``px`` pixels across.
 
         A slice at least one pixel wide comes back as itself (``count`` 1); shorter ones are
         merged per (depth, pixel): the bucket spans its slices' first start to last end, carries
-        how many it holds, and the id and name of the longest.
+        how many it holds, and the id and name of the longest. ``folded``: with Python stacks
+        folded (:data:`FOLD_LEVELS`), depths being the folded ones, on tracks that have any.
         """
         px = max(1, min(int(px), 20000))
         end_ns = max(end_ns, start_ns + 1)
@@ -293,16 +404,33 @@ class TimelineIndex:
             if tid in self._counters:
                 out.append(self._counter(tid, start_ns, end_ns, ns_per_px))
             elif tid in self._ranges:
-                out.append(self._slice_track(tid, start_ns, end_ns, ns_per_px))
+                use = self._fold if folded and self._fold is not None else None
+                layer = use if use is not None and tid in use.ranges else None
+                out.append(self._slice_track(tid, start_ns, end_ns, ns_per_px, layer))
+                out[-1]["folded"] = layer is not None
         return {"start_ns": start_ns, "end_ns": end_ns, "ns_per_px": ns_per_px, "tracks": out}
 
-    def _slice_track(self, tid: int, start: int, end: int, ns_per_px: int) -> dict[str, Any]:
+    def _window(
+        self, tid: int, start: int, end: int, layer: _Layer | None = None
+    ) -> list[pl.DataFrame]:
+        """Row blocks of one track that may overlap ``[start, end)``: two searches per depth."""
+        ranges, ts, end_max, df = (
+            (layer.ranges, layer.ts, layer.end_max, layer.df)
+            if layer is not None
+            else (self._ranges, self._ts, self._end_max, self._df)
+        )
         parts = []
-        for _depth, lo, hi in self._ranges[tid]:
-            a = lo + int(np.searchsorted(self._end_max[lo:hi], start, side="right"))
-            b = lo + int(np.searchsorted(self._ts[lo:hi], end, side="left"))
+        for _depth, lo, hi in ranges.get(tid, []):
+            a = lo + int(np.searchsorted(end_max[lo:hi], start, side="right"))
+            b = lo + int(np.searchsorted(ts[lo:hi], end, side="left"))
             if b > a:
-                parts.append(self._df.slice(a, b - a))
+                parts.append(df.slice(a, b - a))
+        return parts
+
+    def _slice_track(
+        self, tid: int, start: int, end: int, ns_per_px: int, layer: _Layer | None = None
+    ) -> dict[str, Any]:
+        parts = self._window(tid, start, end, layer)
         empty = {
             "track": tid,
             "type": "slice",
@@ -416,10 +544,83 @@ class TimelineIndex:
                 "ts": r[3],
                 "dur": r[4],
                 "name": self.names[r[5]],
+                "fdepth": r[6],
             }
-            for r in page.select("id", "track", "depth", "ts", "dur", "name_code").iter_rows()
+            for r in page.select(
+                "id", "track", "depth", "ts", "dur", "name_code", "fdepth"
+            ).iter_rows()
         ]
         return {"q": q, "total": total, "offset": offset, "matches": matches}
+
+    def range_summary(
+        self, start_ns: int, end_ns: int, track_ids: list[int] | None = None, top: int = 10
+    ) -> dict[str, Any]:
+        """What runs in ``[start_ns, end_ns)`` on ``track_ids`` (default: every slice track).
+
+        Like Perfetto's area selection: how many slices overlap the range, how many of them are
+        operators and device kernels, and per kind and per name (the ``top`` by time) the count
+        and the time inside the range (each slice clipped to it; nested slices each count).
+        """
+        end_ns = max(int(end_ns), int(start_ns) + 1)
+        tids = [t.id for t in self.tracks if t.type == "slice"] if track_ids is None else track_ids
+        parts = [p for t in tids for p in self._window(t, start_ns, end_ns)]
+        kind_names = pl.DataFrame(
+            {"kind_code": list(range(len(self.kinds))), "kind": self.kinds},
+            schema={"kind_code": pl.Int8, "kind": pl.String},
+        )
+        empty: dict[str, Any] = {
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "tracks": len(tids),
+            "slices": 0,
+            "ops": 0,
+            "kernels": 0,
+            "kernel_ns": 0,
+            "by_kind": [],
+            "top": [],
+        }
+        if not parts:
+            return empty
+        rows = (
+            pl.concat(parts)
+            .filter((pl.col("end") > start_ns) & (pl.col("ts") < end_ns))
+            .with_columns(
+                (
+                    pl.min_horizontal(pl.col("end"), pl.lit(end_ns))
+                    - pl.max_horizontal(pl.col("ts"), pl.lit(start_ns))
+                ).alias("in_range")
+            )
+            .join(kind_names, on="kind_code", how="left")
+        )
+        if rows.height == 0:
+            return empty
+        by_kind = (
+            rows.group_by("kind")
+            .agg(pl.len().alias("count"), pl.col("in_range").sum().alias("total_ns"))
+            .sort("total_ns", "kind", descending=[True, False])
+        )
+        by_name = (
+            rows.group_by("name_code", "kind")
+            .agg(pl.len().alias("count"), pl.col("in_range").sum().alias("total_ns"))
+            .sort("total_ns", "count", "name_code", descending=[True, True, False])
+            .head(max(0, min(int(top), 100)))
+        )
+        kinds = rows.get_column("kind")
+        kernels = rows.filter(kinds.is_in(list(_DEVICE_WORK)))
+        return {
+            **empty,
+            "slices": rows.height,
+            "ops": int(kinds.is_in(list(_OP_KINDS)).sum()),
+            "kernels": kernels.height,
+            "kernel_ns": int(kernels.get_column("in_range").sum() or 0),
+            "by_kind": [
+                {"kind": k, "count": int(c), "total_ns": int(t)} for k, c, t in by_kind.iter_rows()
+            ],
+            "top": [
+                {"name": self.names[int(n)], "kind": k, "count": int(c), "total_ns": int(t)}
+                for n, k, c, t in by_name.iter_rows()
+            ],
+        }
 
     # Details ------------------------------------------------------------------------------------
 
@@ -443,6 +644,7 @@ class TimelineIndex:
             "kind": None if row["kind"] is None else str(row["kind"]),
             "track": int(td.item(0, "track")) if td.height else None,
             "depth": int(td.item(0, "depth")) if td.height else 0,
+            "fdepth": int(td.item(0, "fdepth")) if td.height else 0,
             "ts": None if row["ts_ns"] is None else int(row["ts_ns"]) - self.origin_ns,
             "dur": int(row["dur_ns"] or 0),
         }
@@ -566,7 +768,13 @@ class TimelineIndex:
         return {"id": event_id, "flows": out}
 
     def overlays(self) -> dict[str, Any]:
-        """Anomalies, findings and critical-path events to highlight (computed once, lazily)."""
+        """Anomalies, findings and the critical path to highlight (computed once, lazily).
+
+        ``overlays``: the items to outline and list, findings first (grouped by rule, then
+        anomalies); ``bands``: the critical path, one list of merged ``[ts, end]`` intervals per
+        track, drawn as a band instead of one outline per node; ``layers``: each layer's key,
+        title and item count, in legend order.
+        """
         with self._overlay_lock:
             if self._overlays is None:
                 items: list[dict[str, Any]] = []
@@ -580,12 +788,65 @@ class TimelineIndex:
                                 "label": f"overlays unavailable: {type(e).__name__}: {e}",
                             }
                         ]
+                path = [int(it["id"]) for it in items if it.get("kind") == "critical_path"]
+                path = [i for i in path if i is not None]
+                rest = [it for it in items if it.get("kind") != "critical_path"]
+                order = {"finding": 0, "anomaly": 1}
+                rest.sort(key=lambda it: (order.get(str(it.get("kind")), 2), str(it.get("rule"))))
                 resolved = []
-                for it in items:
+                for it in rest:
                     s = self.summary(it.get("id")) if it.get("id") is not None else None
-                    resolved.append({**it, "event": s})
-                self._overlays = resolved
-            return {"overlays": self._overlays}
+                    resolved.append({**it, "layer": _layer_key(it), "event": s})
+                bands = self._bands(path)
+                layers: dict[str, dict[str, Any]] = {}
+                for it in resolved:
+                    key = it["layer"]
+                    if key not in layers:
+                        title = it.get("rule") or it.get("kind") or "other"
+                        layers[key] = {"key": key, "kind": it.get("kind"), "title": title}
+                        layers[key]["count"] = 0
+                    layers[key]["count"] += 1
+                if path:
+                    layers["critical_path"] = {
+                        "key": "critical_path",
+                        "kind": "critical_path",
+                        "title": "critical path",
+                        "count": len(path),
+                    }
+                self._overlays = {
+                    "overlays": resolved,
+                    "bands": bands,
+                    "layers": list(layers.values()),
+                }
+            return self._overlays
+
+    def _bands(self, ids: list[int]) -> list[dict[str, Any]]:
+        """The events ``ids`` per track as merged, sorted ``[ts, end]`` intervals."""
+        if not ids:
+            return []
+        ev = (
+            pl.DataFrame({"id": ids}, schema={"id": pl.Int64})
+            .unique()
+            .join(self._df.select("id", "track", "ts", "end"), on="id")
+            .sort("track", "ts")
+        )
+        out = []
+        for (track,), part in ev.group_by("track", maintain_order=True):
+            starts: list[int] = []
+            ends: list[int] = []
+            for a, b in part.select("ts", "end").iter_rows():
+                if starts and a <= ends[-1]:
+                    ends[-1] = max(ends[-1], int(b))
+                else:
+                    starts.append(int(a))
+                    ends.append(int(b))
+            out.append({"kind": "critical_path", "track": int(track), "ts": starts, "end": ends})  # type: ignore[call-overload]
+        return out
+
+
+def _layer_key(item: dict[str, Any]) -> str:
+    kind = str(item.get("kind") or "other")
+    return f"{kind}:{item['rule']}" if item.get("rule") else kind
 
 
 def _plain(v: Any) -> Any:
@@ -652,7 +913,9 @@ def default_overlays(profile: Profile) -> list[dict[str, Any]]:
             kind = "critical_path" if name == "critical_path" else "anomaly"
             if kind == "critical_path" and table_name != "path":
                 continue
-            for r in table.head(2000).iter_rows(named=True):
+            # The critical path is drawn as bands, so all of it; the rest is listed, so a few.
+            limit = 1_000_000 if kind == "critical_path" else 2000
+            for r in table.head(limit).iter_rows(named=True):
                 if r[id_col] is None:
                     continue
                 label_bits = [
@@ -668,10 +931,11 @@ def default_overlays(profile: Profile) -> list[dict[str, Any]]:
         for f in advise(profile, results):
             ids = list((f.evidence or {}).get("event_ids") or [])
             label = f"[{f.severity}] {f.title} ({f.location})"
+            bits = {"kind": "finding", "rule": f.rule, "severity": str(f.severity)}
             if not ids:
-                items.append({"kind": "finding", "id": None, "label": label})
+                items.append({**bits, "id": None, "label": label})
             for i in ids[:20]:
-                items.append({"kind": "finding", "id": int(i), "label": label})
+                items.append({**bits, "id": int(i), "label": label})
     except Exception:
         pass
     return items

@@ -147,7 +147,13 @@ class _Handler(BaseHTTPRequestHandler):
         elif route == "slices":
             tracks = [int(t) for t in q["track"].split(",") if t.strip()]
             t0 = time.perf_counter()
-            res = idx.slices(tracks, int(q["start_ns"]), int(q["end_ns"]), int(q.get("px", "1000")))
+            res = idx.slices(
+                tracks,
+                int(q["start_ns"]),
+                int(q["end_ns"]),
+                int(q.get("px", "1000")),
+                folded=q.get("fold", "0") == "1",
+            )
             res["server_ms"] = (time.perf_counter() - t0) * 1e3
             self._json(res)
         elif route == "search":
@@ -161,6 +167,13 @@ class _Handler(BaseHTTPRequestHandler):
             )
             res["server_ms"] = (time.perf_counter() - t0) * 1e3
             self._json(res)
+        elif route == "range":
+            sel = [int(t) for t in q["track"].split(",") if t.strip()] if q.get("track") else None
+            self._json(
+                idx.range_summary(
+                    int(q["start_ns"]), int(q["end_ns"]), sel, top=int(q.get("top", "10"))
+                )
+            )
         elif route.startswith("event/"):
             ev = idx.event(int(route[len("event/") :]))
             if ev is None:
