@@ -1,0 +1,210 @@
+"""Critical-path length per step recomputed from the raw JSON of real traces with plain Python:
+a second, simple implementation of the graph documented in docs/analysis.md (steps, nesting,
+launch links, host nodes with explicit idle gaps, sync and blocking-copy waits, the longest
+path by covered time), sharing no code with opscope, and equal to the ns."""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import math
+import re
+from collections import defaultdict
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import shared_trace
+
+GOLDEN = [
+    "gpu/hta_alexnet_a100_cuda_sync.json.gz",
+    "gpu/hta_nccl_a100_rank0of2.json.gz",
+    "multi_rank/hta_sampled_128rank_job",
+    "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+    "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
+]
+DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+RUNTIME = {"cuda_runtime", "runtime", "cuda_driver"}
+OPS = {"cpu_op", "operator"}
+SYNC = re.compile(r"^(?:cuda|hip)(?:Device|Stream|Event)Synchronize$|^(?:cuda|hip)Memcpy$")
+COPY = re.compile(r"^(?:cuda|hip)Memcpy")
+
+
+def ns(us: float) -> int:
+    whole = math.floor(us)
+    return int(whole) * 1000 + round((us - whole) * 1000)
+
+
+def _lane(e: dict[str, Any]) -> int:
+    a = e.get("args", {})
+    s = a.get("stream", e["tid"])
+    return int(a.get("device", 0) or 0) * 1_000_000 + int(str(s).split()[-1])
+
+
+def golden(trace: Path) -> dict[tuple[int, int], int]:
+    """Critical-path length per (rank, step), step -1 holding what lies outside every step."""
+    with gzip.open(trace) as f:
+        data = json.load(f)
+    rank = int((data.get("distributedInfo") or {}).get("rank", 0))
+    xs = [e for e in data["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+    for i, e in enumerate(xs):
+        e["_i"], e["_s"] = i, ns(e["ts"])
+        e["_e"] = e["_s"] + max(ns(e.get("dur", 0)), 0)
+        e["_c"] = str(e.get("cat", "")).lower()
+    steps = sorted(
+        (e["_s"], e["_e"], int(m.group(1)))
+        for e in xs
+        if e["_c"] != "gpu_user_annotation"
+        and (m := re.fullmatch(r"ProfilerStep#(\d+)", e["name"]))
+    )
+    starts = [s[0] for s in steps]
+
+    def step_at(t: int) -> int:
+        k = bisect.bisect_right(starts, t) - 1
+        return steps[k][2] if k >= 0 and t < steps[k][1] else -1
+
+    step_ts = {n: s for s, _, n in steps}
+    by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for e in xs:
+        if e["_c"] in OPS or e["_c"] in RUNTIME:
+            by_thread[(e["pid"], e["tid"])].append(e)
+    # innermost operator around each runtime call on its thread: the step of its kernels
+    launch_step: dict[Any, int] = {}
+    calls_of: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for th, evs in by_thread.items():
+        evs.sort(key=lambda e: (e["_s"], -e["_e"]))
+        ops = [e for e in evs if e["_c"] in OPS]
+        op_starts = [o["_s"] for o in ops]
+        calls = [e for e in evs if e["_c"] in RUNTIME]
+        if calls:
+            calls_of[th] = sorted(calls, key=lambda e: (e["_s"], e["_i"]))
+        for c in calls:
+            k = bisect.bisect_right(op_starts, c["_s"]) - 1
+            while k >= 0 and ops[k]["_e"] < c["_e"]:
+                k -= 1
+            corr = c.get("args", {}).get("correlation")
+            if corr is not None:
+                launch_step[corr] = step_at(ops[k]["_s"] if k >= 0 else c["_s"])
+    dev = [e for e in xs if e["_c"] in DEVICE]
+    copy_end: dict[Any, int] = {}
+    for d in dev:
+        corr = d.get("args", {}).get("correlation")
+        copy_end[corr] = max(copy_end.get(corr, d["_e"]), d["_e"])
+    # nodes: (step, lane kind, lane, start, end, wait kind, key); key links launches
+    nodes: list[list[Any]] = []
+    for (_pid, tid), calls in calls_of.items():
+        seg_s: list[int] = []
+        seg_e: list[int] = []
+        tops: list[int] = []
+        for e in by_thread[(_pid, tid)]:
+            if not seg_e or e["_s"] >= seg_e[-1]:
+                tops.append(e["_s"])
+            if not seg_e or e["_s"] > seg_e[-1]:
+                seg_s.append(e["_s"])
+                seg_e.append(e["_e"])
+            seg_e[-1] = max(seg_e[-1], e["_e"])
+        prev: dict[int, int] = {}
+        for c in calls:
+            st, ts, end = step_at(c["_s"]), c["_s"], c["_e"]
+            a = min(prev.get(st, step_ts.get(st, ts)), ts)
+            prev[st] = end
+            corr = c.get("args", {}).get("correlation")
+            sync = SYNC.match(c["name"]) is not None
+            block = not sync and COPY.match(c["name"]) and copy_end.get(corr, end + 1) <= end
+            while a < ts:
+                k = bisect.bisect_right(seg_e, a)
+                if k < len(seg_s) and seg_s[k] <= a:
+                    n = bisect.bisect_right(tops, a)
+                    b = min(seg_e[k], ts, tops[n] if n < len(tops) else ts)
+                    if b >= ts:
+                        break
+                else:
+                    b = min(seg_s[k] if k < len(seg_s) else ts, ts)
+                nodes.append([st, "h", tid, a, b, None, None])
+                a = b
+            if (sync or block) and a < ts:
+                nodes.append([st, "h", tid, a, ts, None, None])
+                a = ts
+            wait = "sync" if sync else "copy" if block else None
+            nodes.append([st, "h", tid, min(a, ts), end, wait, ("rt", corr)])
+    for (_pid, tid), evs in by_thread.items():
+        if (_pid, tid) in calls_of:
+            continue
+        cover = -(10**30)
+        for e in evs:  # top-level operators of threads without runtime calls
+            if e["_c"] in OPS and e["_s"] >= cover:
+                nodes.append([step_at(e["_s"]), "h", tid, e["_s"], e["_e"], None, None])
+            cover = max(cover, e["_e"]) if e["_c"] in OPS else cover
+    for d in dev:
+        corr = d.get("args", {}).get("correlation")
+        st = launch_step.get(corr, step_at(d["_s"]))
+        nodes.append([st, "d", _lane(d), d["_s"], d["_e"], None, ("dev", corr)])
+    out = {}
+    graphs: dict[int, list[list[Any]]] = defaultdict(list)
+    for n in nodes:
+        graphs[n[0]].append(n)
+    for st, g in graphs.items():
+        out[(rank, st)] = longest(g)
+    return out
+
+
+def longest(g: list[list[Any]]) -> int:
+    """The documented longest path over one step's nodes."""
+    n = len(g)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    lanes: dict[tuple[str, Any], list[int]] = defaultdict(list)
+    for i, x in enumerate(g):
+        lanes[(x[1], x[2])].append(i)
+    for idx in lanes.values():
+        idx.sort(key=lambda i: (g[i][3], g[i][4]))
+        for u, v in pairwise(idx):
+            preds[v].append(u)
+    rt = {x[6][1]: i for i, x in enumerate(g) if x[6] and x[6][0] == "rt" and x[6][1] is not None}
+    for i, x in enumerate(g):
+        if x[6] and x[6][0] == "dev" and x[6][1] in rt:
+            preds[i].append(rt[x[6][1]])
+            if g[rt[x[6][1]]][5] == "copy":
+                preds[rt[x[6][1]]].append(i)
+    dev_lanes = {k: v for k, v in lanes.items() if k[0] == "d"}
+    for i, x in enumerate(g):
+        if x[5] == "sync":
+            for idx in dev_lanes.values():
+                ok = [j for j in idx if g[j][4] <= x[4]]
+                if ok:
+                    preds[i].append(max(ok, key=lambda j: g[j][4]))
+    order = sorted(range(n), key=lambda i: (g[i][4], g[i][3]))
+    start = {i: g[i][3] for i in range(n)}
+    best: dict[int, int] = {}
+    for i in order:
+        ps = [p for p in preds[i] if p != i and g[p][4] <= g[i][4]]
+        if g[i][5]:
+            ready = max((g[p][4] for p in ps if g[p][1] == "d"), default=start[i])
+            start[i] = min(max(start[i], ready), g[i][4])
+        b = g[i][4] - start[i]
+        for p in ps:
+            b = max(b, best.get(p, 0) + max(g[i][4] - max(start[i], g[p][4]), 0))
+        best[i] = b
+    return max(best.values(), default=0)
+
+
+def _traces(rel: str) -> list[Path]:
+    p = shared_trace(rel)
+    return sorted(p.glob("*.json.gz")) if p.is_dir() else [p]
+
+
+@pytest.mark.parametrize("rel", GOLDEN)
+def test_critical_path_length_equals_raw_json(rel: str) -> None:
+    from opscope.analysis.critical_path import critical_path
+    from opscope.analysis.registry import Options
+    from opscope.ingest import load
+
+    want: dict[tuple[int, int], int] = {}
+    for t in _traces(rel):
+        want.update(golden(t))
+    res = critical_path(load(shared_trace(rel), cache=False), Options())
+    got = {(r["rank"], r["step"]): r["path_ns"] for r in res.steps.iter_rows(named=True)}
+    assert got == want
+    assert max(want.values()) > 0
