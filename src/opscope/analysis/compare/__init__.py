@@ -576,20 +576,31 @@ class _Side:
         parts = ["module", "is_backward", "cls", "name", "size", "dtype"]
         classified = ann.filter(pl.col("cls").is_not_null())
         if basis == "device":
+            from opscope.analysis.flops import host_op_costs
+
+            costed = host_op_costs(self.profile).select(
+                pl.col("id").alias("anc_id"),
+                (pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()).alias("costed"),
+            )
             chain = self.kernel_ancestors.join(
                 classified.select(pl.col("id").alias("anc_id"), "cls", "size"), on="anc_id"
-            )
+            ).join(costed, on="anc_id", how="left")
             # the class of the innermost classified op around the launch...
             inner = chain.sort("dist").group_by("kernel_id").first().select("kernel_id", "cls")
             # ...charged to the outermost op of that class whose problem size is known
             anchor = (
                 chain.join(inner, on=["kernel_id", "cls"])
-                .with_columns(pl.col("size").is_not_null().alias("sized"))
+                .with_columns(
+                    pl.col("size").is_not_null().alias("sized"),
+                    pl.col("costed").fill_null(False),
+                )
+                # sized first (the key needs it), then costed (the roofline figures need it)
                 .sort(
                     "kernel_id",
                     "sized",
+                    "costed",
                     pl.when(pl.col("sized")).then(-pl.col("dist")).otherwise(pl.col("dist")),
-                    descending=[False, True, False],
+                    descending=[False, True, True, False],
                 )
                 .group_by("kernel_id")
                 .first()

@@ -62,7 +62,26 @@ _GEMM_OPS: Final = frozenset(
     }
 )
 _COPY_OPS: Final = frozenset(
-    {"copy_", "clone", "_to_copy", "_copy_from", "_copy_from_and_resize", "to", "contiguous"}
+    {
+        "copy_",
+        "clone",
+        "_to_copy",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "to",
+        "contiguous",
+        "cat",
+        "stack",
+    }
+)
+# engine and compiler wrappers: the work is in what runs under them
+_WRAPPERS: Final = (
+    "autograd::engine::",
+    "torch::autograd::",
+    "CompiledFunction",
+    "ProfilerStep",
+    "Optimizer.",
+    "Torch-Compiled Region",
 )
 # kernel names when the launching op says nothing (compiled graphs, a missing launcher)
 _GEMM_KERNEL: Final = re.compile(
@@ -82,7 +101,7 @@ def op_class(name: str | None) -> str | None:
     Autograd nodes (``MmBackward0``) and annotations have no class: the operators below them
     do the work.
     """
-    if not name or flops.is_autograd_node(name):
+    if not name or flops.is_autograd_node(name) or name.startswith(_WRAPPERS):
         return None
     if _COMM_OP.search(name):
         return "communication"
