@@ -512,11 +512,28 @@ def make_finding(
     cap: str | None = None,
     severity: str | None = None,
     steps: StepInfo | None = None,
+    limit_ns: float | None = None,
+    limit_what: str = "",
+    method: str = "",
 ) -> Any:
-    """A :class:`~opscope.advise.finding.Finding` at ``where`` with the saving per step."""
+    """A :class:`~opscope.advise.finding.Finding` at ``where`` with the saving per step.
+
+    ``limit_ns`` is the most the fix can remove (profile-wide, like ``saving_ns``): the op's
+    own time for op fixes, the device idle for host-side fixes; the step always limits. The
+    saving is clipped to it and ``saving_how`` says so when it was."""
     from opscope.advise.finding import Finding, finding_id
 
     si = steps or step_info(profile)
+    step_total = si.step_ns * max(si.n, 1)
+    limits = [(step_total, "the step time")] if step_total > 0 else []
+    if limit_ns is not None:
+        limits.append((max(float(limit_ns), 0.0), limit_what or "the time the fix can remove"))
+    if limits:
+        lim, what = min(limits, key=lambda x: x[0])
+        if saving_ns > lim:
+            saving_ns = lim
+            saving_how = f"{saving_how}; capped at {what}"
+    limit_us = round(si.per_step_us(min(x[0] for x in limits)), 3) if limits else None
     saving_us = si.per_step_us(saving_ns)
     pct = si.pct(saving_ns)
     sev = severity or severity_for(pct, cap)
@@ -533,6 +550,8 @@ def make_finding(
         saving_us=round(saving_us, 3),
         saving_pct=round(pct, 3),
         saving_how=saving_how,
+        saving_method=method or "removed-time",
+        saving_limit_us=limit_us,
         fix=fix,
     )
 
@@ -572,3 +591,22 @@ def evidence(
     if event_ids is not None:
         ev["event_ids"] = event_ids[:10]
     return ev
+
+
+# Performance model ---------------------------------------------------------------------------
+
+
+def device_option(results: Mapping[str, Any]) -> str | None:
+    """The device named for peaks (``results["target_name"]``, from ``--device``), if any."""
+    name = results.get("target_name") or results.get("device_name")
+    return str(name) if name else None
+
+
+def perf_model(profile: Profile, results: Mapping[str, Any]) -> Any:
+    """The :class:`~opscope.analysis.model.PerfModel` of the profile (peaks of the device
+    named by ``--device`` when given), computed once per profile and device."""
+    from opscope.analysis.model import perf_model as run
+    from opscope.analysis.registry import Options
+
+    name = device_option(results)
+    return _memo(f"perf_model:{name}", profile, lambda: run(profile, Options(device_name=name)))

@@ -43,7 +43,13 @@ class Finding:
     ``calls``, ``figures`` (numbers behind the saving), ``event_ids`` (a few ids to look at), and
     for findings a micro-benchmark can check, ``bench`` (the spec :mod:`opscope.advise.verify`
     runs). ``saving_us`` is per step; ``saving_how`` says how it was estimated — a rule that
-    cannot estimate a saving leaves it at 0.0 and says so there.
+    cannot estimate a saving leaves it at 0.0 and says so there. ``saving_method`` is the
+    estimate's kind in one word (``"bound-gap"``: measured minus the performance model's lower
+    bound; ``"device-idle"``: device idle the fix removes; ``"peer-rate"``: the rate of similar
+    work in the same profile; ``"removed-time"``: the time of work the fix removes;
+    ``"unknown"``) and ``saving_limit_us`` the most the fix could remove (the op's own time
+    for op fixes, the device idle for host-side fixes, the step for anything): the saving is
+    never above it.
     """
 
     id: str
@@ -57,6 +63,8 @@ class Finding:
     saving_us: float = 0.0
     saving_pct: float = 0.0
     saving_how: str = ""
+    saving_method: str = ""
+    saving_limit_us: float | None = None
     fix: str = ""
     verified_speedup: float | None = None
     verification: dict[str, Any] | None = None
@@ -78,6 +86,8 @@ class Finding:
             "id": self.id,
             **self.to_report_json(),
             "saving_how": self.saving_how,
+            "saving_method": self.saving_method,
+            "saving_limit_us": self.saving_limit_us,
             "evidence": self.evidence,
             "verification": self.verification,
         }

@@ -167,4 +167,28 @@ def advise(
         except Exception as e:
             # odd input (or a bug) in one rule must not cost the report the other rules' findings
             errors[rid] = f"{type(e).__name__}: {e}"
-    return Findings(tuple(sorted(found.values(), key=_sort_key)), errors)
+    items = [_clamp(f, profile) for f in found.values()]
+    return Findings(tuple(sorted(items, key=_sort_key)), errors)
+
+
+def _clamp(f: Finding, profile: Profile) -> Finding:
+    """No claim above what the fix can remove: a saving above its limit (or the step, for a
+    finding made without one) is cut to it, and ``saving_how`` says so."""
+    from dataclasses import replace
+
+    from opscope.advise._common import step_info
+
+    limit = f.saving_limit_us
+    if limit is None:
+        si = step_info(profile)
+        limit = si.step_ns / 1e3 if si.step_ns > 0 else None
+    if limit is None or f.saving_us <= limit:
+        return f
+    pct = f.saving_pct * limit / f.saving_us if f.saving_us else 0.0
+    return replace(
+        f,
+        saving_us=round(limit, 3),
+        saving_pct=round(pct, 3),
+        saving_how=f"{f.saving_how}; capped at {limit:.1f} µs/step",
+        saving_limit_us=limit,
+    )

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from opscope.errors import OpscopeError
+
 T: Final = 1e12
 G: Final = 1e9
 
@@ -468,3 +470,23 @@ def write_calibration(data: dict[str, Any], directory: Path | None = None) -> Pa
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+class UnknownDeviceError(OpscopeError):
+    """``--device NAME`` names no device of the datasheet table nor a calibrated one."""
+
+
+def check_device_name(name: str, calibration_dir: Path | None = None) -> DeviceSpec:
+    """The peaks for a device named by the user (``--device MI300X``), or a one-line error.
+
+    The one resolution every command's ``--device`` goes through: a calibration cached under
+    that name first, then the datasheet table (case-insensitive, ``"h100"``, ``"MI300X"``,
+    ``"ascend910b2"``, a table key such as ``"a100-sxm-80gb"``).
+    """
+    spec, _ = resolve(name, calibration_dir=calibration_dir)
+    if spec is None:
+        spec = next((d for d in DEVICES if d.key == name.strip().lower()), None)
+    if spec is None:
+        keys = ", ".join(d.key for d in DEVICES)
+        raise UnknownDeviceError(f"unknown device {name!r} for --device (known: {keys})")
+    return spec

@@ -65,6 +65,40 @@ def _sync_ops(profile: Profile) -> pl.DataFrame:
     return nested
 
 
+_IDLE_HOW = (
+    "the device idle each sync causes: from the end of the device work it waited for to the "
+    "start of the next kernel (each gap once); the host's wait itself is not saved"
+)
+
+
+def idle_after(profile: Profile, events: pl.DataFrame) -> float:
+    """Device idle (ns) caused by host events that block: for each event, the gap from the end
+    of the device work before its return (or its start, when none) to the next kernel's start,
+    on the union of the rank's streams; a gap holding several events counts once."""
+    import numpy as np
+
+    k = profile.kernels.select("rank", "ts_ns", "dur_ns").drop_nulls().sort("rank", "ts_ns")
+    total = 0.0
+    for rank, evs in events.group_by("rank"):
+        kr = k.filter(pl.col("rank") == rank[0]) if rank[0] is not None else k
+        if kr.height == 0:
+            continue
+        starts = kr.get_column("ts_ns").to_numpy()
+        ends = np.maximum.accumulate(starts + kr.get_column("dur_ns").to_numpy())
+        ts = evs.get_column("ts_ns").to_numpy()
+        te = ts + evs.get_column("dur_ns").fill_null(0).to_numpy()
+        idx = np.searchsorted(starts, te, side="right")
+        seen: set[int] = set()
+        for i, a, e in zip(idx.tolist(), ts.tolist(), te.tolist(), strict=True):
+            if i >= len(starts) or i in seen:
+                continue  # no later kernel: nothing waits on the host in this profile
+            seen.add(i)
+            done = max(float(ends[i - 1]), float(a)) if i > 0 else float(a)
+            del e
+            total += max(float(starts[i]) - done, 0.0)
+    return total
+
+
 class HostSync:
     """Host-device synchronisations inside the step."""
 
@@ -75,9 +109,11 @@ class HostSync:
         "then the device waits for the host to queue more: the pipeline drains at every one. "
         "The rule counts these ops (`aten::item`, `aten::_local_scalar_dense`, "
         "`aten::nonzero`, ...) and runtime syncs (`cudaStreamSynchronize`, "
-        "`aclrtSynchronizeStream`). Saving: the time the host spent in them (runtime sync "
-        "calls when present; else the ops' own time) — on a CPU profile that is only the op "
-        "cost (low severity), on a device it is the drain. Fix: keep values on the device "
+        "`aclrtSynchronizeStream`). Saving, on a device profile: only the device idle the "
+        "sync causes — from the end of the device work it waited for to the start of the next "
+        "kernel — never the wait itself (the host waits on device work that removing the sync "
+        "would not make faster); each idle gap counts once however many syncs fall in it. On a "
+        "CPU profile it is the ops' own time (low severity). Fix: keep values on the device "
         "(`torch.where`, masks), log every N steps, or move the check out of the step."
     )
 
@@ -110,7 +146,9 @@ class HostSync:
                     if rt_under is not None
                     else 0.0
                 )
-                cost = wait or float(rs.get_column("dur_ns").sum())
+                host_cost = wait or float(rs.get_column("dur_ns").sum())
+                idle = idle_after(profile, rs) if profile.has_device else None
+                cost = host_cost if idle is None else idle
                 names = sorted(set(rs.get_column("name").to_list()))
                 out.append(
                     c.make_finding(
@@ -121,9 +159,16 @@ class HostSync:
                         key=",".join(names),
                         saving_ns=cost,
                         saving_how=(
-                            "time blocked in runtime sync calls"
-                            if wait
-                            else "the sync ops' own time (the device drain is not in this profile)"
+                            _IDLE_HOW
+                            if idle is not None
+                            else "the sync ops' own time (a host-only profile: no device drain)"
+                        ),
+                        method="device-idle" if idle is not None else "removed-time",
+                        limit_ns=idle if idle is not None else host_cost,
+                        limit_what=(
+                            "the device idle after the syncs"
+                            if idle is not None
+                            else "the sync ops' own time"
                         ),
                         fix=(
                             "# keep it on the device instead of branching on a Python value:\n"
@@ -136,6 +181,7 @@ class HostSync:
                             {
                                 "calls_per_step": rs.height / max(steps.n, 1),
                                 "us_per_step": round(steps.per_step_us(cost), 3),
+                                "host_wait_us_per_step": round(steps.per_step_us(host_cost), 3),
                             },
                             ids,
                         ),
@@ -153,7 +199,9 @@ class HostSync:
             lone = rt.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
             for where, ids in c.group_by_location(profile, lone).items():
                 rs = lone.filter(pl.col("id").is_in(ids))
-                cost = float(rs.get_column("dur_ns").sum())
+                host_cost = float(rs.get_column("dur_ns").sum())
+                idle = idle_after(profile, rs) if profile.has_device else None
+                cost = host_cost if idle is None else idle
                 names = sorted(set(rs.get_column("name").to_list()))
                 out.append(
                     c.make_finding(
@@ -163,12 +211,18 @@ class HostSync:
                         where=where,
                         key="rt:" + ",".join(names),
                         saving_ns=cost,
-                        saving_how="time blocked in runtime sync calls",
+                        saving_how=_IDLE_HOW if idle is not None else "time blocked in the calls",
+                        method="device-idle" if idle is not None else "removed-time",
+                        limit_ns=cost,
+                        limit_what="the device idle after the syncs",
                         fix="# remove explicit synchronize() / .cpu() inside the step",
                         evidence=c.evidence(
                             names,
                             rs.height,
-                            {"us_per_step": round(steps.per_step_us(cost), 3)},
+                            {
+                                "us_per_step": round(steps.per_step_us(cost), 3),
+                                "host_wait_us_per_step": round(steps.per_step_us(host_cost), 3),
+                            },
                             ids,
                         ),
                         steps=steps,
