@@ -1,8 +1,10 @@
-"""Anomalies: planted slow calls found exactly; none on clean synthetic or real CPU runs."""
+"""Anomalies: planted slow calls found exactly, none on clean or loaded-machine profiles (all
+generated with known truth); a real CPU run is checked for what its speed cannot change."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -60,49 +62,126 @@ def test_single_slow_host_call_is_not_an_anomaly() -> None:
     assert res.groups.height == 0  # type: ignore[attr-defined]
 
 
-IDENTICAL_RUN_ATTEMPTS = 3
-"""Profiles of identical steps the test may record. On the 2-core VM, 1 in 30 such profiles
-has one group whose calls were slowed in several steps (``aten::t [[128,64]]``: 3 of 12 calls at
-16 µs against a 3.6 µs median), which the rule rightly reports when no other group has a slow
-call. With three tries a correct rule fails about once in 27,000 runs; a rule that flags identical
-steps fails every time."""
+LOADED_STEPS, LOADED_GROUPS = 12, 20
+PREEMPTED = [(1, 2), (4, 7), (6, 11), (9, 4), (13, 0), (17, 9), (18, 3), (18, 8)]
+"""(group, step) of the calls a busy machine slowed 10x: isolated, as a preempted thread is
+(group 18 twice). On the 2-core VM 1 in 30 real profiles of identical steps held such calls."""
+
+
+def _loaded_machine_profile(planted: tuple[int, list[int]] | None = None) -> Any:
+    """Identical host-only steps as a loaded machine records them: 20 ops of 20-210 µs with
+    +20/-15 % jitter, the PREEMPTED calls 10x slower; ``planted=(group, steps)`` makes that
+    group's calls 10x slower in those steps too. Returns (profile, durations µs per group)."""
+    import random
+
+    from helpers.synth import Builder
+
+    r = random.Random(11)
+    b = Builder()
+    durs: dict[int, list[float]] = {g: [] for g in range(LOADED_GROUPS)}
+    for s in range(LOADED_STEPS):
+        t0 = s * 10_000.0
+        st = b.step(s, t0, 9000)
+        t = t0 + 10
+        for g in range(LOADED_GROUPS):
+            us = round((20.0 + 10.0 * g) * r.uniform(0.85, 1.2), 3)
+            slow = (g, s) in PREEMPTED or (
+                planted is not None and g == planted[0] and s in planted[1]
+            )
+            if slow:
+                us *= 10
+            durs[g].append(us)
+            b.op(f"aten::op{g}", t, us, parent=st, step=s, dims=f"[[{g + 1},64]]")
+            t += us + 5
+        assert t < t0 + 9000
+    return b.build(), durs
+
+
+def test_isolated_slow_calls_of_a_loaded_machine_are_not_anomalies() -> None:
+    """What the real run of identical steps used to assert, on its recorded shape: the slow
+    calls a loaded machine scatters over the groups (one group has two) are the background
+    rate, not an anomaly."""
+    profile, _ = _loaded_machine_profile()
+    res = run("anomalies", profile)
+    assert res.groups.height == 0 and res.calls.height == 0  # type: ignore[attr-defined]
+
+
+def test_repeatedly_slow_group_stands_out_of_a_loaded_machines_background() -> None:
+    import statistics
+
+    steps = [3, 5, 7, 10]
+    profile, durs = _loaded_machine_profile((5, steps))
+    res = run("anomalies", profile)
+    g = res.groups  # type: ignore[attr-defined]
+    assert g.get_column("name").to_list() == ["aten::op5"]
+    row = g.row(0, named=True)
+    assert row["steps"] == steps and row["outlier_calls"] == 4
+    assert row["calls"] == LOADED_STEPS and row["input_shapes"] == "[[6,64]]"
+    assert row["median_ns"] == pytest.approx(statistics.median(durs[5]) * 1000, abs=1)
+    assert res.calls.get_column("step").to_list() == steps  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_real_cpu_run_repeated_identical_steps_has_none(tmp_path: Path) -> None:
+@pytest.mark.timing
+def test_real_cpu_run_of_identical_steps_groups_calls_per_step(tmp_path: Path) -> None:
+    """A real profile of identical steps, checked for what the machine's speed cannot change:
+    every judged group has the same calls in each step, and whatever the rule reports (a loaded
+    machine can slow one group's calls in several steps, which is rightly reported) is
+    consistent: its calls are in the profiled steps, in the group, counted, at least the host
+    minimum. The verdict on identical steps is pinned on the generated profiles above."""
+    import json
+    from collections import Counter
+
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    from opscope.analysis.anomalies import MIN_OUTLIERS_HOST
     from opscope.ingest import load
 
-    torch.set_num_threads(1)  # two shared cores: intra-op threads would only fight
-    seen = []
-    for attempt in range(IDENTICAL_RUN_ATTEMPTS):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(
-            torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
-        )
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.randn(32, 64)
-        out = tmp_path / f"t{attempt}.json"
-        with profile(
-            activities=[ProfilerActivity.CPU],
-            schedule=schedule(wait=1, warmup=1, active=6),
-            record_shapes=True,
-            with_stack=True,
-            on_trace_ready=lambda p, out=out: p.export_chrome_trace(str(out)),
-        ) as prof:
-            for _ in range(8):
-                opt.zero_grad()
-                model(x).sum().backward()
-                opt.step()
-                prof.step()
-        groups = run("anomalies", load(out, cache=False)).groups  # type: ignore[attr-defined]
-        if groups.height == 0:
-            return
-        seen.append(groups.select("name", "input_shapes", "outlier_calls", "steps").rows())
-    pytest.fail(f"each of {IDENTICAL_RUN_ATTEMPTS} identical-step profiles had anomalies: {seen}")
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    out = tmp_path / "t.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=6),
+        record_shapes=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
+    ) as prof:
+        for _ in range(8):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+    raw = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"]
+    marks = [e for e in raw if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert len(marks) == 6
+    prof_ = load(out, cache=False)
+    res = run("anomalies", prof_)
+    # calls per (name, shapes) and step, from the raw JSON: identical steps, identical counts
+    per: Counter[tuple[str, str, int]] = Counter()
+    for e in raw:
+        if e.get("cat") != "cpu_op":
+            continue
+        m = next((m for m in marks if m["ts"] <= e["ts"] < m["ts"] + m["dur"]), None)
+        if m is not None:
+            dims = json.dumps(e["args"].get("Input Dims"), separators=(",", ":"))
+            per[(e["name"], dims, int(m["name"].split("#")[1]))] += 1
+    steps = sorted({k[2] for k in per})
+    assert len(steps) == 6
+    for key in {k[:2] for k in per}:
+        assert len({per[(*key, s)] for s in steps}) == 1, key
+    groups, calls = res.groups, res.calls  # type: ignore[attr-defined]
+    for g in groups.iter_rows(named=True):
+        mine = calls.filter(pl.col("name") == g["name"])
+        assert g["outlier_calls"] >= MIN_OUTLIERS_HOST
+        assert g["outlier_calls"] <= g["calls"] and g["calls"] % 6 == 0
+        assert sorted(set(mine.get_column("step").to_list())) == g["steps"]
+    assert calls.height == int(groups.get_column("outlier_calls").sum() or 0)
+    assert set(calls.get_column("step").to_list()) <= set(prof_.steps.get_column("step"))
 
 
 def test_planted_inefficient_shape_found_and_small_shapes_not() -> None:

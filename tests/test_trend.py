@@ -1,10 +1,18 @@
-"""opscope trend: change points of real periodic CPU runs, one with a slowdown planted at a
-known step, one steady; medians checked against metrics.jsonl parsed with the stdlib."""
+"""opscope trend.
+
+The detector's verdicts (which change points, at which step, with which medians) are checked on
+generated run directories whose truth is known: planted step times and operator times written as
+metrics.jsonl and periodic traces (``helpers.synth.trend_run``). A real periodic CPU run with a
+slowdown planted at a known step is checked only for what the machine's speed cannot change: the
+planted change point is among those found, at its step; its medians are those of metrics.jsonl
+parsed with the stdlib; the operator series equals the raw trace; the comparison names the
+traces on both sides and the planted matmuls (30 per step against a handful) got slower."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -20,43 +28,24 @@ from opscope.trend.changepoints import detect
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 from trend_train import train
 
+from helpers.synth import TrendRun, trend_run
+
 STEPS = 60
 SLOW_FROM = 30
 EVERY = 10
 SETTINGS = RecordSettings(wait=1, warmup=1, active=3, every=EVERY)
-
-pytestmark = pytest.mark.slow
+EXTRA = 150
+"""Planted matmuls per step from SLOW_FROM on: ~55 ms on a ~6 ms step (9x). A loaded 2-core
+machine slows a few steps by 2x at times (one such pair of steps before the planted one used to
+pull the change point to step 28 when the planted shift was 2.5x); a 9x shift leaves any step
+slowed less than 4x on its own side of the midpoint between the two levels."""
 
 
 @pytest.fixture(scope="module")
 def slow_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("trend") / "slow"
-    record_callable(lambda: train(STEPS, SLOW_FROM, extra=30), out, SETTINGS)
+    record_callable(lambda: train(STEPS, SLOW_FROM, extra=EXTRA), out, SETTINGS)
     return out
-
-
-MIN_CPU_SHARE = 0.6
-"""Below this share of a core (process CPU time / wall time while recording) the machine is so
-oversubscribed that wall-clock operator times drift from sample to sample for reasons outside the
-run; the steady-run check on the per-sample operator series is then skipped (step time is still
-checked)."""
-
-
-def _record_steady(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
-    """A steady run, and the share of a core it got while recording."""
-    import time
-
-    out = tmp_path_factory.mktemp("trend") / "steady"
-    w0, c0 = time.perf_counter(), time.process_time()
-    record_callable(lambda: train(STEPS), out, SETTINGS)
-    return out, (time.process_time() - c0) / (time.perf_counter() - w0)
-
-
-STEADY_ATTEMPTS = 3
-"""Steady runs the steady-run test may record. The 2-core VM's speed moves by 25-40% for a few
-hundred ms at a time: 3 of 15 steady 60-step runs (1.5 ms steps) held such a shift, and 2 of 15
-with 8 ms steps; that is a real shift of step time, which trend rightly reports. With three tries
-a correct detector fails about once in 100-400 runs; one that flags steady runs fails every time."""
 
 
 def _clean_walls(run: Path) -> dict[int, float]:
@@ -75,6 +64,8 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, out.out, out.err
 
 
+@pytest.mark.slow
+@pytest.mark.timing
 def test_planted_slowdown_found_at_its_step(
     slow_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -82,11 +73,13 @@ def test_planted_slowdown_found_at_its_step(
     assert code == 0
     j = json.loads(out)
     assert j["steps"] == STEPS
-    # the planted slowdown; a speed-up while the process warms up may be found too (it is real)
-    st = [c for c in j["change_points"] if c["metric"] == "step_time" and c["ratio"] > 1]
-    assert len(st) == 1, st
-    c = st[0]
-    assert abs(c["step"] - SLOW_FROM) <= 1
+    # The planted slowdown is among the step-time change points, at its step. Others may be
+    # found too: a shared machine that changes speed for a while is a real shift of step time,
+    # which trend rightly reports (the synthetic tests below pin what is found exactly).
+    st = [c for c in j["change_points"] if c["metric"] == "step_time"]
+    at = [c for c in st if abs(c["step"] - SLOW_FROM) <= 1]
+    assert len(at) == 1, st
+    c = at[0]
     walls = _clean_walls(slow_run)
     lo, hi = c["before_steps"][0], c["after_steps"][1]
     before = [v for s, v in walls.items() if lo <= s < c["step"]]
@@ -94,7 +87,7 @@ def test_planted_slowdown_found_at_its_step(
     assert c["before"] == pytest.approx(statistics.median(before))
     assert c["after"] == pytest.approx(statistics.median(after))
     assert c["ratio"] == pytest.approx(c["after"] / c["before"])
-    assert c["ratio"] > 1.5
+    assert c["ratio"] > 1
     # the planted matmuls: aten::mm per step jumps at the first sample after SLOW_FROM
     mm = [x for x in j["change_points"] if x["metric"] == "op:aten::mm"]
     assert len(mm) == 1
@@ -107,6 +100,8 @@ def test_planted_slowdown_found_at_its_step(
     assert row["after_us"] > 2 * row["before_us"]
 
 
+@pytest.mark.slow
+@pytest.mark.timing
 def test_op_series_matches_the_trace(slow_run: Path) -> None:
     """aten::mm time per step in one sample, from the raw trace JSON (median over its steps)."""
     t = trend(slow_run, compare_traces=False)
@@ -127,30 +122,8 @@ def test_op_series_matches_the_trace(slow_run: Path) -> None:
     assert vals[steps.index(32)] == pytest.approx(statistics.median(per_step), rel=1e-3, abs=0.01)
 
 
-def test_steady_run_has_no_change_point(
-    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
-) -> None:
-    seen = []
-    for _ in range(STEADY_ATTEMPTS):
-        run, share = _record_steady(tmp_path_factory)
-        code, out, _ = _cli(capsys, "trend", str(run), "--json")
-        assert code == 0
-        j = json.loads(out)
-        assert j["series"]["step_time"]["steps"] == sorted(_clean_walls(run))
-        found = [
-            (c["metric"], c["step"], round(c["ratio"], 2))
-            for c in j["change_points"]
-            if share >= MIN_CPU_SHARE or not c["metric"].startswith("op:")
-        ]
-        if not found:
-            break
-        seen.append(found)
-    else:
-        pytest.fail(f"each of {STEADY_ATTEMPTS} steady runs had change points: {seen}")
-    if share < MIN_CPU_SHARE:
-        pytest.skip(f"operator series not checked: the run got {share:.0%} of a core")
-
-
+@pytest.mark.slow
+@pytest.mark.timing
 def test_terminal_output_has_sparklines(slow_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _cli(capsys, "trend", str(slow_run))
     assert code == 0
@@ -189,6 +162,8 @@ def test_detect_boundary_next_to_a_spike() -> None:
     assert c.index == len(before)
 
 
+@pytest.mark.slow
+@pytest.mark.timing
 def test_html_report_carries_the_trend(
     slow_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -227,3 +202,130 @@ def test_operator_change_below_one_percent_of_the_step_is_not_reported() -> None
     found = _changes(series, samples)
     assert [(c["metric"], c["step"]) for c in found] == [("op:big", 60)]
     assert found[0]["before"] == 3000.0 and found[0]["after"] == 6000.0
+
+
+# ------------------------------------------------------------------- generated runs, known truth
+
+BASE_US = 9000.0
+MM_BEFORE_US, MM_AFTER_US = 50.0, 6000.0
+TANH_US = 5000.0
+
+
+def _noisy_walls(seed: int, n: int = STEPS) -> list[float]:
+    """Step times as a shared 2-core machine gives them for identical steps (the recorded
+    trend runs' figures): +-4 % jitter, a 1.8x profiler step now and then (left out by trend), a
+    3-step GC/IO hiccup at 5x, and a slow 15 % drift (below the 25 % a change point needs)."""
+    r = random.Random(seed)
+    walls = []
+    for i in range(n):
+        drift = 1.0 + 0.15 * min(1.0, max(0.0, (i - 40) / 10))
+        w = BASE_US * drift * r.uniform(0.96, 1.04)
+        if 17 <= i < 20:
+            w *= 5.0
+        walls.append(w)
+    return walls
+
+
+def _profiled_slower(run: TrendRun) -> None:
+    """The profiler's own overhead on the steps it is on for (trend must leave them out)."""
+    rows = [json.loads(x) for x in (run.path / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["profiled"]:
+            row["wall_ns"] = round(row["wall_ns"] * 1.8)
+    (run.path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+
+
+def _medians(run: TrendRun, walls: list[float], at: int) -> tuple[float, float, int, int]:
+    """Medians of the clean steps before / from ``at`` (segment: the whole series here)."""
+    before = [walls[s] for s in run.clean if s < at]
+    after = [walls[s] for s in run.clean if s >= at]
+    return statistics.median(before), statistics.median(after), len(before), len(after)
+
+
+def test_generated_planted_slowdown_found_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Identical noisy steps, 2x slower from step 30 (30 ms of matmuls added): exactly one step-
+    time and one throughput change point, at step 30, with the clean steps' medians; the mm
+    series changes at the first sample after it; the memory series and the unchanged tanh
+    (whose share of the step halves, but not its time) have none."""
+    walls = _noisy_walls(1)
+    walls = [w + (BASE_US if i >= SLOW_FROM else 0.0) for i, w in enumerate(walls)]
+
+    def ops(first: int) -> dict[str, float]:
+        mm = MM_AFTER_US if first >= SLOW_FROM else MM_BEFORE_US
+        return {"aten::tanh": TANH_US, "aten::mm": mm}
+
+    run = trend_run(tmp_path / "run", walls, ops_us=ops, every=EVERY)
+    _profiled_slower(run)
+    code, out, _ = _cli(capsys, "trend", str(run.path), "--json")
+    assert code == 0
+    j = json.loads(out)
+    assert j["steps"] == STEPS
+    assert j["series"]["step_time"]["steps"] == run.clean
+    found = [(c["metric"], c["step"]) for c in j["change_points"]]
+    assert found == [("samples_per_s", SLOW_FROM), ("step_time", SLOW_FROM), ("op:aten::mm", 32)]
+    st = j["change_points"][1]
+    b, a, nb, na = _medians(run, walls, SLOW_FROM)
+    assert st["before"] == pytest.approx(b) and st["after"] == pytest.approx(a)
+    assert (st["before_steps"], st["after_steps"]) == (
+        [run.clean[0], max(s for s in run.clean if s < SLOW_FROM)],
+        [min(s for s in run.clean if s >= SLOW_FROM), run.clean[-1]],
+    )
+    assert nb + na == len(run.clean)
+    mm = next(c for c in j["change_points"] if c["metric"] == "op:aten::mm")
+    assert (mm["before"], mm["after"]) == (MM_BEFORE_US, MM_AFTER_US)
+    comp = st["comparison"]
+    assert Path(comp["before_trace"]).name == "step_000022.pt.trace.json.gz"
+    assert Path(comp["after_trace"]).name == "step_000032.pt.trace.json.gz"
+    row = next(r for r in comp["rows"] if r["key"] == "aten::mm")
+    # compare()'s rows are the traces' totals: 3 steps of the planted µs each
+    assert (row["before_us"], row["after_us"]) == pytest.approx((3 * MM_BEFORE_US, 3 * MM_AFTER_US))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_generated_steady_run_has_no_change_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
+    """Identical steps with a shared machine's noise (jitter, a 3-step hiccup, a 15 % drift,
+    profiler overhead on the sampled steps) and steady operators (+-10 % per sample): nothing."""
+    walls = _noisy_walls(100 + seed)
+    r = random.Random(seed)
+
+    def ops(first: int) -> dict[str, float]:
+        return {"aten::tanh": TANH_US * r.uniform(0.9, 1.1), "aten::mm": MM_BEFORE_US}
+
+    run = trend_run(tmp_path / "run", walls, ops_us=ops, every=EVERY)
+    _profiled_slower(run)
+    code, out, _ = _cli(capsys, "trend", str(run.path), "--json")
+    assert code == 0
+    j = json.loads(out)
+    assert j["series"]["step_time"]["steps"] == run.clean
+    assert j["change_points"] == []
+
+
+def test_generated_machine_slowdown_is_a_step_time_change_not_an_operator_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What broke the real-run test's old ``exactly one change point``: the machine got 40 %
+    slower from step 16, every operator with it. That is a step-time change point, at its step,
+    rightly reported; the operators are searched as shares of the step, which did not move, so
+    none of them is an operator change."""
+    slow_machine = 16
+    speed = [1.4 if i >= slow_machine else 1.0 for i in range(STEPS)]
+    r = random.Random(3)
+    walls = [BASE_US * speed[i] * r.uniform(0.97, 1.03) for i in range(STEPS)]
+
+    def ops(first: int) -> dict[str, float]:
+        return {"aten::tanh": TANH_US * speed[first], "aten::mm": 2000.0 * speed[first]}
+
+    run = trend_run(tmp_path / "run", walls, ops_us=ops, every=EVERY)
+    code, out, _ = _cli(capsys, "trend", str(run.path), "--json")
+    assert code == 0
+    j = json.loads(out)
+    found = [(c["metric"], c["step"]) for c in j["change_points"]]
+    assert found == [("samples_per_s", slow_machine), ("step_time", slow_machine)]
+    st = j["change_points"][1]
+    b, a, _, _ = _medians(run, walls, slow_machine)
+    assert (st["before"], st["after"]) == (pytest.approx(b), pytest.approx(a))
+    assert st["ratio"] == pytest.approx(a / b)

@@ -361,3 +361,105 @@ def kineto_trace(
             launch(f"gemm_bwd_{layer}", ts + 5, ts + 60, 30.0, 2)
         t += 1000.0
     return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+
+def sample_trace(walls_us: dict[int, float], ops_us: dict[str, float]) -> dict[str, Any]:
+    """A host-only Kineto trace (dict) of one periodic sample: a ``ProfilerStep#N`` range of
+    ``walls_us[N]`` µs per step and, inside each, one ``cpu_op`` per name of ``ops_us`` taking
+    that many µs, laid one after the other (they must fit in the step)."""
+    ev: list[dict[str, Any]] = []
+    t = 1000.0
+    for s, wall in sorted(walls_us.items()):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": wall,
+            }
+        )
+        t0 = t + 1.0
+        for name, us in ops_us.items():
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": name,
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t0,
+                    "dur": us,
+                    "args": {},
+                }
+            )
+            t0 += us + 1.0
+        assert t0 <= t + wall, (s, ops_us, wall)
+        t += wall + 10.0
+    return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+
+@dataclass
+class TrendRun:
+    """A generated run directory and the plan it was written from."""
+
+    path: Any  # pathlib.Path of the run directory
+    walls_us: list[float]  # wall µs of every step (index = step)
+    profiled: set[int]  # steps the profiler was on for
+    samples: list[int]  # first step of each periodic trace
+    clean: list[int]  # steps outside the profiler's windows (the series trend keeps)
+
+
+def trend_run(
+    path: Any,
+    walls_us: list[float],
+    *,
+    ops_us: Any = None,
+    first: int = 2,
+    every: int = 10,
+    warmup: int = 1,
+    active: int = 3,
+    batch: int = 16,
+) -> TrendRun:
+    """Write an opscope run directory (``run.json``, ``metrics.jsonl``, ``rank0/`` traces) laid
+    out like the recorder's: a sample of ``active`` profiled steps every ``every`` steps from
+    ``first``, its ``warmup`` steps before it. Step ``i`` took ``walls_us[i]`` µs.
+    ``ops_us(first_step) -> {op name: µs per step}`` plants the operators of each sample's trace
+    (no traces when None)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    root = Path(path)
+    (root / "rank0").mkdir(parents=True, exist_ok=True)
+    n = len(walls_us)
+    samples = list(range(first, n - active + 1, every))
+    profiled = {s + k for s in samples for k in range(active)}
+    warm = {s - k for s in samples for k in range(1, warmup + 1)}
+    after = {s + active for s in samples}
+    run = {
+        "profiler": {"wait": 1, "warmup": warmup, "active": active, "every": every},
+        "device": {"kind": "cpu"},
+    }
+    (root / "run.json").write_text(json.dumps(run))
+    rows = [
+        {
+            "rank": 0,
+            "step": i,
+            "wall_ns": round(w * 1000),
+            "samples_per_s": batch / (w * 1e-6),
+            "mem_allocated_peak": 1 << 20,
+            "profiled": i in profiled,
+        }
+        for i, w in enumerate(walls_us)
+    ]
+    (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if ops_us is not None:
+        for s in samples:
+            walls = {k: walls_us[k] for k in range(s, s + active)}
+            data = json.dumps(sample_trace(walls, ops_us(s))).encode()
+            (root / "rank0" / f"step_{s:06d}.pt.trace.json.gz").write_bytes(gzip.compress(data))
+    clean = [i for i in range(n) if i not in profiled | warm | after]
+    return TrendRun(root, list(walls_us), profiled, samples, clean)
