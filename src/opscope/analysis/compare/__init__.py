@@ -1,8 +1,13 @@
-"""Compare two profiles: before/after op by op, iteration time, significance.
+"""Compare two profiles: the step time, what explains its change, row by row, significance.
 
-:func:`compare` matches the rows of two profiles by operator, operator + input shapes, kernel,
+:func:`compare` matches the rows of two profiles by what the work *is* (``semantic`` rows:
+module path, fwd/bwd, op class and problem size, dtype — across op names, kernel names, devices
+and vendors; see :mod:`.semantic`), and by operator, operator + input shapes, kernel,
 ``nn.Module`` path and the user's source line, and says for each matched row how much faster or
-slower it got and whether that change is larger than the step-to-step noise.
+slower it got and whether that change is larger than the step-to-step noise. The headline is
+the median step's change with its noise band, then the rows that explain it
+(:func:`explain_step`), then the heaviest matched rows with their achieved bandwidth and
+FLOP/s and their share of each side's device peak (:func:`heavy_rows`).
 
 Time basis
     When both profiles hold device kernels, rows are charged with *device* time: a kernel counts
@@ -20,14 +25,12 @@ Steps
     When the two sides have different step counts every figure is a per-step average, otherwise
     a total over the steps (``Comparison.normalisation`` says which).
 
-Significance (documented in ``docs/compare.md``)
+Significance (:mod:`.stats`, documented in ``docs/compare.md``)
     A change is *significant* when the relative change is at least :data:`MIN_REL_CHANGE` and,
-    with at least :data:`MIN_STEPS` steps on each side, the per-step values say so by either of
-    two criteria: the shift of the per-step medians exceeds :data:`NOISE_K` pooled scaled MADs
-    (a robust "larger than the step-to-step scatter" rule that works from 3 steps), or the
-    two-sided Mann-Whitney U test gives p < :data:`ALPHA` (which catches a consistent shift that
-    one noisy side's MAD hides). Both are deterministic and assume no distribution. With fewer
-    steps a change of at least :data:`MIN_REL_CHANGE` is *untested*; a smaller one is noise.
+    with at least :data:`MIN_STEPS` steps on each side, the shift of the per-step medians
+    exceeds the noise band printed with it: :data:`NOISE_K` pooled scaled MADs. The
+    Mann-Whitney U p-value is reported, not used. With fewer steps a change of at least
+    :data:`MIN_REL_CHANGE` is *untested*; a smaller one is noise.
 
 Matching that survives a fix
     Kernels whose names have no counterpart (a CUDA trace against an Ascend one, a new GEMM
@@ -36,6 +39,9 @@ Matching that survives a fix
     counterpart (the fixed model's padded dims) are matched by operator name and source line
     (else module) (``match == "shape changed"``). Module paths that differ only in the root
     (``VisionModel_0/...`` vs ``FixedVisionModel_0/...``) match below it (``"root renamed"``).
+    Semantic rows whose problem size or dtype has no counterpart (1000 padded to 1024) match by
+    module + pass + class (``"shape changed"``); when the two sides' module roots differ, their
+    module paths are taken below the root.
 """
 
 from __future__ import annotations
@@ -47,32 +53,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import numpy as np
 import polars as pl
 
 from opscope.analysis.compare import semantic
+from opscope.analysis.compare.stats import (
+    ALPHA,
+    MAD_SCALE,
+    MIN_REL_CHANGE,
+    MIN_STEPS,
+    MW_EXACT_MAX,
+    NOISE_K,
+    StepChange,
+    significance,
+    stats,
+    step_time_change,
+)
 from opscope.analysis.registry import Result
 from opscope.errors import AnalysisError
 from opscope.model import Profile, kinds
-
-MIN_STEPS: Final = 3
-"""Steps needed on each side before a change is tested against the step-to-step noise."""
-
-NOISE_K: Final = 3.0
-"""A significant shift of the per-step medians exceeds this many pooled scaled MADs."""
-
-MAD_SCALE: Final = 1.4826
-"""Scales a median absolute deviation to a standard deviation for normally distributed data."""
-
-ALPHA: Final = 0.01
-"""Or a change is significant when the Mann-Whitney U test of the per-step values gives p < ALPHA
-(with 5 steps a side only a complete separation does: p = 0.008)."""
-
-MW_EXACT_MAX: Final = 25
-"""Up to this many steps a side the U test's p-value is exact; beyond, a normal approximation."""
-
-MIN_REL_CHANGE: Final = 0.02
-"""A change below 2 % of the larger side is noise whatever the spread (timer and jitter floor)."""
 
 HEAVY_TOP: Final = 10
 """How many of the heaviest matched operators get achieved FLOP/s and bandwidth figures."""
@@ -947,7 +945,7 @@ def _match(
     tot_b = _totals(rb, scale_b)
     mat_a = tot_a.filter(pl.col("match").is_not_null())
     mat_b = tot_b.filter(pl.col("match").is_not_null())
-    stats = _stats(
+    per_key = stats(
         _per_step(ra.filter(pl.col("match").is_not_null()), sa.steps),
         _per_step(rb.filter(pl.col("match").is_not_null()), sb.steps),
         sa.n_steps,
@@ -955,10 +953,10 @@ def _match(
     )
     m = (
         mat_a.join(mat_b.drop("match"), on="key", how="inner", suffix="_b")
-        .join(stats, on="key", how="left")
+        .join(per_key, on="key", how="left")
         .filter((pl.col("us") > 0) | (pl.col("us_b") > 0))
     )
-    m = _significance(
+    m = significance(
         m.rename(
             {
                 "us": "before_us",
@@ -1001,148 +999,14 @@ def _per_step(f: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _stats(ga: pl.DataFrame, gb: pl.DataFrame, na: int, nb: int) -> pl.DataFrame:
-    """Per key: median and scaled MAD of each side's per-step values, and the two-sided
-    Mann-Whitney p-value of before vs after (U from mid-ranks within the key)."""
-
-    def spread(g: pl.DataFrame, suffix: str) -> pl.DataFrame:
-        return g.group_by("key").agg(
-            pl.col("v").median().alias("med" + suffix),
-            ((pl.col("v") - pl.col("v").median()).abs().median() * MAD_SCALE).alias("mad" + suffix),
-        )
-
-    both = pl.concat(
-        [
-            ga.with_columns(pl.lit(0, dtype=pl.Int8).alias("side")),
-            gb.with_columns(pl.lit(1, dtype=pl.Int8).alias("side")),
-        ]
-    )
-    u = (
-        both.with_columns(pl.col("v").rank("average").over("key").alias("r"))
-        .filter(pl.col("side") == 0)
-        .group_by("key")
-        .agg((pl.col("r").sum() - na * (na + 1) / 2.0).alias("u"))
-    )
-    table = {
-        x: _mann_whitney_p(x, na, nb) for x in u.get_column("u").unique().drop_nulls().to_list()
-    }
-    u = u.with_columns(
-        pl.col("u").replace_strict(table, default=None, return_dtype=pl.Float64).alias("p_value")
-    ).drop("u")
-    return (
-        spread(ga, "")
-        .join(spread(gb, "_b"), on="key", how="full", coalesce=True)
-        .join(u, on="key", how="left")
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _u_counts(m: int, n: int) -> tuple[float, ...]:
-    """How many of the C(m+n, m) orderings give each U = 0..m*n (no ties)."""
-    # f(m, n)[u] = f(m-1, n)[u-n] + f(m, n-1)[u], built row by row over m
-    prev = [np.ones(1)] * (n + 1)  # m = 0: U is 0 whatever n
-    for i in range(1, m + 1):
-        cur = [np.ones(1)]  # n = 0
-        for j in range(1, n + 1):
-            a = np.zeros(i * j + 1)
-            a[j : j + prev[j].size] += prev[j]
-            a[: cur[j - 1].size] += cur[j - 1]
-            cur.append(a)
-        prev = cur
-    return tuple(prev[n].tolist())
-
-
-def _mann_whitney_p(u: float, m: int, n: int) -> float:
-    """Two-sided p of the Mann-Whitney U statistic ``u`` for samples of ``m`` and ``n``.
-
-    Exact (no-tie null distribution, ties rounded towards the centre, which is conservative)
-    up to :data:`MW_EXACT_MAX` values a side; the normal approximation with continuity
-    correction beyond.
-    """
-    if m == 0 or n == 0:
-        return 1.0
-    lo = min(u, m * n - u)
-    if max(m, n) <= MW_EXACT_MAX:
-        counts = _u_counts(m, n)
-        tail = sum(counts[: math.ceil(lo) + 1]) / sum(counts)
-        return min(1.0, 2.0 * tail)
-    mu = m * n / 2.0
-    sigma = math.sqrt(m * n * (m + n + 1) / 12.0)
-    z = max(abs(u - mu) - 0.5, 0.0) / sigma
-    return min(1.0, math.erfc(z / math.sqrt(2.0)))
-
-
-def _significance(m: pl.DataFrame, testable: bool) -> pl.DataFrame:
-    """Add ``delta_us, speedup, significant, verdict, noise_us`` (see the module docstring)."""
-    before, after = pl.col("before_us"), pl.col("after_us")
-    rel = (after - before).abs() / pl.max_horizontal(before, after)
-    noise_ns = NOISE_K * ((pl.col("mad").pow(2) + pl.col("mad_b").pow(2)) / 2.0).sqrt()
-    shift_ns = (pl.col("med_b") - pl.col("med")).abs()
-    big = rel >= MIN_REL_CHANGE
-    # significant only beyond the noise band that is printed with it (the p-value is reported,
-    # not used: a rank test could call a 37.9 ms shift inside a ±74.1 ms band significant)
-    beyond = shift_ns > noise_ns
-    significant = (big & beyond) if testable else pl.when(big).then(None).otherwise(False)
-    return m.with_columns(
-        (after - before).alias("delta_us"),
-        pl.when(after > 0).then(before / after).otherwise(None).alias("speedup"),
-        significant.cast(pl.Boolean).alias("significant"),
-        (noise_ns / 1000.0).alias("noise_us") if testable else pl.lit(None).alias("noise_us"),
-        pl.col("p_value") if testable else pl.lit(None, dtype=pl.Float64).alias("p_value"),
-    ).with_columns(
-        pl.when(pl.col("significant").is_null())
-        .then(pl.lit("untested"))
-        .when(~pl.col("significant"))
-        .then(pl.lit("noise"))
-        .when(pl.col("after_us") < pl.col("before_us"))
-        .then(pl.lit("gain"))
-        .otherwise(pl.lit("loss"))
-        .alias("verdict")
-    )
-
-
-@dataclass(frozen=True)
-class _StepChange:
-    before_us: float
-    after_us: float
-    speedup: float | None
-    significant: bool | None
-    noise_us: float | None
-    p_value: float | None
-    verdict: str
-
-
-def step_time_change(
-    before_ns: list[float], after_ns: list[float], testable: bool | None = None
-) -> dict[str, Any]:
-    """The step-time rule on two lists of per-step times (ns): ``before_us``, ``after_us``
-    (medians), ``speedup``, ``significant``, ``noise_us``, ``p_value`` and ``verdict``
-    (gain, loss, noise or untested). ``testable`` defaults to both sides having at least
-    :data:`MIN_STEPS` steps."""
-
-    def grid(v: list[float]) -> pl.DataFrame:
-        return pl.DataFrame(
-            {"key": ["step"] * len(v), "v": v}, schema={"key": pl.String, "v": pl.Float64}
-        )
-
-    if testable is None:
-        testable = min(len(before_ns), len(after_ns)) >= MIN_STEPS
-    m = _stats(grid(before_ns), grid(after_ns), len(before_ns), len(after_ns)).with_columns(
-        (pl.col("med") / 1000.0).alias("before_us"),
-        (pl.col("med_b") / 1000.0).alias("after_us"),
-    )
-    row: dict[str, Any] = _significance(m, testable).row(0, named=True)
-    return row
-
-
-def _step_change(sa: _Side, sb: _Side, testable: bool) -> _StepChange:
+def _step_change(sa: _Side, sb: _Side, testable: bool) -> StepChange:
     """The median step time of each side and whether it changed beyond the noise."""
     r = step_time_change(
         sa.steps.get_column("dur_ns").cast(pl.Float64).to_list(),
         sb.steps.get_column("dur_ns").cast(pl.Float64).to_list(),
         testable,
     )
-    return _StepChange(
+    return StepChange(
         before_us=r["before_us"],
         after_us=r["after_us"],
         speedup=r["speedup"],
@@ -1389,7 +1253,7 @@ _EXPLAIN_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
 
 
 def explain_step(
-    step: _StepChange,
+    step: StepChange,
     rows: pl.DataFrame,
     added: pl.DataFrame,
     removed: pl.DataFrame,
@@ -1438,7 +1302,7 @@ def explain_step(
 
 
 def _summary(
-    step: _StepChange,
+    step: StepChange,
     sides: pl.DataFrame,
     heavy: pl.DataFrame,
     steps_per_epoch: int | None,
@@ -1604,4 +1468,14 @@ def _fmt_rate(x: float) -> str:
     return f"{x:.4g}"
 
 
-__all__: Sequence[str] = ("Comparison", "compare")
+__all__: Sequence[str] = (
+    "ALPHA",
+    "MAD_SCALE",
+    "MIN_REL_CHANGE",
+    "MIN_STEPS",
+    "MW_EXACT_MAX",
+    "NOISE_K",
+    "Comparison",
+    "compare",
+    "step_time_change",
+)
