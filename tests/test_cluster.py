@@ -82,6 +82,7 @@ def _expected_gloo_wait(run: Path) -> dict[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_slowed_rank_is_found(slowed_run: Path) -> None:
     from opscope.cluster import run_cluster
 
@@ -116,12 +117,18 @@ def test_slowed_rank_is_found(slowed_run: Path) -> None:
 
 
 @pytest.mark.slow
-def test_balanced_run_flags_nobody(balanced_run: Path) -> None:
+@pytest.mark.timing
+def test_balanced_run_waits_equal_the_raw_pairing(balanced_run: Path) -> None:
+    """A real balanced run, checked for what the machine's speed cannot change: the ranks, their
+    steps and the waits recomputed from the raw gloo ranges. Whether anybody is flagged is the
+    machine's doing here (a rank descheduled for a few ms in several of these sub-ms steps is a
+    straggler by the rule's own figures, and was flagged in a fresh-clone run); the verdict on
+    balanced ranks is pinned by the generated tables below (``test_ranks_late_in_turn_...``)."""
     from opscope.cluster import run_cluster
 
     out = run_cluster(balanced_run, workers=0).to_json()
-    assert out["slow_ranks"] == []
     assert len(out["ranks"]) == 2
+    assert [r["steps"] for r in out["ranks"]] == [6, 6]
     exp = _expected_gloo_wait(balanced_run)
     got = {r["rank"]: r["wait_us"] for r in out["ranks"]}
     assert got[0] == pytest.approx(exp[0] / 1000, abs=1e-6)
@@ -129,6 +136,7 @@ def test_balanced_run_flags_nobody(balanced_run: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_process_pool_equals_in_process(slowed_run: Path) -> None:
     from opscope.cluster import run_cluster
 
@@ -138,6 +146,7 @@ def test_process_pool_equals_in_process(slowed_run: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_ray_engine_equals_local(slowed_run: Path) -> None:
     pytest.importorskip("ray", reason="ray not installed (extra opscope[ray])")
     from opscope.cluster import run_cluster
@@ -338,6 +347,21 @@ def test_ties_do_not_dilute_the_straggler() -> None:
     assert share == {0: 0.0, 1: 1.0}
     waits = {r["rank"]: r["wait_us"] for r in out["ranks"]}
     assert waits == {0: pytest.approx(4 * 3000.0), 1: pytest.approx(4 * 200.0)}
+
+
+def test_ranks_late_in_turn_are_not_stragglers() -> None:
+    """Two balanced ranks on a loaded machine: each is descheduled in turn, 4 ms late at every
+    other all-reduce (its peer waits 4 ms: well above MIN_PEER_WAIT_US). Each is last at half of
+    them (below LAST_ARRIVAL_SHARE) and waits as long as its peer: nobody is a straggler."""
+    starts = {0: [4000.0, 0, 4000, 0, 4000, 0], 1: [0.0, 4000, 0, 4000, 0, 4000]}
+    out = _synthetic(starts).to_json()
+    assert out["slow_ranks"] == []
+    share = {r["rank"]: r["last_arrival_share"] for r in out["ranks"]}
+    assert share == {0: 0.5, 1: 0.5}
+    assert {r["rank"]: r["wait_us"] for r in out["ranks"]} == {
+        0: pytest.approx(3 * 4000.0),
+        1: pytest.approx(3 * 4000.0),
+    }
 
 
 def test_jitter_is_not_a_straggler() -> None:
