@@ -198,6 +198,7 @@ def _record(tmp: Path, fixed: bool) -> tuple[Path, dict[str, tuple[float, int]]]
 
     with profile(
         activities=[ProfilerActivity.CPU],
+        record_shapes=True,  # the semantic GEMM row needs M, N, K
         schedule=schedule(wait=0, warmup=1, active=5),
         on_trace_ready=ready,
     ) as prof:
@@ -235,6 +236,15 @@ def test_real_cpu_model_against_its_fixed_twin(tmp_path: Path) -> None:
     assert {"aten::matmul", "aten::mm"} <= removed
     assert {"aten::linear", "aten::addmm"} <= added
     assert c.summary.row(0)[0].startswith("step time")
+    # ...but the GEMM is one semantic row: matmul(x[32,64], w.t()[64,64]) and
+    # linear(x[32,64], w[64,64], bias) are both M=32 N=64 K=64, timed by their outer op
+    gemm = c.rows.filter(
+        (pl.col("kind") == "semantic") & (pl.col("key") == "fwd · GEMM M=32 N=64 K=64 · fp32")
+    ).to_dicts()
+    assert len(gemm) == 1
+    assert gemm[0]["before_us"] == pytest.approx(slow_avg["aten::matmul"][0], rel=0.01, abs=0.5)
+    assert gemm[0]["after_us"] == pytest.approx(fast_avg["aten::linear"][0], rel=0.01, abs=0.5)
+    assert (gemm[0]["calls_before"], gemm[0]["calls_after"]) == (20, 20)
 
 
 # The two GPU traces of different jobs --------------------------------------------------------
