@@ -711,7 +711,8 @@ class _Side:
             fb.alias("fallback"),
             "step",
             pl.col("t_ns").cast(pl.Int64),
-            pl.lit(0, dtype=pl.Int64).alias("calls"),
+            # work with no anchor op (a compiled graph's kernels) counts its launches
+            pl.col("anchor_id").is_null().cast(pl.Int64).alias("calls"),
             "anchor_id",
         )
         counted = anchors.select(
