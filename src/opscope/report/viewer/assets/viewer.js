@@ -2,23 +2,30 @@
 // Every string from the trace reaches the DOM through textContent, never innerHTML.
 "use strict";
 (function () {
-  const LABEL_W = 200, RULER_H = 26, ROW_H = 18, TRACK_PAD = 6, COUNTER_H = 42;
+  const LABEL_W = 200, RULER_H = 26, ROW_H = 18, TRACK_PAD = 6, COUNTER_H = 42, GROUP_H = 20;
+  const PAGE = 1000;  // search matches per page (the server's cap)
   const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
     "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#a0cbe8"];
+  const FINDING_COLORS = ["#d7191c", "#7b3294", "#e7298a", "#b35806", "#1b7837", "#2166ac"];
+  const ANOMALY_COLOR = "#ff1744", BAND_COLOR = "#ff8c00";
   const canvas = document.getElementById("tl");
   const ctx = canvas.getContext("2d");
   const tip = document.getElementById("tip");
   const $ = (id) => document.getElementById(id);
 
   const S = {
-    tracks: [], layout: [], totalH: 0, t0: 0, t1: 1, end: 1, scrollY: 0,
-    data: new Map(),          // track id -> {start, end, nsPerPx, d: response}
-    pending: false, fetchTimer: 0, selected: null, selRange: null, flows: [],
-    matches: [], cur: -1, overlays: [], ovById: new Map(), origin: 0,
-    width: 800, height: 600, dpr: 1,
+    tracks: [], groups: [], layout: [], byTrack: new Map(), totalH: 0,
+    t0: 0, t1: 1, end: 1, scrollY: 0,
+    collapsed: new Set(),     // group names folded to their header
+    unfolded: new Set(),      // track ids whose Python stacks are shown in full
+    data: new Map(),          // track id -> {start, end, nsPerPx, folded, d: response}
+    fetchTimer: 0, selected: null, selRange: null, range: null, flows: [],
+    matches: [], total: 0, pageOff: 0, cur: -1,
+    overlays: [], bands: [], layers: [], layerOn: new Map(), origin: 0,
+    mouse: null, width: 800, height: 600, dpr: 1,
   };
-  const stats = { frames: [], firstPaintMs: null, fetches: 0, lastSearchMs: null, ready: false };
-  window.__opscope = { S, stats, jumpTo, select, screenPos, draw: () => draw() };
+  const stats = { frames: [], firstPaintMs: null, fetches: 0, lastSearchMs: null, ready: false,
+    ticks: [], labels: [], outlines: 0, bandRects: 0 };
 
   function api(path) {
     return fetch(path, { headers: { "Accept": "application/json" } }).then((r) => {
@@ -42,22 +49,85 @@
     return Math.round(ns) + " ns";
   }
 
+  // A ruler label: the unit from the time's size, the decimals from the tick step, so that two
+  // ticks never print the same text however far in one zooms.
+  function fmtTick(t, step) {
+    const a = Math.max(Math.abs(t), step);
+    let unit = 1, suf = " ns";
+    if (a >= 1e9) { unit = 1e9; suf = " s"; } else if (a >= 1e6) { unit = 1e6; suf = " ms"; } else if (a >= 1e3) { unit = 1e3; suf = " µs"; }
+    const dec = Math.max(0, Math.min(9, Math.ceil(-Math.log10(step / unit) - 1e-9)));
+    const s = (t / unit).toFixed(dec);
+    return (/^-0(\.0*)?$/.test(s) ? s.slice(1) : s) + suf;
+  }
+
   function color(name) {
     let h = 0;
     for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) | 0;
     return PALETTE[Math.abs(h) % PALETTE.length];
   }
 
+  const isTyping = (t) => t instanceof HTMLTextAreaElement ||
+    (t instanceof HTMLInputElement && !["checkbox", "radio", "button", "submit", "reset"].includes(t.type));
+
   // Layout -------------------------------------------------------------------------------------
+  const isFolded = (t) => t.folded_depth !== null && t.folded_depth !== undefined && !S.unfolded.has(t.id);
+  const shownDepth = (t) => (isFolded(t) ? t.folded_depth : t.max_depth);
+  const trackH = (t) => (t.type === "counter" ? COUNTER_H : (shownDepth(t) + 1) * ROW_H + TRACK_PAD);
+
+  // Groups in the order a reader follows the work: each host process, then the device streams
+  // its threads launch into (by the thread launching most of each stream's work), then counters.
+  function buildGroups() {
+    const byName = new Map(), byId = new Map(S.tracks.map((t) => [t.id, t]));
+    for (const t of S.tracks) {
+      let g = byName.get(t.group);
+      if (!g) {
+        g = { name: t.group, rank: t.rank, tracks: [], kind: t.type === "counter" ? "counter" : (t.is_device ? "device" : "host") };
+        byName.set(t.group, g);
+      }
+      g.tracks.push(t);
+    }
+    const all = [...byName.values()];
+    const host = all.filter((g) => g.kind === "host"), dev = all.filter((g) => g.kind === "device");
+    const big = 1e12;
+    for (const g of dev) {
+      g.tracks.sort((a, b) => ((a.launched_by ?? big) - (b.launched_by ?? big)) || a.id - b.id);
+      const first = g.tracks.find((t) => t.launched_by !== null && t.launched_by !== undefined);
+      g.anchor = first ? byId.get(first.launched_by).group : null;
+    }
+    const ranks = [...new Set(all.map((g) => g.rank))].sort((a, b) => a - b);
+    const out = [], placed = new Set();
+    for (const r of ranks) {
+      for (const h of host.filter((g) => g.rank === r)) {
+        out.push(h);
+        for (const d of dev) if (d.anchor === h.name && !placed.has(d)) { out.push(d); placed.add(d); }
+      }
+      for (const d of dev) if (d.rank === r && !placed.has(d)) { out.push(d); placed.add(d); }
+      for (const c of all) if (c.kind === "counter" && c.rank === r) out.push(c);
+    }
+    S.groups = out;
+  }
+
   function layout() {
     let y = 0;
-    S.layout = S.tracks.map((t) => {
-      const h = t.type === "counter" ? COUNTER_H : (t.max_depth + 1) * ROW_H + TRACK_PAD;
-      const L = { t, y, h };
-      y += h + 1;
-      return L;
-    });
+    S.layout = [];
+    S.byTrack = new Map();
+    for (const g of S.groups) {
+      const H = { kind: "group", g, y, h: GROUP_H };
+      S.layout.push(H);
+      g.y0 = y;
+      y += GROUP_H;
+      if (!S.collapsed.has(g.name)) {
+        for (const t of g.tracks) {
+          const L = { kind: "track", t, g, y, h: trackH(t) };
+          S.layout.push(L);
+          S.byTrack.set(t.id, L);
+          y += L.h + 1;
+        }
+      }
+      g.y1 = y;
+    }
     S.totalH = y;
+    S.scrollY = Math.max(0, Math.min(S.scrollY, maxScroll()));
   }
 
   function resize() {
@@ -74,15 +144,18 @@
   const plotW = () => S.width - LABEL_W;
   const xOf = (ts) => LABEL_W + (ts - S.t0) * plotW() / (S.t1 - S.t0);
   const tOf = (x) => S.t0 + (x - LABEL_W) * (S.t1 - S.t0) / plotW();
+  const rowTop = (L) => RULER_H + L.y - S.scrollY;
+  const maxScroll = () => Math.max(0, S.totalH - (S.height - RULER_H) + 20);
 
-  function visibleTracks() {
+  function visibleRows() {
     const out = [];
     for (const L of S.layout) {
-      const top = RULER_H + L.y - S.scrollY;
+      const top = rowTop(L);
       if (top + L.h >= RULER_H && top <= S.height) out.push(L);
     }
     return out;
   }
+  const visibleTracks = () => visibleRows().filter((L) => L.kind === "track");
 
   // Fetching -----------------------------------------------------------------------------------
   function scheduleFetch(delay) {
@@ -93,27 +166,29 @@
   function fetchVisible() {
     const span = S.t1 - S.t0;
     const curNsPerPx = span / plotW();
-    const need = [];
+    const need = { 0: [], 1: [] };
     for (const L of visibleTracks()) {
-      const c = S.data.get(L.t.id);
-      const ok = c && c.start <= S.t0 && c.end >= S.t1 && c.nsPerPx <= curNsPerPx * 1.5 && c.nsPerPx >= curNsPerPx / 4;
-      if (!ok) need.push(L.t.id);
+      const c = S.data.get(L.t.id), fold = isFolded(L.t);
+      const ok = c && c.folded === fold && c.start <= S.t0 && c.end >= S.t1 && c.nsPerPx <= curNsPerPx * 1.5 && c.nsPerPx >= curNsPerPx / 4;
+      if (!ok) need[fold ? 1 : 0].push(L.t.id);
     }
-    if (!need.length) return;
     // One view width of margin on each side, at three times the screen's resolution, so that
     // panning and a little zooming draw from what is already here.
     const start = Math.max(0, Math.floor(S.t0 - span));
     const end = Math.ceil(S.t1 + span);
     const px = Math.round(plotW() * 3);
     const nsPerPx = Math.max(1, Math.floor((end - start) / px));
-    stats.fetches++;
-    api(`/api/slices?track=${need.join(",")}&start_ns=${start}&end_ns=${end}&px=${px}`).then((r) => {
-      for (const d of r.tracks) {
-        if (d.type === "slice") d.colors = d.names.map(color);
-        S.data.set(d.track, { start, end, nsPerPx: r.ns_per_px || nsPerPx, d });
-      }
-      invalidate();
-    }).catch((e) => console.error(e));
+    for (const fold of [0, 1]) {
+      if (!need[fold].length) continue;
+      stats.fetches++;
+      api(`/api/slices?track=${need[fold].join(",")}&start_ns=${start}&end_ns=${end}&px=${px}&fold=${fold}`).then((r) => {
+        for (const d of r.tracks) {
+          if (d.type === "slice") d.colors = d.names.map(color);
+          S.data.set(d.track, { start, end, nsPerPx: r.ns_per_px || nsPerPx, folded: fold === 1, d });
+        }
+        invalidate();
+      }).catch((e) => console.error(e));
+    }
   }
 
   // Drawing ------------------------------------------------------------------------------------
@@ -128,6 +203,13 @@
     return p * 10;
   }
 
+  function clipToPlot() {
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(LABEL_W, RULER_H, plotW(), S.height - RULER_H);
+    ctx.clip();
+  }
+
   function draw() {
     const t0p = performance.now();
     const W = S.width, H = S.height;
@@ -139,12 +221,13 @@
     let drawn = 0;
     const pw = plotW();
     const scale = pw / (S.t1 - S.t0);
-    const ovOn = $("showov").checked;
-    for (const L of visibleTracks()) {
-      const top = RULER_H + L.y - S.scrollY;
+    const rows = visibleRows();
+    for (const L of rows) {
+      if (L.kind !== "track") continue;
+      const top = rowTop(L);
       ctx.save();
       ctx.beginPath();
-      ctx.rect(LABEL_W, top, pw, L.h);
+      ctx.rect(LABEL_W, Math.max(top, RULER_H), pw, L.h);
       ctx.clip();
       const c = S.data.get(L.t.id);
       if (c && L.t.type === "slice") {
@@ -199,29 +282,12 @@
         drawn += ts.length;
       }
       ctx.restore();
-      // Label column.
-      ctx.fillStyle = "#f6f7fa";
-      ctx.fillRect(0, top, LABEL_W, L.h);
-      ctx.fillStyle = "#778";
-      ctx.fillText(L.t.group, 6, top + 8);
-      ctx.fillStyle = "#1d2330";
-      ctx.fillText(L.t.name.slice(0, 30), 6, top + 21);
       ctx.fillStyle = "#e1e5ec";
       ctx.fillRect(0, top + L.h, W, 1);
     }
-    // Overlays, selection range, selected slice, flows.
-    if (ovOn) {
-      for (const o of S.overlays) {
-        const e = o.event;
-        if (!e || e.track === null) continue;
-        const r = rectOf(e);
-        if (!r) continue;
-        ctx.strokeStyle = o.kind === "critical_path" ? "#ff8c00" : "#d7191c";
-        ctx.lineWidth = 2;
-        ctx.strokeRect(r.x, r.y, Math.max(2, r.w), r.h);
-      }
-      ctx.lineWidth = 1;
-    }
+    // Overlays, the range, the selected slice and flows: inside the plot only.
+    clipToPlot();
+    drawOverlays();
     if (S.selRange) {
       const a = xOf(S.selRange[0]), b = xOf(S.selRange[1]);
       ctx.fillStyle = "rgba(31,95,191,0.15)";
@@ -237,7 +303,10 @@
       }
     }
     if ($("showflows").checked) drawFlows();
+    ctx.restore();
+    drawLabels(rows);
     drawRuler();
+    if (S.mouse && !drag) updateTip();
     const dt = performance.now() - t0p;
     stats.frames.push(dt);
     if (stats.frames.length > 2000) stats.frames.splice(0, 1000);
@@ -245,12 +314,122 @@
     stats.lastDrawn = drawn;
   }
 
+  function groupTitle(g) {
+    return (S.collapsed.has(g.name) ? "▸ " : "▾ ") + g.name + "  (" + g.tracks.length + ")";
+  }
+
+  function drawHeader(g, top) {
+    ctx.fillStyle = "#e4e8f0";
+    ctx.fillRect(0, top, S.width, GROUP_H);
+    ctx.fillStyle = "#c9d0dc";
+    ctx.fillRect(0, top + GROUP_H - 1, S.width, 1);
+    ctx.fillStyle = "#1d2330";
+    ctx.font = "600 11px system-ui, sans-serif";
+    ctx.fillText(groupTitle(g), 6, top + GROUP_H / 2);
+    ctx.font = "11px system-ui, sans-serif";
+  }
+
+  // Track names stay in view: the label column never pans, a tall track's name follows the top of
+  // its visible part, and the header of the group being read is pinned under the ruler.
+  function drawLabels(rows) {
+    stats.labels = [];
+    const stickyTop = RULER_H + GROUP_H;
+    for (const L of rows) {
+      const top = rowTop(L);
+      if (L.kind === "group") { drawHeader(L.g, top); continue; }
+      ctx.fillStyle = "#f6f7fa";
+      ctx.fillRect(0, top, LABEL_W, L.h);
+      const y = Math.max(top + 12, Math.min(stickyTop + 10, top + L.h - 8));
+      const name = L.t.name.slice(0, 30);
+      ctx.fillStyle = "#1d2330";
+      ctx.fillText(name, 14, y);
+      stats.labels.push({ track: L.t.id, y, top, text: name });
+      let sub = null;
+      if (L.t.folded_depth !== null && L.t.folded_depth !== undefined) {
+        sub = isFolded(L.t) ? `▸ Python stack (${L.t.max_depth + 1} levels)` : "▾ fold Python stack";
+      } else if (L.t.launched_by !== null && L.t.launched_by !== undefined) {
+        const lt = S.tracks.find((t) => t.id === L.t.launched_by);
+        if (lt) sub = "← " + lt.name.slice(0, 26);
+      }
+      if (sub && y + 14 <= top + L.h - 2) {
+        ctx.fillStyle = "#667";
+        ctx.fillText(sub, 14, y + 14);
+      }
+      ctx.fillStyle = "#e1e5ec";
+      ctx.fillRect(0, top + L.h, LABEL_W, 1);
+    }
+    const g = stickyGroup();
+    if (g) {
+      // Pushed up by the next group's header as it arrives.
+      const next = RULER_H + g.y1 - S.scrollY;
+      drawHeader(g, Math.min(RULER_H, next - GROUP_H));
+    }
+  }
+
+  function stickyGroup() {
+    for (const g of S.groups) {
+      const top = RULER_H + g.y0 - S.scrollY, bottom = RULER_H + g.y1 - S.scrollY;
+      if (top < RULER_H && bottom > RULER_H) return g;
+    }
+    return null;
+  }
+
+  function layerColor(key) {
+    const L = S.layers.find((l) => l.key === key);
+    return L ? L.color : ANOMALY_COLOR;
+  }
+
+  function drawOverlays() {
+    stats.outlines = 0;
+    stats.bandRects = 0;
+    if (!$("showov").checked) return;
+    if (S.layerOn.get("critical_path") !== false) {
+      ctx.fillStyle = BAND_COLOR;
+      const scale = plotW() / (S.t1 - S.t0);
+      for (const b of S.bands) {
+        const L = S.byTrack.get(b.track);
+        if (!L) continue;
+        const top = rowTop(L);
+        if (top + L.h < RULER_H || top > S.height) continue;
+        const y = top + L.h - 4;
+        let px1 = -1, px2 = -1;
+        for (let i = 0; i < b.ts.length; i++) {
+          const x1 = LABEL_W + (b.ts[i] - S.t0) * scale, x2 = LABEL_W + (b.end[i] - S.t0) * scale;
+          if (x2 < LABEL_W || x1 > S.width) continue;
+          if (px2 >= 0 && x1 - px2 < 1) { px2 = Math.max(px2, x2); continue; }  // merge within a pixel
+          if (px2 >= 0) { ctx.fillRect(px1, y, Math.max(1, px2 - px1), 3); stats.bandRects++; }
+          px1 = x1; px2 = x2;
+        }
+        if (px2 >= 0) { ctx.fillRect(px1, y, Math.max(1, px2 - px1), 3); stats.bandRects++; }
+      }
+    }
+    ctx.lineWidth = 2;
+    for (const o of S.overlays) {
+      const e = o.event;
+      if (!e || e.track === null || S.layerOn.get(o.layer) === false) continue;
+      const r = rectOf(e);
+      if (!r || r.x > S.width || r.x + r.w < LABEL_W) continue;
+      ctx.strokeStyle = layerColor(o.layer);
+      ctx.strokeRect(r.x, r.y, Math.max(2, r.w), r.h);
+      stats.outlines++;
+    }
+    ctx.lineWidth = 1;
+  }
+
+  function depthOf(e, L) {
+    if (L.t.type === "counter") return 0;
+    if (isFolded(L.t)) return e.fdepth === undefined ? e.depth : e.fdepth;
+    return e.depth;
+  }
+
   function rectOf(e) {
-    const L = S.layout[e.track];
+    const L = S.byTrack.get(e.track);
     if (!L) return null;
-    const top = RULER_H + L.y - S.scrollY;
+    const depth = depthOf(e, L);
+    if (depth < 0) return null;  // a Python frame folded away
+    const top = rowTop(L);
     const x = xOf(e.ts), w = e.dur * plotW() / (S.t1 - S.t0);
-    const y = L.t.type === "counter" ? top : top + 2 + e.depth * ROW_H;
+    const y = L.t.type === "counter" ? top : top + 2 + depth * ROW_H;
     return { x, y, w, h: L.t.type === "counter" ? L.h : ROW_H - 2 };
   }
 
@@ -287,18 +466,36 @@
     const first = Math.ceil(S.t0 / step) * step;
     ctx.fillStyle = "#334";
     ctx.strokeStyle = "#c9d0dc";
-    for (let t = first; t <= S.t1; t += step) {
+    stats.ticks = [];
+    for (let i = 0; first + i * step <= S.t1; i++) {
+      const t = first + i * step;
       const x = Math.round(xOf(t)) + 0.5;
       ctx.beginPath();
       ctx.moveTo(x, RULER_H - 8);
       ctx.lineTo(x, RULER_H);
       ctx.stroke();
-      ctx.fillText(fmtDur(t), x + 3, 10);
+      const label = fmtTick(t, step);
+      ctx.fillText(label, x + 3, 10);
+      stats.ticks.push(label);
     }
     ctx.fillStyle = "#eef1f6";
     ctx.fillRect(0, 0, LABEL_W, RULER_H);
     ctx.fillStyle = "#334";
     ctx.fillText("span " + fmtDur(span), 6, 13);
+  }
+
+  // Tooltip ------------------------------------------------------------------------------------
+  // Recomputed after every frame from where the mouse is, so that a jump, a zoom or new data
+  // never leaves it describing a slice that is no longer under the cursor.
+  function updateTip() {
+    const m = S.mouse;
+    const h = m ? hit(m.x, m.y) : null;
+    if (!h) { tip.hidden = true; return; }
+    const text = (h.count > 1 ? `${h.count} slices, longest: ` : "") + h.name + "\n" + fmtDur(h.dur);
+    if (tip.hidden || tip.textContent !== text) tip.textContent = text;
+    tip.hidden = false;
+    tip.style.left = Math.min(m.x + 12, S.width - 200) + "px";
+    tip.style.top = (m.y + 14) + "px";
   }
 
   // View changes -------------------------------------------------------------------------------
@@ -323,13 +520,14 @@
   }
 
   function scrollBy(dy) {
-    S.scrollY = Math.max(0, Math.min(Math.max(0, S.totalH - (S.height - RULER_H) + 20), S.scrollY + dy));
+    S.scrollY = Math.max(0, Math.min(maxScroll(), S.scrollY + dy));
     invalidate();
     scheduleFetch();
   }
 
   function resetView() {
     const pad = S.end * 0.02 + 1;
+    S.scrollY = 0;
     setView(-pad, S.end + pad);
   }
 
@@ -345,13 +543,25 @@
     }
   }
 
+  function relayout() {
+    layout();
+    invalidate();
+    scheduleFetch(0);
+  }
+
   function ensureVisible(e) {
-    const L = S.layout[e.track];
+    const t = S.tracks.find((x) => x.id === e.track);
+    if (!t) return;
+    let changed = false;
+    if (S.collapsed.has(t.group)) { S.collapsed.delete(t.group); changed = true; }
+    if (isFolded(t) && e.fdepth !== undefined && e.fdepth < 0) { S.unfolded.add(t.id); changed = true; }
+    if (changed) layout();
+    const L = S.byTrack.get(e.track);
     if (!L) return;
-    const y = L.y + (L.t.type === "counter" ? 0 : e.depth * ROW_H);
-    const viewH = S.height - RULER_H;
-    if (y < S.scrollY || y + ROW_H > S.scrollY + viewH) {
-      S.scrollY = Math.max(0, y - viewH / 3);
+    const y = L.y + (L.t.type === "counter" ? 0 : Math.max(0, depthOf(e, L)) * ROW_H);
+    const viewH = S.height - RULER_H - GROUP_H;
+    if (y < S.scrollY + GROUP_H || y + ROW_H > S.scrollY + GROUP_H + viewH) {
+      S.scrollY = Math.max(0, Math.min(maxScroll(), y - viewH / 3));
     }
   }
 
@@ -361,6 +571,15 @@
     ensureVisible(e);
     setView(e.ts + e.dur / 2 - span / 2, e.ts + e.dur / 2 + span / 2);
     return select(e.id);
+  }
+
+  // "]": the far end of an arrow leaving the selected slice; "[": the near end of one arriving.
+  function otherEnd(dir) {
+    if (!S.selected) return Promise.resolve();
+    const id = S.selected.id;
+    const f = dir > 0 ? S.flows.find((x) => x.src.id === id) : S.flows.find((x) => x.dst.id === id);
+    if (!f) return Promise.resolve();
+    return jumpTo(dir > 0 ? f.dst : f.src);
   }
 
   function screenPos(id) {
@@ -380,7 +599,9 @@
       const d = c.d;
       if (d.type !== "slice") continue;
       for (let i = 0; i < d.id.length; i++) {
-        if (d.id[i] === id && d.count[i] === 1) return { id, track: tid, depth: d.depth[i], ts: d.ts[i], dur: d.dur[i] };
+        if (d.id[i] === id && d.count[i] === 1) {
+          return { id, track: tid, depth: d.depth[i], fdepth: d.depth[i], ts: d.ts[i], dur: d.dur[i] };
+        }
       }
     }
     return null;
@@ -389,8 +610,10 @@
   // Hit testing --------------------------------------------------------------------------------
   function hit(x, y) {
     if (x < LABEL_W || y < RULER_H) return null;
+    const g = stickyGroup();
+    if (g && y < RULER_H + GROUP_H) return null;
     for (const L of visibleTracks()) {
-      const top = RULER_H + L.y - S.scrollY;
+      const top = rowTop(L);
       if (y < top || y > top + L.h || L.t.type !== "slice") continue;
       const depth = Math.floor((y - top - 2) / ROW_H);
       const c = S.data.get(L.t.id);
@@ -410,10 +633,33 @@
     return null;
   }
 
+  // A click on a group header folds the group; on a track's name, its Python stack.
+  function clickLabel(x, y) {
+    const g = stickyGroup();
+    if (g && y >= RULER_H && y < RULER_H + GROUP_H) { toggleGroup(g); return true; }
+    for (const L of visibleRows()) {
+      const top = rowTop(L);
+      if (y < top || y > top + L.h) continue;
+      if (L.kind === "group") { toggleGroup(L.g); return true; }
+      if (x < LABEL_W && L.t.folded_depth !== null && L.t.folded_depth !== undefined) {
+        if (S.unfolded.has(L.t.id)) S.unfolded.delete(L.t.id); else S.unfolded.add(L.t.id);
+        relayout();
+        return true;
+      }
+      return false;
+    }
+    return false;
+  }
+
+  function toggleGroup(g) {
+    if (S.collapsed.has(g.name)) S.collapsed.delete(g.name); else S.collapsed.add(g.name);
+    relayout();
+  }
+
   // Selection and details ----------------------------------------------------------------------
   function select(id) {
     return api(`/api/event/${id}`).then((ev) => {
-      S.selected = { id, ev, summary: { id, track: ev.track, depth: ev.depth, ts: ev.ts, dur: ev.dur } };
+      S.selected = { id, ev, summary: { id, track: ev.track, depth: ev.depth, fdepth: ev.fdepth, ts: ev.ts, dur: ev.dur } };
       renderDetails(ev);
       invalidate();
       if ($("showflows").checked) return loadFlows(id);
@@ -493,80 +739,185 @@
     if (!fl) return;
     fl.replaceChildren();
     if (!flows.length) return;
-    fl.appendChild(el("h3", "Flows"));
+    fl.appendChild(el("h3", "Flows ([ / ]: other end)"));
     const ul = el("ul");
+    const id = S.selected ? S.selected.id : null;
     for (const f of flows) {
       const li = el("li");
       li.appendChild(el("span", f.kind + ": "));
       li.appendChild(link(f.src));
       li.appendChild(el("span", " → "));
       li.appendChild(link(f.dst));
+      const far = f.src.id === id ? f.dst : f.src;
+      li.appendChild(el("span", " "));
+      const b = el("button", "⇄ other end", "other");
+      b.title = "Jump to the other end of this flow";
+      b.addEventListener("click", () => { b.blur(); jumpTo(far); });
+      li.appendChild(b);
       ul.appendChild(li);
     }
     fl.appendChild(ul);
   }
 
+  // Range summary ------------------------------------------------------------------------------
+  function summariseRange(a, b, y0, y1) {
+    const lo = Math.min(y0, y1), hi = Math.max(y0, y1);
+    let ids = visibleTracks().filter((L) => {
+      const top = rowTop(L);
+      return L.t.type === "slice" && top <= hi && top + L.h >= lo;
+    }).map((L) => L.t.id);
+    if (!ids.length) ids = visibleTracks().filter((L) => L.t.type === "slice").map((L) => L.t.id);
+    const start = Math.max(0, Math.round(Math.min(a, b))), end = Math.round(Math.max(a, b));
+    S.range = { start, end, tracks: ids, result: null };
+    return api(`/api/range?start_ns=${start}&end_ns=${end}&track=${ids.join(",")}&top=10`).then((r) => {
+      if (!S.range || S.range.start !== start || S.range.end !== end) return;
+      S.range.result = r;
+      renderRange(r);
+    });
+  }
+
+  function renderRange(r) {
+    const box = $("range");
+    $("rangebox").hidden = false;
+    box.replaceChildren();
+    box.appendChild(el("div", `${fmtDur(r.end_ns - r.start_ns)} on ${r.tracks} track${r.tracks === 1 ? "" : "s"}: ` +
+      `${r.slices} slices, ${r.ops} ops, ${r.kernels} kernels (${fmtDur(r.kernel_ns)} of kernel time)`, "figs"));
+    const table = (head, rows) => {
+      const t = el("table"), tr = el("tr");
+      for (const h of head) tr.appendChild(el("th", h));
+      t.appendChild(tr);
+      for (const row of rows) {
+        const x = el("tr");
+        row.forEach((v, i) => x.appendChild(el("td", v, i > 0 && i >= row.length - 2 ? "n" : "")));
+        t.appendChild(x);
+      }
+      box.appendChild(t);
+    };
+    table(["kind", "count", "time in range"], r.by_kind.map((k) => [k.kind, k.count, fmtDur(k.total_ns)]));
+    table(["name", "count", "time in range"], r.top.map((k) => [k.name, k.count, fmtDur(k.total_ns)]));
+  }
+
   // Search -------------------------------------------------------------------------------------
   let searchTimer = 0, searchSeq = 0;
+  function searchUrl(offset) {
+    const q = $("search").value;
+    return `/api/search?q=${encodeURIComponent(q)}&case=${$("case").checked ? 1 : 0}&word=${$("word").checked ? 1 : 0}&limit=${PAGE}&offset=${offset}`;
+  }
+
   function runSearch() {
     const q = $("search").value;
     const seq = ++searchSeq;
-    if (!q) { S.matches = []; S.cur = -1; renderMatches(0); return Promise.resolve(); }
+    if (!q) { S.matches = []; S.total = 0; S.pageOff = 0; S.cur = -1; renderMatches(); return Promise.resolve(); }
     const t0 = performance.now();
-    const url = `/api/search?q=${encodeURIComponent(q)}&case=${$("case").checked ? 1 : 0}&word=${$("word").checked ? 1 : 0}`;
-    return api(url).then((r) => {
+    return api(searchUrl(0)).then((r) => {
       if (seq !== searchSeq) return;
       S.matches = r.matches;
+      S.total = r.total;
+      S.pageOff = 0;
       S.cur = -1;
-      renderMatches(r.total);
+      renderMatches();
       stats.lastSearchMs = performance.now() - t0;
       stats.lastSearchServerMs = r.server_ms;
     });
   }
 
-  function renderMatches(total) {
+  function loadPage(offset) {
+    const seq = searchSeq;
+    return api(searchUrl(offset)).then((r) => {
+      if (seq !== searchSeq) return;
+      S.matches = r.matches;
+      S.total = r.total;
+      S.pageOff = offset;
+      renderMatches();
+    });
+  }
+
+  function renderMatches() {
     const ol = $("matches");
     ol.replaceChildren();
+    ol.start = S.pageOff + 1;
     S.matches.forEach((m, i) => {
       const li = el("li");
       li.appendChild(link(m, m.name));
       li.appendChild(el("span", " @" + fmtDur(m.ts) + " (" + fmtDur(m.dur) + ")"));
-      li.querySelector("a").addEventListener("click", () => { S.cur = i; markCur(); });
+      li.querySelector("a").addEventListener("click", () => { S.cur = S.pageOff + i; markCur(); });
       ol.appendChild(li);
     });
-    $("mcount").textContent = total > S.matches.length ? `(${S.matches.length} of ${total})` : `(${total})`;
+    const n = S.matches.length;
+    $("mcount").textContent = S.total > n ? `(${S.pageOff + 1}–${S.pageOff + n} of ${S.total})` : `(${S.total})`;
     markCur();
   }
 
   function markCur() {
     const lis = $("matches").children;
-    for (let i = 0; i < lis.length; i++) lis[i].className = i === S.cur ? "cur" : "";
-    $("count").textContent = S.matches.length ? `${S.cur + 1} / ${S.matches.length}` : ($("search").value ? "no match" : "");
+    for (let i = 0; i < lis.length; i++) lis[i].className = S.pageOff + i === S.cur ? "cur" : "";
+    $("count").textContent = S.total ? `${S.cur + 1} / ${S.total}` : ($("search").value ? "no match" : "");
   }
 
   function step(dir) {
-    if (!S.matches.length) return Promise.resolve();
-    S.cur = (S.cur + dir + S.matches.length) % S.matches.length;
-    markCur();
-    const li = $("matches").children[S.cur];
-    if (li) li.scrollIntoView({ block: "nearest" });
-    return jumpTo(S.matches[S.cur]);
+    if (!S.total) return Promise.resolve();
+    const idx = S.cur < 0 && dir < 0 ? S.total - 1 : (S.cur + dir + S.total) % S.total;
+    const inPage = idx >= S.pageOff && idx < S.pageOff + S.matches.length;
+    const ready = inPage ? Promise.resolve() : loadPage(Math.floor(idx / PAGE) * PAGE);
+    return ready.then(() => {
+      S.cur = idx;
+      markCur();
+      const li = $("matches").children[idx - S.pageOff];
+      if (li) li.scrollIntoView({ block: "nearest" });
+      return jumpTo(S.matches[idx - S.pageOff]);
+    });
   }
 
   // Overlays -----------------------------------------------------------------------------------
+  // One layer per finding rule (findings first, in the server's order), one for anomalies, and
+  // the critical path; each can be switched off from its legend entry.
   function loadOverlays() {
     return api("/api/overlays").then((r) => {
       S.overlays = r.overlays;
-      const ol = $("overlays");
-      ol.replaceChildren();
-      for (const o of r.overlays) {
-        const li = el("li");
-        li.appendChild(el("span", o.kind + ": "));
-        if (o.event) li.appendChild(link(o.event, o.label || o.event.name));
-        else li.appendChild(el("span", o.label || ""));
-        ol.appendChild(li);
+      S.bands = r.bands || [];
+      let fi = 0;
+      S.layers = (r.layers || []).map((l) => ({ ...l,
+        color: l.kind === "critical_path" ? BAND_COLOR : l.kind === "finding" ? FINDING_COLORS[fi++ % FINDING_COLORS.length] : ANOMALY_COLOR }));
+      const box = $("layers");
+      box.replaceChildren();
+      for (const l of S.layers) {
+        const div = el("div", null, "layer");
+        div.dataset.key = l.key;
+        const lab = el("label");
+        const cb = el("input");
+        cb.type = "checkbox";
+        cb.checked = S.layerOn.get(l.key) !== false;
+        cb.addEventListener("change", () => { S.layerOn.set(l.key, cb.checked); cb.blur(); invalidate(); });
+        const sw = el("span", null, l.kind === "critical_path" ? "swatch band" : "swatch");
+        if (l.kind === "critical_path") sw.style.background = l.color; else sw.style.borderColor = l.color;
+        lab.appendChild(cb);
+        lab.appendChild(sw);
+        const what = l.kind === "finding" ? "finding: " : "";
+        lab.appendChild(el("span", `${what}${l.title} (${l.count})`));
+        div.appendChild(lab);
+        const items = S.overlays.filter((o) => o.layer === l.key);
+        if (items.length) {
+          const det = el("details");
+          det.appendChild(el("summary", items.length === 1 ? "1 item" : `${items.length} items`));
+          const ol = el("ol");
+          for (const o of items.slice(0, 200)) {
+            const li = el("li");
+            if (o.event) li.appendChild(link(o.event, o.label || o.event.name));
+            else li.appendChild(el("span", o.label || ""));
+            ol.appendChild(li);
+          }
+          det.appendChild(ol);
+          div.appendChild(det);
+        } else if (l.kind === "critical_path") {
+          div.appendChild(el("div", `a band under ${S.bands.length} track${S.bands.length === 1 ? "" : "s"}`, "hint"));
+        }
+        box.appendChild(div);
       }
-      $("ocount").textContent = `(${r.overlays.length})`;
+      for (const o of S.overlays) {
+        if (o.layer || o.kind !== "error") continue;
+        box.appendChild(el("div", o.label || "", "hint"));
+      }
+      $("ocount").textContent = `(${S.layers.reduce((n, l) => n + l.count, 0)})`;
       invalidate();
     }).catch((e) => { $("ocount").textContent = "(unavailable)"; console.error(e); });
   }
@@ -579,34 +930,38 @@
     drag = { x0: x, y0: y, x, y, t0: S.t0, t1: S.t1, sy: S.scrollY, range: e.shiftKey, moved: false };
     if (drag.range) S.selRange = [tOf(x), tOf(x)];
     canvas.style.cursor = drag.range ? "col-resize" : "grabbing";
+    tip.hidden = true;
   });
   window.addEventListener("mousemove", (e) => {
     const r = canvas.getBoundingClientRect();
     const x = e.clientX - r.left, y = e.clientY - r.top;
     if (drag) {
       if (Math.abs(x - drag.x0) + Math.abs(y - drag.y0) > 3) drag.moved = true;
+      drag.x = x; drag.y = y;
       if (drag.range) { S.selRange[1] = tOf(x); invalidate(); return; }
       const dt = (x - drag.x0) * (drag.t1 - drag.t0) / plotW();
-      S.scrollY = Math.max(0, drag.sy - (y - drag.y0));
+      S.scrollY = Math.max(0, Math.min(maxScroll(), drag.sy - (y - drag.y0)));
       setView(drag.t0 - dt, drag.t1 - dt);
       return;
     }
-    if (e.target !== canvas) return;
-    const h = hit(x, y);
-    if (h) {
-      tip.hidden = false;
-      tip.textContent = (h.count > 1 ? `${h.count} slices, longest: ` : "") + h.name + "\n" + fmtDur(h.dur);
-      tip.style.left = Math.min(x + 12, S.width - 200) + "px";
-      tip.style.top = (y + 14) + "px";
-    } else tip.hidden = true;
+    if (e.target !== canvas) { S.mouse = null; tip.hidden = true; return; }
+    S.mouse = { x, y };
+    updateTip();
   });
-  window.addEventListener("mouseup", (e) => {
+  canvas.addEventListener("mouseleave", () => { if (!drag) { S.mouse = null; tip.hidden = true; } });
+  window.addEventListener("mouseup", () => {
     if (!drag) return;
     const d = drag;
     drag = null;
     canvas.style.cursor = "grab";
-    if (d.range) { if (!d.moved) S.selRange = null; invalidate(); return; }
+    if (d.range) {
+      if (!d.moved) { S.selRange = null; S.range = null; $("rangebox").hidden = true; }
+      else summariseRange(S.selRange[0], S.selRange[1], d.y0, d.y);
+      invalidate();
+      return;
+    }
     if (!d.moved) {
+      if (clickLabel(d.x0, d.y0)) return;
       const h = hit(d.x0, d.y0);
       if (h) select(h.id);
     }
@@ -622,11 +977,12 @@
   window.addEventListener("keydown", (e) => {
     if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "f") { e.preventDefault(); $("search").focus(); $("search").select(); return; }
     if (e.target === $("search")) {
-      if (e.key === "Enter") { e.preventDefault(); clearTimeout(searchTimer); (S.matches.length ? Promise.resolve() : runSearch()).then(() => step(e.shiftKey ? -1 : 1)); }
+      if (e.key === "Enter") { e.preventDefault(); clearTimeout(searchTimer); (S.total || !$("search").value ? Promise.resolve() : runSearch()).then(() => step(e.shiftKey ? -1 : 1)); }
       if (e.key === "Escape") $("search").blur();
       return;
     }
-    if (e.target instanceof HTMLInputElement) return;
+    // Only fields one types into keep the keys: a clicked checkbox or button must not.
+    if (isTyping(e.target) || e.ctrlKey || e.metaKey || e.altKey) return;
     const k = e.key.toLowerCase();
     if (k === "w") zoomAt(0.8);
     else if (k === "s") zoomAt(1.25);
@@ -634,23 +990,29 @@
     else if (k === "d") pan(0.2);
     else if (k === "z" || k === "f") zoomToSelection();
     else if (k === "0") resetView();
+    else if (k === "]") otherEnd(1);
+    else if (k === "[") otherEnd(-1);
     else if (k === "escape") { S.selRange = null; invalidate(); }
     else return;
     e.preventDefault();
   });
 
+  // A checkbox or button keeps focus after a click; give it back to the page.
+  const blurAfter = (id, fn) => $(id).addEventListener(id === "next" || id === "prev" || id === "zoomsel" || id === "reset" ? "click" : "change", (e) => { e.currentTarget.blur(); fn(); });
   $("search").addEventListener("input", () => { clearTimeout(searchTimer); searchTimer = setTimeout(runSearch, 150); });
-  $("case").addEventListener("change", runSearch);
-  $("word").addEventListener("change", runSearch);
-  $("next").addEventListener("click", () => step(1));
-  $("prev").addEventListener("click", () => step(-1));
-  $("zoomsel").addEventListener("click", zoomToSelection);
-  $("reset").addEventListener("click", resetView);
-  $("showflows").addEventListener("change", () => {
+  blurAfter("case", runSearch);
+  blurAfter("word", runSearch);
+  blurAfter("next", () => step(1));
+  blurAfter("prev", () => step(-1));
+  blurAfter("zoomsel", zoomToSelection);
+  blurAfter("reset", resetView);
+  blurAfter("showflows", () => {
     if ($("showflows").checked && S.selected) loadFlows(S.selected.id); else { S.flows = []; invalidate(); }
   });
-  $("showov").addEventListener("change", invalidate);
+  blurAfter("showov", invalidate);
   window.addEventListener("resize", resize);
+  window.__opscope = { S, stats, jumpTo, select, screenPos, hit, rowTop, otherEnd,
+    setView, draw: () => draw() };
 
   api("/api/tracks").then((r) => {
     S.tracks = r.tracks;
@@ -658,6 +1020,7 @@
     S.origin = r.origin_ns;
     $("source").textContent = (r.sources && r.sources[0]) || "";
     $("source").title = (r.sources || []).join("\n");
+    buildGroups();
     layout();
     const pad = S.end * 0.02 + 1;
     S.t0 = -pad; S.t1 = S.end + pad;
