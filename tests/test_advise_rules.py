@@ -95,6 +95,7 @@ def _run(traces: Any, rule: str, fixed: bool) -> tuple[Findings, Path]:
     return found, path
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_rule_fires_on_trigger_model_at_the_users_line(traces: Any, rule: str) -> None:
     found, _ = _run(traces, rule, fixed=False)
@@ -111,7 +112,16 @@ def test_rule_fires_on_trigger_model_at_the_users_line(traces: Any, rule: str) -
         assert f.saving_us >= 0 and f.saving_pct >= 0
 
 
-@pytest.mark.parametrize("rule", sorted(CASES))
+TIME_SHARE_TWINS = {"overhead-dataloader"}
+"""Twins whose silence is a share of step time that a loaded machine moves: the data-loader
+twin's fetch is ~4 % of a 2.5 ms step, so one 0.5 ms preemption inside a fetch crossed the
+rule's 10 % (seen in a fresh-clone run). Their real-run check counts work instead
+(``test_dataloader_twin_fetch_does_no_per_sample_work``); the rule's verdict on either side of
+its threshold is checked on generated steps (``test_dataloader_rule_threshold_...``)."""
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("rule", sorted(set(CASES) - TIME_SHARE_TWINS))
 def test_rule_is_silent_on_fixed_twin(traces: Any, rule: str) -> None:
     found, _ = _run(traces, rule, fixed=True)
     assert found.by_rule(rule) == [], [f.title for f in found.by_rule(rule)]
@@ -125,6 +135,7 @@ def _steps(path: Path) -> int:
     return sum(1 for e in _raw(path) if str(e.get("name", "")).startswith("ProfilerStep#"))
 
 
+@pytest.mark.timing
 def test_bias_add_saving_is_the_bias_adds_time(traces: Any) -> None:
     found, path = _run(traces, "fusion-bias-add", fixed=False)
     (f,) = found.by_rule("fusion-bias-add")
@@ -148,6 +159,7 @@ def test_bias_add_saving_is_the_bias_adds_time(traces: Any) -> None:
     }
 
 
+@pytest.mark.timing
 def test_host_sync_counts_item_calls(traces: Any) -> None:
     found, path = _run(traces, "overhead-host-sync", fixed=False)
     items = [e for e in _raw(path) if e["name"] == "aten::item"]
@@ -155,6 +167,7 @@ def test_host_sync_counts_item_calls(traces: Any) -> None:
     assert len(items) == STEPS
 
 
+@pytest.mark.timing
 def test_alignment_evidence_names_the_dim_and_padding(traces: Any) -> None:
     found, _ = _run(traces, "shape-alignment", fixed=False)
     (f,) = found.by_rule("shape-alignment")
@@ -164,6 +177,7 @@ def test_alignment_evidence_names_the_dim_and_padding(traces: Any) -> None:
     assert f.module is not None and "Linear" in f.module
 
 
+@pytest.mark.timing
 def test_alignment_targets_other_devices_with_their_rules(traces: Any) -> None:
     profile, _ = traces("shape-alignment", False)
     nv = advise(profile, target="nvidia").by_rule("shape-alignment")
@@ -172,6 +186,7 @@ def test_alignment_targets_other_devices_with_their_rules(traces: Any) -> None:
     assert [f.evidence["figures"]["misaligned_dims"] for f in asc] == [[1000]]
 
 
+@pytest.mark.timing
 def test_dataloader_saving_is_fetch_time(traces: Any) -> None:
     found, path = _run(traces, "overhead-dataloader", fixed=False)
     (f,) = found.by_rule("overhead-dataloader")
@@ -184,6 +199,7 @@ def test_dataloader_saving_is_fetch_time(traces: Any) -> None:
     assert f.saving_us == pytest.approx(want, rel=1e-3)
 
 
+@pytest.mark.timing
 def test_foreach_counts_per_parameter_ops(traces: Any) -> None:
     found, _ = _run(traces, "fusion-optimizer-foreach", fixed=False)
     (f,) = found.by_rule("fusion-optimizer-foreach")
@@ -192,6 +208,7 @@ def test_foreach_counts_per_parameter_ops(traces: Any) -> None:
     assert f.evidence["bench"]["optimizer"] == "SGD"
 
 
+@pytest.mark.timing
 def test_findings_sorted_by_saving_and_json_keys(traces: Any) -> None:
     found, _ = _run(traces, "fusion-bias-add", fixed=False)
     savings = [f.saving_us for f in found]
@@ -200,6 +217,7 @@ def test_findings_sorted_by_saving_and_json_keys(traces: Any) -> None:
         assert list(row) == FINDING_KEYS
 
 
+@pytest.mark.timing
 def test_backward_matmuls_are_charged_to_the_forward_line(traces: Any) -> None:
     found, path = _run(traces, "shape-alignment", fixed=False)
     (f,) = found.by_rule("shape-alignment")
@@ -224,6 +242,7 @@ def test_backward_matmuls_are_charged_to_the_forward_line(traces: Any) -> None:
     assert f.evidence["calls"] == len(calls) == 2 * STEPS
 
 
+@pytest.mark.timing
 def test_attention_saving_is_scale_and_softmax_time(traces: Any) -> None:
     found, path = _run(traces, "fusion-attention", fixed=False)
     (f,) = found.by_rule("fusion-attention")
@@ -240,3 +259,56 @@ def test_attention_saving_is_scale_and_softmax_time(traces: Any) -> None:
     assert len(mid) == 2 * STEPS
     assert f.saving_us == pytest.approx(sum(float(e["dur"]) for e in mid) / STEPS, abs=0.01)
     assert f.evidence["bench"]["shape"] == [4, 4, 32, 16]
+
+
+def _fetch_ops(path: Path) -> list[list[str]]:
+    """Per data-loader fetch range of a raw trace: the cpu_op names recorded inside it."""
+    raw = _raw(path)
+    fetches = [
+        e
+        for e in raw
+        if str(e["name"]).startswith("enumerate(DataLoader)") and e.get("cat") == "user_annotation"
+    ]
+    ops = [e for e in raw if e.get("cat") == "cpu_op"]
+    return [[o["name"] for o in ops if f["ts"] <= o["ts"] < f["ts"] + f["dur"]] for f in fetches]
+
+
+@pytest.mark.timing
+def test_dataloader_twin_fetch_does_no_per_sample_work(traces: Any) -> None:
+    """Work counts, which the machine's speed cannot change: the trigger's fetch runs each
+    sample's transform (randn and SAMPLE_PASSES matmuls per sample, 16 samples), the fixed
+    twin's one indexing op per batch and no matmul."""
+    _, slow = traces("overhead-dataloader", False)
+    _, fixed = traces("overhead-dataloader", True)
+    per_slow, per_fixed = _fetch_ops(slow), _fetch_ops(fixed)
+    assert len(per_slow) == len(per_fixed) == STEPS
+    for names in per_slow:
+        assert names.count("aten::randn") == 16
+        assert names.count("aten::matmul") == 16 * rm.SAMPLE_PASSES
+    for names in per_fixed:
+        assert "aten::matmul" not in names and "aten::randn" not in names
+        assert names.count("aten::index") == 1
+        assert len(names) * 20 < len(per_slow[0])
+
+
+@pytest.mark.parametrize(("fetch_us", "fires"), [(900.0, False), (1000.0, True), (1100.0, True)])
+def test_dataloader_rule_threshold_on_generated_steps(fetch_us: float, fires: bool) -> None:
+    """Four 10 ms steps whose data-loader fetch takes ``fetch_us``: 9 % is silent; 10 % and
+    11 % fire (the documented threshold: >= 10 % of step time), saving the fetch time per
+    step."""
+    from helpers.synth import Builder
+
+    b = Builder()
+    for s in range(4):
+        t = s * 10_000.0
+        st = b.step(s, t, 10_000)
+        name = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+        b.op(name, t, fetch_us, parent=st, step=s)
+        b.op("aten::mm", t + fetch_us + 10, 5000, parent=st, step=s)
+    found = advise(b.build()).by_rule("overhead-dataloader")
+    if not fires:
+        assert found == []
+    else:
+        (f,) = found
+        assert f.saving_us == pytest.approx(fetch_us)
+        assert f.evidence["figures"]["fetch_us_per_step"] == pytest.approx(fetch_us)
