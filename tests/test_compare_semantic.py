@@ -86,6 +86,12 @@ def test_cross_device_pair_matches_the_layer_and_warns() -> None:
     assert h["after_flops_util"] == pytest.approx(h["after_tflops"] * 1e12 / peak_a)
     assert h["after_bw_util"] == pytest.approx(h["after_gbps"] * 1e9 / a100.mem_bw)  # type: ignore[operator]
     assert h["before_bw_util"] == pytest.approx(h["before_gbps"] * 1e9 / v100.mem_bw)  # type: ignore[operator]
+    # a row's noise band is per step, and says so beside its totals
+    from opscope.report.compare_render import render_markdown
+
+    bwd = c.heavy.filter(pl.col("key").str.contains(" · bwd · ")).row(0, named=True)
+    assert bwd["verdict"] == "noise"
+    assert "/step)" in render_markdown(c)
 
 
 def test_a_peak_the_table_lacks_is_n_a_and_device_names_supply_one() -> None:

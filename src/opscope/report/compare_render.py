@@ -83,7 +83,7 @@ def _heavy_cells(r: dict[str, Any]) -> list[str]:
     return [
         fmt_us(r["before_us"]),
         fmt_us(r["after_us"]),
-        change_text(r["speedup"], r["verdict"], r["noise_us"]),
+        change_text(r["speedup"], r["verdict"], r["noise_us"], per_step=True),
         f"{_num(r['before_gbps'], '')}→ {_num(r['after_gbps'], '')}",
         f"{_pct(r['before_bw_util'])} → {_pct(r['after_bw_util'])}",
         f"{_num(r['before_tflops'], '')}→ {_num(r['after_tflops'], '')}",
@@ -156,7 +156,7 @@ def render_rich(comp: Comparison, top: int = 15) -> RenderableType:
             fmt_us(r["before_us"]),
             fmt_us(r["after_us"]),
             Text(
-                change_text(r["speedup"], r["verdict"], r["noise_us"]),
+                change_text(r["speedup"], r["verdict"], r["noise_us"], per_step=True),
                 style=_VERDICT_STYLE.get(r["verdict"], ""),
             ),
             f"{r['calls_before']} → {r['calls_after']}",
@@ -297,7 +297,7 @@ def render_markdown(comp: Comparison, top: int = 15) -> str:
                 fmt_us(r["before_us"]),
                 fmt_us(r["after_us"]),
                 fmt_us(r["delta_us"]),
-                change_text(r["speedup"], r["verdict"], r["noise_us"]),
+                change_text(r["speedup"], r["verdict"], r["noise_us"], per_step=True),
                 f"{r['calls_before']} → {r['calls_after']}",
             ]
             for r in _top_rows(comp, top).iter_rows(named=True)
@@ -449,7 +449,7 @@ def render_html(comp: Comparison, top: int = 15) -> str:
                     r["key"],
                     fmt_us(r["before_us"]),
                     fmt_us(r["after_us"]),
-                    change_text(r["speedup"], r["verdict"], r["noise_us"]),
+                    change_text(r["speedup"], r["verdict"], r["noise_us"], per_step=True),
                     f"{r['calls_before']} → {r['calls_after']}",
                 ]
                 for r in _top_rows(comp, top).iter_rows(named=True)

@@ -1384,7 +1384,7 @@ def _summary(
                 "metric": r["key"],
                 "before": fmt_us(r["before_us"]),
                 "after": fmt_us(r["after_us"]),
-                "change": change_text(r["speedup"], r["verdict"], r["noise_us"]),
+                "change": change_text(r["speedup"], r["verdict"], r["noise_us"], per_step=True),
             }
         )
     if changed.height:
@@ -1426,12 +1426,19 @@ def _pair(
     return {"metric": metric, "before": fmt(x), "after": fmt(y), "change": change}
 
 
-def change_text(speedup: float | None, verdict: str, noise_us: float | None) -> str:
-    """'13.7× faster', '1.15× slower', 'noise (1.01×, ±0.2 ms)', with '(untested)' when needed."""
+def change_text(
+    speedup: float | None, verdict: str, noise_us: float | None, *, per_step: bool = False
+) -> str:
+    """'13.7× faster', '1.15× slower', 'noise (1.01×, ±0.2 ms)', with '(untested)' when needed.
+
+    ``per_step``: the figures beside it are totals over the steps while the noise band is per
+    step (a row's): the band is written '±0.2 ms/step' so that it is not read against the
+    totals."""
     if speedup is None:
         return "gone" if verdict != "noise" else "noise"
     if verdict == "noise":
-        spread = f", ±{fmt_us(noise_us)}" if noise_us else ""
+        unit = "/step" if per_step else ""
+        spread = f", ±{fmt_us(noise_us)}{unit}" if noise_us else ""
         return f"noise ({speedup:.2f}×{spread})"
     word = (
         f"{speedup:.3g}× faster"
