@@ -25,6 +25,7 @@ RULE_MODULES: tuple[str, ...] = (
     "opscope.advise.rules.precision",
     "opscope.advise.rules.overhead",
     "opscope.advise.rules.memory",
+    "opscope.advise.rules.gemm",
 )
 
 

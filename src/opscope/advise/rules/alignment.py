@@ -87,7 +87,9 @@ class Alignment:
         "the result; `opscope verify` measures the padded shape on the present device. Saving: "
         "the flagged calls' time at the FLOP/s the same operator (same dtype, within 8× the "
         "work per call) reaches on aligned shapes in the same profile, when it reaches more; "
-        "else not estimated."
+        "else, on a device with peaks, the flagged calls' time minus the performance model's "
+        "bound of the padded shape (padded FLOPs and bytes at the peaks, one launch floor per "
+        "call); else not estimated. Never more than the flagged calls' own time."
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
@@ -126,7 +128,12 @@ class Alignment:
             cap = "low" if target == "cpu" else "medium"
             bench = self._bench(rs, multiple)
             saving_ns, how = self._estimate(rs, aligned, total_ns)
+            method = "peer-rate"
+            if saving_ns <= 0 and target != "cpu":
+                saving_ns, how = self._from_bound(profile, results, rs, multiple, total_ns)
+                method = "bound-gap"
             if saving_ns <= 0:
+                method = "unknown"
                 how = (
                     "not estimated from the profile: no aligned shape of the same operator "
                     "ran faster here; "
@@ -174,6 +181,9 @@ class Alignment:
                     evidence=ev,
                     severity=c.severity_for(steps.pct(total_ns), cap),
                     steps=steps,
+                    limit_ns=total_ns,
+                    limit_what="the flagged calls' own time",
+                    method=method,
                 )
             )
         return out
@@ -217,6 +227,47 @@ class Alignment:
         return saving, (
             f"at the FLOP/s the same operator reaches on aligned shapes in this profile "
             f"({rate / 1e3:.3g} vs {mine / 1e3:.3g} TFLOP/s over {len(peers)} shapes)"
+        )
+
+    @staticmethod
+    def _from_bound(
+        profile: Profile,
+        results: Mapping[str, Any],
+        rs: list[dict[str, Any]],
+        multiple: int,
+        total_ns: float,
+    ) -> tuple[float, str]:
+        """Saving if the flagged calls ran, padded to the multiple, at the performance model's
+        lower bound (padded FLOPs and bytes against the device's peaks): the gap the padding
+        can close. Nothing when the device has no peaks."""
+        from opscope.analysis.model import bound_ns
+
+        spec = c.perf_model(profile, results).spec
+        if spec is None:
+            return 0.0, ""
+        bound = 0.0
+        for r in rs:
+            mkn = r.get("mkn")
+            dims = r["dims"] or []
+            if not mkn or r["dev"]:
+                return 0.0, ""
+            bmkn = _mkn(r["name"], dims)
+            batch = bmkn[0] if bmkn else 1
+            bad = set(r["bad"])
+            m, k, n = (c.pad_up(d, multiple) if d in bad else d for d in mkn)
+            size = c.DTYPE_BYTES.get(r["dtype"], 2)
+            flops = 2.0 * batch * m * n * k
+            nbytes = float(batch * (m * k + k * n + m * n) * size)
+            dt = c.SHORT_DTYPE.get(r["dtype"], r["dtype"])
+            b = bound_ns(spec, flops, nbytes, dt, "matrix")
+            if b is None:
+                return 0.0, ""
+            bound += b * r["calls"]
+        if bound >= total_ns:
+            return 0.0, ""
+        return total_ns - bound, (
+            f"measured minus the padded shape's lower bound on {spec.label} "
+            f"({bound / 1e3:.1f} µs over the profile, padded FLOPs and bytes at the peaks)"
         )
 
     @staticmethod

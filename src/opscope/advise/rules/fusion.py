@@ -3,6 +3,7 @@ optimizer loops, and Ascend affinity APIs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,10 +28,23 @@ ACTIVATIONS = (
 LINEAR_OPS = ("aten::linear", "aten::addmm", "aten::matmul", "aten::mm")
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 BMM_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm")
-# The ops between QKᵀ and softmax, and softmax and ·V, that SDPA also absorbs (scale, mask,
-# dropout): the window searched on each side of the softmax (the ops of the textbook
-# formulation: scale, mask, dropout, plus one).
-ATTN_WINDOW = 4
+# The ops that may sit between QKᵀ and softmax, and softmax and ·V, and that SDPA absorbs or
+# makes unnecessary: views and layout changes (HF: view/permute/transpose/contiguous; timm:
+# reshape/unbind/transpose), scale (div/mul), mask (add/masked_fill/where), dropout, casts.
+ATTN_PASSTHROUGH = frozenset(
+    f"aten::{n}"
+    for n in (
+        "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "contiguous", "clone",
+        "expand", "unsqueeze", "squeeze", "flatten", "unflatten", "as_strided", "slice",
+        "select", "unbind", "to", "_to_copy", "type_as", "copy_", "detach", "float", "half",
+        "bfloat16", "div", "div_", "mul", "mul_", "add", "add_", "sub", "sub_", "masked_fill",
+        "masked_fill_", "where", "dropout", "native_dropout", "feature_dropout", "empty",
+        "empty_like", "empty_strided", "zeros", "ones", "full", "fill_",
+    )
+)  # fmt: skip
+# At most this many ops on each side of the softmax (a bound on the search, far above any
+# real layout: HF BERT/ViT put 2-6 ops between, CLIP/OWL 2-3).
+ATTN_MAX_BETWEEN = 64
 # A per-parameter optimizer loop: at least this many per-tensor update ops in one
 # Optimizer.step and no foreach/fused op (torch's own foreach path issues one op per kind;
 # opscope's heuristic: a loop over at least a few parameters).
@@ -218,78 +232,84 @@ class Activation:
 
 
 class Attention:
-    """softmax(QKᵀ)V written by hand."""
+    """softmax(QKᵀ)V written by hand (any number of view/reshape/scale/mask/dropout ops
+    between the matmuls and the softmax)."""
 
     id = "fusion-attention"
     doc = (
         "Attention written as `softmax(q @ k.transpose(-2, -1) * scale) @ v` materialises the "
         "[L, L] score matrix, reads it back for the softmax and again for the second matmul. "
         "`F.scaled_dot_product_attention` runs it as one fused (flash / memory-efficient) "
-        "kernel. The rule flags a user-level softmax with a batched matmul within "
-        f"{ATTN_WINDOW} ops before it and another within {ATTN_WINDOW} ops after it. Saving: "
-        "the time of the softmax and the ops between the two matmuls removed (an estimate that "
-        "leaves the matmuls' own time in place)."
+        "kernel. The rule flags a user-level softmax whose nearest batched matmul before it "
+        "produces its scores and whose nearest batched matmul after it consumes them, with only "
+        "pass-through ops between (view / reshape / permute / transpose / contiguous / to, "
+        "scale, mask, dropout: any number of them, as in the HF and timm layouts, "
+        f"at most {ATTN_MAX_BETWEEN} on each side), all in the softmax's module when the trace "
+        "has modules, and shapes that agree (the scores' last dim is the second matmul's "
+        "inner dim). Saving, when the device has peaks: the time of the whole span (both "
+        "matmuls, the softmax and everything between) minus the performance model's bound of "
+        "one fused kernel (4·B·H·Lq·Lk·d FLOPs at the matrix peak, q/k/v/o bytes), never more "
+        "than the span's time; without peaks, the softmax and the ops between the matmuls "
+        "(an estimate that leaves the matmuls' own time in place)."
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         s = _seq(profile)
-        if s.height == 0:
+        if s.height == 0 or not s.get_column("name").is_in(SOFTMAX_OPS).any():
             return []
-        g = ["rank", "tid"]
-        w = range(1, ATTN_WINDOW + 1)
-        is_mm = pl.col("name").is_in(BMM_OPS)
-        cost_e = pl.col("cost_ns").fill_null(0)
-        # Distance to the nearest batched matmul before / after each op, and the cost of the
-        # ops in between, all from shifted columns (no per-call scan of the op sequence).
-        sh = s.with_columns(
-            pl.min_horizontal([pl.when(is_mm.shift(k).over(g)).then(k) for k in w]).alias(
-                "mm_before"
-            ),
-            pl.min_horizontal([pl.when(is_mm.shift(-k).over(g)).then(k) for k in w]).alias(
-                "mm_after"
-            ),
-            *[cost_e.shift(k).over(g).alias(f"cb{k}") for k in w],
-            *[cost_e.shift(-k).over(g).alias(f"ca{k}") for k in w],
-            *[pl.col("input_dims").shift(-k).over(g).alias(f"da{k}") for k in w],
-        )
-        sm = sh.filter(
-            pl.col("name").is_in(SOFTMAX_OPS)
-            & pl.col("mm_before").is_not_null()
-            & pl.col("mm_after").is_not_null()
-        )
-        keep: list[tuple[dict[str, Any], float, str]] = []
-        for r in sm.iter_rows(named=True):  # flagged softmax calls only
-            between = (
-                (r["cost_ns"] or 0)
-                + sum(r[f"cb{k}"] or 0 for k in range(1, r["mm_before"]))
-                + sum(r[f"ca{k}"] or 0 for k in range(1, r["mm_after"]))
-            )
-            keep.append((r, float(between), r[f"da{r['mm_after']}"]))
+        s = s.with_columns(pl.col("cost_ns").fill_null(0))
+        keep: list[dict[str, Any]] = []
+        for _, grp in s.group_by("rank", "tid"):
+            keep += _attention_spans(grp)
         if not keep:
             return []
         steps = c.step_info(profile)
-        rows = {r["id"]: (r, cost, q) for r, cost, q in keep}
+        spec = c.perf_model(profile, results).spec
+        rows = {r["id"]: r for r in keep}
         out = []
-        for where, ids in c.group_by_location(profile, pl.DataFrame({"id": list(rows)})).items():
-            cost = float(sum(rows[i][1] for i in ids))
-            r0 = rows[ids[0]][0]
-            scores = (_shapes(r0["input_dims"]) or [[]])[0]
-            pv = _shapes(rows[ids[0]][2])
+        # one finding per attention implementation, not per layer: module paths differ only
+        # in layer indices (Owlv2EncoderLayer_1, layer.0.attention) for the same code
+        by_code: dict[tuple[str | None, int | None, str | None], list[int]] = {}
+        for (file, line, module), ids in c.group_by_location(
+            profile, pl.DataFrame({"id": list(rows)})
+        ).items():
+            mod = re.sub(r"([_.])\d+(?=[/.]|$)", r"\1*", module) if module else None
+            by_code.setdefault((file, line, mod), []).extend(ids)
+        for where, ids in by_code.items():
+            rs = [rows[i] for i in ids]
+            span = float(sum(r["span_ns"] for r in rs))
+            between = float(sum(r["between_ns"] for r in rs))
+            r0 = rs[0]
+            fused = _fused_bound(spec, rs)
+            if fused is not None and fused < span:
+                saving, method = span - fused, "bound-gap"
+                how = (
+                    "the span's time (both matmuls, softmax and the ops between) minus the "
+                    f"bound of one fused attention kernel on {spec.label if spec else '?'} "
+                    f"({steps.per_step_us(fused):.1f} µs/step)"
+                )
+            else:
+                saving, method = between, "removed-time"
+                how = "the softmax and the scale/mask ops between the matmuls removed"
             ev: dict[str, Any] = {
                 "operators": ["matmul", r0["name"], "matmul"],
-                "shapes": sorted({rows[i][0]["input_dims"] for i in ids}),
-                "dtypes": sorted({str(rows[i][0]["input_types"]) for i in ids}),
+                "shapes": sorted({r["input_dims"] for r in rs}),
+                "dtypes": sorted({str(r["input_types"]) for r in rs}),
                 "calls": len(ids),
-                "figures": {"softmax_and_between_us_per_step": round(steps.per_step_us(cost), 3)},
+                "figures": {
+                    "softmax_and_between_us_per_step": round(steps.per_step_us(between), 3),
+                    "span_us_per_step": round(steps.per_step_us(span), 3),
+                    "ops_between": max(r["n_between"] for r in rs),
+                },
                 "event_ids": ids[:10],
             }
-            if len(pv) >= 2 and len(pv[1]) >= 3 and len(scores) >= 3:
-                v = pv[1]
+            if r0["bhld"] is not None:
+                bh, lq, lk, d = r0["bhld"]
                 ev["bench"] = {
                     "op": "attention",
-                    "shape": [*v[:-2], scores[-2], v[-1]],
-                    "kv_len": v[-2],
-                    "dtype": "float32",
+                    "shape": [*bh, lq, d],
+                    "kv_len": lk,
+                    "dtype": r0["dtype"] or "float32",
                     "fix": "sdpa",
                 }
             out.append(
@@ -299,14 +319,99 @@ class Attention:
                     title="hand-written softmax(QKᵀ)V: use scaled_dot_product_attention",
                     where=where,
                     key="sdpa",
-                    saving_ns=cost,
-                    saving_how="the softmax and the scale/mask ops between the matmuls removed",
+                    saving_ns=saving,
+                    saving_how=how,
                     fix="out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
                     evidence=ev,
                     steps=steps,
+                    limit_ns=span,
+                    limit_what="the attention span's own time",
+                    method=method,
                 )
             )
         return out
+
+
+def _attention_spans(grp: pl.DataFrame) -> list[dict[str, Any]]:
+    """The softmax calls of one thread's op sequence that sit between a QKᵀ and a ·V matmul."""
+    import numpy as np
+
+    names = grp.get_column("name").to_list()
+    is_mm = np.array([n in BMM_OPS for n in names])
+    passthrough = np.array([n in ATTN_PASSTHROUGH for n in names])
+    cum_block = np.concatenate([[0], np.cumsum(~passthrough & ~is_mm)])
+    cost = grp.get_column("cost_ns").to_numpy().astype(float)
+    cum_cost = np.concatenate([[0.0], np.cumsum(cost)])
+    dims = grp.get_column("input_dims").to_list()
+    types = grp.get_column("input_types").to_list()
+    mods = grp.get_column("module").to_list() if "module" in grp.columns else [None] * len(names)
+    ids = grp.get_column("id").to_list()
+    mm_pos = np.flatnonzero(is_mm)
+    out: list[dict[str, Any]] = []
+    if mm_pos.size < 2:
+        return out
+    for i in (j for j, n in enumerate(names) if n in SOFTMAX_OPS):
+        k = int(np.searchsorted(mm_pos, i))
+        if k == 0 or k >= mm_pos.size:
+            continue
+        a, b = int(mm_pos[k - 1]), int(mm_pos[k])
+        if i - a - 1 > ATTN_MAX_BETWEEN or b - i - 1 > ATTN_MAX_BETWEEN:
+            continue
+        # anything else between (another softmax, a norm, a linear) breaks the pattern
+        if cum_block[b] - cum_block[a + 1] != 1:  # only the softmax itself
+            continue
+        if mods[i] is not None and any(mods[j] not in (None, mods[i]) for j in range(a, b + 1)):
+            continue
+        sm = _shapes(dims[i])
+        q = _shapes(dims[a])
+        pv = _shapes(dims[b])
+        if not sm or not sm[0] or len(pv) < 2 or not pv[0] or not pv[1] or len(q) < 2:
+            continue
+        scores = sm[0]
+        if pv[0][-1] != scores[-1] or len(pv[1]) < 2 or pv[1][-2] != scores[-1]:
+            continue  # the second matmul does not consume the softmax's output
+        d = pv[1][-1]
+        bh = list(pv[1][:-2])
+        lq = scores[-2] if len(scores) >= 2 else 1
+        dt = c.parse_types(types[b])
+        out.append(
+            {
+                "id": ids[i],
+                "name": names[i],
+                "input_dims": dims[i],
+                "input_types": types[i],
+                "span_ns": float(cum_cost[b + 1] - cum_cost[a]),
+                "between_ns": float(cum_cost[b] - cum_cost[a + 1]),
+                "n_between": int(b - a - 2),
+                "bhld": (bh, lq, scores[-1], d) if bh else None,
+                "dtype": dt[0] if dt else None,
+            }
+        )
+    return out
+
+
+def _fused_bound(spec: Any, rs: list[dict[str, Any]]) -> float | None:
+    """The performance model's bound of one fused attention kernel per flagged call."""
+    from math import prod
+
+    from opscope.analysis.model import bound_ns
+
+    if spec is None:
+        return None
+    total = 0.0
+    for r in rs:
+        if r["bhld"] is None:
+            return None
+        bh, lq, lk, d = r["bhld"]
+        n = prod(bh)
+        size = c.DTYPE_BYTES.get(r["dtype"] or "float32", 4)
+        flops = 4.0 * n * lq * lk * d
+        nbytes = float(size * n * (2 * lq * d + 2 * lk * d))
+        b = bound_ns(spec, flops, nbytes, c.SHORT_DTYPE.get(r["dtype"] or "", "fp32"), "matrix")
+        if b is None:
+            return None
+        total += b
+    return total
 
 
 class Foreach:

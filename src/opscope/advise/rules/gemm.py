@@ -1,0 +1,372 @@
+"""GEMMs whose gap to the performance model's bound has a shape-level cause: too few output
+tiles for the SMs/CUs, a last wave mostly empty (wave quantisation), or a tall-skinny shape that
+makes the GEMM memory-bound; and elementwise / norm kernels far below the memory bandwidth.
+
+Every saving here is the gap of :mod:`opscope.analysis.model` (measured - lower bound) or the
+part of it the cause explains, so never more than the op's own time; no peaks, no finding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+import polars as pl
+
+from opscope.advise import _common as c
+from opscope.advise.finding import Finding
+from opscope.advise.rule import register
+from opscope.model import Profile
+
+GEMM_OPS: Final = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::matmul",
+    "aten::linear",
+)
+# The output tile of a large cuBLAS / hipBLASLt / CANN GEMM: 128x128 is the common tile of the
+# big-GEMM kernels (CUTLASS default threadblock shape for sm80/sm90 bf16, hipBLASLt MT128x128,
+# Ascend cube baseM/baseN 128); used only when the kernel's grid is not in the trace.
+TILE_M: Final = 128
+TILE_N: Final = 128
+# Few tiles: fewer output tiles than this share of the SMs/CUs leaves the rest idle unless the
+# library splits K (opscope's heuristic: half the device idle is worth a split-K / batching).
+FEW_TILES_SHARE: Final = 0.5
+# Wave quantisation: the tile waves fill less than this share of their slots (the last wave
+# mostly empty, e.g. 1.1 waves = 55%); NVIDIA's "Matrix Multiplication Background" guide
+# ("wave quantization") shows the same effect.
+WAVE_EFFICIENCY_MIN: Final = 0.8
+# A GEMM (or elementwise op) counts only when its gap is at least this share of its time and
+# of the step (opscope's heuristics: below that the bound's own error, ~10-20%, decides).
+GAP_MIN_SHARE: Final = 0.25
+STEP_MIN_PCT: Final = 0.5
+# Elementwise / norm / softmax kernels reaching under this share of the memory bandwidth
+# (opscope's heuristic: a fused, vectorised elementwise kernel reaches 70-90% of the
+# datasheet bandwidth on H100/MI300X in vendors' stream benchmarks).
+BANDWIDTH_MIN_SHARE: Final = 0.3
+
+
+def gemm_dims(name: str, dims: list[list[int]]) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a host GEMM op from its input shapes (None when not a plain GEMM)."""
+    d = list(dims)
+    if name in ("aten::addmm", "aten::baddbmm"):
+        d = d[1:]
+    if len(d) < 2 or not d[0] or not d[1]:
+        return None
+    a, b = d[0], d[1]
+    if name == "aten::linear":
+        if len(b) != 2 or a[-1] != b[1]:
+            return None
+        return 1, math.prod(a[:-1]), b[0], a[-1]
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        return None
+    batch = max(math.prod(a[:-2]), math.prod(b[:-2]), 1)
+    return batch, a[-2], b[-1], a[-1]
+
+
+def _gemm_calls(profile: Profile, results: Mapping[str, Any]) -> tuple[Any, pl.DataFrame]:
+    """The model and its GEMM groups with (batch, M, N, K), tiles and measured time."""
+    model = c.perf_model(profile, results)
+    calls = model.calls.filter(
+        pl.col("name").is_in(GEMM_OPS)
+        & (pl.col("roof") == "matrix")
+        & pl.col("time_ns").is_not_null()
+        & pl.col("bound_ns").is_not_null()
+    )
+    if calls.height == 0:
+        return model, calls
+    grid = _kernel_blocks(profile, calls.get_column("id"))
+    calls = calls.join(grid, on="id", how="left")
+    g = calls.group_by("name", "input_dims", "input_types", maintain_order=True).agg(
+        pl.len().alias("calls"),
+        pl.col("time_ns").sum().cast(pl.Float64),
+        pl.col("bound_ns").sum(),
+        pl.col("gap_ns").sum(),
+        pl.col("compute_ns").sum(),
+        pl.col("memory_ns").sum(),
+        pl.col("flops").sum(),
+        pl.col("bytes").sum(),
+        pl.col("blocks").max(),
+        pl.col("dtype").first(),
+        pl.col("id").sort().alias("ids"),
+    )
+    return model, c.shapes_table(g)
+
+
+def _kernel_blocks(profile: Profile, ids: pl.Series) -> pl.DataFrame:
+    """``[id, blocks]``: the largest grid (thread blocks) of the kernels under each op."""
+    k = profile.kernels.filter(pl.col("op_id").is_not_null())
+    if "blocks" not in k.columns or k.height == 0:
+        return pl.DataFrame(schema={"id": pl.Int64, "blocks": pl.Int64})
+    k = k.filter(pl.col("blocks").is_not_null()).select("op_id", "blocks")
+    if k.height == 0:
+        return pl.DataFrame(schema={"id": pl.Int64, "blocks": pl.Int64})
+    anc = c.ancestors(profile, k.get_column("op_id")).filter(pl.col("anc_id").is_in(ids.implode()))
+    return (
+        k.rename({"op_id": "id"})
+        .join(anc, on="id")
+        .group_by("anc_id")
+        .agg(pl.col("blocks").max())
+        .rename({"anc_id": "id"})
+    )
+
+
+def _finding(
+    profile: Profile,
+    rule: str,
+    rows: list[dict[str, Any]],
+    saving_ns: float,
+    title: str,
+    how: str,
+    fix: str,
+    figures: dict[str, Any],
+    steps: c.StepInfo,
+    bench: dict[str, Any] | None = None,
+) -> Finding:
+    ids = [i for r in rows for i in r["ids"][:1]]
+    locs = c.locate(profile, ids[:1])
+    loc = locs.get(ids[0], c.Location(None, None, None, None))
+    own = float(sum(r["time_ns"] for r in rows))
+    gap = float(sum(r["gap_ns"] or 0.0 for r in rows))
+    ev: dict[str, Any] = {
+        "operators": sorted({r["name"] for r in rows}),
+        "shapes": [r["input_dims"] for r in rows],
+        "dtypes": sorted({str(r["dtype"]) for r in rows}),
+        "calls": int(sum(r["calls"] for r in rows)),
+        "figures": {
+            "time_us_per_step": round(steps.per_step_us(own), 3),
+            "bound_us_per_step": round(steps.per_step_us(own - gap), 3),
+            "gap_us_per_step": round(steps.per_step_us(gap), 3),
+            **figures,
+        },
+        "event_ids": ids[:10],
+    }
+    if bench:
+        ev["bench"] = bench
+    f: Finding = c.make_finding(
+        profile,
+        rule=rule,
+        title=title,
+        where=(loc.file, loc.line, loc.module),
+        key=str(rows[0]["input_dims"]),
+        saving_ns=saving_ns,
+        saving_how=how,
+        fix=fix,
+        evidence=ev,
+        steps=steps,
+        limit_ns=gap,
+        limit_what="the gap between the op's time and its lower bound",
+        method="bound-gap",
+    )
+    return f
+
+
+def _significant(r: dict[str, Any], steps: c.StepInfo) -> bool:
+    gap = r["gap_ns"] or 0.0
+    return gap >= GAP_MIN_SHARE * r["time_ns"] and steps.pct(gap) >= STEP_MIN_PCT
+
+
+class GemmTiles:
+    """GEMMs with too few output tiles for the device, or a mostly empty last wave."""
+
+    id = "gemm-tiles"
+    doc = (
+        "A GEMM kernel computes its output in tiles, one thread block (CTA / workgroup) per "
+        "tile, and each SM/CU runs one tile at a time at full speed. With fewer tiles than "
+        f"{FEW_TILES_SHARE:.0%} of the SMs/CUs most of the device idles (a small M×N with a "
+        "long K); with 1.1 waves of tiles the last wave runs nearly empty (wave quantisation: "
+        f"under {WAVE_EFFICIENCY_MIN:.0%} of the slots used). Tiles come from the kernel's "
+        f"grid when the trace has it, else from M and N and a typical {TILE_M}×{TILE_N} tile. "
+        "Only compute-side GEMMs (intensity right of the ridge point) whose time is at least "
+        f"{GAP_MIN_SHARE:.0%} above the performance model's bound and whose gap is at least "
+        f"{STEP_MIN_PCT:g}% of the step are flagged. Saving: the part of the gap the idle "
+        "share explains (time × (1 - used share)), never more than the gap. Fix: batch "
+        "several such GEMMs into one (torch.bmm / a grouped GEMM), let the library split K "
+        "(cuBLASLt split-K, hipBLASLt stream-K), or change M/N by a tile to fill the last wave."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        model, g = _gemm_calls(profile, results)
+        spec = model.spec
+        if g.height == 0 or spec is None or not spec.compute_units:
+            return []
+        steps = c.step_info(profile)
+        sms = int(spec.compute_units)
+        out = []
+        for r in g.iter_rows(named=True):
+            bmnk = gemm_dims(r["name"], r["dims"] or [])
+            if bmnk is None or not _significant(r, steps):
+                continue
+            if (r["memory_ns"] or 0) > (r["compute_ns"] or 0):
+                continue  # memory-side: gemm-memory-bound explains it
+            b, m, n, k = bmnk
+            tiles = int(r["blocks"] or b * math.ceil(m / TILE_M) * math.ceil(n / TILE_N))
+            waves = tiles / sms
+            used = waves / math.ceil(waves) if tiles else 1.0
+            if tiles < FEW_TILES_SHARE * sms:
+                kind = f"only {tiles} output tiles for {sms} SMs/CUs"
+                fix = (
+                    "# fill the device: batch the small GEMMs into one, or split K\n"
+                    "out = torch.bmm(a_stack, b_stack)  # not: [a @ b for a, b in pairs]\n"
+                    "# or torch.compile(mode='max-autotune') to pick a split-K kernel"
+                )
+            elif used < WAVE_EFFICIENCY_MIN:
+                kind = f"{waves:.2f} waves of tiles on {sms} SMs/CUs ({used:.0%} of slots used)"
+                fix = (
+                    f"# {tiles} tiles of {TILE_M}x{TILE_N} on {sms} SMs: a last wave of "
+                    f"{tiles - (math.ceil(waves) - 1) * sms}\n"
+                    f"# change M or N by a tile so the tiles fill whole waves, e.g. N={n} -> "
+                    f"{max(n - TILE_N, TILE_N)}, or batch tokens so M grows"
+                )
+            else:
+                continue
+            time_ns = float(r["time_ns"])
+            saving = time_ns * (1.0 - min(used if tiles >= sms else tiles / sms, 1.0))
+            out.append(
+                _finding(
+                    profile,
+                    self.id,
+                    [r],
+                    saving,
+                    f"GEMM {m}x{n}x{k}" + (f" (batch {b})" if b > 1 else "") + f": {kind}",
+                    "the GEMM's time × the share of SMs/CUs its tiles leave idle, capped at its "
+                    "gap to the performance model's bound",
+                    fix,
+                    {
+                        "tiles": tiles,
+                        "sms": sms,
+                        "waves": round(waves, 3),
+                        "grid_from_kernel": r["blocks"] is not None,
+                    },
+                    steps,
+                    {"op": "matmul", "m": m, "k": k, "n": n, "dtype": _torch_dtype(r["dtype"])},
+                )
+            )
+        return out
+
+
+class GemmMemoryBound:
+    """Tall-skinny GEMMs: left of the ridge point, and far from the bandwidth bound."""
+
+    id = "gemm-memory-bound"
+    doc = (
+        "A GEMM with a small M or N (decode with a few tokens, a per-sample projection, a "
+        "batch of 1) does 2·M·N·K FLOPs on M·K + K·N + M·N elements: its intensity falls left "
+        "of the ridge point and its bound is the time to read the weights. Flagged when the "
+        "performance model puts the GEMM on the memory side and its time is at least "
+        f"{GAP_MIN_SHARE:.0%} above that bound (gap ≥ {STEP_MIN_PCT:g}% of the step): GEMM "
+        "libraries pick tiles for square shapes, and a tall-skinny one reads its operands "
+        "more than once or leaves SMs idle. Saving: the gap (measured - bound). Fix: batch "
+        "the small dimension (more tokens or samples per call), concatenate GEMMs that share "
+        "an input (q/k/v projections), or use fp8/int8 weights to halve the bytes."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        _, g = _gemm_calls(profile, results)
+        if g.height == 0:
+            return []
+        steps = c.step_info(profile)
+        out = []
+        for r in g.iter_rows(named=True):
+            bmnk = gemm_dims(r["name"], r["dims"] or [])
+            if bmnk is None or not _significant(r, steps):
+                continue
+            if (r["memory_ns"] or 0) <= (r["compute_ns"] or 0):
+                continue
+            _, m, n, k = bmnk
+            gbps = r["bytes"] / r["time_ns"]
+            out.append(
+                _finding(
+                    profile,
+                    self.id,
+                    [r],
+                    float(r["gap_ns"] or 0.0),
+                    f"tall-skinny GEMM {m}x{n}x{k}: memory-bound, {gbps:.0f} GB/s",
+                    "the gap between the GEMM's time and its memory-side bound (bytes / "
+                    "bandwidth + launch floor)",
+                    "# grow the small dimension: batch tokens/samples, or fuse GEMMs that share "
+                    "an input\nqkv = x @ torch.cat([wq, wk, wv], 0).t()  # one GEMM, not three",
+                    {
+                        "achieved_gbps": round(gbps, 1),
+                        "intensity": round(r["flops"] / max(r["bytes"], 1), 2),
+                    },
+                    steps,
+                    {"op": "matmul", "m": m, "k": k, "n": n, "dtype": _torch_dtype(r["dtype"])},
+                )
+            )
+        return out
+
+
+_ELEMENTWISE_FORMULA = r"^(elementwise|norm|softmax|reduction)"
+
+
+class ElementwiseBandwidth:
+    """Elementwise / norm / softmax ops far below the memory bandwidth."""
+
+    id = "elementwise-bandwidth"
+    doc = (
+        "An elementwise, normalisation, softmax or reduction op does a few FLOPs per element: "
+        "its bound is reading and writing its tensors at the memory bandwidth (plus one "
+        f"launch floor per kernel). An op group reaching under {BANDWIDTH_MIN_SHARE:.0%} of "
+        "the bandwidth, whose time is at least "
+        f"{GAP_MIN_SHARE:.0%} above that bound and whose gap is ≥ {STEP_MIN_PCT:g}% of the step, "
+        "is flagged: a strided or broadcast layout, an unvectorised kernel, or many small "
+        "launches. Saving: the gap (measured - bound). Fix: fuse the chain of elementwise ops "
+        "(torch.compile generates one vectorised kernel), use the fused norm "
+        "(F.layer_norm / torch_npu.npu_rms_norm), make the input contiguous."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        model = c.perf_model(profile, results)
+        if model.spec is None or not model.spec.mem_bw:
+            return []
+        calls = model.calls.filter(
+            pl.col("formula").fill_null("").str.contains(_ELEMENTWISE_FORMULA)
+            & pl.col("gap_ns").is_not_null()
+            & (pl.col("time_ns") > 0)
+        )
+        if calls.height == 0:
+            return []
+        steps = c.step_info(profile)
+        g = calls.group_by("name", "input_dims", "input_types", maintain_order=True).agg(
+            pl.len().alias("calls"),
+            pl.col("time_ns").sum().cast(pl.Float64),
+            pl.col("gap_ns").sum(),
+            pl.col("bytes").sum(),
+            pl.col("dtype").first(),
+            pl.col("id").sort().alias("ids"),
+        )
+        bw = float(model.spec.mem_bw)
+        out = []
+        for r in g.iter_rows(named=True):
+            share = (r["bytes"] or 0) / (r["time_ns"] / 1e9) / bw
+            if share >= BANDWIDTH_MIN_SHARE or not _significant(r, steps):
+                continue
+            out.append(
+                _finding(
+                    profile,
+                    self.id,
+                    [r],
+                    float(r["gap_ns"]),
+                    f"{r['name']} at {share:.0%} of memory bandwidth",
+                    "the gap between the op's time and its bound (bytes / bandwidth + launch "
+                    "floor per kernel)",
+                    "model = torch.compile(model)  # fuses elementwise chains into one kernel\n"
+                    "x = x.contiguous()  # strided inputs defeat vectorised loads",
+                    {"pct_of_bandwidth": round(100 * share, 2)},
+                    steps,
+                )
+            )
+        return out
+
+
+def _torch_dtype(short: str | None) -> str:
+    return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(short or "", "float32")
+
+
+register(GemmTiles())
+register(GemmMemoryBound())
+register(ElementwiseBandwidth())

@@ -1,0 +1,284 @@
+"""Planted-issue Kineto traces: one trace per issue class, with the truth written beside it.
+
+Each trace is a few steps of a GPU-like run (one host thread, one stream) made of *clean* work
+that runs close to its hardware bound (a 4096³ bf16 GEMM and a bf16 add, both at 1.1× their
+bound) plus one planted issue whose extra time (the *planted gap*) is known from the plan: the
+kernel durations are computed here from the datasheet peaks typed below, not from opscope.
+
+``write(case, dir)`` writes ``<case>.json`` (the trace) and ``<case>.truth.json`` (the truth)
+and returns both paths; ``CASES`` lists the classes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# H100 SXM5 datasheet figures (NVIDIA H100 Tensor Core GPU datasheet): dense bf16 tensor-core
+# peak, HBM3 bandwidth, SM count. Typed here so that the truth does not come from opscope.
+H100_BF16 = 989.5e12
+H100_BW = 3.35e12
+H100_SMS = 132
+# MI300X datasheet: dense bf16 matrix peak, HBM3 bandwidth (for traces read with --device).
+MI300X_BF16 = 1307.4e12
+MI300X_BW = 5.3e12
+MI300X_CUS = 304
+STEP_GAP_US = 2.0  # host launches run ahead; kernels follow each other with this gap
+CASES = (
+    "clean",
+    "gemm-few-tiles",
+    "gemm-wave",
+    "misaligned",
+    "tall-skinny",
+    "attention",
+    "elementwise",
+    "sync",
+)
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What was planted: the class, the rule expected to explain it, the planted gap (µs per
+    step: what a perfect fix removes) and the step time (µs)."""
+
+    case: str
+    rule: str | None
+    gap_us: float
+    step_us: float
+    device: str
+
+
+def _roof_us(flops: float, nbytes: float, peak: float, bw: float) -> float:
+    return max(flops / peak, nbytes / bw) * 1e6
+
+
+class _Trace:
+    def __init__(self) -> None:
+        self.ev: list[dict[str, Any]] = []
+        self.ext = 0
+        self.host = 1000.0  # host clock (µs)
+        self.dev = 1100.0  # device clock: where the next kernel may start
+        self.idle_from: float | None = None  # device end before a sync, until the next kernel
+        self.sync_idle = 0.0  # device idle after syncs, up to the next kernel (µs)
+
+    def op(
+        self,
+        name: str,
+        dims: list[Any],
+        types: list[Any],
+        kernels: list[tuple[str, float]],
+        *,
+        module: str | None = None,
+        grid: list[int] | None = None,
+        gap: float = STEP_GAP_US,
+    ) -> None:
+        """A host op launching ``kernels`` (name, µs) back to back on stream 7."""
+        ts = self.host
+        self.ev.append(
+            {
+                "ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                "dur": 4.0 + 3.0 * len(kernels),
+                "args": {"Input Dims": dims, "Input type": types, "External id": self.ext + 1},
+            }
+        )  # fmt: skip
+        if module:
+            self.ev.append(
+                {
+                    "ph": "X", "cat": "python_function", "name": f"nn.Module: {module}",
+                    "pid": 1, "tid": 1, "ts": ts - 0.5, "dur": 5.0 + 3.0 * len(kernels),
+                }
+            )  # fmt: skip
+        for i, (kname, kdur) in enumerate(kernels):
+            self.ext += 1
+            lts = ts + 1 + 3 * i
+            self.ev.append(
+                {
+                    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                    "tid": 1, "ts": lts, "dur": 2.0,
+                    "args": {"correlation": self.ext, "External id": self.ext},
+                }
+            )  # fmt: skip
+            kts = max(self.dev + gap, lts + 3)
+            if self.idle_from is not None:
+                self.sync_idle += kts - self.idle_from
+                self.idle_from = None
+            args: dict[str, Any] = {
+                "device": 0, "stream": 7, "correlation": self.ext, "External id": self.ext,
+            }  # fmt: skip
+            if grid is not None:
+                args["grid"] = grid
+                args["block"] = [256, 1, 1]
+            self.ev.append(
+                {"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": kts,
+                 "dur": kdur, "args": args}
+            )  # fmt: skip
+            self.dev = kts + kdur
+        self.host = ts + 6.0 + 3.0 * len(kernels)
+
+    def sync(self) -> None:
+        """A cudaDeviceSynchronize: the host waits for the device, then returns; the device
+        idles until the next kernel (counted in ``sync_idle`` when that kernel is launched)."""
+        ts = self.host
+        end = max(self.dev, ts) + 3.0
+        self.ev.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1,
+             "tid": 1, "ts": ts, "dur": end - ts, "args": {}}
+        )  # fmt: skip
+        self.host = end + 1.0
+        self.idle_from = self.dev
+
+
+def _bf16_mm(m: int, k: int, n: int) -> tuple[float, float]:
+    return 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n)
+
+
+def trace(case: str, *, steps: int = 3, device_props: bool = True) -> tuple[dict[str, Any], Truth]:
+    """The Kineto trace (dict) of ``case`` and its truth. ``device_props=False`` leaves the
+    device properties out (an MI300X-like trace to read with ``--device MI300X``)."""
+    if case not in CASES:
+        raise ValueError(case)
+    peak, bw, sms = (H100_BF16, H100_BW, H100_SMS) if device_props else (
+        MI300X_BF16, MI300X_BW, MI300X_CUS)  # fmt: skip
+    t = _Trace()
+    gap_total = 0.0
+    rule: str | None = None
+    bf = ["c10::BFloat16", "c10::BFloat16"]
+    starts: list[float] = []
+    for s in range(steps):
+        starts.append(t.host)
+        step_ev_index = len(t.ev)
+        # clean work: a 4096^3 GEMM and an add at 1.1x their bound
+        f, b = _bf16_mm(4096, 4096, 4096)
+        t.op("aten::mm", [[4096, 4096], [4096, 4096]], bf,
+             [("sm90_xmma_gemm_bf16bf16_bf16f32", 1.1 * _roof_us(f, b, peak, bw))])  # fmt: skip
+        add_us = 1.1 * _roof_us(0, 3 * 2 * 4096 * 4096, peak, bw)
+        t.op("aten::add", [[4096, 4096], [4096, 4096], []], [*bf, "Scalar"],
+             [("vectorized_elementwise_kernel", add_us)])  # fmt: skip
+        if case == "gemm-few-tiles":
+            rule = "gemm-tiles"
+            m = n = 1024
+            k = 65536
+            f, b = _bf16_mm(m, k, n)
+            ideal = _roof_us(f, b, peak, bw)
+            tiles = math.ceil(m / 128) * math.ceil(n / 128)
+            dur = ideal * sms / tiles  # only `tiles` SMs of `sms` busy
+            t.op("aten::mm", [[m, k], [k, n]], bf, [("sm90_xmma_gemm_bf16_splitk0", dur)],
+                 grid=[8, 8, 1] if device_props else None)  # fmt: skip
+            gap_total += dur - ideal
+        elif case == "gemm-wave":
+            rule = "gemm-tiles"
+            m, k, n = 128 * 7, 8192, 128 * 19 if device_props else 128 * 44  # 133 / 308 tiles
+            f, b = _bf16_mm(m, k, n)
+            ideal = _roof_us(f, b, peak, bw)
+            dur = 2.0 * ideal  # a second, nearly empty wave
+            t.op("aten::mm", [[m, k], [k, n]], bf, [("sm90_xmma_gemm_bf16", dur)])
+            gap_total += dur - ideal
+        elif case == "misaligned":
+            rule = "shape-alignment"
+            f, b = _bf16_mm(4097, 4097, 4097)
+            ideal = _roof_us(f, b, peak, bw)
+            dur = 2.0 * ideal  # the unaligned shape falls off the tensor-core fast path
+            t.op("aten::mm", [[4097, 4097], [4097, 4097]], bf, [("gemm_bf16_unaligned", dur)])
+            gap_total += dur - ideal
+        elif case == "tall-skinny":
+            rule = "gemm-memory-bound"
+            f, b = _bf16_mm(8, 8192, 8192)
+            ideal = _roof_us(f, b, peak, bw)
+            dur = 3.0 * ideal
+            t.op("aten::mm", [[8, 8192], [8192, 8192]], bf, [("gemv_bf16_splitk", dur)])
+            gap_total += dur - ideal
+        elif case == "elementwise":
+            rule = "elementwise-bandwidth"
+            nb = 3 * 2 * 8192 * 8192
+            ideal = _roof_us(0, nb, peak, bw)
+            dur = 10.0 * ideal  # 10% of the bandwidth
+            t.op("aten::mul", [[8192, 8192], [8192, 8192]], bf,
+                 [("elementwise_kernel_strided", dur)])  # fmt: skip
+            gap_total += dur - ideal
+        elif case == "attention":
+            rule = "fusion-attention"
+            gap_total += _attention(t, peak, bw)
+        elif case == "sync":
+            rule = "overhead-host-sync"
+            f, b = _bf16_mm(8192, 8192, 8192)
+            mm_us = 1.05 * _roof_us(f, b, peak, bw)
+            t.op("aten::mm", [[8192, 8192], [8192, 8192]], bf,
+                 [("sm90_xmma_gemm_bf16bf16_bf16f32", mm_us)])  # fmt: skip
+            t.sync()
+        end = t.dev + 10.0
+        t.host = max(t.host, t.dev) + 5.0
+        t.ev.insert(
+            step_ev_index,
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1,
+             "tid": 1, "ts": starts[s] - 1.0, "dur": end - starts[s] + 1.0},
+        )  # fmt: skip
+        t.dev = t.host + 10.0
+    gap_total += t.sync_idle
+    step_us = sum(e["dur"] for e in t.ev if e["name"].startswith("ProfilerStep#")) / steps
+    doc: dict[str, Any] = {"traceEvents": t.ev, "displayTimeUnit": "ms"}
+    if device_props:
+        doc["deviceProperties"] = [
+            {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_000_000_000,
+             "computeMajor": 9, "computeMinor": 0, "numSms": H100_SMS}
+        ]  # fmt: skip
+    truth = Truth(
+        case,
+        rule if case != "clean" else None,
+        gap_total / steps,
+        step_us,
+        "h100" if device_props else "mi300x",
+    )
+    return doc, truth
+
+
+def _attention(t: _Trace, peak: float, bw: float) -> float:
+    """HF-style eager attention (ViT/BERT layout): matmul(q, kᵀ) -> view -> div -> add mask ->
+    softmax -> dropout -> matmul(p, v) -> permute/reshape, with the score matrix written and
+    read by every op. Returns the planted gap: the span's time minus a fused (flash) kernel's
+    bound (FLOPs 4·B·H·L²·d at the matrix peak, q/k/v/o bytes)."""
+    b_, h, l_, d = 8, 12, 1024, 64
+    bf = "c10::BFloat16"
+    q = [b_, h, l_, d]
+    kt = [b_, h, d, l_]
+    sc = [b_, h, l_, l_]
+    score_bytes = 2 * b_ * h * l_ * l_
+    qkv_bytes = 2 * b_ * h * l_ * d
+    flops_qk = 2.0 * b_ * h * l_ * l_ * d
+    mm1 = _roof_us(flops_qk, 2 * qkv_bytes + score_bytes, peak, bw)
+    mm2 = _roof_us(flops_qk, score_bytes + 2 * qkv_bytes, peak, bw)
+    elt = _roof_us(0, 2 * score_bytes, peak, bw)
+    mod = "vit.encoder.layer.0.attention.attention"
+    span = 0.0
+    for name, dims, types, kern, dur in (
+        ("aten::matmul", [q, kt], [bf, bf], "bmm_bf16_nt", 1.2 * mm1),
+        ("aten::view", [sc, []], [bf, ""], None, 0.0),
+        ("aten::div", [sc, []], [bf, "Scalar"], "elementwise_div", 1.2 * elt),
+        ("aten::add", [sc, [b_, 1, 1, l_]], [bf, bf], "elementwise_add", 1.2 * elt),
+        ("aten::softmax", [sc, [], []], [bf, "Scalar", ""], "softmax_warp_forward", 1.5 * elt),
+        ("aten::dropout", [sc, [], []], [bf, "Scalar", "Scalar"], None, 0.0),
+        ("aten::matmul", [sc, q], [bf, bf], "bmm_bf16_nn", 1.2 * mm2),
+        ("aten::permute", [q, []], [bf, ""], None, 0.0),
+        ("aten::reshape", [[b_, l_, h, d], []], [bf, ""], None, 0.0),
+    ):
+        t.op(name, dims, types, [(kern, dur)] if kern else [], module=mod)
+        if name == "aten::matmul" or kern in (
+            "elementwise_div",
+            "elementwise_add",
+            "softmax_warp_forward",
+        ):
+            span += dur
+    fused = _roof_us(2 * flops_qk, 4 * qkv_bytes, peak, bw)
+    return span - fused
+
+
+def write(case: str, directory: Path, *, device_props: bool = True) -> tuple[Path, Truth]:
+    """Write ``<case>.json`` and ``<case>.truth.json`` under ``directory``."""
+    doc, truth = trace(case, device_props=device_props)
+    suffix = "" if device_props else ".noprops"
+    p = directory / f"{case}{suffix}.json"
+    p.write_text(json.dumps(doc))
+    (directory / f"{case}{suffix}.truth.json").write_text(json.dumps(asdict(truth)))
+    return p, truth
