@@ -34,3 +34,8 @@ test: lint typecheck
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The timing-touching tests (pytest -m timing) N times with one core kept busy; failures per test.
+.PHONY: steady-tests
+steady-tests: venv
+	$(BIN)/python benchmarks/steady_tests.py --runs $(or $(RUNS),10) $(STEADY_ARGS)
