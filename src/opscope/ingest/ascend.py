@@ -168,12 +168,22 @@ def find_output_dir(path: Path) -> Path:
     return path
 
 
+#: Files that make a folder one Ascend rank: the text export, the database export
+#: (:mod:`opscope.ingest.ascend_db`), or the partial output of a rank that kept only its step
+#: breakdown and communication (:func:`opscope.ingest.ascend_comm.read_partial`).
+_RANK_FILES = ("trace_view.json", "kernel_details.csv")
+_PARTIAL_FILES = ("step_trace_time.csv", "communication.json", "communication_matrix.json")
+
+
 def is_ascend_dir(path: Path) -> bool:
-    """True when ``path`` looks like Ascend output (has the output folder or a kernel table)."""
+    """True when ``path`` looks like Ascend output: the output folder or a kernel table, a
+    profiler database, or a step breakdown / communication files."""
     if not path.is_dir():
         return False
     out = find_output_dir(path)
-    return (out / "trace_view.json").is_file() or (out / "kernel_details.csv").is_file()
+    if any((out / n).is_file() for n in _RANK_FILES + _PARTIAL_FILES):
+        return True
+    return any(out.glob("ascend_pytorch_profiler*.db"))
 
 
 def rank_of(path: Path) -> int | None:
@@ -210,6 +220,14 @@ def read_ascend(
     when nothing can be read.
     """
     path = Path(path)
+    out = find_output_dir(path)
+    if not any((out / n).is_file() for n in _RANK_FILES):
+        from opscope.ingest import ascend_comm, ascend_db
+
+        if ascend_db.is_db_dir(path):
+            return ascend_db.read_ascend_db(path, salvage=salvage, cache=cache, progress=progress)
+        if any((out / n).is_file() for n in _PARTIAL_FILES):
+            return ascend_comm.read_partial(path)
     anchor = cache_anchor(path)
     use_cache = cache and anchor is not None and anchor.stat().st_size >= CACHE_MIN_BYTES
     if use_cache and anchor is not None:
@@ -325,139 +343,12 @@ def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
 
 
 def read_communication(path: Path) -> dict[str, pl.DataFrame]:
-    """Per-collective timing and per-link bandwidth of one Ascend rank.
+    """Per-collective timing and per-link traffic of one Ascend rank: see
+    :func:`opscope.ingest.ascend_comm.read_communication` (links with global ranks, the
+    matrix's summary entries left out)."""
+    from opscope.ingest import ascend_comm
 
-    Reads ``communication.json`` and ``communication_matrix.json`` from the rank's output
-    folder (either may be absent: its tables are then empty). Returns:
-
-    - ``"collectives"``: rank, step, kind (``collective``/``p2p``), op_name, group, start_ns,
-      elapse_ns, transit_ns, wait_ns, synchronization_ns, idle_ns, wait_ratio,
-      synchronization_ratio — one row per collective call.
-    - ``"bandwidth"``: rank, step, kind, op_name, transport (RDMA/HCCS/PCIE/SDMA/SIO),
-      size_bytes, time_ns, bandwidth_gbps — one row per collective per transport.
-    - ``"links"``: rank, step, kind, group, op_name, src_rank, dst_rank, transport, size_bytes,
-      time_ns, bandwidth_gbps — the communication matrix, one row per link.
-
-    Times are ns; sizes bytes (the files' MB are 10^6 bytes); bandwidth GB/s as in the file.
-    "Total Op Info" summary entries are left out (they are sums of the rows kept).
-    """
-    out = find_output_dir(Path(path))
-    rank = rank_of(out)
-    rank_id = 0 if rank is None else rank
-    coll: list[dict[str, Any]] = []
-    bw: list[dict[str, Any]] = []
-    links: list[dict[str, Any]] = []
-    comm = _load_json(out / "communication.json")
-    for step_key, kinds in comm.items():
-        step = _step_number(step_key)
-        for kind, ops in (kinds or {}).items():
-            for op_key, info in (ops or {}).items():
-                if op_key == "Total Op Info" or not isinstance(info, dict):
-                    continue
-                name, _, group = op_key.partition("@")
-                t = info.get("Communication Time Info", {}) or {}
-                coll.append(
-                    {
-                        "rank": rank_id,
-                        "step": step,
-                        "kind": kind,
-                        "op_name": name,
-                        "group": group or None,
-                        "start_ns": _us_num_to_ns(t.get("Start Timestamp(us)")),
-                        "elapse_ns": _ms_to_ns(t.get("Elapse Time(ms)")),
-                        "transit_ns": _ms_to_ns(t.get("Transit Time(ms)")),
-                        "wait_ns": _ms_to_ns(t.get("Wait Time(ms)")),
-                        "synchronization_ns": _ms_to_ns(t.get("Synchronization Time(ms)")),
-                        "idle_ns": _ms_to_ns(t.get("Idle Time(ms)")),
-                        "wait_ratio": _float(t.get("Wait Time Ratio")),
-                        "synchronization_ratio": _float(t.get("Synchronization Time Ratio")),
-                    }
-                )
-                for transport, b in (info.get("Communication Bandwidth Info", {}) or {}).items():
-                    if not isinstance(b, dict):
-                        continue
-                    bw.append(
-                        {
-                            "rank": rank_id,
-                            "step": step,
-                            "kind": kind,
-                            "op_name": name,
-                            "transport": transport,
-                            "size_bytes": _mb_to_bytes(b.get("Transit Size(MB)")),
-                            "time_ns": _ms_to_ns(b.get("Transit Time(ms)")),
-                            "bandwidth_gbps": _float(b.get("Bandwidth(GB/s)")),
-                        }
-                    )
-    matrix = _load_json(out / "communication_matrix.json")
-    for step_key, kinds in matrix.items():
-        step = _step_number(step_key)
-        for kind, groups in (kinds or {}).items():
-            for group_key, pairs in (groups or {}).items():
-                if group_key == "Total Op Info" or not isinstance(pairs, dict):
-                    continue
-                for pair, v in pairs.items():
-                    src, _, dst = pair.partition("-")
-                    if not isinstance(v, dict):
-                        continue
-                    links.append(
-                        {
-                            "rank": rank_id,
-                            "step": step,
-                            "kind": kind,
-                            "group": group_key,
-                            "op_name": v.get("Op Name"),
-                            "src_rank": int(src) if src.isdigit() else None,
-                            "dst_rank": int(dst) if dst.isdigit() else None,
-                            "transport": v.get("Transport Type"),
-                            "size_bytes": _mb_to_bytes(v.get("Transit Size(MB)")),
-                            "time_ns": _ms_to_ns(v.get("Transit Time(ms)")),
-                            "bandwidth_gbps": _float(v.get("Bandwidth(GB/s)")),
-                        }
-                    )
-    i64, i32, f64, st = pl.Int64, pl.Int32, pl.Float64, pl.String
-    coll_schema = {
-        "rank": i32,
-        "step": i32,
-        "kind": st,
-        "op_name": st,
-        "group": st,
-        "start_ns": i64,
-        "elapse_ns": i64,
-        "transit_ns": i64,
-        "wait_ns": i64,
-        "synchronization_ns": i64,
-        "idle_ns": i64,
-        "wait_ratio": f64,
-        "synchronization_ratio": f64,
-    }
-    bw_schema = {
-        "rank": i32,
-        "step": i32,
-        "kind": st,
-        "op_name": st,
-        "transport": st,
-        "size_bytes": i64,
-        "time_ns": i64,
-        "bandwidth_gbps": f64,
-    }
-    link_schema = {
-        "rank": i32,
-        "step": i32,
-        "kind": st,
-        "group": st,
-        "op_name": st,
-        "src_rank": i32,
-        "dst_rank": i32,
-        "transport": st,
-        "size_bytes": i64,
-        "time_ns": i64,
-        "bandwidth_gbps": f64,
-    }
-    return {
-        "collectives": pl.DataFrame(coll, schema=coll_schema),
-        "bandwidth": pl.DataFrame(bw, schema=bw_schema),
-        "links": pl.DataFrame(links, schema=link_schema),
-    }
+    return ascend_comm.read_communication(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,33 +376,6 @@ def us_text_to_ns(col: pl.Expr) -> pl.Expr:
 
 def _us_float_to_ns(col: pl.Expr) -> pl.Expr:
     return (col.cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
-
-
-def _us_num_to_ns(v: Any) -> int | None:
-    f = _float(v)
-    return None if f is None else round(f * 1000.0)
-
-
-def _ms_to_ns(v: Any) -> int | None:
-    f = _float(v)
-    return None if f is None else round(f * 1_000_000.0)
-
-
-def _mb_to_bytes(v: Any) -> int | None:
-    f = _float(v)
-    return None if f is None else round(f * 1_000_000.0)
-
-
-def _float(v: Any) -> float | None:
-    try:
-        return None if v is None else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _step_number(key: str) -> int | None:
-    m = re.search(r"(\d+)$", str(key))
-    return int(m.group(1)) if m else None
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -1397,6 +1261,15 @@ def _kernel_metrics(events: pl.DataFrame, kernels: pl.DataFrame | None) -> pl.Da
 def _read_steps(
     path: Path, events: pl.DataFrame, odd: Counter[str], read: list[str]
 ) -> pl.DataFrame:
+    if not path.is_file():
+        return _steps_from_frame(None, events)
+    df = read_csv(path, odd)
+    read.append(path.name)
+    return _steps_from_frame(df, events)
+
+
+def _steps_from_frame(df: pl.DataFrame | None, events: pl.DataFrame) -> pl.DataFrame:
+    """Steps from a step_trace_time table (strings, the CSV's columns; None: from the events)."""
     marks = (
         events.filter(pl.col("kind") == "step")
         .select(
@@ -1414,7 +1287,7 @@ def _read_steps(
             (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("_dend"),
         )
     )
-    if not path.is_file():
+    if df is None:
         if marks.height:
             return marks.sort("step")
         return dev.select(
@@ -1422,8 +1295,6 @@ def _read_steps(
             pl.col("_dts").alias("ts_ns"),
             (pl.col("_dend") - pl.col("_dts")).alias("dur_ns"),
         ).sort("step")
-    df = read_csv(path, odd)
-    read.append(path.name)
     if "Step" not in df.columns:
         df = df.with_columns(pl.lit(None, pl.String).alias("Step"))
     ms = pl.Float64
@@ -1447,13 +1318,26 @@ def _read_steps(
 def _read_memory(
     out: Path, device: int, odd: Counter[str], read: list[str]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    del device
+    frames: list[pl.DataFrame | None] = []
+    for name in ("operator_memory.csv", "memory_record.csv"):
+        f = out / name
+        frames.append(read_csv(f, odd) if f.is_file() else None)
+        if f.is_file():
+            read.append(name)
+    return _memory_from_frames(frames[0], frames[1])
+
+
+def _memory_from_frames(
+    om_df: pl.DataFrame | None, mr_df: pl.DataFrame | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Memory rows and allocator counters from operator_memory / memory_record tables
+    (strings, the CSVs' columns); either may be None."""
     mib = 1024 * 1024
     memory = S.empty("memory").drop("rank")
     counters = S.empty("counters").drop("rank")
-    om = out / "operator_memory.csv"
-    if om.is_file():
-        df = read_csv(om, odd)
-        read.append(om.name)
+    if om_df is not None:
+        df = om_df
         if "Size(KB)" in df.columns and "Allocation Time(us)" in df.columns:
             size = (
                 (pl.col("Size(KB)").cast(pl.Float64, strict=False) * 1024).round(0).cast(pl.Int64)
@@ -1483,10 +1367,8 @@ def _read_memory(
                 .with_columns(pl.lit(20, pl.Int32).alias("device_type"))
                 .sort("ts_ns")
             )
-    mr = out / "memory_record.csv"
-    if mr.is_file():
-        df = read_csv(mr, odd)
-        read.append(mr.name)
+    if mr_df is not None:
+        df = mr_df
         if "Timestamp(us)" in df.columns:
             comp = _col(df, "Component").fill_null("memory")
             longs = []
@@ -1506,7 +1388,6 @@ def _read_memory(
                 )
             if longs:
                 counters = pl.concat(longs)
-    del device
     return memory, counters
 
 

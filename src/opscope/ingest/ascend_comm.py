@@ -1,0 +1,368 @@
+"""Communication of one Ascend rank: ``communication.json`` and ``communication_matrix.json``.
+
+``communication.json`` (one per rank, in ``ASCEND_PROFILER_OUTPUT``)::
+
+    {"step50": {"collective": {"hcom_allReduce__586_0_1@<group>": {
+        "Communication Time Info": {"Start Timestamp(us)", "Elapse Time(ms)", "Transit Time(ms)",
+                                    "Wait Time(ms)", "Synchronization Time(ms)", "Idle Time(ms)",
+                                    "Wait Time Ratio", "Synchronization Time Ratio"},
+        "Communication Bandwidth Info": {"HCCS": {"Transit Size(MB)", "Transit Time(ms)",
+                                                  "Bandwidth(GB/s)", ...}, "RDMA": ..., ...}},
+        "Total Op Info": {...}}, "p2p": {...}}}
+
+``communication_matrix.json``: the same steps and kinds, then per collective (or per summary
+entry) the links ``"<src>-<dst>"`` with transport, size, time and bandwidth. The link ends are
+the ranks' *local* indices in the collective's group; they are mapped to global ranks through
+the group's rank list in ``profiler_metadata.json``::
+
+    "parallel_group_info": {"<group>": {"group_name": "dp", "group_rank": 0,
+                                        "global_ranks": [0, 2, 4, 6]}}
+
+(without it, local index = global rank, which holds for the default world group). Besides one
+entry per collective the matrix holds summary entries: ``allreduce-top1``, ``-middle``,
+``-bottomN`` (each a copy of one real collective's links, named in ``Op Name``) and ``-total``
+and ``Total Op Info`` (sums). Summary entries are never added to the links: a top/middle/bottom
+entry adds its collective's links only when the file has no entry of that collective itself
+(older exports write only the summaries); totals go to ``link_totals``.
+
+Units: times ns, sizes bytes (the files' MB are 10^6 bytes), bandwidth GB/s as written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from opscope.errors import InputError
+from opscope.ingest.ascend import OUTPUT_DIR, find_output_dir, rank_of
+from opscope.model import Profile
+from opscope.redact import redact
+
+_SUMMARY = re.compile(r"-(top\d*|middle\d*|bottom\d*|total)$", re.IGNORECASE)
+_TOTAL = "Total Op Info"
+
+i64, i32, f64, st = pl.Int64, pl.Int32, pl.Float64, pl.String
+COLLECTIVES_SCHEMA: dict[str, Any] = {
+    "rank": i32,
+    "step": i32,
+    "kind": st,
+    "op_name": st,
+    "group": st,
+    "start_ns": i64,
+    "elapse_ns": i64,
+    "transit_ns": i64,
+    "wait_ns": i64,
+    "synchronization_ns": i64,
+    "idle_ns": i64,
+    "wait_ratio": f64,
+    "synchronization_ratio": f64,
+}
+BANDWIDTH_SCHEMA: dict[str, Any] = {
+    "rank": i32,
+    "step": i32,
+    "kind": st,
+    "op_name": st,
+    "group": st,
+    "transport": st,
+    "size_bytes": i64,
+    "time_ns": i64,
+    "bandwidth_gbps": f64,
+}
+LINKS_SCHEMA: dict[str, Any] = {
+    "rank": i32,
+    "step": i32,
+    "kind": st,
+    "group": st,
+    "op_name": st,
+    "src_rank": i32,
+    "dst_rank": i32,
+    "transport": st,
+    "size_bytes": i64,
+    "time_ns": i64,
+    "bandwidth_gbps": f64,
+}
+
+
+def is_summary_op(name: str) -> bool:
+    """True for the matrix's summary entries (``allreduce-top1``, ``-middle``, ``-bottom2``,
+    ``-total``, ``Total Op Info``), which are copies or sums of real collectives' links."""
+    return name == _TOTAL or bool(_SUMMARY.search(name.partition("@")[0]))
+
+
+def _root(path: Path) -> Path:
+    out = find_output_dir(Path(path))
+    return out.parent if out.name == OUTPUT_DIR else out
+
+
+def _json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except ValueError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"not valid JSON ({first})", path) from None
+    except OSError as e:
+        raise InputError(f"cannot read ({e.strerror})", path) from None
+    return data if isinstance(data, dict) else {}
+
+
+def metadata(path: Path) -> dict[str, Any]:
+    """``profiler_metadata.json`` of a rank (its folder or output folder); {} when absent."""
+    return _json(_root(path) / "profiler_metadata.json")
+
+
+def parallel_groups(path: Path) -> dict[str, dict[str, Any]]:
+    """Group id -> ``{"name": str | None, "global_ranks": [int, ...]}`` from the metadata's
+    ``parallel_group_info`` (empty when the metadata has none)."""
+    info = metadata(path).get("parallel_group_info")
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(info, dict):
+        return out
+    for gid, g in info.items():
+        if not isinstance(g, dict):
+            continue
+        ranks = g.get("global_ranks")
+        if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+            name = g.get("group_name")
+            out[str(gid)] = {"name": name if isinstance(name, str) else None, "global_ranks": ranks}
+    return out
+
+
+def world_size(path: Path) -> int | None:
+    """The job's world size as the rank's metadata records it: ``distributed_args.world_size``
+    or ``world_size`` (metadata, then profiler_info), else one past the highest rank of its
+    parallel groups; None when nothing says."""
+    root = _root(path)
+    sources = [metadata(path)]
+    for f in sorted(root.glob("profiler_info*.json")):
+        sources.append(_json(f))
+        break
+    for src in sources:
+        d = src.get("distributed_args")
+        for cand in (d.get("world_size") if isinstance(d, dict) else None, src.get("world_size")):
+            if isinstance(cand, int) and cand > 0:
+                return cand
+    ranks = [r for g in parallel_groups(path).values() for r in g["global_ranks"]]
+    return max(ranks) + 1 if ranks else None
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return None if v is None or isinstance(v, bool) else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _scaled(v: Any, k: float) -> int | None:
+    f = _float(v)
+    return None if f is None else round(f * k)
+
+
+def _step(key: str) -> int | None:
+    m = re.search(r"(\d+)$", str(key))
+    return int(m.group(1)) if m else None
+
+
+def read_communication(path: Path) -> dict[str, pl.DataFrame]:
+    """Per-collective timing, per-transport bandwidth and per-link traffic of one Ascend rank.
+
+    Returns:
+
+    - ``"collectives"``: one row per collective call (:data:`COLLECTIVES_SCHEMA`): elapse,
+      transit, wait, synchronisation, idle (ns) and the two ratios.
+    - ``"bandwidth"``: one row per collective per transport (:data:`BANDWIDTH_SCHEMA`).
+    - ``"links"``: one row per collective per link, ends as global ranks, summary entries left
+      out (:data:`LINKS_SCHEMA`).
+    - ``"link_totals"``: the matrix's ``-total`` / ``Total Op Info`` rows, ends global, op_name
+      the summary's name.
+
+    Either file may be absent (its tables are then empty). Raises
+    :class:`~opscope.errors.InputError` naming a file that is not valid JSON.
+    """
+    out = find_output_dir(Path(path))
+    rank = rank_of(out)
+    rank_id = 0 if rank is None else rank
+    groups = parallel_groups(path)
+    coll: list[dict[str, Any]] = []
+    bw: list[dict[str, Any]] = []
+    for step_key, kinds in _json(out / "communication.json").items():
+        step = _step(step_key)
+        for kind, ops in (kinds or {}).items() if isinstance(kinds, dict) else ():
+            for op_key, info in (ops or {}).items() if isinstance(ops, dict) else ():
+                if is_summary_op(op_key) or not isinstance(info, dict):
+                    continue
+                name, _, group = op_key.partition("@")
+                t = info.get("Communication Time Info") or {}
+                coll.append(
+                    {
+                        "rank": rank_id,
+                        "step": step,
+                        "kind": kind,
+                        "op_name": name,
+                        "group": group or None,
+                        "start_ns": _scaled(t.get("Start Timestamp(us)"), 1e3),
+                        "elapse_ns": _scaled(t.get("Elapse Time(ms)"), 1e6),
+                        "transit_ns": _scaled(t.get("Transit Time(ms)"), 1e6),
+                        "wait_ns": _scaled(t.get("Wait Time(ms)"), 1e6),
+                        "synchronization_ns": _scaled(t.get("Synchronization Time(ms)"), 1e6),
+                        "idle_ns": _scaled(t.get("Idle Time(ms)"), 1e6),
+                        "wait_ratio": _float(t.get("Wait Time Ratio")),
+                        "synchronization_ratio": _float(t.get("Synchronization Time Ratio")),
+                    }
+                )
+                for transport, b in (info.get("Communication Bandwidth Info") or {}).items():
+                    if not isinstance(b, dict):
+                        continue
+                    bw.append(
+                        {
+                            "rank": rank_id,
+                            "step": step,
+                            "kind": kind,
+                            "op_name": name,
+                            "group": group or None,
+                            "transport": transport,
+                            "size_bytes": _scaled(b.get("Transit Size(MB)"), 1e6),
+                            "time_ns": _scaled(b.get("Transit Time(ms)"), 1e6),
+                            "bandwidth_gbps": _float(b.get("Bandwidth(GB/s)")),
+                        }
+                    )
+    links, totals = _matrix(out / "communication_matrix.json", rank_id, groups)
+    return {
+        "collectives": pl.DataFrame(coll, schema=COLLECTIVES_SCHEMA),
+        "bandwidth": pl.DataFrame(bw, schema=BANDWIDTH_SCHEMA),
+        "links": pl.DataFrame(links, schema=LINKS_SCHEMA),
+        "link_totals": pl.DataFrame(totals, schema=LINKS_SCHEMA),
+    }
+
+
+def _global(end: str, ranks: list[int] | None) -> int | None:
+    if not end.isdigit():
+        return None
+    i = int(end)
+    if ranks is None:
+        return i
+    return ranks[i] if i < len(ranks) else None
+
+
+def _matrix(
+    path: Path, rank_id: int, groups: dict[str, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    links: list[dict[str, Any]] = []
+    totals: list[dict[str, Any]] = []
+    for step_key, kinds in _json(path).items():
+        step = _step(step_key)
+        for kind, entries in (kinds or {}).items() if isinstance(kinds, dict) else ():
+            if not isinstance(entries, dict):
+                continue
+            real = {k.partition("@")[0] for k in entries if not is_summary_op(k)}
+            seen: set[tuple[str, str, str]] = set()  # (op, group, pair) already taken
+            for key, pairs in entries.items():
+                if not isinstance(pairs, dict):
+                    continue
+                entry, _, group = key.partition("@")
+                g = groups.get(group)
+                ranks = g["global_ranks"] if g else None
+                total = key == _TOTAL or entry.lower().endswith("-total")
+                for pair, v in pairs.items():
+                    if not isinstance(v, dict):
+                        continue
+                    src, _, dst = str(pair).partition("-")
+                    op = entry if not is_summary_op(key) else v.get("Op Name")
+                    row = {
+                        "rank": rank_id,
+                        "step": step,
+                        "kind": kind,
+                        "group": group or None,
+                        "op_name": entry if total else op,
+                        "src_rank": _global(src, ranks),
+                        "dst_rank": _global(dst, ranks),
+                        "transport": v.get("Transport Type"),
+                        "size_bytes": _scaled(v.get("Transit Size(MB)"), 1e6),
+                        "time_ns": _scaled(v.get("Transit Time(ms)"), 1e6),
+                        "bandwidth_gbps": _float(v.get("Bandwidth(GB/s)")),
+                    }
+                    if total:
+                        totals.append(row)
+                        continue
+                    if not isinstance(op, str):
+                        continue
+                    # A top/middle/bottom entry copies a real collective's links: taken only
+                    # when the file lacks that collective's own entry, and once.
+                    if is_summary_op(key) and op in real:
+                        continue
+                    mark = (op, group, str(pair))
+                    if mark in seen:
+                        continue
+                    seen.add(mark)
+                    links.append(row)
+    return links, totals
+
+
+def read_partial(path: Path) -> Profile:
+    """A rank that kept only ``step_trace_time.csv`` and/or ``communication*.json`` (no trace,
+    no kernel table) as a :class:`~opscope.model.Profile`: its steps (the step breakdown), and
+    each collective of ``communication.json`` as one ``communication`` event on the rank's
+    device (start and elapse as recorded, in its step). The metadata's world size and parallel
+    groups are kept in ``meta["ascend"]``.
+    """
+    from opscope.ingest import ascend as A
+    from opscope.model import schema as S
+
+    path = Path(path)
+    out = find_output_dir(path)
+    rank = rank_of(out)
+    rank_id = 0 if rank is None else rank
+    comm = read_communication(path)
+    coll = comm["collectives"].filter(pl.col("start_ns").is_not_null())
+    events = (
+        coll.sort("start_ns")
+        .select(
+            pl.lit("communication").cast(S.EventKind).alias("kind"),
+            pl.col("op_name").alias("name"),
+            pl.col("start_ns").alias("ts_ns"),
+            pl.col("elapse_ns").fill_null(0).alias("dur_ns"),
+            pl.lit(rank_id, pl.Int32).alias("device"),
+            pl.col("step"),
+            pl.lit("COMMUNICATION").alias("core_type"),
+            pl.lit(False).alias("is_backward"),
+        )
+        .with_row_index("id")
+        .with_columns(pl.col("id").cast(pl.Int64), pl.lit(rank_id, pl.Int32).alias("rank"))
+    )
+    read: list[str] = []
+    st = out / "step_trace_time.csv"
+    steps = A._steps_from_frame(A.read_csv(st) if st.is_file() else None, events)
+    for name in ("step_trace_time.csv", "communication.json", "communication_matrix.json"):
+        if (out / name).is_file():
+            read.append(name)
+    groups = parallel_groups(path)
+    info = A._profiler_info(out)
+    meta: dict[str, Any] = {
+        "format": "ascend",
+        "sources": [str(path)],
+        "ranks": [rank_id],
+        "oddities": {},
+        "trace_meta": {str(rank_id): redact(info)},
+        "ascend": {
+            "files": read,
+            "level": A._level(info),
+            "partial": True,
+            "has_trace_view": False,
+            "world_size": world_size(path),
+            "parallel_groups": groups,
+        },
+    }
+    return Profile.from_tables(
+        meta=meta,
+        events=events,
+        steps=steps.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+        devices=pl.DataFrame(
+            {"rank": [rank_id], "device": [rank_id], "name": ["Ascend NPU"], "vendor": ["ascend"]},
+            schema={"rank": pl.Int32, "device": pl.Int32, "name": pl.String, "vendor": pl.String},
+        ),
+    )
