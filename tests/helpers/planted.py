@@ -135,9 +135,12 @@ def _bf16_mm(m: int, k: int, n: int) -> tuple[float, float]:
     return 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n)
 
 
-def trace(case: str, *, steps: int = 3, device_props: bool = True) -> tuple[dict[str, Any], Truth]:
+def trace(
+    case: str, *, steps: int = 3, device_props: bool = True, clean_work: bool = True
+) -> tuple[dict[str, Any], Truth]:
     """The Kineto trace (dict) of ``case`` and its truth. ``device_props=False`` leaves the
-    device properties out (an MI300X-like trace to read with ``--device MI300X``)."""
+    device properties out (an MI300X-like trace to read with ``--device MI300X``);
+    ``clean_work=False`` leaves the clean GEMM and add out (only the planted issue)."""
     if case not in CASES:
         raise ValueError(case)
     peak, bw, sms = (H100_BF16, H100_BW, H100_SMS) if device_props else (
@@ -150,13 +153,8 @@ def trace(case: str, *, steps: int = 3, device_props: bool = True) -> tuple[dict
     for s in range(steps):
         starts.append(t.host)
         step_ev_index = len(t.ev)
-        # clean work: a 4096^3 GEMM and an add at 1.1x their bound
-        f, b = _bf16_mm(4096, 4096, 4096)
-        t.op("aten::mm", [[4096, 4096], [4096, 4096]], bf,
-             [("sm90_xmma_gemm_bf16bf16_bf16f32", 1.1 * _roof_us(f, b, peak, bw))])  # fmt: skip
-        add_us = 1.1 * _roof_us(0, 3 * 2 * 4096 * 4096, peak, bw)
-        t.op("aten::add", [[4096, 4096], [4096, 4096], []], [*bf, "Scalar"],
-             [("vectorized_elementwise_kernel", add_us)])  # fmt: skip
+        if clean_work:
+            _clean(t, bf, peak, bw)
         if case == "gemm-few-tiles":
             rule = "gemm-tiles"
             m = n = 1024
@@ -234,6 +232,16 @@ def trace(case: str, *, steps: int = 3, device_props: bool = True) -> tuple[dict
     return doc, truth
 
 
+def _clean(t: _Trace, bf: list[str], peak: float, bw: float) -> None:
+    """Clean work: a 4096³ GEMM and a 4096² add, both at 1.1x their bound."""
+    f, b = _bf16_mm(4096, 4096, 4096)
+    t.op("aten::mm", [[4096, 4096], [4096, 4096]], bf,
+         [("sm90_xmma_gemm_bf16bf16_bf16f32", 1.1 * _roof_us(f, b, peak, bw))])  # fmt: skip
+    add_us = 1.1 * _roof_us(0, 3 * 2 * 4096 * 4096, peak, bw)
+    t.op("aten::add", [[4096, 4096], [4096, 4096], []], [*bf, "Scalar"],
+         [("vectorized_elementwise_kernel", add_us)])  # fmt: skip
+
+
 def _attention(t: _Trace, peak: float, bw: float) -> float:
     """HF-style eager attention (ViT/BERT layout): matmul(q, kᵀ) -> view -> div -> add mask ->
     softmax -> dropout -> matmul(p, v) -> permute/reshape, with the score matrix written and
@@ -274,10 +282,12 @@ def _attention(t: _Trace, peak: float, bw: float) -> float:
     return span - fused
 
 
-def write(case: str, directory: Path, *, device_props: bool = True) -> tuple[Path, Truth]:
+def write(
+    case: str, directory: Path, *, device_props: bool = True, clean_work: bool = True
+) -> tuple[Path, Truth]:
     """Write ``<case>.json`` and ``<case>.truth.json`` under ``directory``."""
-    doc, truth = trace(case, device_props=device_props)
-    suffix = "" if device_props else ".noprops"
+    doc, truth = trace(case, device_props=device_props, clean_work=clean_work)
+    suffix = ("" if device_props else ".noprops") + ("" if clean_work else ".alone")
     p = directory / f"{case}{suffix}.json"
     p.write_text(json.dumps(doc))
     (directory / f"{case}{suffix}.truth.json").write_text(json.dumps(asdict(truth)))
