@@ -21,7 +21,7 @@ from opscope.errors import RecordError
 from opscope.record import devices, rundir
 from opscope.record.metrics import MetricsWriter
 from opscope.record.model_structure import ModelWatcher, describe
-from opscope.record.periodic import SamplePlan, release
+from opscope.record.periodic import LoaderLength, SamplePlan, release
 from opscope.record.sigint import GATE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -137,6 +137,7 @@ class Recorder:
         self._optimizer: int | None = None
         self._hook: Any = None
         self._sites: Any = None  # record.callsites.CallSites, made at the first recorded step
+        self._loader = LoaderLength()
         self._metrics: MetricsWriter | None = None
         self._watcher = ModelWatcher(self._on_root)
         self._t0 = 0
@@ -169,6 +170,7 @@ class Recorder:
         if self._plan.epochs is not None:
             self._plan.epochs.on_epoch = self._epoch_ended
             self._plan.epochs.install()
+        self._loader.install()
         _ACTIVE.append(self)
         GATE.arm()
         self._gated = True
@@ -211,6 +213,8 @@ class Recorder:
             self.profiled.append(self.step_idx)
         if self._plan.epochs is not None:
             self._plan.epochs.on_step()
+        if self.step_idx == 0:
+            self._loader.on_step()
         self.step_idx += 1
         if prof is not None:
             with GATE:
@@ -242,6 +246,7 @@ class Recorder:
         self._watcher.disarm()
         if self._plan.epochs is not None:
             self._plan.epochs.uninstall()
+        self._loader.uninstall()
         self._call_sites(False)
         if self._prof is not None:
             prof, self._prof = self._prof, None
@@ -420,6 +425,7 @@ class Recorder:
         info["status"] = self.status
         info["exit_code"] = self.exit_code
         info["steps"] = {
+            "per_epoch": self._loader.steps_per_epoch,
             "total": self.step_idx,
             "profiled": list(self.profiled),
             "traces": [str(p.relative_to(self.out)) for p in self.traces],

@@ -64,6 +64,55 @@ class EpochTracker:
             self._orig = None
 
 
+class LoaderLength:
+    """The training DataLoader's length in batches (its steps per epoch), when it has one.
+
+    Wraps ``DataLoader.__iter__`` (called once per epoch, not per batch): the loader whose
+    iterator was made last before the first step ended is the training loader. Iterable-style
+    datasets have no length: then nothing is known.
+    """
+
+    def __init__(self) -> None:
+        self.steps_per_epoch: int | None = None
+        self._last: int | None = None
+        self._decided = False
+        self._orig: Any = None
+
+    def install(self) -> None:
+        """Wrap ``DataLoader.__iter__``."""
+        from torch.utils.data import DataLoader
+
+        orig = DataLoader.__iter__
+        self._orig = orig
+        watcher = self
+
+        def __iter__(loader: Any) -> Any:
+            it = orig(loader)
+            if not watcher._decided:
+                try:
+                    watcher._last = len(loader)
+                except TypeError:  # an IterableDataset without __len__
+                    watcher._last = None
+            return it
+
+        DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+
+    def on_step(self) -> None:
+        """The first step ended: its loader is the training loader."""
+        if not self._decided:
+            self._decided = True
+            self.steps_per_epoch = self._last
+            self.uninstall()
+
+    def uninstall(self) -> None:
+        """Restore ``DataLoader.__iter__``."""
+        if self._orig is not None:
+            from torch.utils.data import DataLoader
+
+            DataLoader.__iter__ = self._orig  # type: ignore[method-assign]
+            self._orig = None
+
+
 class SamplePlan:
     """Decides, at each step boundary, whether a sample starts at the next step."""
 

@@ -349,7 +349,12 @@ def compare(
 
 def _meta_int(p: Profile, key: str) -> int | None:
     v = p.meta.get(key)
-    return int(v) if isinstance(v, int | float) and v > 0 else None
+    if v is None and key == "steps_per_epoch":
+        # a run directory's run.json: the training DataLoader's length, saved by the recorder
+        run = p.meta.get("run")
+        steps = run.get("steps") if isinstance(run, dict) else None
+        v = steps.get("per_epoch") if isinstance(steps, dict) else None
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else None
 
 
 def _roots_differ(a: pl.DataFrame, b: pl.DataFrame) -> bool:
