@@ -73,3 +73,21 @@ def test_alignment_saving_from_the_bound_without_peers(tmp_path: Path) -> None:
     (f,) = advise(opscope.load(path)).by_rule("shape-alignment")
     assert f.saving_method == "bound-gap"
     assert truth.gap_us / 2 <= f.saving_us <= truth.gap_us * 2
+
+
+def test_report_device_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``opscope report --device MI300X`` on a trace without device properties: the planted
+    GEMM is found from MI300X peaks; an unknown name is a one-line error, exit 2."""
+    from opscope.cli.app import main
+
+    path, truth = planted.write("tall-skinny", tmp_path, device_props=False)
+    assert main(["report", str(path), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert not [f for f in plain["findings"] if f["rule"] == "gemm-memory-bound"]
+    assert main(["report", str(path), "--json", "--device", "MI300X"]) == 0
+    named = json.loads(capsys.readouterr().out)
+    (f,) = [f for f in named["findings"] if f["rule"] == "gemm-memory-bound"]
+    assert truth.gap_us / 2 <= f["saving_us"] <= truth.gap_us * 2
+    assert main(["report", str(path), "--device", "TPUv9"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown device 'TPUv9'" in err and "Traceback" not in err

@@ -149,6 +149,13 @@ def advise(
     ctx: dict[str, Any] = dict(results or {})
     if target is not None:
         ctx["target"] = target
+    elif ctx.get("target_name") and ctx.get("target") in (None, "", "auto"):
+        # a device named for peaks (--device MI300X) is also the device the advice is for
+        from opscope.analysis.devices import check_device_name
+
+        vendor = check_device_name(str(ctx["target_name"])).vendor
+        if vendor in ("cpu", "nvidia", "amd", "ascend"):
+            ctx["target"] = vendor
     from opscope.advise._common import target_of
 
     target_of(profile, ctx)  # an unknown target is the caller's error, raised here

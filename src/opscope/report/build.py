@@ -80,13 +80,15 @@ def build_report(
     salvage: bool = False,
     before: str | os.PathLike[str] | Profile | None = None,
     findings: Any | None = None,
+    device: str | None = None,
 ) -> Report:
     """The whole report of a profile (a path is read with :func:`opscope.load`, which looks the
     cache up): analyses, findings, doctor warnings, source view, and the comparison
     ``before -> this`` when ``before`` is given.
 
     ``findings``: findings already computed (the demo passes its verified ones) instead of
-    running the rules again. ``summary["source"]`` names the profile for titles.
+    running the rules again. ``summary["source"]`` names the profile for titles. ``device``
+    names the device whose peaks to use (``--device MI300X``) when the trace carries none.
 
     A bad baseline is the user's to fix and raises its :class:`~opscope.errors.OpscopeError`;
     anything else that fails is recorded in ``Report.errors``.
@@ -96,13 +98,21 @@ def build_report(
     from opscope.errors import OpscopeError
 
     is_path = not isinstance(path_or_profile, Profile)
+    options = None
+    if device is not None:
+        from opscope.analysis.devices import check_device_name
+        from opscope.analysis.registry import Options
+
+        check_device_name(device)  # an unknown name is the user's error, before any work
+        options = Options(top=top, device_name=device)
     analyzer = Analyzer(path_or_profile, salvage=salvage)
     profile = analyzer.profile
-    report = analyzer.generate_report(top=top)
+    report = analyzer.generate_report(top=top, options=options)
     errors: list[SectionError] = []
     found = findings
     if found is None:
-        found = guarded("findings", lambda: advise(profile, report.sections), errors)
+        ctx = {**report.sections, "target_name": device} if device else report.sections
+        found = guarded("findings", lambda: advise(profile, ctx), errors)
         for rid, why in (getattr(found, "errors", None) or {}).items():
             kind, _, msg = why.partition(": ")
             errors.append(SectionError(f"rule {rid}", kind, one_line(msg)))

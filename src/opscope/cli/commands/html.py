@@ -22,6 +22,13 @@ def register(app: typer.Typer) -> None:
         salvage: Annotated[
             bool, typer.Option("--salvage", help="Recover the events of a truncated trace.")
         ] = False,
+        device: Annotated[
+            str | None,
+            typer.Option(
+                "--device",
+                help="Device whose peaks to use when the trace has none (e.g. H100, MI300X).",
+            ),
+        ] = None,
         before: Annotated[
             Path | None,
             typer.Option(
@@ -37,7 +44,7 @@ def register(app: typer.Typer) -> None:
         from opscope.report.build import build_report
         from opscope.report.html import render_html, write_html
 
-        report = build_report(path, top=top, salvage=salvage, before=before)
+        report = build_report(path, top=top, salvage=salvage, before=before, device=device)
         text = render_html(report)
         try:
             write_html(out, text)

@@ -26,6 +26,13 @@ def register(app: typer.Typer) -> None:
         salvage: Annotated[
             bool, typer.Option("--salvage", help="Recover the events of a truncated trace.")
         ] = False,
+        device: Annotated[
+            str | None,
+            typer.Option(
+                "--device",
+                help="Device whose peaks to use when the trace has none (e.g. H100, MI300X).",
+            ),
+        ] = None,
         html: Annotated[
             Path | None, typer.Option("--html", help="Also write the offline HTML report here.")
         ] = None,
@@ -39,7 +46,7 @@ def register(app: typer.Typer) -> None:
         from opscope.report.base import render
         from opscope.report.build import build_report
 
-        report = build_report(path, top=top, salvage=salvage)
+        report = build_report(path, top=top, salvage=salvage, device=device)
         if html is not None:
             from opscope.report.html import render_html, write_html
 
