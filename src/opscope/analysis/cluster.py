@@ -51,11 +51,12 @@ Slow link
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import polars as pl
 
+from opscope.analysis import cluster_ascend as asc
 from opscope.analysis.breakdown import breakdown, union_ns
 from opscope.analysis.hotspots import markdown_table, rows
 from opscope.analysis.registry import Options, Result, analysis
@@ -163,15 +164,25 @@ LINK_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
 # --------------------------------------------------------------------------------- per rank
 
 
-def rank_tables(profile: Profile, links: pl.DataFrame | None = None) -> dict[str, pl.DataFrame]:
+def rank_tables(
+    profile: Profile,
+    links: pl.DataFrame | None = None,
+    *,
+    hccl: pl.DataFrame | None = None,
+    stages: pl.DataFrame | None = None,
+) -> dict[str, pl.DataFrame]:
     """Summary tables of one rank (or of every rank of ``profile``): ``steps``, ``collectives``
     and ``links`` with the columns of :data:`STEP_COLUMNS`, :data:`COLLECTIVE_COLUMNS` and
-    :data:`LINK_COLUMNS`. ``links`` is the Ascend ``read_communication()["links"]`` table."""
+    :data:`LINK_COLUMNS`. ``links`` is the Ascend ``read_communication()["links"]`` table,
+    ``hccl`` its ``["collectives"]`` table and ``stages`` the pipeline stage
+    (:mod:`opscope.analysis.cluster_ascend`); both are empty when not given."""
     ev = profile.events
     colls = _collectives(ev)
     steps = _steps(profile, colls)
     lk = _conform(links if links is not None else pl.DataFrame(), LINK_COLUMNS)
-    return {"steps": steps, "collectives": colls, "links": lk}
+    hc = _conform(hccl if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS)
+    sg = _conform(stages if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS)
+    return {"steps": steps, "collectives": colls, "links": lk, "hccl": hc, "stages": sg}
 
 
 def _conform(df: pl.DataFrame, cols: dict[str, type[pl.DataType]]) -> pl.DataFrame:
@@ -326,6 +337,12 @@ class Cluster(Result):
     engine: str = "local"
     top: int = 20
     failed: tuple[tuple[int, str], ...] = ()  # (rank, reason): ranks skipped, unreadable
+    # Ascend: per-op communication.json rows, per-rank figures in msprof-analyze's terms,
+    # pipeline stage per rank and the stage imbalance (cluster_ascend.py).
+    hccl: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=asc.HCCL_COLUMNS))
+    msprof: pl.DataFrame = field(default_factory=pl.DataFrame)
+    stages: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=asc.STAGE_COLUMNS))
+    stage_imbalance: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     @property
     def slow_rank_ids(self) -> list[int]:
@@ -364,6 +381,15 @@ class Cluster(Result):
             "step_gap": rows(self.step_gap),
             "collectives": coll_sum.to_dicts(),
             "slow_links": rows(self.slow_links),
+            "msprof_ranks": self.msprof.to_dicts(),
+            "stages": self.stages.to_dicts(),
+            "stage_imbalance": self.stage_imbalance.to_dicts(),
+            "slow_stages": [
+                int(s) for s in self.stage_imbalance.filter(pl.col("slow")).get_column("pp_stage")
+            ]
+            if self.stage_imbalance.height
+            else [],
+            "matrix": asc.matrix_rows(self.links),
             "thresholds": {
                 "last_arrival_share": LAST_ARRIVAL_SHARE,
                 "late_wait_ratio": LATE_WAIT_RATIO,
@@ -374,6 +400,7 @@ class Cluster(Result):
                 "own_wait_ratio": OWN_WAIT_RATIO,
                 "slow_link_ratio": SLOW_LINK_RATIO,
                 "min_link_bytes": MIN_LINK_BYTES,
+                "stage_imbalance": asc.STAGE_IMBALANCE,
             },
         }
 
@@ -388,6 +415,12 @@ class Cluster(Result):
         parts.append(markdown_table(self.slow_ranks) if ids else "No rank makes the others wait.")
         parts.append("\n### Step gap (slowest − fastest rank)\n")
         parts.append(markdown_table(self.step_gap, self.top))
+        if self.stage_imbalance.height:
+            parts.append("\n### Pipeline stages (compute per rank)\n")
+            parts.append(markdown_table(self.stage_imbalance))
+        if self.hccl.height:
+            parts.append("\n### Ranks in msprof-analyze's terms (µs)\n")
+            parts.append(markdown_table(self.msprof, self.top))
         if self.links.height:
             parts.append("\n### Slow links\n")
             parts.append(
@@ -403,6 +436,8 @@ def aggregate(
     collectives: pl.LazyFrame | pl.DataFrame,
     links: pl.LazyFrame | pl.DataFrame | None = None,
     *,
+    hccl: pl.LazyFrame | pl.DataFrame | None = None,
+    stages: pl.LazyFrame | pl.DataFrame | None = None,
     engine: str = "local",
     top: int = 20,
     failed: tuple[tuple[int, str], ...] = (),
@@ -486,6 +521,12 @@ def aggregate(
     slow = _slow_ranks(ranks)
     gap = _step_gap(st)
     agg_links, slow_links = _slow_links(lk)
+    hc = _conform(
+        hccl.lazy().collect() if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS
+    ).sort("rank", "start_ns")
+    sg = _conform(
+        stages.lazy().collect() if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS
+    ).sort("rank")
     return Cluster(
         ranks=ranks.drop("aligned"),
         steps=st,
@@ -497,6 +538,10 @@ def aggregate(
         engine=engine,
         top=top,
         failed=failed,
+        hccl=hc,
+        msprof=asc.msprof_ranks(ranks, hc),
+        stages=sg,
+        stage_imbalance=asc.stage_imbalance(ranks, sg),
     )
 
 
@@ -624,5 +669,20 @@ def cluster(profile: Profile, options: Options) -> Cluster:
     links table). For many ranks use :func:`opscope.cluster.run_cluster`, which never holds all
     ranks' events at once."""
     links = options.extra.get("links")
-    t = rank_tables(profile, links if isinstance(links, pl.DataFrame) else None)
-    return aggregate(t["steps"], t["collectives"], t["links"], engine="local", top=options.top)
+    hccl = options.extra.get("hccl")
+    stages = options.extra.get("stages")
+    t = rank_tables(
+        profile,
+        links if isinstance(links, pl.DataFrame) else None,
+        hccl=hccl if isinstance(hccl, pl.DataFrame) else None,
+        stages=stages if isinstance(stages, pl.DataFrame) else None,
+    )
+    return aggregate(
+        t["steps"],
+        t["collectives"],
+        t["links"],
+        hccl=t["hccl"],
+        stages=t["stages"],
+        engine="local",
+        top=options.top,
+    )

@@ -37,7 +37,7 @@ import polars as pl
 from opscope.errors import InputError, OpscopeError
 
 ENGINES: Final = ("local", "ray")
-_TABLES: Final = ("steps", "collectives", "links")
+_TABLES: Final = ("steps", "collectives", "links", "hccl", "stages")
 
 
 def rank_summary(rank: int, path: str, fmt: str, cache: bool = True) -> dict[str, bytes]:
@@ -47,12 +47,15 @@ def rank_summary(rank: int, path: str, fmt: str, cache: bool = True) -> dict[str
     from opscope.ingest.multirank import read_inputs
 
     prof = read_inputs([(rank, Path(path), fmt)], cache=cache, workers=1)[0]
-    links = None
+    links = hccl = stages = None
     if fmt == "ascend":
-        links = ascend.read_communication(Path(path))["links"].with_columns(
-            pl.lit(rank, pl.Int32).alias("rank")
-        )
-    tables = rank_tables(prof, links)
+        from opscope.analysis.cluster_ascend import read_stages
+
+        comm = ascend.read_communication(Path(path))
+        links = comm["links"].with_columns(pl.lit(rank, pl.Int32).alias("rank"))
+        hccl = comm["collectives"].with_columns(pl.lit(rank, pl.Int32).alias("rank"))
+        stages = read_stages(Path(path), rank)
+    tables = rank_tables(prof, links, hccl=hccl, stages=stages)
     del prof
     out: dict[str, bytes] = {}
     for name in _TABLES:
@@ -148,6 +151,8 @@ def run_cluster(
             scans["steps"],
             scans["collectives"],
             scans["links"],
+            hccl=scans["hccl"],
+            stages=scans["stages"],
             engine=engine,
             top=top,
             failed=tuple(sorted(failed.items())),

@@ -33,6 +33,13 @@ def register(app: typer.Typer) -> None:
             None, "--compare-ranks", help="Also compare rank A with rank B op by op."
         ),
         top: int = typer.Option(20, "--top", min=1, help="Rows to show per table."),
+        html_out: Annotated[
+            Path | None,
+            typer.Option(
+                "--html",
+                help="Also write an offline HTML page (ranks, stages, slow links, matrix heatmap).",
+            ),
+        ] = None,
     ) -> None:
         """Analyse a multi-rank run: step breakdown per rank, collectives and their wait,
         slow ranks, slow links and the gap between the fastest and slowest rank."""
@@ -50,6 +57,14 @@ def register(app: typer.Typer) -> None:
         comp = None
         if compare_ranks is not None:
             comp = _compare(path, compare_ranks)
+        if html_out is not None:
+            from opscope.analysis.cluster_ascend import to_html
+
+            try:
+                html_out.write_text(to_html(res), encoding="utf-8")
+            except OSError as e:
+                raise OpscopeError(f"cannot write the HTML page: {e.strerror}", html_out) from e
+            err_console.print(f"wrote {html_out}", markup=False)
         if json_out:
             out = res.to_json()
             if comp is not None:

@@ -1,0 +1,277 @@
+"""Ascend cluster figures as msprof-analyze reports them, pipeline-stage imbalance, the matrix.
+
+Inputs are the small per-rank tables of :func:`opscope.analysis.cluster.rank_tables`:
+
+- ``hccl`` (:data:`HCCL_COLUMNS`): one row per HCCL operation of ``communication.json``
+  (``opscope.ingest.ascend.read_communication()["collectives"]``; its "Total Op Info" summary
+  rows are left out, so sums over these rows are the file's own per-op figures summed).
+- ``stages`` (:data:`STAGE_COLUMNS`): the rank's pipeline stage from
+  ``profiler_metadata.json``'s ``parallel_group_info`` (the group named ``pp``: its
+  ``group_rank`` is the stage), read by :func:`read_stages`.
+
+msprof-analyze's definitions and opscope's columns (``msprof`` table of :func:`msprof_ranks`):
+
+==================================  ==========================================================
+msprof-analyze                      opscope
+==================================  ==========================================================
+Computing (step_trace_time)         ``compute_us`` (device time in non-communication kernels)
+Communication                       ``comm_us`` (union of communication on the device)
+Communication(Not Overlapped)       ``comm_not_overlapped_us``
+Free                                ``idle_us`` (device neither computes nor communicates)
+Stage                               ``step_time_us``
+Elapse Time (communication.json)    ``hccl_elapse_us``: Σ over the rank's HCCL ops
+Wait Time                           ``hccl_wait_us``: Σ (time before the first transfer,
+                                    waiting for the peers' notify)
+Transit / Synchronization Time      ``hccl_transit_us`` / ``hccl_synchronization_us``
+==================================  ==========================================================
+
+opscope's own ``wait_us`` aligns the same collective over the ranks (latest start − own start);
+``hccl_wait_us`` is what the rank's HCCL recorded. Both are reported.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from opscope.analysis.cluster import Cluster
+
+STAGE_IMBALANCE: Final = 0.1
+"""A pipeline stage whose compute exceeds the median of the other stages by this share is slow."""
+
+HCCL_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
+    "rank": pl.Int32,
+    "step": pl.Int32,
+    "kind": pl.String,
+    "op_name": pl.String,
+    "group": pl.String,
+    "start_ns": pl.Int64,
+    "elapse_ns": pl.Int64,
+    "transit_ns": pl.Int64,
+    "wait_ns": pl.Int64,
+    "synchronization_ns": pl.Int64,
+    "idle_ns": pl.Int64,
+}
+STAGE_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
+    "rank": pl.Int32,
+    "pp_stage": pl.Int32,
+    "pp_size": pl.Int32,
+    "pp_group": pl.String,  # the pp group's global ranks as JSON, e.g. "[0, 4]"
+}
+
+
+def read_stages(path: Path, rank: int) -> pl.DataFrame:
+    """The pipeline stage of ``rank`` from ``profiler_metadata.json`` beside ``path``'s output
+    (empty when the file or its ``pp`` group is absent or unreadable: no stage analysis)."""
+    root = path.parent if path.name == "ASCEND_PROFILER_OUTPUT" else path
+    md = root / "profiler_metadata.json"
+    empty = pl.DataFrame(schema=STAGE_COLUMNS)
+    if not md.is_file():
+        return empty
+    try:
+        data = json.loads(md.read_bytes())
+    except (OSError, ValueError):
+        return empty  # metadata is optional: a bad file only means no stages
+    groups = data.get("parallel_group_info") if isinstance(data, dict) else None
+    if not isinstance(groups, dict):
+        return empty
+    for g in groups.values():
+        if not isinstance(g, dict) or g.get("group_name") != "pp":
+            continue
+        members = g.get("global_ranks")
+        stage = g.get("group_rank")
+        if isinstance(members, list) and isinstance(stage, int):
+            return pl.DataFrame(
+                [
+                    {
+                        "rank": rank,
+                        "pp_stage": stage,
+                        "pp_size": len(members),
+                        "pp_group": json.dumps(sorted(int(m) for m in members)),
+                    }
+                ],
+                schema=STAGE_COLUMNS,
+            )
+    return empty
+
+
+def hccl_per_rank(hccl: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: HCCL ops and the sums of their communication.json times (ns)."""
+    return (
+        hccl.group_by("rank")
+        .agg(
+            pl.len().cast(pl.Int64).alias("hccl_ops"),
+            *[
+                pl.col(f"{c}_ns").sum().alias(f"hccl_{c}_ns")
+                for c in ("elapse", "transit", "wait", "synchronization", "idle")
+            ],
+        )
+        .sort("rank")
+    )
+
+
+def msprof_ranks(ranks: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
+    """Per rank in msprof-analyze's terms (µs): Computing, Communication, not overlapped, Free,
+    Stage, and the communication.json sums; ``wait_us`` is opscope's aligned wait."""
+    per = hccl_per_rank(hccl)
+    out = ranks.join(per, on="rank", how="left").sort("rank")
+    us = [
+        ("compute_ns", "computing_us"),
+        ("comm_ns", "communication_us"),
+        ("comm_not_overlapped_ns", "communication_not_overlapped_us"),
+        ("idle_ns", "free_us"),
+        ("step_time_ns", "stage_us"),
+        ("wait_ns", "wait_us"),
+        ("hccl_elapse_ns", "hccl_elapse_us"),
+        ("hccl_transit_ns", "hccl_transit_us"),
+        ("hccl_wait_ns", "hccl_wait_us"),
+        ("hccl_synchronization_ns", "hccl_synchronization_us"),
+    ]
+    return out.select(
+        "rank",
+        *[(pl.col(a) / 1000.0).alias(b) for a, b in us],
+        pl.col("hccl_ops").fill_null(0),
+    )
+
+
+def stage_imbalance(ranks: pl.DataFrame, stages: pl.DataFrame) -> pl.DataFrame:
+    """Per pipeline stage: its ranks, mean compute per rank, the other stages' median and the
+    excess; ``slow`` when the excess reaches :data:`STAGE_IMBALANCE`. Empty without stages."""
+    schema = {
+        "pp_stage": pl.Int32,
+        "ranks": pl.String,
+        "compute_us": pl.Float64,
+        "others_median_us": pl.Float64,
+        "excess": pl.Float64,
+        "slow": pl.Boolean,
+    }
+    st = stages.unique("rank", keep="first").join(ranks.select("rank", "compute_ns"), on="rank")
+    per = (
+        st.group_by("pp_stage")
+        .agg(
+            pl.col("rank").sort().alias("_r"),
+            (pl.col("compute_ns").mean() / 1000.0).alias("compute_us"),
+        )
+        .sort("pp_stage")
+    )
+    if per.height < 2:
+        return pl.DataFrame(schema=schema)
+    rows: list[dict[str, Any]] = []
+    comp = per.get_column("compute_us").to_list()
+    for i, r in enumerate(per.iter_rows(named=True)):
+        others = pl.Series([c for j, c in enumerate(comp) if j != i], dtype=pl.Float64)
+        med = others.median()
+        m = float(med) if isinstance(med, (int, float)) else 0.0
+        excess = (r["compute_us"] - m) / m if m > 0 else None
+        rows.append(
+            {
+                "pp_stage": r["pp_stage"],
+                "ranks": ",".join(str(x) for x in r["_r"]),
+                "compute_us": r["compute_us"],
+                "others_median_us": m,
+                "excess": excess,
+                "slow": excess is not None and excess >= STAGE_IMBALANCE,
+            }
+        )
+    return pl.DataFrame(rows, schema=schema)
+
+
+def matrix_rows(links: pl.DataFrame) -> list[dict[str, Any]]:
+    """The communication matrix: one row per (src rank, dst rank, transport) with bytes, time
+    (µs), bandwidth (GB/s) and the ops that used it (``links`` as :class:`Cluster` holds it)."""
+    return links.select(
+        "src_rank",
+        "dst_rank",
+        "transport",
+        "size_bytes",
+        (pl.col("time_ns") / 1000.0).alias("time_us"),
+        "bandwidth_gbps",
+        "ops",
+    ).to_dicts()
+
+
+# ------------------------------------------------------------------------------------ HTML
+
+
+def _table(df: pl.DataFrame, limit: int | None = None) -> str:
+    if not df.height:
+        return "<p>none</p>"
+    d = df.head(limit) if limit is not None else df
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in d.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+        for row in d.iter_rows()
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.1f}"
+    return str(v)
+
+
+def _heatmap(links: pl.DataFrame, transport: str) -> str:
+    """src × dst grid of one transport: bandwidth in each cell, shaded by its share of the
+    transport's best link, bytes in the cell's title."""
+    t = links.filter(pl.col("transport") == transport)
+    srcs = sorted(set(t.get_column("src_rank").to_list()))
+    dsts = sorted(set(t.get_column("dst_rank").to_list()))
+    best = t.get_column("bandwidth_gbps").max()
+    top = float(best) if isinstance(best, (int, float)) and best > 0 else 1.0
+    cell = {(r["src_rank"], r["dst_rank"]): r for r in t.iter_rows(named=True)}
+    head = "".join(f"<th>{d}</th>" for d in dsts)
+    out = [f"<table class='hm'><thead><tr><th>src \\ dst</th>{head}</tr></thead><tbody>"]
+    for s in srcs:
+        tds = []
+        for d in dsts:
+            r = cell.get((s, d))
+            if r is None:
+                tds.append("<td></td>")
+                continue
+            bw = r["bandwidth_gbps"]
+            share = (bw or 0.0) / top
+            title = html.escape(f"{r['size_bytes']} bytes, {r['time_ns'] / 1000.0:.1f} µs")
+            tds.append(
+                f"<td title='{title}' style='background:rgba(220,60,40,{1 - share:.2f})'>"
+                f"{html.escape(_fmt(bw))}</td>"
+            )
+        out.append(f"<tr><th>{s}</th>{''.join(tds)}</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def to_html(res: Cluster) -> str:
+    """A self-contained offline page: ranks (msprof terms), slow ranks, stage imbalance, slow
+    links and one bandwidth heatmap per transport. Every trace string is escaped."""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>opscope cluster</title>",
+        "<style>body{font:13px sans-serif;margin:1.5em}table{border-collapse:collapse;"
+        "margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+        "th{background:#f3f3f3}.hm td{min-width:4em}</style></head><body>",
+        "<h1>Cluster analysis</h1>",
+        "<h2>Ranks (µs; msprof-analyze's terms)</h2>",
+        _table(res.msprof),
+    ]
+    if res.failed:
+        parts.append("<h2>Ranks skipped</h2><ul>")
+        parts += [f"<li>rank {r}: {html.escape(why)}</li>" for r, why in res.failed]
+        parts.append("</ul>")
+    parts += ["<h2>Slow ranks</h2>", _table(res.slow_ranks)]
+    parts += ["<h2>Pipeline stages</h2>", _table(res.stage_imbalance)]
+    parts += ["<h2>Slow links</h2>", _table(res.slow_links)]
+    parts.append("<h2>Communication matrix (GB/s; cell title: bytes and time)</h2>")
+    for tr in sorted(set(res.links.get_column("transport").drop_nulls().to_list())):
+        parts.append(f"<h3>{html.escape(tr)}</h3>")
+        parts.append(_heatmap(res.links, tr))
+    if not res.links.height:
+        parts.append("<p>no communication_matrix.json links</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
