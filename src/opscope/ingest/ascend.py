@@ -33,7 +33,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import polars as pl
@@ -621,6 +621,7 @@ def _assemble(
     counters = S.empty("counters").drop("rank")
     threads = S.empty("threads").drop("rank")
     hw_pid: int | None = None
+    hccl_pid: int | None = None
 
     if trace is not None:
         t = (
@@ -645,6 +646,7 @@ def _assemble(
         cann = [p for p, n in proc.items() if n == "CANN"]
         skip_procs = [p for p, n in proc.items() if n == "Overlap Analysis"]
         hw_pid = hw[0] if hw else None
+        hccl_pid = hccl[0] if hccl else None
         python_pids = [p for p, n in proc.items() if n == "Python"]
         host_pid = python_pids[0] if len(python_pids) == 1 else None
 
@@ -900,6 +902,7 @@ def _assemble(
         .with_columns(pl.col("id").cast(pl.Int64))
     )
 
+    events, threads = _device_tracks(events, threads, hccl_pid)
     flows = _resolve_flows(flow_parts, events) if flow_parts else S.empty("flows").drop("rank")
     return events, flows, counters, threads
 
@@ -922,12 +925,72 @@ def _meta_names(trace: pl.DataFrame, what: str, *, with_tid: bool = False) -> pl
 
 
 def _threads(pnames: pl.DataFrame, tnames: pl.DataFrame, device_pids: list[int]) -> pl.DataFrame:
-    return tnames.select(
-        pl.col("pid"),
-        pl.col("tid"),
-        pl.col("value").alias("name"),
-        pl.col("pid").is_in(device_pids).alias("is_device"),
-    ).unique(["pid", "tid"], keep="first", maintain_order=True)
+    """Track names "PROCESS · THREAD" from the trace's metadata ("Ascend Hardware · Stream 2",
+    "HCCL · Group 0 Communication", "Python · Thread 7"): the threads table has no process
+    column, and the process is what tells a hardware stream from a host thread."""
+    proc = pnames.select("pid", pl.col("value").alias("_proc")).unique(
+        "pid", keep="first", maintain_order=True
+    )
+    return (
+        tnames.join(proc, on="pid", how="left", maintain_order="left")
+        .select(
+            pl.col("pid"),
+            pl.col("tid"),
+            pl.when(pl.col("_proc").is_not_null())
+            .then(pl.format("{} · {}", pl.col("_proc"), pl.col("value")))
+            .otherwise(pl.col("value"))
+            .alias("name"),
+            pl.col("pid").is_in(device_pids).alias("is_device"),
+        )
+        .unique(["pid", "tid"], keep="first", maintain_order=True)
+    )
+
+
+HCCL_LANE_TID: Final = -1
+"""Communication lane of HCCL ops that have no stream (kernel_details.csv without a trace)."""
+
+
+def _device_tracks(
+    events: pl.DataFrame, threads: pl.DataFrame, hccl_pid: int | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """HCCL ops on the communication lanes and a name for every device track.
+
+    kernel_details.csv gives an HCCL op no Stream ID: it goes on the HCCL process's
+    "Group 0 Communication" lane (tid 0) when the trace has one, else on a lane of its own
+    (:data:`HCCL_LANE_TID`, "HCCL · communication"). Device tracks that the metadata does not
+    name (kernels of a run without trace_view.json) are named "Ascend Hardware · Stream N"."""
+    comm = (pl.col("kind") == "communication") & pl.col("tid").is_null()
+    if hccl_pid is not None:
+        events = events.with_columns(
+            pl.when(comm).then(pl.lit(hccl_pid, pl.Int64)).otherwise(pl.col("pid")).alias("pid"),
+            pl.when(comm).then(pl.lit(0, pl.Int64)).otherwise(pl.col("tid")).alias("tid"),
+        )
+    else:
+        events = events.with_columns(
+            pl.when(comm)
+            .then(pl.lit(HCCL_LANE_TID, pl.Int64))
+            .otherwise(pl.col("tid"))
+            .alias("tid")
+        )
+    tracks = (
+        events.filter(pl.col("device").is_not_null() & pl.col("tid").is_not_null())
+        .select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64))
+        .unique()
+        .sort("pid", "tid")
+    )
+    missing = tracks.join(threads.select("pid", "tid"), on=["pid", "tid"], how="anti")
+    if missing.height:
+        extra = missing.select(
+            "pid",
+            "tid",
+            pl.when(pl.col("tid") == HCCL_LANE_TID)
+            .then(pl.lit("HCCL · communication"))
+            .otherwise(pl.format("Ascend Hardware · Stream {}", pl.col("tid")))
+            .alias("name"),
+            pl.lit(True).alias("is_device"),
+        )
+        threads = pl.concat([threads, extra], how="vertical_relaxed")
+    return events, threads
 
 
 def _resolve_flows(parts: list[pl.DataFrame], events: pl.DataFrame) -> pl.DataFrame:
