@@ -122,6 +122,13 @@ def matmul_variants(
             out[v] = (build(m, k, n, dt_name, "contiguous"), (m, k, n), dt_name)
         elif v in ("linear", "addmm"):
             out[v] = (build(m, k, n, dt_name, v), (m, k, n), dt_name)
+        elif v.startswith("splitk:"):
+            # split K into S slices run as one batched GEMM (S times the output tiles), then
+            # reduce: what cuBLASLt/hipBLASLt split-K does for a GEMM with too few tiles
+            splits = int(v.split(":", 1)[1])
+            if splits < 2 or k % splits:
+                raise b.BenchError(f"K={k} does not split into {splits} equal slices")
+            out[v] = (_split_k(mk, m, k, n, splits, b.torch_dtype(dt_name)), (m, k, n), dt_name)
         elif v.startswith("dtype:"):
             raw = v.split(":", 1)[1].lower()
             other = b.TORCH_DTYPES.get(raw)
@@ -131,7 +138,8 @@ def matmul_variants(
             out[v] = (_tf32(fn) if raw == "tf32" else fn, (m, k, n), raw)
         else:
             raise b.BenchError(
-                f"unknown matmul variant {v!r} ({', '.join(MATMUL_VARIANTS)}, dtype:X, identity)"
+                f"unknown matmul variant {v!r} ({', '.join(MATMUL_VARIANTS)}, dtype:X, "
+                "splitk:S, identity)"
             )
     if dtype.lower() == "tf32":
         out = {
@@ -141,6 +149,16 @@ def matmul_variants(
     if "original" not in out:
         out = {"original": (build(m, k, n, dt_name, orig_layout), (m, k, n), dt_name), **out}
     return out
+
+
+def _split_k(
+    mk: Callable[..., Any], m: int, k: int, n: int, splits: int, dt: Any
+) -> Callable[[], Any]:
+    """``a @ b`` as ``splits`` batched partial products over slices of K, summed."""
+    torch = b.torch_mod()
+    a = mk(m, k, dt=dt).reshape(m, splits, k // splits).transpose(0, 1).contiguous()
+    w = mk(k, n, dt=dt).reshape(splits, k // splits, n).contiguous()
+    return lambda: torch.bmm(a, w).sum(0)
 
 
 def _tf32(fn: Callable[[], Any]) -> Callable[[], Any]:

@@ -113,6 +113,18 @@ def verify_finding(finding: Finding, device: str = "auto", budget_s: float = 2.0
         summary = f"{label}: {speedup:.2f}× faster on {where} ({noise})"
     else:
         summary = f"not faster on this device: {speedup:.2f}× ({label} on {where}; {noise})"
+    # estimated vs measured: the flagged calls' time per step scaled by the measured speedup
+    per_step = (finding.evidence.get("figures") or {}).get("time_us_per_step")
+    measured_saving = (
+        max(float(per_step) * (1.0 - 1.0 / speedup), 0.0)
+        if isinstance(per_step, int | float) and speedup > 0
+        else None
+    )
+    if measured_saving is not None:
+        summary += (
+            f"; saving estimated {finding.saving_us:.1f} µs/step, measured "
+            f"{measured_saving:.1f} µs/step"
+        )
     return dataclasses.replace(
         finding,
         verified_speedup=speedup,
@@ -128,6 +140,8 @@ def verify_finding(finding: Finding, device: str = "auto", budget_s: float = 2.0
             "fix_iqr_us": fix.iqr_ns / 1e3,
             "repeats": len(orig.samples_ns),
             "speedup": speedup,
+            "estimated_saving_us": finding.saving_us,
+            "measured_saving_us": measured_saving,
             "summary": summary,
         },
     )

@@ -223,6 +223,8 @@ class GemmTiles:
                 )
             else:
                 continue
+            few = tiles < FEW_TILES_SHARE * sms
+            bench = _splitk_bench(m, k, n, r["dtype"], sms, b) if few else None
             time_ns = float(r["time_ns"])
             saving = time_ns * (1.0 - min(used if tiles >= sms else tiles / sms, 1.0))
             out.append(
@@ -242,10 +244,32 @@ class GemmTiles:
                         "grid_from_kernel": r["blocks"] is not None,
                     },
                     steps,
-                    {"op": "matmul", "m": m, "k": k, "n": n, "dtype": _torch_dtype(r["dtype"])},
+                    bench,
                 )
             )
         return out
+
+
+def _splitk_bench(
+    m: int, k: int, n: int, dtype: str | None, sms: int, batch: int
+) -> dict[str, Any] | None:
+    """A split-K micro-benchmark for a GEMM whose tiles leave SMs idle (None when K does not
+    split or the GEMM is batched)."""
+    tiles = -(-m // TILE_M) * -(-n // TILE_N)
+    splits = _splits(k, sms, tiles) if sms and batch == 1 and tiles < sms else None
+    if not splits:
+        return None
+    return {"op": "matmul", "m": m, "k": k, "n": n, "fix": f"splitk:{splits}",
+            "dtype": _torch_dtype(dtype)}  # fmt: skip
+
+
+def _splits(k: int, sms: int, tiles: int) -> int | None:
+    """The split-K factor that fills the SMs (a power of two dividing K), if any."""
+    want = max(2, min(16, -(-sms // max(tiles, 1))))
+    s = 1 << (want - 1).bit_length()
+    while s >= 2 and k % s:
+        s //= 2
+    return s if s >= 2 else None
 
 
 class GemmMemoryBound:
@@ -265,10 +289,11 @@ class GemmMemoryBound:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        _, g = _gemm_calls(profile, results)
+        model, g = _gemm_calls(profile, results)
         if g.height == 0:
             return []
         steps = c.step_info(profile)
+        sms = int(model.spec.compute_units or 0) if model.spec is not None else 0
         out = []
         for r in g.iter_rows(named=True):
             bmnk = gemm_dims(r["name"], r["dims"] or [])
@@ -294,7 +319,7 @@ class GemmMemoryBound:
                         "intensity": round(r["flops"] / max(r["bytes"], 1), 2),
                     },
                     steps,
-                    {"op": "matmul", "m": m, "k": k, "n": n, "dtype": _torch_dtype(r["dtype"])},
+                    _splitk_bench(m, k, n, r["dtype"], sms, bmnk[0]),
                 )
             )
         return out
