@@ -710,6 +710,13 @@ def _connections(con: sqlite3.Connection, have: set[str], api: pl.DataFrame) -> 
 # The kernel table (what kernel_details.csv holds)
 
 
+def _as_csv(df: pl.DataFrame) -> pl.DataFrame:
+    """String columns as the text reader's CSV parsing leaves them: quotes and blanks stripped,
+    ``N/A`` and the like null (:func:`opscope.ingest.ascend.read_csv`)."""
+    s = pl.col(pl.String).str.strip_chars(A._STRIP)
+    return df.with_columns(pl.when(s.is_in(A._NULLS)).then(None).otherwise(s).name.keep())
+
+
 def _pmu_name(name: str) -> str:
     """Database PMU names -> the text kernel table's column names."""
     if name == "aic_total_time":
@@ -769,7 +776,7 @@ def _kernel_frame(
         return pl.col(c).cast(st)
 
     def valid(c: str) -> pl.Expr:
-        return pl.when(pl.col(c) != _INVALID).then(text(c)).otherwise(pl.lit("N/A"))
+        return pl.when(pl.col(c) != _INVALID).then(text(c))
 
     k = comp.select(
         "s",
@@ -849,8 +856,8 @@ def _kernel_frame(
             k = k.join(wide.with_columns(pl.exclude("gid").cast(st)), on="gid", how="left")
             cols = cols + [_pmu_name(n) for n in names]
     k = k.with_columns([pl.lit(None, st).alias(c) for c in cols if c not in k.columns])
-    out = k.select(
-        *[pl.col(c).cast(st) for c in cols],
+    out = _as_csv(k.select(*[pl.col(c).cast(st) for c in cols], "s", "e")).select(
+        *cols,
         pl.col("s").alias("_ts"),
         (pl.col("e") - pl.col("s")).clip(lower_bound=0).alias("_dur"),
     )
@@ -889,10 +896,12 @@ def _step_table(analysis: Path) -> pl.DataFrame | None:
         "Free",
         "Stage",
     ]
-    return pl.DataFrame(
-        [[None if v is None else str(v) for v in r] for r in rows],
-        schema=dict.fromkeys(names, pl.String),
-        orient="row",
+    return _as_csv(
+        pl.DataFrame(
+            [[None if v is None else str(v) for v in r] for r in rows],
+            schema=dict.fromkeys(names, pl.String),
+            orient="row",
+        )
     )
 
 
@@ -941,7 +950,7 @@ def _memory_frames(
             (pl.col("act").cast(pl.Float64) / mib).cast(st).alias("Total Active(MB)"),
             dev.alias("Device Type"),
         )
-    return om, mr
+    return (None if om is None else _as_csv(om)), (None if mr is None else _as_csv(mr))
 
 
 __all__ = ["find_db", "is_db_dir", "read_ascend_db"]
