@@ -36,6 +36,8 @@ CASES = (
     "attention",
     "elementwise",
     "sync",
+    "sdpa-headdim",
+    "conv",
 )
 
 
@@ -74,6 +76,7 @@ class _Trace:
         module: str | None = None,
         grid: list[int] | None = None,
         gap: float = STEP_GAP_US,
+        concrete: list[str] | None = None,
     ) -> None:
         """A host op launching ``kernels`` (name, µs) back to back on stream 7."""
         ts = self.host
@@ -84,6 +87,8 @@ class _Trace:
                 "args": {"Input Dims": dims, "Input type": types, "External id": self.ext + 1},
             }
         )  # fmt: skip
+        if concrete is not None:
+            self.ev[-1]["args"]["Concrete Inputs"] = concrete
         if module:
             self.ev.append(
                 {
@@ -199,6 +204,27 @@ def trace(
         elif case == "attention":
             rule = "fusion-attention"
             gap_total += _attention(t, peak, bw)
+        elif case == "sdpa-headdim":
+            rule = "attention-efficiency"
+            b_, h, l_, d = 8, 16, 2048, 72  # d=72 runs the d=96 flash kernel
+            fl = 4.0 * b_ * h * l_ * l_ * d
+            ideal = _roof_us(fl, 4 * 2 * b_ * h * l_ * d, peak, bw)
+            dur = ideal * 96 / 72 * 1.1  # the padding, and 10% more
+            q = [b_, h, l_, d]
+            t.op("aten::scaled_dot_product_attention", [q, q, q], [bf[0]] * 3,
+                 [("flash_fwd_kernel_hdim96", dur)])  # fmt: skip
+            gap_total += dur - ideal
+        elif case == "conv":
+            rule = "conv-efficiency"
+            n_, ci, hw, co = 64, 256, 56, 256
+            fl = 2.0 * n_ * co * hw * hw * ci * 9
+            nb = 2.0 * (n_ * ci * hw * hw + co * ci * 9 + n_ * co * hw * hw)
+            ideal = _roof_us(fl, nb, peak, bw)
+            dur = 3.0 * ideal  # NCHW + no cudnn.benchmark
+            t.op("aten::conv2d", [[n_, ci, hw, hw], [co, ci, 3, 3], [], [], [], [], []],
+                 [bf[0], bf[0], "", "", "", "", ""], [("implicit_convolve_sgemm", dur)],
+                 concrete=["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"])  # fmt: skip
+            gap_total += dur - ideal
         elif case == "sync":
             rule = "overhead-host-sync"
             f, b = _bf16_mm(8192, 8192, 8192)

@@ -26,6 +26,7 @@ RULE_MODULES: tuple[str, ...] = (
     "opscope.advise.rules.overhead",
     "opscope.advise.rules.memory",
     "opscope.advise.rules.gemm",
+    "opscope.advise.rules.efficiency",
 )
 
 
