@@ -6,7 +6,10 @@ allocated before it is unknown). An allocation is paired with the next free of t
 it is *live at the peak* when it was made at or before the peak's time and not freed before it, and
 *never freed* when no free follows inside the profile. Live-at-peak bytes are grouped by the op
 that allocated (``op_id``), its module and the user source line (as in attribution).
-Fragmentation is reserved − allocated at the peak.
+Fragmentation is reserved − allocated at the peak, for device memory only: host memory
+(``device_type`` 0) has no caching allocator, Kineto writes ``Total Reserved: 0`` for it, and
+0 − allocated is no fragmentation; there, and wherever reserved is unknown or below allocated,
+it is null (n/a).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
 
 _DEV = ["rank", "device_type", "device"]
+#: Kineto's device_type of host (CPU) memory.
+HOST_DEVICE_TYPE = 0
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,12 @@ class Memory(Result):
         return (
             "## Memory\n\n"
             + markdown_table(self.peaks)
+            + (
+                "\n\nFragmentation: n/a for host memory (no caching allocator; the trace "
+                "records no reserved bytes for it)."
+                if (self.peaks.get_column("device_type") == HOST_DEVICE_TYPE).any()
+                else ""
+            )
             + "\n\n### Live at the peak\n\n"
             + markdown_table(self.live_at_peak, self.top)
             + "\n\n### Never freed\n\n"
@@ -91,7 +102,14 @@ def memory(profile: Profile, options: Options) -> Memory:
             how="left",
             nulls_equal=True,
         )
-        .with_columns((pl.col("reserved") - pl.col("peak_allocated")).alias("fragmentation"))
+        .with_columns(
+            pl.when(
+                (pl.col("device_type") != HOST_DEVICE_TYPE)
+                & (pl.col("reserved") >= pl.col("peak_allocated"))
+            )
+            .then(pl.col("reserved") - pl.col("peak_allocated"))
+            .alias("fragmentation")
+        )
         .select(*_DEV, "peak_ts_ns", "peak_allocated", "reserved", "peak_reserved", "fragmentation")
     )
     # Pair each allocation with the next event at its address (a free when bytes < 0).

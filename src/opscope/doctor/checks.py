@@ -447,6 +447,18 @@ def check_ranks(profile: Profile) -> list[Check]:
         "ranks_missing": len(missing),
         "first_missing": missing[:16],
     }
+    sources = profile.meta.get("sources") or []
+    if missing and world and len(present) == 1 and len(sources) == 1:
+        # One rank's own trace opened on its own: most likely on purpose; say how to get the rest.
+        return [
+            Check(
+                "incomplete.ranks",
+                "ok",
+                f"rank {present[0]} of {world}; open the directory for all ranks",
+                evidence,
+                "Load the folder holding every rank's trace to see stragglers and imbalance.",
+            )
+        ]
     if missing:
         return [
             Check(

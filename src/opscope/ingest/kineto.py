@@ -504,6 +504,7 @@ def _build_profile(
     raw_flows = _raw_flows(raw[0], rk, oddities)
     mem = _memory_rows(raw[0], rk)
     names = _thread_names(raw[0])
+    notes = _format_notes(raw[0])
     events = _events_table(raw, rk, oddities)
     linked = link.link_events(events, raw_flows)
     del events
@@ -521,6 +522,8 @@ def _build_profile(
     base = header.get("baseTimeNanoseconds")
     if isinstance(base, int):
         meta["base_time_ns"] = base
+    if notes:
+        meta["notes"] = notes
     return Profile.from_tables(
         meta=meta,
         events=linked.events,
@@ -532,6 +535,24 @@ def _build_profile(
         devices=_devices(header, rk),
         threads=_threads(linked.events, names, rk),
     )
+
+
+def _format_notes(raw: pl.DataFrame) -> list[str]:
+    """What the user must know about this trace's kind (meta ``notes``).
+
+    A CUPTI range-profiler trace (``cuda_profiler_range``: one slice per kernel holding hardware
+    counters) replays each kernel under the counters: its slices are laid back to back with one
+    made-up duration, so they are not kernel times and are not read as kernels.
+    """
+    ranges = raw.filter(_CAT_L == "cuda_profiler_range")
+    if not ranges.height:
+        return []
+    durs = ranges.get_column("dur_ns").drop_nulls().unique()
+    same = f", all {durs.item() / 1000:g} us long" if durs.len() == 1 else ""
+    return [
+        f"CUPTI range-profiler trace: {ranges.height} kernels recorded as hardware-counter "
+        f"ranges (cuda_profiler_range{same}), not timed; not read as kernels"
+    ]
 
 
 def _with_times_and_tracks(

@@ -11,7 +11,10 @@ Ascend rank. The rank of each input is, in order of preference:
 3. the file or folder name: ``rank-3``, ``rank3``, ``_rank_3``, ``worker3``, ``rank_3_ascend_pt``;
 4. the input's position in sorted order (ranks not yet taken).
 
-Two inputs claiming the same rank is an :class:`~opscope.errors.InputError` naming both.
+Two inputs claiming the same rank is an :class:`~opscope.errors.InputError` naming both. A JSON
+file that is not a trace (``config.json``, ``truth.json``, any object without ``traceEvents``,
+torch's memory timeline export; judged from its head by :mod:`opscope.ingest.detect`) is skipped,
+and ``meta["notes"]`` names it.
 
 Reading (:func:`read_directory`): each rank is read by its format's reader. With more than one
 worker, ranks are read in a process pool started with ``spawn`` (forking a process after Polars
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from opscope.errors import InputError
-from opscope.ingest import ascend
+from opscope.ingest import ascend, detect
 from opscope.ingest.registry import Progress, reader
 from opscope.model import Profile, concat
 
@@ -59,18 +62,37 @@ def list_ranks(path: Path) -> list[tuple[int, Path, str]]:
     path = Path(path)
     if not path.is_dir():
         raise InputError("not a directory", path)
+    return discover(path)[0]
+
+
+def discover(path: Path) -> tuple[list[tuple[int, Path, str]], list[str]]:
+    """:func:`list_ranks`, and a note for each JSON file skipped as not a trace (a
+    ``config.json``, a ``truth.json``, torch's memory timeline export: see
+    :mod:`opscope.ingest.detect`)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError("not a directory", path)
     found: list[tuple[int | None, Path, str]] = []
     if ascend.is_ascend_dir(path):
-        return [(_ascend_rank(path, 0), path, "ascend")]
+        return [(_ascend_rank(path, 0), path, "ascend")], []
+    skipped: list[str] = []
     for item, fmt in _discover(path, 0):
+        if fmt == "kineto":
+            shape = detect.classify(item)
+            if shape.kind != "trace":
+                rel = item.relative_to(path)
+                skipped.append(f"skipped {rel}: {shape.describe()}")
+                continue
         if fmt == "ascend":
             found.append((_ascend_rank_or_none(item), item, fmt))
         else:
             r = kineto_rank(item)
             found.append((r if r is not None else _name_rank(item), item, fmt))
     if not found:
+        why = f" ({len(skipped)} JSON files are not traces: {skipped[0]})" if skipped else ""
         raise InputError(
-            "no Kineto traces (*.json, *.json.gz) or Ascend *_ascend_pt directories found", path
+            "no Kineto traces (*.json, *.json.gz) or Ascend *_ascend_pt directories found" + why,
+            path,
         )
     taken: dict[int, Path] = {}
     for r, p, _ in found:
@@ -84,7 +106,7 @@ def list_ranks(path: Path) -> list[tuple[int, Path, str]]:
         taken[r] = p
     free = (i for i in range(len(found) + len(taken) + 1) if i not in taken)
     out = [(r if r is not None else next(free), p, fmt) for r, p, fmt in found]
-    return sorted(out, key=lambda t: t[0])
+    return sorted(out, key=lambda t: t[0]), skipped
 
 
 def read_directory(
@@ -101,7 +123,7 @@ def read_directory(
     A directory holding one Ascend rank (or only a ``kernel_details.csv``) is read directly.
     """
     path = Path(path)
-    ranks = list_ranks(path)
+    ranks, skipped = discover(path)
     if len(ranks) == 1 and ranks[0][1] == path:
         return ascend.read_ascend(path, salvage=salvage, cache=cache, progress=progress)
     profiles = read_inputs(ranks, salvage=salvage, cache=cache, progress=progress, workers=workers)
@@ -111,6 +133,12 @@ def read_directory(
         "sources": [str(p) for _, p, _ in ranks],
         "rank_sources": {str(r): str(p) for r, p, _ in ranks},
         "oddities": _merge_counts([dict(p.meta.get("oddities", {})) for p in profiles]),
+        "notes": skipped
+        + [
+            f"rank {r}: {n}"
+            for (r, _, _), p in zip(ranks, profiles, strict=True)
+            for n in p.meta.get("notes") or []
+        ],
         "trace_meta": {
             str(r): rank_header(p) for (r, _, _), p in zip(ranks, profiles, strict=True)
         },

@@ -6,7 +6,10 @@ Sniffing order (first match wins):
 2. a directory with ``ASCEND_PROFILER_OUTPUT`` (or that *is* one) — one Ascend rank
    (:mod:`opscope.ingest.ascend`)
 3. any other directory — several ranks of either format (:mod:`opscope.ingest.multirank`)
-4. a file — a Kineto Chrome trace, plain or gzip (:mod:`opscope.ingest.kineto`)
+4. a file — a Kineto Chrome trace, plain or gzip (:mod:`opscope.ingest.kineto`), after its head
+   is checked (:mod:`opscope.ingest.detect`): torch's memory timeline export and a rocprofiler-sdk
+   JSON are refused with a one-line error saying what they are; an Ascend ``trace_view.json``
+   opened on its own is read by the Ascend reader from its folder (a note says so).
 
 Every reader returns a fully linked :class:`~opscope.model.Profile`. Single-file reads go through
 the columnar cache (:mod:`opscope.ingest.cache`).
@@ -76,6 +79,10 @@ def load(
     """
     p = Path(path)
     kind = sniff(p)
+    if kind == "kineto":
+        routed = _route_file(p, salvage=salvage, cache=cache, progress=progress)
+        if routed is not None:
+            return routed
     if kind == "kineto" and cache:
         # A hit needs no reader: looked up before importing one (the Kineto reader's decoder
         # imports cost a tenth of a second, a large part of a cached reopen).
@@ -85,3 +92,24 @@ def load(
         if hit is not None:
             return hit
     return reader(kind)(p, salvage=salvage, cache=cache, progress=progress)
+
+
+def _route_file(
+    p: Path, *, salvage: bool, cache: bool, progress: Progress | None
+) -> Profile | None:
+    """A file that is not a Kineto trace: read by its own reader, or refused naming what it is
+    (None: a Kineto trace, for the Kineto reader)."""
+    from opscope.errors import UnsupportedFormatError
+    from opscope.ingest import detect
+
+    shape = detect.classify(p)
+    if shape.kind in ("trace", "not_trace"):  # (the Kineto reader names a missing traceEvents)
+        return None
+    if shape.kind == "ascend" and p.name == "trace_view.json":
+        prof = reader("ascend")(p.parent, salvage=salvage, cache=cache, progress=progress)
+        note = (
+            f"{p.name} is Ascend profiler output: read with the Ascend reader from {p.parent}"
+            " (open the *_ascend_pt directory to read every file of the rank)"
+        )
+        return prof.with_meta(notes=[*prof.meta.get("notes", []), note])
+    raise UnsupportedFormatError(shape.describe(), p)

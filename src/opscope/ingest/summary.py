@@ -21,6 +21,8 @@ def summary(profile: Profile) -> dict[str, Any]:
     - ``fwd_bwd_links``: distinct forward ops that some backward op links to (``fwd_id``)
     - ``op_kernel_links``: kernels (as above) whose ``op_id`` names a launching op
     - ``span_us``: from the first start to the last end over all events, in µs
+    - ``notes``: what the reader wants the user to know (files skipped, a file read by another
+      reader, one rank of a larger job opened alone: :func:`notes`)
     """
     ev = profile.events
     kinds = ev.get_column("kind").cast(pl.String)
@@ -49,5 +51,60 @@ def summary(profile: Profile) -> dict[str, Any]:
         "oddities": dict(profile.meta.get("oddities", {})),
         "salvaged": profile.meta.get("salvaged"),
         "from_cache": bool(profile.meta.get("from_cache", False)),
+        "notes": notes(profile),
     }
+    return out
+
+
+def world_size(profile: Profile) -> int | None:
+    """The largest ``distributedInfo.world_size`` in the traces' headers (None when absent)."""
+    import json
+
+    world: int | None = None
+    for h in _headers(profile):
+        di = h.get("distributedInfo")
+        if isinstance(di, str):
+            try:
+                di = json.loads(di)
+            except ValueError:
+                di = None
+        if isinstance(di, dict) and isinstance(di.get("world_size"), int):
+            world = max(world or 0, int(di["world_size"]))
+    return world
+
+
+def _headers(profile: Profile) -> list[dict[str, Any]]:
+    """Each rank's trace header; multi-rank readers nest ``{rank: {rank: header}}``."""
+    tm = profile.meta.get("trace_meta") or {}
+    out: list[dict[str, Any]] = []
+    if not isinstance(tm, dict):
+        return out
+    for raw in tm.values():
+        v = raw
+        if isinstance(raw, dict) and len(raw) == 1:
+            ((ik, iv),) = raw.items()
+            if str(ik).lstrip("-").isdigit() and isinstance(iv, dict):
+                v = iv
+        if isinstance(v, dict):
+            out.append(v)
+    return out
+
+
+def single_rank_of(profile: Profile) -> tuple[int, int] | None:
+    """``(rank, world size)`` when one rank's own trace of a larger job was opened on its own."""
+    ranks = sorted(set(profile.ranks))
+    sources = profile.meta.get("sources") or []
+    world = world_size(profile)
+    if len(ranks) != 1 or len(sources) != 1 or world is None or not 1 < world <= 1 << 20:
+        return None
+    return ranks[0], world
+
+
+def notes(profile: Profile) -> list[str]:
+    """The reader's notes (``meta["notes"]``) and, for one rank of a larger job opened alone,
+    "rank R of W": informational, the user may well have meant to open only that rank."""
+    out = [str(n) for n in profile.meta.get("notes") or []]
+    one = single_rank_of(profile)
+    if one is not None:
+        out.append(f"rank {one[0]} of {one[1]}; open the directory for all ranks")
     return out

@@ -117,6 +117,8 @@ def register(app: typer.Typer) -> None:
                 f"[yellow]salvaged[/] {s['salvaged']['events']} complete events "
                 f"({s['salvaged']['reason']})"
             )
+        for note in s["notes"]:
+            console.print(f"[cyan]note[/] {note}")
         for reason, n in sorted(s["oddities"].items()):
             console.print(f"[yellow]tolerated[/] {n} × {reason}")
         if env is not None:
