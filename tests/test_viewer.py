@@ -270,3 +270,172 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert main(["view", str(missing), "--no-browser", "--port", "70000"]) == 2
     assert main(["html", str(missing), "-o", str(tmp_path / "r.html")]) == 2
     assert not (tmp_path / "r.html").exists()
+
+
+# Folded stacks, range summaries, overlay bands, stream launchers -------------------------------
+
+
+def test_folded_depths_match_a_walk_up_the_parents(mi300: Any) -> None:
+    from opscope.report.viewer.query import FOLD_LEVELS
+
+    idx, _ = mi300
+    ev = idx.profile.events.select("id", "kind", "parent_id", "depth")
+    kind = dict(zip(ev["id"].to_list(), ev["kind"].cast(pl.String).to_list(), strict=True))
+    parent = dict(zip(ev["id"].to_list(), ev["parent_id"].to_list(), strict=True))
+
+    def expected(i: int) -> int:
+        py = anc = 0
+        p = parent[i]
+        while p is not None:
+            anc += 1
+            py += kind[p] == "python_function"
+            p = parent[p]
+        if kind[i] == "python_function" and py >= FOLD_LEVELS:
+            return -1
+        return min(py, FOLD_LEVELS) + anc - py
+
+    ids = ev["id"].to_list()
+    sample = random.Random(3).sample(ids, 400)
+    assert any(kind[i] == "python_function" and expected(i) < 0 for i in ids)
+    for i in sample:
+        s = idx.summary(i)
+        assert s is not None
+        assert s["fdepth"] == expected(i), (i, kind[i])
+    # Per track, the folded height is the deepest shown row, and folding hides frames.
+    by_track: dict[int, int] = {}
+    track_of = dict(zip(*idx._id_track.select("id", "track").to_dict().values(), strict=True))
+    for i in ids:
+        by_track[track_of[i]] = max(by_track.get(track_of[i], -1), expected(i))
+    folded = {t.id: t.folded_depth for t in idx.tracks if t.folded_depth is not None}
+    assert folded
+    for t, d in folded.items():
+        assert d == by_track[t]
+        assert d < next(x.max_depth for x in idx.tracks if x.id == t)
+    # The folded answer holds no frame below the kept ones.
+    t = next(iter(folded))
+    res = idx.slices([t], 0, idx.end_ns, 200_000, folded=True)["tracks"][0]
+    assert res["folded"] is True and max(res["depth"]) == folded[t]
+
+
+def test_search_total_is_not_capped_by_the_page() -> None:
+    prof, rows = _generated()
+    idx = TimelineIndex(prof)
+    everything = sorted(rows, key=lambda r: r["ts_ns"])
+    assert len(everything) > 1000
+    pages = [idx.search("op", offset=o) for o in range(0, len(everything) + 1000, 1000)]
+    assert {p["total"] for p in pages} == {len(everything)}
+    assert [len(p["matches"]) for p in pages] == [
+        max(0, min(1000, len(everything) - o)) for o in range(0, len(everything) + 1000, 1000)
+    ]
+    got = [m for p in pages for m in p["matches"]]
+    assert sorted(m["id"] for m in got) == sorted(r["id"] for r in rows)
+    ts = [m["ts"] for m in got]
+    assert ts == sorted(ts)
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 50_000), (123_456, 700_000), (0, 10**9)])
+def test_range_summary_matches_brute_force(start: int, end: int) -> None:
+    prof, rows = _generated()
+    idx = TimelineIndex(prof)
+    origin = min(r["ts_ns"] for r in rows)
+    inside = []
+    for r in rows:
+        a, b = r["ts_ns"] - origin, r["ts_ns"] - origin + r["dur_ns"]
+        if a < end and b > start:
+            inside.append((r["kind"], r["name"], min(b, end) - max(a, start)))
+    res = idx.range_summary(start, end, top=5)
+    assert res["slices"] == len(inside)
+    assert res["ops"] == sum(1 for k, _, _ in inside if k == "cpu_op")
+    assert res["kernels"] == sum(1 for k, _, _ in inside if k == "kernel")
+    assert res["kernel_ns"] == sum(d for k, _, d in inside if k == "kernel")
+    per_kind: dict[str, list[int]] = {}
+    per_name: dict[tuple[str, str], list[int]] = {}
+    for k, n, d in inside:
+        for table, key in ((per_kind, k), (per_name, (n, k))):
+            table.setdefault(key, [0, 0])  # type: ignore[attr-defined]
+            table[key][0] += 1  # type: ignore[index]
+            table[key][1] += d  # type: ignore[index]
+    assert {x["kind"]: [x["count"], x["total_ns"]] for x in res["by_kind"]} == per_kind
+    top = sorted(per_name.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0][0]))[:5]
+    assert [(x["name"], x["kind"], x["count"], x["total_ns"]) for x in res["top"]] == [
+        (n, k, c, t) for (n, k), (c, t) in top
+    ]
+    # Restricted to one track.
+    kernel_track = next(t.id for t in idx.tracks if t.is_device)
+    only = idx.range_summary(start, end, [kernel_track])
+    assert only["slices"] == only["kernels"] == sum(1 for k, _, _ in inside if k == "kernel")
+
+
+def test_overlays_come_as_layers_and_critical_bands() -> None:
+    prof, rows = _generated()
+    origin = min(r["ts_ns"] for r in rows)
+    path = [r["id"] for r in rows if r["tid"] == 11][:400]  # parents and their children
+    items = [
+        {"kind": "anomaly", "id": rows[3]["id"], "label": "x"},
+        {"kind": "finding", "rule": "zeta", "id": rows[5]["id"], "label": "z"},
+        {"kind": "finding", "rule": "alpha", "id": rows[6]["id"], "label": "a"},
+        {"kind": "finding", "rule": "alpha", "id": None, "label": "a, nowhere"},
+    ] + [{"kind": "critical_path", "id": i} for i in path]
+    idx = TimelineIndex(prof, overlays=lambda _: items)
+    res = idx.overlays()
+    assert [(x["key"], x["count"]) for x in res["layers"]] == [
+        ("finding:alpha", 2),
+        ("finding:zeta", 1),
+        ("anomaly", 1),
+        ("critical_path", len(path)),
+    ]
+    assert [o["layer"] for o in res["overlays"]] == [
+        "finding:alpha",
+        "finding:alpha",
+        "finding:zeta",
+        "anomaly",
+    ]
+    spans = sorted(
+        (rows[i]["ts_ns"] - origin, rows[i]["ts_ns"] - origin + rows[i]["dur_ns"]) for i in path
+    )
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    assert len(res["bands"]) == 1
+    band = res["bands"][0]
+    assert [list(x) for x in zip(band["ts"], band["end"], strict=True)] == merged
+    assert len(merged) < len(path)
+
+
+def test_device_streams_name_their_launching_thread(mi300: Any) -> None:
+    idx, raw = mi300
+    launcher_tid: dict[int, Any] = {}
+    for e in raw:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            launcher_tid[e["args"]["correlation"]] = e["tid"]
+    per_stream: dict[tuple[Any, Any], Counter[Any]] = {}
+    for e in raw:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            c = e.get("args", {}).get("correlation")
+            if c in launcher_tid:
+                per_stream.setdefault((e["pid"], e["tid"]), Counter())[launcher_tid[c]] += 1
+    tracks = {t.id: t for t in idx.tracks}
+    checked = 0
+    for t in idx.tracks:
+        if not t.is_device or t.launched_by is None:
+            continue
+        counts = per_stream[(t.pid, t.tid)]
+        best = max(counts.values())
+        assert tracks[t.launched_by].tid in {tid for tid, n in counts.items() if n == best}
+        checked += 1
+    assert checked == len(per_stream) >= 2
+
+
+def test_server_range_and_folded_slices(server: Any) -> None:
+    status, body = _get(server, "/api/range?start_ns=0&end_ns=100000")
+    assert status == 200
+    res = json.loads(body)
+    assert res["slices"] > 0 and res["by_kind"]
+    status, body = _get(server, "/api/range?start_ns=0&end_ns=100000&track=0&top=3")
+    assert status == 200 and len(json.loads(body)["top"]) <= 3
+    assert _get(server, "/api/range?start_ns=x&end_ns=1")[0] == 400
+    status, body = _get(server, "/api/slices?track=0&start_ns=0&end_ns=100000&px=500&fold=1")
+    assert status == 200 and json.loads(body)["tracks"][0]["folded"] is False  # nothing to fold
