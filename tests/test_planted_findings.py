@@ -14,7 +14,7 @@ import opscope
 from helpers import planted
 from opscope.advise import advise
 
-HOST_SIDE = ("overhead-",)
+HOST_SIDE = ("overhead-", "comm-")
 PLANTED = [c for c in planted.CASES if c != "clean"]
 
 

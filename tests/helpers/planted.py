@@ -38,6 +38,7 @@ CASES = (
     "sync",
     "sdpa-headdim",
     "conv",
+    "comm",
 )
 
 
@@ -225,6 +226,12 @@ def trace(
                  [bf[0], bf[0], "", "", "", "", ""], [("implicit_convolve_sgemm", dur)],
                  concrete=["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"])  # fmt: skip
             gap_total += dur - ideal
+        elif case == "comm":
+            rule = "comm-exposed"
+            dur = 400.0  # an all-reduce after the compute, nothing to hide it behind
+            t.op("c10d::allreduce_", [[16 * 1024 * 1024]], [bf[0]],
+                 [("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", dur)])  # fmt: skip
+            gap_total += dur
         elif case == "sync":
             rule = "overhead-host-sync"
             f, b = _bf16_mm(8192, 8192, 8192)

@@ -27,6 +27,7 @@ RULE_MODULES: tuple[str, ...] = (
     "opscope.advise.rules.memory",
     "opscope.advise.rules.gemm",
     "opscope.advise.rules.efficiency",
+    "opscope.advise.rules.comm",
 )
 
 

@@ -1,0 +1,129 @@
+"""Communication: collectives the compute does not hide (exposed), and many small messages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import polars as pl
+
+from opscope.advise import _common as c
+from opscope.advise.finding import Finding
+from opscope.advise.rule import register
+from opscope.model import Profile
+
+# Exposed communication (no compute kernel running) at least this share of the step (opscope's
+# heuristic: HTA's comm/comp overlap report treats < 5-10% exposed as well overlapped).
+EXPOSED_MIN_PCT: Final = 5.0
+# A collective shorter than this is latency-bound: NCCL's ring/tree latency is ~5-20 µs per
+# operation inside a node (NCCL tests' small-message rows), so messages this short cost their
+# fixed latency, not bandwidth (bucket them).
+SMALL_MSG_US: Final = 20.0
+SMALL_MSG_MIN_PER_STEP: Final = 20  # and at least this many per step (opscope's heuristic)
+
+
+def _exposed(profile: Profile) -> tuple[float, float]:
+    """(communication ns, communication ns with no other kernel running), summed over steps of
+    the first rank (the breakdown analysis' figures)."""
+    from opscope.analysis.breakdown import breakdown
+    from opscope.analysis.registry import Options
+
+    st = breakdown(profile, Options()).steps
+    if st.height == 0 or "communication_ns" not in st.columns:
+        return 0.0, 0.0
+    r0 = st.get_column("rank").min()
+    if r0 is not None:
+        st = st.filter(pl.col("rank") == r0)
+    comm = float(st.get_column("communication_ns").fill_null(0).sum())
+    exp = float(st.get_column("communication_not_overlapped_ns").fill_null(0).sum())
+    return comm, exp
+
+
+class CommExposed:
+    """Collectives that run with no compute to hide them, or in many small messages."""
+
+    id = "comm-exposed"
+    doc = (
+        "A collective (all-reduce, all-gather, reduce-scatter, all-to-all) that runs while no "
+        "compute kernel runs leaves the device's compute idle: that *exposed* time is on the "
+        f"step's critical path. Flagged when it is ≥ {EXPOSED_MIN_PCT:g}% of the step (the "
+        "breakdown's communication_not_overlapped_ns, first rank); and separately when ≥ "
+        f"{SMALL_MSG_MIN_PER_STEP} collectives per step are shorter than {SMALL_MSG_US:g} µs "
+        "(latency-bound small messages). Saving: the exposed time (an upper bound: overlap "
+        "needs independent compute), for small messages the exposed part of their time. Fix: "
+        "overlap (DDP bucket_cap_mb / gradient_as_bucket_view, FSDP forward/backward prefetch, "
+        "async_op=True with the wait later), bucket small tensors into one collective "
+        "(torch.cat / DDP buckets), fewer parameter groups."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        comm_k = profile.events.filter(pl.col("kind") == "communication")
+        if comm_k.height == 0:
+            return []
+        steps = c.step_info(profile)
+        comm, exposed = _exposed(profile)
+        out: list[Finding] = []
+        names = comm_k.group_by("name").len().sort("len", descending=True).head(5)
+        if exposed > 0 and steps.pct(exposed) >= EXPOSED_MIN_PCT:
+            out.append(
+                c.make_finding(
+                    profile,
+                    rule=self.id,
+                    title=f"exposed communication: {steps.pct(exposed):.0f}% of the step",
+                    where=(None, None, None),
+                    key="exposed",
+                    saving_ns=exposed,
+                    saving_how="the communication time with no compute kernel running (upper "
+                    "bound: overlapping it needs independent compute)",
+                    fix="model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
+                    "# FSDP: backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch",
+                    evidence=c.evidence(
+                        names.get_column("name").to_list(),
+                        comm_k.height,
+                        {
+                            "comm_us_per_step": round(steps.per_step_us(comm), 3),
+                            "exposed_us_per_step": round(steps.per_step_us(exposed), 3),
+                        },
+                        comm_k.get_column("id").to_list(),
+                    ),
+                    steps=steps,
+                    limit_ns=exposed,
+                    limit_what="the exposed communication time",
+                    method="device-idle",
+                )
+            )
+        small = comm_k.filter(pl.col("dur_ns") < SMALL_MSG_US * 1000)
+        if small.height / max(steps.n, 1) >= SMALL_MSG_MIN_PER_STEP and comm > 0:
+            # the small messages' share of the exposed time: what bucketing can remove
+            small_ns = float(small.get_column("dur_ns").sum())
+            saving = exposed * small_ns / comm
+            out.append(
+                c.make_finding(
+                    profile,
+                    rule=self.id,
+                    title=(
+                        f"{small.height / max(steps.n, 1):.0f} collectives per step under "
+                        f"{SMALL_MSG_US:g} µs (latency-bound messages)"
+                    ),
+                    where=(None, None, None),
+                    key="small",
+                    saving_ns=saving,
+                    saving_how="the small collectives' share of the exposed communication",
+                    fix="# bucket small tensors into one collective\n"
+                    "flat = torch.cat([t.flatten() for t in tensors]); dist.all_reduce(flat)",
+                    evidence=c.evidence(
+                        small.group_by("name").len().sort("len").get_column("name").to_list()[:5],
+                        small.height,
+                        {"small_us_per_step": round(steps.per_step_us(small_ns), 3)},
+                        small.get_column("id").to_list(),
+                    ),
+                    steps=steps,
+                    limit_ns=exposed,
+                    limit_what="the exposed communication time",
+                    method="device-idle",
+                )
+            )
+        return out
+
+
+register(CommExposed())
