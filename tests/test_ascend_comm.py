@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,75 @@ def test_bad_communication_json_is_a_typed_error(tmp_path: Path) -> None:
     (_out(d) / "communication.json").write_text("{not json")
     with pytest.raises(InputError, match=r"communication\.json"):
         read_communication(d)
+
+
+def _to_analysis_db(out: Path) -> None:
+    """The rank's communication JSON as analysis.db's CommAnalyzer tables (the database
+    export's schema), then the JSON files removed."""
+    comm = json.loads((out / "communication.json").read_text())
+    matrix = json.loads((out / "communication_matrix.json").read_text())
+    con = sqlite3.connect(out / "analysis.db")
+    con.executescript(
+        """CREATE TABLE CommAnalyzerTime (hccl_op_name TEXT, group_name TEXT,
+             start_timestamp NUMERIC, elapse_time NUMERIC, transit_time NUMERIC,
+             wait_time NUMERIC, synchronization_time NUMERIC, idle_time NUMERIC, step TEXT,
+             type TEXT);
+           CREATE TABLE CommAnalyzerBandwidth (hccl_op_name TEXT, group_name TEXT,
+             transport_type TEXT, transit_size NUMERIC, transit_time NUMERIC, bandwidth NUMERIC,
+             large_packet_ratio NUMERIC, package_size NUMERIC, count NUMERIC,
+             total_duration NUMERIC, step TEXT, type TEXT);
+           CREATE TABLE CommAnalyzerMatrix (hccl_op_name TEXT, group_name TEXT, src_rank TEXT,
+             dst_rank TEXT, transport_type TEXT, transit_size NUMERIC, transit_time NUMERIC,
+             bandwidth NUMERIC, step TEXT, type TEXT, op_name TEXT);"""
+    )
+    for step, kinds in comm.items():
+        for kind, ops in kinds.items():
+            for key, v in ops.items():
+                if key == "Total Op Info":
+                    continue
+                op, group = key.split("@")
+                t = v["Communication Time Info"]
+                con.execute(
+                    "INSERT INTO CommAnalyzerTime VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (op, group, t["Start Timestamp(us)"], t["Elapse Time(ms)"],
+                     t["Transit Time(ms)"], t["Wait Time(ms)"], t["Synchronization Time(ms)"],
+                     t["Idle Time(ms)"], step, kind),
+                )  # fmt: skip
+                for tr, b in v["Communication Bandwidth Info"].items():
+                    for bucket in (1.0, 2.0):  # one row per packet-size bucket, figures repeated
+                        con.execute(
+                            "INSERT INTO CommAnalyzerBandwidth VALUES (?,?,?,?,?,?,0,?,1,0,?,?)",
+                            (op, group, tr, b["Transit Size(MB)"], b["Transit Time(ms)"],
+                             b["Bandwidth(GB/s)"], bucket, step, kind),
+                        )  # fmt: skip
+    for step, kinds in matrix.items():
+        for kind, entries in kinds.items():
+            for key, pairs in entries.items():
+                op, _, group = key.partition("@")
+                for pair, v in pairs.items():
+                    s, d = pair.split("-")
+                    con.execute(
+                        "INSERT INTO CommAnalyzerMatrix VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        (op, group, s, d, v["Transport Type"], v["Transit Size(MB)"],
+                         v["Transit Time(ms)"], v["Bandwidth(GB/s)"], step, kind,
+                         v.get("Op Name")),
+                    )  # fmt: skip
+    con.commit()
+    con.close()
+    (out / "communication.json").unlink()
+    (out / "communication_matrix.json").unlink()
+
+
+def test_database_export_communication_equals_the_json(tmp_path: Path) -> None:
+    d = _write_rank(tmp_path, 3, GROUPS, 4)
+    want = read_communication(d)
+    _to_analysis_db(_out(d))
+    got = read_communication(d)
+    ratio = ["wait_ratio", "synchronization_ratio"]  # derived by the reader from the times
+    assert got["collectives"].drop(ratio).equals(want["collectives"].drop(ratio))
+    c = got["collectives"]
+    want_ratio = [w / (w + t) for w, t in zip(c["wait_ns"], c["transit_ns"], strict=True)]
+    assert c.get_column("wait_ratio").to_list() == pytest.approx(want_ratio, rel=1e-9)
+    for name in ("bandwidth", "links", "link_totals"):
+        assert got[name].sort(got[name].columns).equals(want[name].sort(want[name].columns)), name
+    assert got["links"].height == 4

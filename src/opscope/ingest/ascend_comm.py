@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +191,8 @@ def read_communication(path: Path) -> dict[str, pl.DataFrame]:
     groups = parallel_groups(path)
     coll: list[dict[str, Any]] = []
     bw: list[dict[str, Any]] = []
-    for step_key, kinds in _json(out / "communication.json").items():
+    comm_src, matrix_src = _sources(out)
+    for step_key, kinds in comm_src.items():
         step = _step(step_key)
         for kind, ops in (kinds or {}).items() if isinstance(kinds, dict) else ():
             for op_key, info in (ops or {}).items() if isinstance(ops, dict) else ():
@@ -231,7 +233,7 @@ def read_communication(path: Path) -> dict[str, pl.DataFrame]:
                             "bandwidth_gbps": _float(b.get("Bandwidth(GB/s)")),
                         }
                     )
-    links, totals = _matrix(out / "communication_matrix.json", rank_id, groups)
+    links, totals = _matrix(matrix_src, rank_id, groups)
     return {
         "collectives": pl.DataFrame(coll, schema=COLLECTIVES_SCHEMA),
         "bandwidth": pl.DataFrame(bw, schema=BANDWIDTH_SCHEMA),
@@ -249,12 +251,86 @@ def _global(end: str, ranks: list[int] | None) -> int | None:
     return ranks[i] if i < len(ranks) else None
 
 
+def _sources(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """communication.json and communication_matrix.json as dicts; for the database export
+    (no JSON files), the same shape rebuilt from analysis.db's CommAnalyzer* tables."""
+    cj, mj = out / "communication.json", out / "communication_matrix.json"
+    if cj.is_file() or mj.is_file() or not (out / "analysis.db").is_file():
+        return _json(cj), _json(mj)
+    return _from_analysis_db(out / "analysis.db")
+
+
+def _from_analysis_db(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    comm: dict[str, Any] = {}
+    matrix: dict[str, Any] = {}
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise InputError(f"cannot open the database ({e})", path) from None
+    try:
+        have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "CommAnalyzerTime" in have:
+            for op, group, start, el, tr, wait, sync, idle, step, kind in con.execute(
+                """SELECT hccl_op_name, group_name, start_timestamp, elapse_time, transit_time,
+                          wait_time, synchronization_time, idle_time, step, type
+                   FROM CommAnalyzerTime"""
+            ):
+                entry = comm.setdefault(step, {}).setdefault(kind, {})
+                entry[f"{op}@{group}"] = {
+                    "Communication Time Info": {
+                        "Start Timestamp(us)": start,
+                        "Elapse Time(ms)": el,
+                        "Transit Time(ms)": tr,
+                        "Wait Time(ms)": wait,
+                        "Synchronization Time(ms)": sync,
+                        "Idle Time(ms)": idle,
+                        "Wait Time Ratio": wait / (wait + tr) if wait and (wait + tr) else 0.0,
+                        "Synchronization Time Ratio": sync / (sync + tr)
+                        if sync and (sync + tr)
+                        else 0.0,
+                    },
+                    "Communication Bandwidth Info": {},
+                }
+        if "CommAnalyzerBandwidth" in have:
+            # One row per packet-size bucket; the per-transport figures repeat on each.
+            for op, group, transport, size, t, bw, step, kind in con.execute(
+                """SELECT hccl_op_name, group_name, transport_type, transit_size, transit_time,
+                          bandwidth, step, type FROM CommAnalyzerBandwidth"""
+            ):
+                info = comm.get(step, {}).get(kind, {}).get(f"{op}@{group}")
+                if info is not None:
+                    info["Communication Bandwidth Info"][transport] = {
+                        "Transit Size(MB)": size,
+                        "Transit Time(ms)": t,
+                        "Bandwidth(GB/s)": bw,
+                    }
+        if "CommAnalyzerMatrix" in have:
+            for op, group, src, dst, transport, size, t, bw, step, kind, name in con.execute(
+                """SELECT hccl_op_name, group_name, src_rank, dst_rank, transport_type,
+                          transit_size, transit_time, bandwidth, step, type, op_name
+                   FROM CommAnalyzerMatrix"""
+            ):
+                pairs = matrix.setdefault(step, {}).setdefault(kind, {})
+                pairs.setdefault(f"{op}@{group}", {})[f"{src}-{dst}"] = {
+                    "Transport Type": transport,
+                    "Transit Size(MB)": size,
+                    "Transit Time(ms)": t,
+                    "Bandwidth(GB/s)": bw,
+                    "Op Name": name,
+                }
+    except sqlite3.DatabaseError as e:
+        raise InputError(f"not a readable analysis database ({e})", path) from None
+    finally:
+        con.close()
+    return comm, matrix
+
+
 def _matrix(
-    path: Path, rank_id: int, groups: dict[str, dict[str, Any]]
+    data: dict[str, Any], rank_id: int, groups: dict[str, dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     links: list[dict[str, Any]] = []
     totals: list[dict[str, Any]] = []
-    for step_key, kinds in _json(path).items():
+    for step_key, kinds in data.items():
         step = _step(step_key)
         for kind, entries in (kinds or {}).items() if isinstance(kinds, dict) else ():
             if not isinstance(entries, dict):
