@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,31 @@ def _msprof_comm(
     return times, bw
 
 
+def _msprof_matrix(out: Path) -> dict[tuple[int, int, str], float]:
+    """Bytes per (src, dst, transport) from cluster_communication_matrix.json: per group and
+    step the ``<op>-total`` entries (each the sum of that op type's calls) when it has them,
+    else its per-op entries (older exports; "Total Op Info" and top/middle/bottom left out)."""
+    links: dict[tuple[int, int, str], float] = {}
+    data: dict[str, Any] = json.loads((out / "cluster_communication_matrix.json").read_text())
+    summary = re.compile(r"-(top\d*|middle\d*|bottom\d*)$|^Total Op Info$", re.IGNORECASE)
+    for steps in data.values():
+        for ops in steps.values():
+            names = [op.partition("@")[0] for op in ops]
+            has_total = any(n.endswith("-total") for n in names)
+            for op, pairs in ops.items():
+                name = op.partition("@")[0]
+                keep = name.endswith("-total") if has_total else not summary.search(name)
+                if not keep or not isinstance(pairs, dict):
+                    continue
+                for pair, v in pairs.items():
+                    src, _, dst = pair.partition("-")
+                    if src == dst:
+                        continue
+                    k = (int(src), int(dst), str(v.get("Transport Type")))
+                    links[k] = links.get(k, 0.0) + float(v.get("Transit Size(MB)", 0)) * 1e6
+    return links
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
@@ -108,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"opscope slow ranks: {js['slow_ranks']}  slow stages: {js['slow_stages']}")
     slow_links = [(s["src_rank"], s["dst_rank"], s["transport"]) for s in js["slow_links"]]
     print(f"opscope slow links: {slow_links}")
+    theirs_m = _msprof_matrix(out)
+    ours_m = {(m["src_rank"], m["dst_rank"], m["transport"]): m["size_bytes"] for m in js["matrix"]}
+    print("matrix link (src-dst transport)   msprof-analyze bytes     opscope bytes")
+    for k in sorted(set(theirs_m) | set(ours_m)):
+        t, o = theirs_m.get(k), ours_m.get(k)
+        print(f"{k[0]}-{k[1]} {k[2]:<28} {_f(t):>22} {_f(o):>17}")
     for rank, trs in sorted(bw.items()):
         figs = ", ".join(
             f"{tr} {mb / ms:.3f} GB/s" for tr, (mb, ms) in sorted(trs.items()) if ms > 0

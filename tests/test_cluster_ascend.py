@@ -306,3 +306,44 @@ def test_track_names_without_a_trace() -> None:
     assert kernels and comm
     assert all(th[k] == f"Ascend Hardware · Stream {k[1]}" for k in kernels)
     assert all(th[k] == "HCCL · communication" for k in comm)
+
+
+def test_matrix_takes_group_totals_and_maps_local_ends_like_msprof() -> None:
+    from opscope.analysis.cluster import aggregate
+    from opscope.analysis.cluster_ascend import HCCL_COLUMNS
+
+    # pp group "G" holds global ranks 0 and 2 (their communication.json have ops of G); the
+    # files write its ends as local indices 0 and 1. Rank 0's file lists one sampled call
+    # (top1) and the group's total over all calls; rank 2's only per-op rows (two calls).
+    mb = 1_000_000
+
+    def row(rank: int, src: int, dst: int, size: int, op: str, total: bool) -> dict[str, Any]:
+        return _link(src, dst, "HCCS", 20.0, op) | {
+            "rank": rank,
+            "group": "G",
+            "size_bytes": size,
+            "time_ns": size // 20,
+            "total": total,
+            "mapped": False,
+        }
+
+    links = pl.DataFrame(
+        [
+            row(0, 0, 1, 8 * mb, "send_1", False),  # top1 sample: replaced by the total
+            row(0, 0, 1, 40 * mb, "batchsendrecv-total", True),
+            row(2, 1, 0, 8 * mb, "send_1", False),
+            row(2, 1, 0, 16 * mb, "send_2", False),
+        ]
+    )
+    hccl = pl.DataFrame(
+        [{"rank": r, "step": 1, "op_name": "send_1", "group": "G"} for r in (0, 2)]
+    ).with_columns(pl.lit(None, pl.Int64).alias(c) for c in HCCL_COLUMNS if c.endswith("_ns"))
+    res = aggregate(_steps({0: 1.0, 2: 1.0}), _no_colls(), links, hccl=hccl)
+    m = {(r["src_rank"], r["dst_rank"]): r["size_bytes"] for r in res.to_json()["matrix"]}
+    assert m == {(0, 2): 40 * mb, (2, 0): 24 * mb}
+    # Without the other rank's communication.json the group's set {0} does not cover index 1:
+    # the ends stay as written.
+    res1 = aggregate(
+        _steps({0: 1.0}), _no_colls(), links.filter(pl.col("rank") == 0), hccl=hccl[:1]
+    )
+    assert {(r["src_rank"], r["dst_rank"]) for r in res1.to_json()["matrix"]} == {(0, 1)}

@@ -158,6 +158,10 @@ LINK_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
     "size_bytes": pl.Int64,
     "time_ns": pl.Int64,
     "bandwidth_gbps": pl.Float64,
+    # Ascend: the ends were mapped to global ranks through the rank's parallel_group_info;
+    # the row is a "<op>-total" summary of its group (the sum of all that op type's calls).
+    "mapped": pl.Boolean,
+    "total": pl.Boolean,
 }
 
 
@@ -520,10 +524,10 @@ def aggregate(
     )
     slow = _slow_ranks(ranks)
     gap = _step_gap(st)
-    agg_links, slow_links = _slow_links(lk)
     hc = _conform(
         hccl.lazy().collect() if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS
     ).sort("rank", "start_ns")
+    agg_links, slow_links = _slow_links(asc.matrix_links(lk, hc))
     sg = _conform(
         stages.lazy().collect() if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS
     ).sort("rank")

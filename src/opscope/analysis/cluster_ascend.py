@@ -100,6 +100,70 @@ def read_stages(path: Path, rank: int) -> pl.DataFrame:
     return empty
 
 
+def links(comm: dict[str, pl.DataFrame], path: Path, rank: int) -> pl.DataFrame:
+    """One rank's matrix rows for the cluster: ``read_communication``'s per-op ``links`` and its
+    ``<op>-total@<group>`` rows (``total``), ``mapped`` when the group is in the rank's
+    ``parallel_group_info`` (the reader then mapped the ends to global ranks)."""
+    from opscope.ingest.ascend_comm import parallel_groups
+
+    known = list(parallel_groups(path))
+    parts = [comm["links"].with_columns(pl.lit(False).alias("total"))]
+    tot = comm.get("link_totals")
+    if tot is not None and tot.height:
+        parts.append(
+            tot.filter(
+                pl.col("group").is_not_null()
+                & pl.col("op_name").str.to_lowercase().str.ends_with("-total")
+            ).with_columns(pl.lit(True).alias("total"))
+        )
+    return pl.concat(parts, how="diagonal_relaxed").with_columns(
+        pl.lit(rank, pl.Int32).alias("rank"),
+        pl.col("group").is_in(known).fill_null(False).alias("mapped"),
+    )
+
+
+def matrix_links(lk: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
+    """The links the matrix sums, as msprof-analyze's cluster analysis takes them.
+
+    - Where a rank's file sums a group's op type (``allreduce-total@<group>``), those sums
+      replace the rank's per-op rows of that group: a summary-only export lists only a few
+      top/middle/bottom calls, the total covers every call.
+    - A group's link ends are its ranks' indices within the group. When the rank's metadata
+      does not map them (``mapped``), the group's ranks are the ranks whose communication.json
+      holds an op of that group (msprof-analyze's communication_group.json), in order; the
+      ends are mapped through them when that set covers every index seen in the group (all
+      its ranks were profiled), else they are kept as written (local = global).
+    """
+    total = pl.col("total").fill_null(False)
+    summed = lk.filter(total).select("rank", "step", "group").unique()
+    lk = pl.concat(
+        [lk.filter(total), lk.filter(~total).join(summed, on=["rank", "step", "group"], how="anti")]
+    )
+    unmapped = ~pl.col("mapped").fill_null(False)
+    sets = (
+        hccl.filter(pl.col("group").is_not_null())
+        .group_by("group")
+        .agg(pl.col("rank").unique().sort().alias("_set"))
+    )
+    span = (
+        lk.filter(unmapped & pl.col("group").is_not_null())
+        .group_by("group")
+        .agg(pl.max_horizontal(pl.col("src_rank").max(), pl.col("dst_rank").max()).alias("_top"))
+    )
+    m = lk.join(sets, on="group", how="left").join(span, on="group", how="left")
+    remap = unmapped & pl.col("_set").is_not_null() & (pl.col("_top") < pl.col("_set").list.len())
+    return m.with_columns(
+        *[
+            pl.when(remap)
+            .then(pl.col("_set").list.get(pl.col(c), null_on_oob=True))
+            .otherwise(pl.col(c))
+            .cast(pl.Int32)
+            .alias(c)
+            for c in ("src_rank", "dst_rank")
+        ]
+    ).drop("_set", "_top")
+
+
 def hccl_per_rank(hccl: pl.DataFrame) -> pl.DataFrame:
     """Per rank: HCCL ops and the sums of their communication.json times (ns)."""
     return (

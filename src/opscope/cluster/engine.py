@@ -49,10 +49,11 @@ def rank_summary(rank: int, path: str, fmt: str, cache: bool = True) -> dict[str
     prof = read_inputs([(rank, Path(path), fmt)], cache=cache, workers=1)[0]
     links = hccl = stages = None
     if fmt == "ascend":
+        from opscope.analysis.cluster_ascend import links as asc_links
         from opscope.analysis.cluster_ascend import read_stages
 
         comm = ascend.read_communication(Path(path))
-        links = comm["links"].with_columns(pl.lit(rank, pl.Int32).alias("rank"))
+        links = asc_links(comm, Path(path), rank)
         hccl = comm["collectives"].with_columns(pl.lit(rank, pl.Int32).alias("rank"))
         stages = read_stages(Path(path), rank)
     tables = rank_tables(prof, links, hccl=hccl, stages=stages)
