@@ -316,3 +316,15 @@ def test_database_export_communication_equals_the_json(tmp_path: Path) -> None:
     for name in ("bandwidth", "links", "link_totals"):
         assert got[name].sort(got[name].columns).equals(want[name].sort(want[name].columns)), name
     assert got["links"].height == 4
+
+
+def test_world_size_from_metadata_reaches_the_profile(tmp_path: Path) -> None:
+    from opscope.doctor.checks import check_ranks
+    from opscope.ingest.summary import world_size as profile_world_size
+
+    for r in (0, 1, 3):  # rank 2 kept nothing
+        _write_rank(tmp_path, r, GROUPS, 4)
+    p = load(tmp_path, cache=False)
+    assert profile_world_size(p) == 4
+    (check,) = check_ranks(p)
+    assert check.evidence["first_missing"] == [2]

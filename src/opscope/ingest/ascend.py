@@ -1490,6 +1490,16 @@ def _profiler_info(out: Path) -> dict[str, Any]:
             data = {}
         # Environment variables can hold secrets: never kept.
         info["profiler_metadata"] = {k: v for k, v in data.items() if k != "ENV_VARIABLES"}
+    # The job's world size, where the metadata says it, in the header key Kineto traces use
+    # (doctor's missing-rank check and the summary read it there).
+    from opscope.ingest import ascend_comm
+
+    try:
+        world = ascend_comm.world_size(root)
+    except InputError:
+        world = None  # an unreadable metadata file is already ignored above
+    if world is not None:
+        info["distributedInfo"] = {"world_size": world, "rank": rank_of(root)}
     return info
 
 
