@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                 worst = max(worst, abs(d))
             print(f"{rank:>4}  {name:<32} {_f(theirs):>20} {_f(mine):>16} {_f(d):>9}")
     print(f"largest difference: {worst:.3f} us")
+    for c, g in js["rank_gaps"].items():
+        print(f"opscope {c} gap: {g['gap']:,.3f} us (rank {g['max_rank']} - rank {g['min_rank']})")
     print(f"opscope slow ranks: {js['slow_ranks']}  slow stages: {js['slow_stages']}")
     slow_links = [(s["src_rank"], s["dst_rank"], s["transport"]) for s in js["slow_links"]]
     print(f"opscope slow links: {slow_links}")

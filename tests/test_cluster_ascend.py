@@ -347,3 +347,18 @@ def test_matrix_takes_group_totals_and_maps_local_ends_like_msprof() -> None:
         _steps({0: 1.0}), _no_colls(), links.filter(pl.col("rank") == 0), hccl=hccl[:1]
     )
     assert {(r["src_rank"], r["dst_rank"]) for r in res1.to_json()["matrix"]} == {(0, 1)}
+
+
+def test_rank_gaps_are_max_minus_min_of_step_trace_time(small_two_rank: Any) -> None:
+    d, res = small_two_rank
+    comp = {}
+    for rank, p in _rank_dirs(d).items():
+        head, *rows = (p / _OUT / "step_trace_time.csv").read_text().splitlines()
+        cols = head.split(",")
+        comp[rank] = sum(
+            float(dict(zip(cols, r.split(","), strict=True))["Computing"]) for r in rows
+        )
+    g = res.to_json()["rank_gaps"]["computing_us"]
+    hi, lo = max(comp, key=comp.__getitem__), min(comp, key=comp.__getitem__)
+    assert (g["max_rank"], g["min_rank"]) == (hi, lo)
+    assert g["gap"] == pytest.approx(comp[hi] - comp[lo], abs=0.01)

@@ -386,6 +386,7 @@ class Cluster(Result):
             "collectives": coll_sum.to_dicts(),
             "slow_links": rows(self.slow_links),
             "msprof_ranks": self.msprof.to_dicts(),
+            "rank_gaps": asc.rank_gaps(self.msprof),
             "stages": self.stages.to_dicts(),
             "stage_imbalance": self.stage_imbalance.to_dicts(),
             "slow_stages": [

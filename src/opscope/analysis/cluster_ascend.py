@@ -203,6 +203,20 @@ def msprof_ranks(ranks: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def rank_gaps(msprof: pl.DataFrame) -> dict[str, Any]:
+    """msprof-analyze advisor's slow-rank figures: per column the largest − smallest value over
+    the ranks (µs) with the ranks that hold them ({} without ranks)."""
+    out: dict[str, Any] = {}
+    if not msprof.height:
+        return out
+    for c in ("computing_us", "communication_us", "free_us"):
+        d = msprof.select("rank", c).drop_nulls().sort(c, "rank")
+        if d.height:
+            lo, hi = d.row(0), d.row(-1)
+            out[c] = {"gap": hi[1] - lo[1], "max_rank": hi[0], "min_rank": lo[0]}
+    return out
+
+
 def stage_imbalance(ranks: pl.DataFrame, stages: pl.DataFrame) -> pl.DataFrame:
     """Per pipeline stage: its ranks, mean compute per rank, the other stages' median and the
     excess; ``slow`` when the excess reaches :data:`STAGE_IMBALANCE`. Empty without stages."""
@@ -327,6 +341,15 @@ def to_html(res: Cluster) -> str:
     if res.failed:
         parts.append("<h2>Ranks skipped</h2><ul>")
         parts += [f"<li>rank {r}: {html.escape(why)}</li>" for r, why in res.failed]
+        parts.append("</ul>")
+    gaps = rank_gaps(res.msprof)
+    if gaps:
+        parts.append("<h2>Largest − smallest over the ranks (µs)</h2><ul>")
+        parts += [
+            f"<li>{html.escape(c)}: {g['gap']:,.1f} "
+            f"(rank {g['max_rank']} − rank {g['min_rank']})</li>"
+            for c, g in gaps.items()
+        ]
         parts.append("</ul>")
     parts += ["<h2>Slow ranks</h2>", _table(res.slow_ranks)]
     parts += ["<h2>Pipeline stages</h2>", _table(res.stage_imbalance)]
