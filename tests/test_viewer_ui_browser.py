@@ -545,3 +545,19 @@ def test_shift_drag_summarises_the_range(page: Any, served: Any) -> None:
     ]
     shown = page.locator("#range table").nth(1).locator("tr").all_text_contents()
     assert len(shown) == 11 and shown[1].startswith(top[0][0])
+
+
+def test_call_stack_in_details_is_folded_with_a_show_all_button(page: Any, served: Any) -> None:
+    srv, _ = served
+    hit = srv.index.search("aten::hit", case=True)["matches"][0]
+    page.evaluate(f"window.__opscope.select({hit['id']})")
+    page.wait_for_selector("#details ol.stack")
+    frames = page.locator("#details ol.stack li")
+    # The op sits under all 8 frames, innermost first.
+    assert frames.count() == N_FRAMES
+    assert frames.first.text_content() == f"model.py:{10 + N_FRAMES - 1} f{N_FRAMES - 1}"
+    shown = [frames.nth(i).is_visible() for i in range(N_FRAMES)]
+    assert shown[:3] == [True] * 3 and sum(shown) <= 4
+    page.click("#details button.unfold")
+    assert all(frames.nth(i).is_visible() for i in range(N_FRAMES))
+    assert page.locator("#details button.unfold").count() == 0

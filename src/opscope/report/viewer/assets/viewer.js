@@ -4,6 +4,7 @@
 (function () {
   const LABEL_W = 200, RULER_H = 26, ROW_H = 18, TRACK_PAD = 6, COUNTER_H = 42, GROUP_H = 20;
   const PAGE = 1000;  // search matches per page (the server's cap)
+  const STACK_SHOWN = 3;  // call-stack frames listed before 'show all'
   const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
     "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#a0cbe8"];
   const FINDING_COLORS = ["#d7191c", "#7b3294", "#e7298a", "#b35806", "#1b7837", "#2166ac"];
@@ -710,10 +711,23 @@
       box.appendChild(el("div", `${ev.source.file}:${ev.source.line} (${ev.source.function})`, "src"));
     }
     if (ev.stack && ev.stack.length) {
+      // Folded: the innermost frames and the source line's frame; the rest behind a button.
       box.appendChild(el("h3", "Python call stack"));
       const ol = el("ol", null, "stack");
-      for (const f of ev.stack) ol.appendChild(el("li", `${f.file}:${f.line} ${f.function}`, f.is_user ? "user" : ""));
+      const userAt = ev.stack.findIndex((f) => f.is_user);
+      let hidden = 0;
+      ev.stack.forEach((f, i) => {
+        const li = el("li", `${f.file}:${f.line} ${f.function}`, f.is_user ? "user" : "");
+        li.value = i + 1;
+        if (i >= STACK_SHOWN && i !== userAt) { li.hidden = true; hidden++; }
+        ol.appendChild(li);
+      });
       box.appendChild(ol);
+      if (hidden) {
+        const b = el("button", `show all ${ev.stack.length} frames`, "unfold");
+        b.addEventListener("click", () => { for (const li of ol.children) li.hidden = false; b.remove(); });
+        box.appendChild(b);
+      }
     }
     const group = (title, list) => {
       if (!list || !list.length) return;
