@@ -38,3 +38,15 @@ def user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(d))
     monkeypatch.delenv("OPSCOPE_CACHE_DIR", raising=False)
     return d / "opscope"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test's cache goes to a session temporary folder, never the real ``~/.cache`` nor
+    beside a trace (``OPSCOPE_CACHE_BESIDE`` unset); tests wanting more use ``user_cache``."""
+    root = tmp_path_factory.getbasetemp() / "session-xdg"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(root))
+    monkeypatch.delenv("OPSCOPE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("OPSCOPE_CACHE_BESIDE", raising=False)

@@ -1,4 +1,5 @@
-"""The columnar cache: reuse, invalidation, isolation, read-only fallback."""
+"""The columnar cache beside the trace (``OPSCOPE_CACHE_BESIDE``): reuse, invalidation,
+isolation, read-only fallback. The default location is tested in test_cache_location.py."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
     monkeypatch.setattr(kineto, "parse_kineto", spy)
     monkeypatch.setenv("XDG_CACHE_HOME", "/nonexistent-never-used")
+    # These tests are about the opt-in entry beside the trace (the default is the user cache).
+    monkeypatch.setenv("OPSCOPE_CACHE_BESIDE", "1")
     return calls
 
 

@@ -78,7 +78,7 @@ def test_two_traces_in_one_folder_never_share(tmp_path: Path) -> None:
     assert len(paths) == 3
 
 
-def test_multirank_folder_ranks_have_own_entries(tmp_path: Path) -> None:
+def test_multirank_folder_ranks_have_own_entries(tmp_path: Path, _user_cache: Path) -> None:
     d = tmp_path / "job"
     d.mkdir()
     for r in range(2):
@@ -91,8 +91,13 @@ def test_multirank_folder_ranks_have_own_entries(tmp_path: Path) -> None:
         for r in range(2):
             names = set(prof.events.filter(prof.events["rank"] == r).get_column("name").to_list())
             assert names == _names(d / f"rank-{r}.json")
-    entries = sorted(x.name for x in d.iterdir() if x.name.endswith(".opscope"))
-    assert entries == [".rank-0.json.opscope", ".rank-1.json.opscope"]
+    assert not [x for x in d.iterdir() if x.name.endswith(".opscope")]  # nothing beside
+    entries = sorted(x.name.split(".")[0] for x in _user_cache.iterdir())
+    assert entries == ["rank-0", "rank-1"]
+    assert {Path(p2.meta["rank_sources"][str(r)]).name for r in range(2)} == {
+        "rank-0.json",
+        "rank-1.json",
+    }
 
 
 def test_changed_file_is_rebuilt(tmp_path: Path) -> None:

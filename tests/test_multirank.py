@@ -14,6 +14,7 @@ import pytest
 import opscope
 from conftest import shared_trace
 from opscope.errors import InputError
+from opscope.ingest import cache as cache_mod
 from opscope.ingest.multirank import kineto_rank, list_ranks, read_directory
 
 HTA = "multi_rank/hta_sampled_128rank_job"
@@ -84,7 +85,8 @@ def test_pool_workers_write_the_cache(tmp_path: Path) -> None:
     got = read_directory(job, workers=2, cache=True)
     nested = job / "nested"
     for name in ("worker1_a.json.gz", "worker0_b.json.gz"):
-        meta = json.loads((nested / f".{name}.opscope" / "meta.json").read_text())
+        (entry,) = cache_mod.candidates(nested / name)  # the user cache (the default)
+        meta = json.loads((entry / "meta.json").read_text())
         assert meta["cache_key"]["size"] == (nested / name).stat().st_size
     assert got.events.equals(ref.events)
     assert got.flows.equals(ref.flows)

@@ -2,11 +2,17 @@
 
 An entry is a directory written by :meth:`Profile.save`, keyed by the source's size, mtime_ns,
 absolute path, :data:`~opscope.model.schema.SCHEMA_VERSION`, :data:`LAYOUT`, the opscope version
-and the read options (salvage, rank). It lives beside the trace as ``.<tracename>.opscope/`` (one
-per trace, so two traces in one folder never share an entry) or, when that folder is not
-writable, under ``$XDG_CACHE_HOME/opscope`` (default ``~/.cache/opscope``) in a folder named after
-a hash of the trace's absolute path. A stale or other-version entry is rebuilt.
-``OPSCOPE_CACHE_DIR`` forces the fallback location (handy for read-only data sets).
+and the read options (salvage, rank). Entries live in the user cache folder,
+``$OPSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/opscope``, else ``~/.cache/opscope``, in a folder
+named after the trace and a hash of its absolute path (two traces never share an entry). Nothing is
+written beside the user's trace unless asked: with ``OPSCOPE_CACHE_BESIDE=1`` (``opscope load
+--cache-beside``) the entry is ``.<tracename>.opscope/`` beside the trace when that folder is
+writable. Otherwise ``.opscope`` folders beside traces are ignored. A stale or other-version entry
+is rebuilt.
+
+The user cache is bounded: after each write, whole entries are removed oldest first (by last use)
+until the folder holds at most :data:`DEFAULT_MAX_BYTES` (``OPSCOPE_CACHE_MAX_BYTES`` overrides);
+the entry just written is never removed.
 
 A hit is opened lazily (``Profile.open(lazy=True)``): each table is parsed on its first use, so a
 reopen costs what the caller reads.
@@ -14,9 +20,11 @@ reopen costs what the caller reads.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +34,10 @@ from opscope.model import Profile, schema
 # How an entry is written (compression, meta.json's table sizes); part of the key, so entries of
 # another layout are rebuilt. 2: zstd-1 Parquet without statistics, table sizes in meta.json.
 LAYOUT = 2
+#: Size bound of the user cache folder (bytes); ``OPSCOPE_CACHE_MAX_BYTES`` overrides.
+DEFAULT_MAX_BYTES = 20 * 1024**3
+#: The entry folders' suffix (what eviction may remove).
+_SUFFIX = ".opscope"
 
 
 def _abs(path: Path) -> Path:
@@ -57,14 +69,26 @@ def user_cache_root() -> Path:
     return base / "opscope"
 
 
+def beside_enabled() -> bool:
+    """True when ``OPSCOPE_CACHE_BESIDE`` asks for entries beside the trace."""
+    return os.environ.get("OPSCOPE_CACHE_BESIDE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def max_bytes() -> int:
+    """The user cache's size bound: ``OPSCOPE_CACHE_MAX_BYTES``, else :data:`DEFAULT_MAX_BYTES`."""
+    env = os.environ.get("OPSCOPE_CACHE_MAX_BYTES", "").strip()
+    return int(env) if env.isdigit() else DEFAULT_MAX_BYTES
+
+
 def candidates(path: Path) -> list[Path]:
-    """Entry locations for ``path``, in lookup order: beside it, then the user cache."""
+    """Entry locations for ``path``, in lookup order: the user cache, preceded by the folder
+    beside the trace only when :func:`beside_enabled`."""
     p = _abs(path)
     h = hashlib.sha256(str(p).encode()).hexdigest()[:16]
-    user = user_cache_root() / f"{p.name}.{h}.opscope"
-    if os.environ.get("OPSCOPE_CACHE_DIR"):
-        return [user]
-    return [p.parent / f".{p.name}.opscope", user]
+    user = user_cache_root() / f"{p.name}.{h}{_SUFFIX}"
+    if beside_enabled() and not os.environ.get("OPSCOPE_CACHE_DIR"):
+        return [p.parent / f".{p.name}{_SUFFIX}", user]
+    return [user]
 
 
 def _writable(d: Path) -> bool:
@@ -99,6 +123,8 @@ def lookup(path: Path, *, salvage: bool = False, rank: int | None = None) -> Pro
             prof = Profile.open(entry, lazy=True)
         except Exception:  # a damaged entry (any odd meta.json or table file): rebuild it
             continue
+        with contextlib.suppress(OSError):  # last use, for eviction (a read-only cache: fine)
+            os.utime(meta_file)
         return prof.with_meta(from_cache=True, cache_path=str(entry))
     return None
 
@@ -120,7 +146,51 @@ def store(
                 parent.mkdir(parents=True, exist_ok=True)
             if not _writable(parent):
                 continue
-            return prof.save(entry)
+            saved = prof.save(entry)
         except OSError:
             continue
+        if parent == user_cache_root():
+            evict(parent, keep=saved)
+        return saved
     return None
+
+
+def _size(d: Path) -> int:
+    total = 0
+    for f in d.rglob("*"):
+        with contextlib.suppress(OSError):
+            if f.is_file():
+                total += f.stat().st_size
+    return total
+
+
+def evict(root: Path, *, keep: Path | None = None, limit: int | None = None) -> list[Path]:
+    """Remove whole entries under ``root``, least recently used first, until it holds at most
+    ``limit`` bytes (default :func:`max_bytes`); ``keep`` is never removed. Returns the removed
+    entries. Only folders named ``*.opscope`` holding a ``meta.json`` are touched."""
+    limit = max_bytes() if limit is None else limit
+    entries: list[tuple[float, int, Path]] = []
+    try:
+        children = list(root.iterdir())
+    except OSError:
+        return []
+    for d in children:
+        meta = d / "meta.json"
+        if not (d.name.endswith(_SUFFIX) and d.is_dir() and meta.is_file()):
+            continue
+        try:
+            used = meta.stat().st_mtime
+        except OSError:
+            continue
+        entries.append((used, _size(d), d))
+    total = sum(n for _, n, _ in entries)
+    removed: list[Path] = []
+    for _, n, d in sorted(entries, key=lambda t: t[0]):
+        if total <= limit:
+            break
+        if keep is not None and d == keep:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+        total -= n
+    return removed

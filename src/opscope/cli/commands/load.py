@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -63,6 +64,14 @@ def register(app: typer.Typer) -> None:
         no_cache: Annotated[
             bool, typer.Option("--no-cache", help="Neither read nor write the cache.")
         ] = False,
+        cache_beside: Annotated[
+            bool,
+            typer.Option(
+                "--cache-beside",
+                help="Keep the cache beside the trace (.NAME.opscope/) instead of the user cache "
+                "folder (same as OPSCOPE_CACHE_BESIDE=1).",
+            ),
+        ] = False,
         show_env: Annotated[
             bool,
             typer.Option(
@@ -74,6 +83,9 @@ def register(app: typer.Typer) -> None:
         from opscope.ingest import load
         from opscope.ingest.summary import summary
 
+        if cache_beside:
+            # An environment setting, so that the rank readers' worker processes see it too.
+            os.environ["OPSCOPE_CACHE_BESIDE"] = "1"
         bar = _Bar()
         t0 = time.perf_counter()
         try:
