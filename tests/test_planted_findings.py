@@ -91,3 +91,19 @@ def test_report_device_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["report", str(path), "--device", "TPUv9"]) == 2
     err = capsys.readouterr().err
     assert "unknown device 'TPUv9'" in err and "Traceback" not in err
+
+
+def test_attention_found_across_many_pass_through_ops_and_claimed_once(tmp_path: Path) -> None:
+    """HF-style attention with 12 view/reshape ops on each side of the softmax and the dropout
+    in a child module: one finding for all calls; the softmax and the matmuls inside the span
+    are not claimed again by the bandwidth / GEMM / alignment rules."""
+    path, truth = planted.write("attention", tmp_path, extra_views=12)
+    doc = json.loads(path.read_text())
+    n_softmax = sum(1 for e in doc["traceEvents"] if e["name"] == "aten::softmax")
+    found = advise(opscope.load(path))
+    (f,) = found.by_rule("fusion-attention")
+    assert f.evidence["calls"] == n_softmax
+    assert f.evidence["figures"]["ops_between"] >= 2 * 12
+    assert truth.gap_us / 2 <= f.saving_us <= truth.gap_us * 2
+    others = ("elementwise-bandwidth", "gemm-memory-bound", "gemm-tiles", "shape-alignment")
+    assert [g.rule for g in found if g.rule in others] == []

@@ -142,11 +142,18 @@ def _bf16_mm(m: int, k: int, n: int) -> tuple[float, float]:
 
 
 def trace(
-    case: str, *, steps: int = 3, device_props: bool = True, clean_work: bool = True
+    case: str,
+    *,
+    steps: int = 3,
+    device_props: bool = True,
+    clean_work: bool = True,
+    extra_views: int = 0,
 ) -> tuple[dict[str, Any], Truth]:
     """The Kineto trace (dict) of ``case`` and its truth. ``device_props=False`` leaves the
     device properties out (an MI300X-like trace to read with ``--device MI300X``);
-    ``clean_work=False`` leaves the clean GEMM and add out (only the planted issue)."""
+    ``clean_work=False`` leaves the clean GEMM and add out (only the planted issue);
+    ``extra_views`` adds that many view/reshape ops (no kernels) on each side of the softmax
+    of the attention case, the dropout in its own child module."""
     if case not in CASES:
         raise ValueError(case)
     peak, bw, sms = (H100_BF16, H100_BW, H100_SMS) if device_props else (
@@ -204,7 +211,7 @@ def trace(
             gap_total += dur - ideal
         elif case == "attention":
             rule = "fusion-attention"
-            gap_total += _attention(t, peak, bw)
+            gap_total += _attention(t, peak, bw, extra_views)
         elif case == "sdpa-headdim":
             rule = "attention-efficiency"
             b_, h, l_, d = 8, 16, 2048, 72  # d=72 runs the d=96 flash kernel
@@ -275,7 +282,7 @@ def _clean(t: _Trace, bf: list[str], peak: float, bw: float) -> None:
          [("vectorized_elementwise_kernel", add_us)])  # fmt: skip
 
 
-def _attention(t: _Trace, peak: float, bw: float) -> float:
+def _attention(t: _Trace, peak: float, bw: float, extra_views: int = 0) -> float:
     """HF-style eager attention (ViT/BERT layout): matmul(q, kᵀ) -> view -> div -> add mask ->
     softmax -> dropout -> matmul(p, v) -> permute/reshape, with the score matrix written and
     read by every op. Returns the planted gap: the span's time minus a fused (flash) kernel's
@@ -293,18 +300,22 @@ def _attention(t: _Trace, peak: float, bw: float) -> float:
     elt = _roof_us(0, 2 * score_bytes, peak, bw)
     mod = "vit.encoder.layer.0.attention.attention"
     span = 0.0
+    views = [("aten::view", [sc, []], [bf, ""], None, 0.0)] * extra_views
     for name, dims, types, kern, dur in (
         ("aten::matmul", [q, kt], [bf, bf], "bmm_bf16_nt", 1.2 * mm1),
+        *views,
         ("aten::view", [sc, []], [bf, ""], None, 0.0),
         ("aten::div", [sc, []], [bf, "Scalar"], "elementwise_div", 1.2 * elt),
         ("aten::add", [sc, [b_, 1, 1, l_]], [bf, bf], "elementwise_add", 1.2 * elt),
         ("aten::softmax", [sc, [], []], [bf, "Scalar", ""], "softmax_warp_forward", 1.5 * elt),
         ("aten::dropout", [sc, [], []], [bf, "Scalar", "Scalar"], None, 0.0),
+        *[("aten::reshape", [sc, []], [bf, ""], None, 0.0)] * extra_views,
         ("aten::matmul", [sc, q], [bf, bf], "bmm_bf16_nn", 1.2 * mm2),
         ("aten::permute", [q, []], [bf, ""], None, 0.0),
         ("aten::reshape", [[b_, l_, h, d], []], [bf, ""], None, 0.0),
     ):
-        t.op(name, dims, types, [(kern, dur)] if kern else [], module=mod)
+        sub = f"{mod}.dropout" if name == "aten::dropout" else mod
+        t.op(name, dims, types, [(kern, dur)] if kern else [], module=sub)
         if name == "aten::matmul" or kern in (
             "elementwise_div",
             "elementwise_add",
@@ -316,11 +327,19 @@ def _attention(t: _Trace, peak: float, bw: float) -> float:
 
 
 def write(
-    case: str, directory: Path, *, device_props: bool = True, clean_work: bool = True
+    case: str,
+    directory: Path,
+    *,
+    device_props: bool = True,
+    clean_work: bool = True,
+    extra_views: int = 0,
 ) -> tuple[Path, Truth]:
     """Write ``<case>.json`` and ``<case>.truth.json`` under ``directory``."""
-    doc, truth = trace(case, device_props=device_props, clean_work=clean_work)
+    doc, truth = trace(
+        case, device_props=device_props, clean_work=clean_work, extra_views=extra_views
+    )
     suffix = ("" if device_props else ".noprops") + ("" if clean_work else ".alone")
+    suffix += f".v{extra_views}" if extra_views else ""
     p = directory / f"{case}{suffix}.json"
     p.write_text(json.dumps(doc))
     (directory / f"{case}{suffix}.truth.json").write_text(json.dumps(asdict(truth)))

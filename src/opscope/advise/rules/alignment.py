@@ -307,6 +307,11 @@ class Alignment:
             src = ops.join(c.op_cost(profile), on="id", how="left").with_columns(
                 pl.lit(False).alias("dev")
             )
+        if src.height and not bool(src.get_column("dev").any()):
+            from opscope.advise.rules.fusion import in_attention_spans
+
+            # fusion-attention claims the matmuls of a materialised attention span
+            src = src.filter(~in_attention_spans(profile, src.get_column("id")))
         if src.height == 0:
             return src
         g = src.group_by("name", "input_dims", "input_types", "dev").agg(

@@ -254,13 +254,7 @@ class Attention:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        s = _seq(profile)
-        if s.height == 0 or not s.get_column("name").is_in(SOFTMAX_OPS).any():
-            return []
-        s = s.with_columns(pl.col("cost_ns").fill_null(0))
-        keep: list[dict[str, Any]] = []
-        for _, grp in s.group_by("rank", "tid"):
-            keep += _attention_spans(grp)
+        keep = attention_spans(profile)
         if not keep:
             return []
         steps = c.step_info(profile)
@@ -332,6 +326,36 @@ class Attention:
         return out
 
 
+def attention_spans(profile: Profile) -> list[dict[str, Any]]:
+    """Every materialised attention span (softmax between a QKᵀ and a ·V matmul) of the
+    profile: the softmax's id, costs, shapes and ``span_ids`` (the user-level ops from the
+    first matmul to the second), computed once per profile."""
+
+    def run() -> list[dict[str, Any]]:
+        s = _seq(profile)
+        if s.height == 0 or not s.get_column("name").is_in(SOFTMAX_OPS).any():
+            return []
+        s = s.with_columns(pl.col("cost_ns").fill_null(0))
+        out: list[dict[str, Any]] = []
+        for _, grp in s.group_by("rank", "tid"):
+            out += _attention_spans(grp)
+        return out
+
+    spans: list[dict[str, Any]] = c._memo("attention_spans", profile, run)
+    return spans
+
+
+def in_attention_spans(profile: Profile, ids: pl.Series) -> pl.Series:
+    """Which of ``ids`` (host ops) are, or run inside, an op of a materialised attention span:
+    the fusion-attention finding claims their time, other rules leave it."""
+    span = [i for r in attention_spans(profile) for i in r["span_ids"]]
+    if not span:
+        return pl.Series("covered", [False] * ids.len(), pl.Boolean)
+    anc = c.ancestors(profile, ids).filter(pl.col("anc_id").is_in(span))
+    covered = set(anc.get_column("id").to_list())
+    return pl.Series("covered", [i in covered for i in ids.to_list()], pl.Boolean)
+
+
 def _attention_spans(grp: pl.DataFrame) -> list[dict[str, Any]]:
     """The softmax calls of one thread's op sequence that sit between a QKᵀ and a ·V matmul."""
     import numpy as np
@@ -360,8 +384,9 @@ def _attention_spans(grp: pl.DataFrame) -> list[dict[str, Any]]:
         # anything else between (another softmax, a norm, a linear) breaks the pattern
         if cum_block[b] - cum_block[a + 1] != 1:  # only the softmax itself
             continue
-        if mods[i] is not None and any(mods[j] not in (None, mods[i]) for j in range(a, b + 1)):
-            continue
+        own = mods[i]
+        if own is not None and not all(_inside(mods[j], own) for j in range(a, b + 1)):
+            continue  # a matmul of another module (the layer's Dropout child is fine)
         sm = _shapes(dims[i])
         q = _shapes(dims[a])
         pv = _shapes(dims[b])
@@ -383,11 +408,28 @@ def _attention_spans(grp: pl.DataFrame) -> list[dict[str, Any]]:
                 "span_ns": float(cum_cost[b + 1] - cum_cost[a]),
                 "between_ns": float(cum_cost[b] - cum_cost[a + 1]),
                 "n_between": int(b - a - 2),
+                "span_ids": ids[a : b + 1],
                 "bhld": (bh, lq, scores[-1], d) if bh else None,
                 "dtype": dt[0] if dt else None,
             }
         )
     return out
+
+
+def _inside(module: str | None, parent: str) -> bool:
+    """``module`` is ``parent`` or one of its submodules (``.../Dropout_2``), or unknown."""
+    return (
+        module is None
+        or module == parent
+        or (
+            module[len(parent) : len(parent) + 1]
+            in (
+                "/",
+                ".",
+            )
+            and module.startswith(parent)
+        )
+    )
 
 
 def _fused_bound(spec: Any, rs: list[dict[str, Any]]) -> float | None:

@@ -3,7 +3,8 @@ tiles for the SMs/CUs, a last wave mostly empty (wave quantisation), or a tall-s
 makes the GEMM memory-bound; and elementwise / norm kernels far below the memory bandwidth.
 
 Every saving here is the gap of :mod:`opscope.analysis.model` (measured - lower bound) or the
-part of it the cause explains, so never more than the op's own time; no peaks, no finding.
+part of it the cause explains, so never more than the op's own time; no peaks, no finding. Ops
+inside a materialised attention span are left to fusion-attention (one claim per op).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
+from opscope.advise.rules.fusion import in_attention_spans
 from opscope.model import Profile
 
 GEMM_OPS: Final = (
@@ -76,6 +78,8 @@ def _gemm_calls(profile: Profile, results: Mapping[str, Any]) -> tuple[Any, pl.D
         & pl.col("time_ns").is_not_null()
         & pl.col("bound_ns").is_not_null()
     )
+    if calls.height:
+        calls = calls.filter(~in_attention_spans(profile, calls.get_column("id")))
     if calls.height == 0:
         return model, calls
     grid = _kernel_blocks(profile, calls.get_column("id"))
@@ -353,6 +357,8 @@ class ElementwiseBandwidth:
             & pl.col("gap_ns").is_not_null()
             & (pl.col("time_ns") > 0)
         )
+        if calls.height:
+            calls = calls.filter(~in_attention_spans(profile, calls.get_column("id")))
         if calls.height == 0:
             return []
         steps = c.step_info(profile)

@@ -67,14 +67,18 @@ def _sync_ops(profile: Profile) -> pl.DataFrame:
 
 _IDLE_HOW = (
     "the device idle each sync causes: from the end of the device work it waited for to the "
-    "start of the next kernel (each gap once); the host's wait itself is not saved"
+    "start of the next kernel (each gap once), at most the time the sync blocked (removing it "
+    "moves the later launches earlier by no more); the device work waited on is not saved"
 )
 
 
 def idle_after(profile: Profile, events: pl.DataFrame) -> float:
-    """Device idle (ns) caused by host events that block: for each event, the gap from the end
-    of the device work before its return (or its start, when none) to the next kernel's start,
-    on the union of the rank's streams; a gap holding several events counts once."""
+    """Device idle (ns) that removing blocking host events would recover.
+
+    For each event: the gap on the rank's device (union of streams) from the end of the device
+    work before its return (or its start, when none) to the next kernel's start. Removing the
+    event shifts the host's later launches earlier by at most the time it blocked, so an event
+    recovers at most its own duration of that gap; several events in one gap share it."""
     import numpy as np
 
     k = profile.kernels.select("rank", "ts_ns", "dur_ns").drop_nulls().sort("rank", "ts_ns")
@@ -86,16 +90,17 @@ def idle_after(profile: Profile, events: pl.DataFrame) -> float:
         starts = kr.get_column("ts_ns").to_numpy()
         ends = np.maximum.accumulate(starts + kr.get_column("dur_ns").to_numpy())
         ts = evs.get_column("ts_ns").to_numpy()
-        te = ts + evs.get_column("dur_ns").fill_null(0).to_numpy()
-        idx = np.searchsorted(starts, te, side="right")
-        seen: set[int] = set()
-        for i, a, e in zip(idx.tolist(), ts.tolist(), te.tolist(), strict=True):
-            if i >= len(starts) or i in seen:
+        dur = evs.get_column("dur_ns").fill_null(0).to_numpy()
+        idx = np.searchsorted(starts, ts + dur, side="right")
+        gaps: dict[int, float] = {}
+        waits: dict[int, float] = {}
+        for i, a, d in zip(idx.tolist(), ts.tolist(), dur.tolist(), strict=True):
+            if i >= len(starts):
                 continue  # no later kernel: nothing waits on the host in this profile
-            seen.add(i)
             done = max(float(ends[i - 1]), float(a)) if i > 0 else float(a)
-            del e
-            total += max(float(starts[i]) - done, 0.0)
+            gaps[i] = max(gaps.get(i, 0.0), float(starts[i]) - done)
+            waits[i] = waits.get(i, 0.0) + float(d)
+        total += sum(min(max(g, 0.0), waits[i]) for i, g in gaps.items())
     return total
 
 
@@ -111,8 +116,9 @@ class HostSync:
         "`aten::nonzero`, ...) and runtime syncs (`cudaStreamSynchronize`, "
         "`aclrtSynchronizeStream`). Saving, on a device profile: only the device idle the "
         "sync causes — from the end of the device work it waited for to the start of the next "
-        "kernel — never the wait itself (the host waits on device work that removing the sync "
-        "would not make faster); each idle gap counts once however many syncs fall in it. On a "
+        "kernel, and at most the time the sync blocked (removing it moves the later launches "
+        "earlier by no more) — never the device work waited on (removing the sync would not "
+        "make it faster); each idle gap counts once however many syncs fall in it. On a "
         "CPU profile it is the ops' own time (low severity). Fix: keep values on the device "
         "(`torch.where`, masks), log every N steps, or move the check out of the step."
     )
