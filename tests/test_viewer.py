@@ -439,3 +439,31 @@ def test_server_range_and_folded_slices(server: Any) -> None:
     assert _get(server, "/api/range?start_ns=x&end_ns=1")[0] == 400
     status, body = _get(server, "/api/slices?track=0&start_ns=0&end_ns=100000&px=500&fold=1")
     assert status == 200 and json.loads(body)["tracks"][0]["folded"] is False  # nothing to fold
+
+
+def test_track_and_group_names_from_the_threads_table() -> None:
+    prof, _ = _generated(20)
+    threads = pl.DataFrame(
+        {
+            "rank": [0, 0, 0],
+            "pid": [1, 1, 0],
+            "tid": [11, 12, 7],
+            "name": ["Python · Thread 11", "Python · Thread 12", "stream <7>"],
+            "is_device": [False, False, True],
+        }
+    )
+    idx = TimelineIndex(Profile.from_tables(events=prof.events, threads=threads))
+    got = {(t.pid, t.tid): (t.group, t.name) for t in idx.tracks if t.type == "slice"}
+    assert got == {
+        (1, 11): ("rank 0 · Python (1)", "Thread 11"),
+        (1, 12): ("rank 0 · Python (1)", "Thread 12"),
+        (0, 7): ("rank 0 · device 0", "stream <7>"),
+    }
+    # A process whose threads do not all carry one prefix keeps its number, names whole.
+    threads2 = threads.with_columns(
+        pl.when(pl.col("tid") == 12).then(pl.lit("loader")).otherwise(pl.col("name")).alias("name")
+    )
+    idx2 = TimelineIndex(Profile.from_tables(events=prof.events, threads=threads2))
+    got2 = {(t.pid, t.tid): (t.group, t.name) for t in idx2.tracks if t.type == "slice"}
+    assert got2[(1, 11)] == ("rank 0 · process 1", "Python · Thread 11")
+    assert got2[(1, 12)] == ("rank 0 · process 1", "loader")

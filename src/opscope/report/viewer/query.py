@@ -98,6 +98,29 @@ class Track:
         }
 
 
+_PROC_SEP = " · "
+
+
+def _process_names(
+    keys: pl.DataFrame, thread_names: dict[tuple[int, int, int], str]
+) -> dict[tuple[int, int, bool], str]:
+    """(rank, pid, is_device) -> the process name its track names start with.
+
+    Readers that know a trace's ``process_name`` metadata put it in front of each thread's name
+    ("Ascend Hardware · Stream 2"); where every named track of a process shares that prefix, the
+    group header carries it once and the tracks keep the rest.
+    """
+    seen: dict[tuple[int, int, bool], set[str | None]] = {}
+    for row in keys.select("rank", "pid", "tid", "is_device").iter_rows():
+        rank, pid, tid, is_dev = int(row[0]), int(row[1]), int(row[2]), bool(row[3])
+        name = thread_names.get((rank, pid, tid))
+        if name is None:  # an unnamed thread says nothing about its process's name
+            continue
+        head = name.split(_PROC_SEP, 1)[0] if _PROC_SEP in name else None
+        seen.setdefault((rank, pid, is_dev), set()).add(head)
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}  # type: ignore[misc]
+
+
 class _Layer:
     """Slices sorted by (track, depth, start), with what the window queries search."""
 
@@ -222,6 +245,7 @@ class TimelineIndex:
         if th.height:
             for r in th.select("rank", "pid", "tid", "name").drop_nulls().iter_rows():
                 thread_names[(int(r[0]), int(r[1]), int(r[2]))] = str(r[3])
+        procs = _process_names(keys, thread_names)
         self.tracks: list[Track] = []
         for row in keys.iter_rows(named=True):  # one per thread / stream
             rank, pid, tid, is_dev = (
@@ -231,12 +255,15 @@ class TimelineIndex:
                 bool(row["is_device"]),
             )
             name = thread_names.get((rank, pid, tid))
+            proc = procs.get((rank, pid, is_dev))
+            if proc is not None and name is not None:
+                name = name[len(proc) + len(_PROC_SEP) :]
             if is_dev:
                 dev_no = row["device"] if row["device"] is not None else pid
-                group = f"rank {rank} · device {dev_no}"
+                group = f"rank {rank} · device {dev_no}" + (f" · {proc}" if proc else "")
                 name = name or f"stream {tid}"
             else:
-                group = f"rank {rank} · process {pid}"
+                group = f"rank {rank} · " + (f"{proc} ({pid})" if proc else f"process {pid}")
                 name = name or f"thread {tid}"
             self.tracks.append(
                 Track(
