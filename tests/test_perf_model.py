@@ -37,6 +37,7 @@ def test_bound_is_the_slower_roof_plus_the_launch_floor() -> None:
 def test_device_names_resolve_and_unknown_is_a_one_line_error() -> None:
     assert check_device_name("MI300X").key == "mi300x"
     assert check_device_name("h200").key == "h200"
+    assert check_device_name("NVIDIA H800").key == "h800"  # DeepSeek's training GPUs
     assert check_device_name("a100-sxm-80gb").key == "a100-sxm-80gb"
     with pytest.raises(UnknownDeviceError, match="--device") as e:
         check_device_name("TPUv9")

@@ -123,6 +123,10 @@ _NV_H200 = "NVIDIA H200 Tensor Core GPU datasheet (2024), sparsity figures halve
 _NV_B200 = "NVIDIA HGX B200 datasheet (2024), per GPU, sparsity figures halved"
 _NV_L4 = "NVIDIA L4 Tensor Core GPU datasheet (2023), sparsity halved; fp64 = fp32/64 (derived)"
 _NV_V100 = "NVIDIA Tesla V100 datasheet (2020)"
+# China-market variants: the same SMs, clocks and HBM as H100 SXM5 / A100 SXM4 80GB, only the
+# NVLink bandwidth is reduced (400 GB/s), which the peaks here do not use.
+_NV_H800 = "NVIDIA H800 SXM5 product brief (2023): H100 SXM5 compute and HBM3, NVLink 400 GB/s"
+_NV_A800 = "NVIDIA A800 40/80GB product brief (2022): A100 compute and HBM2e, NVLink 400 GB/s"
 _AMD_MI250 = "AMD Instinct MI250/MI250X datasheets, package figures halved per GCD"
 _AMD_MI300 = "AMD Instinct MI300X datasheet (2023), dense"
 _ASC = (
@@ -220,6 +224,28 @@ DEVICES: Final[tuple[DeviceSpec, ...]] = (
         132,
         _NV_H200,
         ("h200",),
+    ),
+    DeviceSpec(
+        "h800",
+        "NVIDIA H800 SXM5 80GB",
+        "nvidia",
+        _H100S_M,
+        _H100S_V,
+        3350 * G,
+        132,
+        _NV_H800,
+        ("h800",),
+    ),
+    DeviceSpec(
+        "a800-80gb",
+        "NVIDIA A800 SXM4 80GB",
+        "nvidia",
+        _A100_M,
+        _A100_V,
+        2039 * G,
+        108,
+        _NV_A800,
+        ("a800",),
     ),
     DeviceSpec(
         "b200", "NVIDIA B200", "nvidia", _B200_M, _B200_V, 8000 * G, 148, _NV_B200, ("b200",)
