@@ -82,6 +82,11 @@ OP_MEM = [
 ]
 MEM_REC = [("PTA", 5, 10 * MIB, 20 * MIB, 10 * MIB), ("PTA", 900, 12 * MIB, 22 * MIB, 11 * MIB)]
 PID_CANN, PID_HW, PID_HCCL = ascend_db.PID_CANN, ascend_db.PID_HW, ascend_db.PID_HCCL
+CPID = ascend_db.COUNTER_PIDS
+FREQ = [(0, 1800), (500, 1650)]  # (µs, MHz)
+NPU_MEM = [("app", 100, 0, 3 * MIB), ("device", 100, 0, 5 * MIB)]  # (type, µs, ddr, hbm bytes)
+ACC = [(200, 1, 2, 3, 4)]  # (µs, read bw, write bw, read ost, write ost levels)
+SOC = [(300, 5, 6)]  # (µs, mata level, l2 buffer level)
 CANN_PREFIX = {"acl": "AscendCL", "hccl": "Hccl"}
 
 
@@ -159,6 +164,13 @@ def write_db(root: Path, rank: int = 0) -> Path:
             allocationTotalReserved INTEGER, allocationTotalActive INTEGER,
             releaseTotalAllocated INTEGER, releaseTotalReserved INTEGER,
             releaseTotalActive INTEGER, streamPtr INTEGER, deviceId INTEGER);
+        CREATE TABLE AICORE_FREQ (deviceId INTEGER, timestampNs NUMERIC, freq INTEGER);
+        CREATE TABLE NPU_MEM (type INTEGER, ddr NUMERIC, hbm NUMERIC, timestampNs INTEGER,
+            deviceId INTEGER);
+        CREATE TABLE ACC_PMU (accId INTEGER, readBwLevel INTEGER, writeBwLevel INTEGER,
+            readOstLevel INTEGER, writeOstLevel INTEGER, timestampNs NUMERIC, deviceId INTEGER);
+        CREATE TABLE SOC_BANDWIDTH_LEVEL (l2BufferBwLevel INTEGER, mataBwLevel INTEGER,
+            timestampNs NUMERIC, deviceId INTEGER);
         CREATE TABLE MEMORY_RECORD (component INTEGER, timestamp INTEGER,
             totalAllocated INTEGER, totalReserved INTEGER, totalActive INTEGER,
             streamPtr INTEGER, deviceId INTEGER);"""
@@ -268,6 +280,14 @@ def write_db(root: Path, rank: int = 0) -> Path:
             "INSERT INTO MEMORY_RECORD VALUES (?,?,?,?,?,?,?)",
             (sid(comp), _ns(t), a, r, act, 1, rank),
         )
+    for t, mhz in FREQ:
+        con.execute("INSERT INTO AICORE_FREQ VALUES (?, ?, ?)", (rank, _ns(t), mhz))
+    for typ, t, ddr, hbm in NPU_MEM:
+        con.execute("INSERT INTO NPU_MEM VALUES (?,?,?,?,?)", (sid(typ), ddr, hbm, _ns(t), rank))
+    for t, rb, wb, ro, wo in ACC:
+        con.execute("INSERT INTO ACC_PMU VALUES (?,?,?,?,?,?,?)", (0, rb, wb, ro, wo, _ns(t), 0))
+    for t, mata, l2 in SOC:
+        con.execute("INSERT INTO SOC_BANDWIDTH_LEVEL VALUES (?,?,?,?)", (l2, mata, _ns(t), 0))
     con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(v, k) for k, v in strings.items()])
     con.commit()
     con.close()
@@ -299,6 +319,8 @@ def write_text(root: Path, rank: int = 0) -> Path:
     meta("process_name", PID_CANN, 0, "CANN")
     meta("process_name", PID_HW, 0, "Ascend Hardware")
     meta("process_name", PID_HCCL, 0, "HCCL")
+    for pname, pid in CPID.items():
+        meta("process_name", pid, 0, pname)
     for tid in sorted({a[2] for a in API}):
         meta("thread_name", HOST, tid, f"Thread {tid}")
     for tid in sorted({c[2] for c in CANN}):
@@ -381,6 +403,25 @@ def write_text(root: Path, rank: int = 0) -> Path:
         if conn in cann_at:
             ev.append(_flow("s", "HostToDevice", conn, PID_CANN, *cann_at[conn]))
             ev.append(_flow("f", "HostToDevice", conn, pid, tid, s))
+
+    def counter(pname: str, name: str, us: int, args: dict[str, float]) -> None:
+        ev.append({"ph": "C", "name": name, "pid": CPID[pname], "tid": 0, "ts": _ts(us),
+                   "args": args})  # fmt: skip
+
+    for t, mhz in FREQ:
+        counter("AI Core Freq", "AI Core Freq", t, {"MHz": mhz})
+    for typ, t, ddr, hbm in NPU_MEM:
+        owner = {"app": "APP", "device": "Device"}[typ]
+        for label, v in (("DDR", ddr), ("HBM", hbm), ("Memory", ddr + hbm)):
+            counter("NPU MEM", f"{owner}/{label}", t, {"KB": v / 1024})
+    for t, *levels in ACC:
+        for label, v in zip(
+            ("read_bandwidth", "write_band_width", "read_ost", "write_ost"), levels, strict=True
+        ):
+            counter("Acc PMU", label, t, {"value": v})
+    for t, mata, l2 in SOC:
+        counter("Stars Soc Info", "Mata Bw Level", t, {"Mata Bw Level": mata})
+        counter("Stars Soc Info", "L2 Buffer Bw Level", t, {"L2 Buffer Bw Level": l2})
     (out / "trace_view.json").write_text(json.dumps(ev))
 
     cols = ["Step Id", "Model ID", "Task ID", "Stream ID", "Name", "Type", "OP State"]
@@ -507,6 +548,13 @@ def test_db_run_as_the_model_says(tmp_path: Path) -> None:
     assert m.filter(pl.col("bytes") < 0).get_column("bytes").sum() == -sum(
         r[0] for r in OP_MEM if r[2] is not None
     )
+    cn = p.counters
+    assert cn.filter(pl.col("name") == "NPU MEM/Device/HBM").get_column("value").to_list() == [
+        5 * MIB / 1024
+    ]
+    assert cn.filter(pl.col("name") == "AI Core Freq").get_column("value").to_list() == [
+        float(f) for _, f in FREQ
+    ]
     names = {_pmu_col(k) for v in PMU.values() for k in v}
     km = p.kernel_metrics.filter(pl.col("metric").is_in(list(names)))
     by_name = dict(zip(kernels.get_column("id"), kernels.get_column("name"), strict=True))

@@ -47,6 +47,13 @@ from opscope.redact import redact
 PID_CANN = 1 << 40
 PID_HW = PID_CANN + 1
 PID_HCCL = PID_CANN + 2
+#: Pseudo pids of the sampled-counter processes, by the text export's process names.
+COUNTER_PIDS = {
+    "AI Core Freq": PID_CANN + 3,
+    "NPU MEM": PID_CANN + 4,
+    "Acc PMU": PID_CANN + 5,
+    "Stars Soc Info": PID_CANN + 6,
+}
 _CANN_LEVEL = {"acl": "AscendCL", "node": "Node", "hccl": "Hccl", "runtime": "Runtime"}
 _LEVEL0_KERNEL_COLS = [
     "Step Id",
@@ -647,6 +654,7 @@ def _trace_frame(con: sqlite3.Connection, have: set[str]) -> pl.DataFrame:
         ("process_name", str(PID_HW), "0", "Ascend Hardware"),
         ("process_name", str(PID_HCCL), "0", "HCCL"),
     ]
+    meta_rows += [("process_name", str(pid), "0", n) for n, pid in COUNTER_PIDS.items()]
     body = pl.concat([p for p in parts if p.height], how="diagonal_relaxed") if parts else None
     if body is not None:
         tracks = body.select("pid", "tid").unique().sort("pid", "tid")
@@ -664,7 +672,9 @@ def _trace_frame(con: sqlite3.Connection, have: set[str]) -> pl.DataFrame:
     meta_df = pl.DataFrame(
         meta_rows, schema={"name": st, "pid": st, "tid": st, "a:name": st}, orient="row"
     ).with_columns(pl.lit("M").alias("ph"))
+    counters = _counter_rows(con, have)
     frames = [meta_df, *[p for p in parts if p.height], *[f for f in flows if f.height]]
+    frames += [c for c in counters if c.height]
     return _pack(pl.concat(frames, how="diagonal_relaxed"))
 
 
@@ -704,6 +714,126 @@ def _connections(con: sqlite3.Connection, have: set[str], api: pl.DataFrame) -> 
         .then(pl.lit("fwdbwd"))
     )
     return rows.select("conn", "cid", cat.alias("cat")).filter(pl.col("cat").is_not_null())
+
+
+def _per_row(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """One frame per value of a sampled row -> the values of each row together, in order (as
+    the text export writes them)."""
+    return (
+        pl.concat(
+            [
+                f.with_row_index("_r").with_columns(pl.lit(i).alias("_k"))
+                for i, f in enumerate(frames)
+            ],
+            how="diagonal_relaxed",
+        )
+        .sort("_r", "_k")
+        .drop("_r", "_k")
+    )
+
+
+def _counter_rows(con: sqlite3.Connection, have: set[str]) -> list[pl.DataFrame]:
+    """Sampled counters as the text export's ``C`` events, for the tables whose units the two
+    exports share: AI Core frequency (MHz), NPU memory (bytes -> KB), accelerator and SoC
+    bandwidth levels. HBM and LLC (bytes/s in the database, MB/s in the text) are not read."""
+    i64, f64, st = pl.Int64, pl.Float64, pl.String
+    out: list[pl.DataFrame] = []
+
+    if "AICORE_FREQ" in have:
+        df = _frame(
+            con,
+            "SELECT CAST(timestampNs AS INTEGER), freq FROM AICORE_FREQ",
+            {"t": i64, "v": f64},
+        )
+        out.append(
+            df.select(
+                pl.lit("C").alias("ph"),
+                pl.lit("AI Core Freq").alias("name"),
+                pl.lit(str(COUNTER_PIDS["AI Core Freq"])).alias("pid"),
+                pl.lit("0").alias("tid"),
+                _us_text(pl.col("t")).alias("ts"),
+                pl.col("v").alias("a:MHz"),
+            )
+        )
+    if "NPU_MEM" in have:
+        df = _frame(
+            con,
+            """SELECT s.value, CAST(m.timestampNs AS INTEGER), m.ddr, m.hbm FROM NPU_MEM m
+               LEFT JOIN STRING_IDS s ON s.id = m.type""",
+            {"type": st, "t": i64, "ddr": f64, "hbm": f64},
+        )
+        owner = pl.col("type").replace_strict(
+            {"app": "APP", "device": "Device"}, default=pl.col("type")
+        )
+        out.append(
+            _per_row(
+                [
+                    df.select(
+                        pl.lit("C").alias("ph"),
+                        (owner + pl.lit(f"/{label}")).alias("name"),
+                        pl.lit(str(COUNTER_PIDS["NPU MEM"])).alias("pid"),
+                        pl.lit("0").alias("tid"),
+                        _us_text(pl.col("t")).alias("ts"),
+                        (value / 1024.0).alias("a:KB"),
+                    )
+                    for label, value in (
+                        ("DDR", pl.col("ddr")),
+                        ("HBM", pl.col("hbm")),
+                        ("Memory", pl.col("ddr") + pl.col("hbm")),
+                    )
+                ]
+            )
+        )
+    if "ACC_PMU" in have:
+        df = _frame(
+            con,
+            """SELECT CAST(timestampNs AS INTEGER), readBwLevel, writeBwLevel, readOstLevel,
+                      writeOstLevel FROM ACC_PMU""",
+            {"t": i64, "rb": f64, "wb": f64, "ro": f64, "wo": f64},
+        )
+        out.append(
+            _per_row(
+                [
+                    df.select(
+                        pl.lit("C").alias("ph"),
+                        pl.lit(label).alias("name"),
+                        pl.lit(str(COUNTER_PIDS["Acc PMU"])).alias("pid"),
+                        pl.lit("0").alias("tid"),
+                        _us_text(pl.col("t")).alias("ts"),
+                        pl.col(col).alias("a:value"),
+                    )
+                    for label, col in (
+                        ("read_bandwidth", "rb"),
+                        ("write_band_width", "wb"),
+                        ("read_ost", "ro"),
+                        ("write_ost", "wo"),
+                    )
+                ]
+            )
+        )
+    if "SOC_BANDWIDTH_LEVEL" in have:
+        df = _frame(
+            con,
+            """SELECT CAST(timestampNs AS INTEGER), mataBwLevel, l2BufferBwLevel
+               FROM SOC_BANDWIDTH_LEVEL""",
+            {"t": i64, "mata": f64, "l2": f64},
+        )
+        out.append(
+            _per_row(
+                [
+                    df.select(
+                        pl.lit("C").alias("ph"),
+                        pl.lit(label).alias("name"),
+                        pl.lit(str(COUNTER_PIDS["Stars Soc Info"])).alias("pid"),
+                        pl.lit("0").alias("tid"),
+                        _us_text(pl.col("t")).alias("ts"),
+                        pl.col(col).alias(f"a:{label}"),
+                    )
+                    for label, col in (("Mata Bw Level", "mata"), ("L2 Buffer Bw Level", "l2"))
+                ]
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
