@@ -452,12 +452,13 @@ def test_track_and_group_names_from_the_threads_table() -> None:
             "is_device": [False, False, True],
         }
     )
-    idx = TimelineIndex(Profile.from_tables(events=prof.events, threads=threads))
+    devices = pl.DataFrame({"rank": [0], "device": [0], "name": ["NVIDIA Z100"]})
+    idx = TimelineIndex(Profile.from_tables(events=prof.events, threads=threads, devices=devices))
     got = {(t.pid, t.tid): (t.group, t.name) for t in idx.tracks if t.type == "slice"}
     assert got == {
         (1, 11): ("rank 0 · Python (1)", "Thread 11"),
         (1, 12): ("rank 0 · Python (1)", "Thread 12"),
-        (0, 7): ("rank 0 · device 0", "stream <7>"),
+        (0, 7): ("rank 0 · device 0 (NVIDIA Z100)", "stream <7>"),
     }
     # A process whose threads do not all carry one prefix keeps its number, names whole.
     threads2 = threads.with_columns(

@@ -246,6 +246,11 @@ class TimelineIndex:
             for r in th.select("rank", "pid", "tid", "name").drop_nulls().iter_rows():
                 thread_names[(int(r[0]), int(r[1]), int(r[2]))] = str(r[3])
         procs = _process_names(keys, thread_names)
+        dev_names: dict[tuple[int, int], str] = {}
+        dv = self.profile.devices
+        if dv.height:
+            for r, d, n in dv.select("rank", "device", "name").drop_nulls().iter_rows():
+                dev_names.setdefault((int(r), int(d)), str(n))
         self.tracks: list[Track] = []
         for row in keys.iter_rows(named=True):  # one per thread / stream
             rank, pid, tid, is_dev = (
@@ -260,7 +265,9 @@ class TimelineIndex:
                 name = name[len(proc) + len(_PROC_SEP) :]
             if is_dev:
                 dev_no = row["device"] if row["device"] is not None else pid
-                group = f"rank {rank} · device {dev_no}" + (f" · {proc}" if proc else "")
+                dev_name = dev_names.get((rank, int(dev_no)))
+                extra = f" · {proc}" if proc else (f" ({dev_name})" if dev_name else "")
+                group = f"rank {rank} · device {dev_no}" + extra
                 name = name or f"stream {tid}"
             else:
                 group = f"rank {rank} · " + (f"{proc} ({pid})" if proc else f"process {pid}")

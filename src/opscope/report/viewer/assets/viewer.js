@@ -50,10 +50,11 @@
     return Math.round(ns) + " ns";
   }
 
-  // A ruler label: the unit from the time's size, the decimals from the tick step, so that two
-  // ticks never print the same text however far in one zooms.
-  function fmtTick(t, step) {
-    const a = Math.max(Math.abs(t), step);
+  // A ruler label: the unit from the size of the times on the ruler (one unit for all its ticks),
+  // the decimals from the tick step, so that two ticks never print the same text however far in
+  // one zooms.
+  function fmtTick(t, step, scale) {
+    const a = Math.max(scale, step);
     let unit = 1, suf = " ns";
     if (a >= 1e9) { unit = 1e9; suf = " s"; } else if (a >= 1e6) { unit = 1e6; suf = " ms"; } else if (a >= 1e3) { unit = 1e3; suf = " µs"; }
     const dec = Math.max(0, Math.min(9, Math.ceil(-Math.log10(step / unit) - 1e-9)));
@@ -475,7 +476,7 @@
       ctx.moveTo(x, RULER_H - 8);
       ctx.lineTo(x, RULER_H);
       ctx.stroke();
-      const label = fmtTick(t, step);
+      const label = fmtTick(t, step, Math.max(Math.abs(S.t0), Math.abs(S.t1)));
       ctx.fillText(label, x + 3, 10);
       stats.ticks.push(label);
     }
