@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import polars as pl
 
 import opscope.analysis  # noqa: F401
+from conftest import shared_trace
 from helpers.synth import USER_FILE, Builder
 from opscope.analysis.registry import run
+from opscope.ingest import load
 
 
 def test_planted_allocations() -> None:
@@ -61,3 +66,35 @@ def test_without_totals_uses_running_sum() -> None:
     assert tl.get_column("allocated").to_list() == [64, 96, 32]
     assert res.never_freed.get_column("bytes").to_list() == [32]  # type: ignore[attr-defined]
     assert isinstance(tl, pl.DataFrame)
+
+
+def test_host_memory_fragmentation_is_na() -> None:
+    # Host memory has no caching allocator: Kineto writes Total Reserved 0 for it, and 0 - 64
+    # would be a negative "fragmentation". Device memory keeps reserved - allocated.
+    b = Builder()
+    b.op("aten::empty", 0, 1)
+    b.alloc(1, 64, addr=1, op=0, total=64, reserved=0)
+    b.memory[-1]["device_type"] = 0
+    b.memory[-1]["device"] = -1
+    b.alloc(2, 32, addr=2, op=0, total=32, reserved=2048)
+    res = run("memory", b.build())
+    frag = {r["device_type"]: r["fragmentation"] for r in res.peaks.iter_rows(named=True)}  # type: ignore[attr-defined]
+    assert frag == {0: None, 1: 2048 - 32}
+    assert "n/a for host memory" in res.to_markdown()
+
+
+def test_real_trace_fragmentation_never_negative() -> None:
+    src = shared_trace("gpu/tracelens_h100_bert_small.json.gz")
+    raw = json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+    mem = sorted((e for e in raw if e.get("name") == "[memory]"), key=lambda e: float(e["ts"]))
+    want: dict[int, int | None] = {}
+    for dt in {e["args"]["Device Type"] for e in mem}:
+        evs = [e["args"] for e in mem if e["args"]["Device Type"] == dt]
+        peak = max(a["Total Allocated"] for a in evs)
+        at = next(a for a in evs if a["Total Allocated"] == peak)
+        want[dt] = None if dt == 0 else at["Total Reserved"] - peak
+    assert want[0] is None and 1 in want  # the trace has host and device memory
+    res = run("memory", load(src))
+    got = {r["device_type"]: r["fragmentation"] for r in res.peaks.iter_rows(named=True)}  # type: ignore[attr-defined]
+    assert got == want
+    assert all(v is None or v >= 0 for v in got.values())
