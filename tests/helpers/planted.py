@@ -39,6 +39,7 @@ CASES = (
     "sdpa-headdim",
     "conv",
     "comm",
+    "moe",
 )
 
 
@@ -233,6 +234,9 @@ def trace(
                  [bf[0], bf[0], "", "", "", "", ""], [("implicit_convolve_sgemm", dur)],
                  concrete=["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"])  # fmt: skip
             gap_total += dur - ideal
+        elif case == "moe":
+            rule = "moe-expert-loop"
+            gap_total += _moe(t, peak, bw)
         elif case == "comm":
             rule = "comm-exposed"
             dur = 400.0  # an all-reduce after the compute, nothing to hide it behind
@@ -270,6 +274,27 @@ def trace(
         "h100" if device_props else "mi300x",
     )
     return doc, truth
+
+
+def _moe(t: _Trace, peak: float, bw: float) -> float:
+    """An MoE layer as a loop over 8 experts (HF Mixtral-style modules ``experts.E.w1``), each
+    a small-M linear at 3x its own bound. Returns the planted gap: their time minus one grouped
+    GEMM's bound (summed FLOPs at the peak or summed bytes at the bandwidth, one launch floor
+    of 1.5 µs, the H100 floor typed here)."""
+    tokens = [40, 310, 75, 128, 9, 200, 66, 190]
+    k, n = 1024, 4096
+    bf = "c10::BFloat16"
+    total = flops = nbytes = 0.0
+    for e, m in enumerate(tokens):
+        f = 2.0 * m * n * k
+        b = 2.0 * (m * k + n * k + m * n)
+        dur = 3.0 * _roof_us(f, b, peak, bw)
+        t.op("aten::linear", [[m, k], [n, k]], [bf, bf], [("gemm_bf16_small_m", dur)],
+             module=f"model.layers.0.block_sparse_moe.experts.{e}.w1")  # fmt: skip
+        total += dur
+        flops += f
+        nbytes += b
+    return total - (_roof_us(flops, nbytes, peak, bw) + 1.5)
 
 
 def _clean(t: _Trace, bf: list[str], peak: float, bw: float) -> None:

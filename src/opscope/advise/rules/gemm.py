@@ -80,6 +80,9 @@ def _gemm_calls(profile: Profile, results: Mapping[str, Any]) -> tuple[Any, pl.D
     )
     if calls.height:
         calls = calls.filter(~in_attention_spans(profile, calls.get_column("id")))
+        moe = {i for g in moe_expert_groups(profile, results) for i in g["ids"]}
+        if moe:
+            calls = calls.filter(~pl.col("id").is_in(list(moe)))
     if calls.height == 0:
         return model, calls
     grid = _kernel_blocks(profile, calls.get_column("id"))
@@ -329,6 +332,144 @@ class GemmMemoryBound:
         return out
 
 
+# MoE: the GEMMs of one expert-layer pattern (module path with the expert index masked) whose
+# modules name experts; at least this many experts per step (opscope's heuristic: below 4 a
+# loop costs little next to a grouped GEMM's setup).
+MOE_MODULE = r"(?i)expert"
+MOE_MIN_EXPERTS: Final = 4
+
+
+def moe_expert_groups(profile: Profile, results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """GEMM calls of MoE experts run one expert at a time: per (module pattern with the expert
+    index masked, weight shape), the calls, their time and their summed FLOPs/bytes."""
+    import re
+
+    def run() -> list[dict[str, Any]]:
+        model = c.perf_model(profile, results)
+        calls = model.calls.filter(
+            pl.col("name").is_in(GEMM_OPS)
+            & (pl.col("roof") == "matrix")
+            & pl.col("time_ns").is_not_null()
+            & pl.col("module").fill_null("").str.contains(MOE_MODULE)
+        )
+        if calls.height == 0:
+            return []
+        groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for r in c.shapes_table(calls).iter_rows(named=True):
+            bmnk = gemm_dims(r["name"], r["dims"] or [])
+            if bmnk is None:
+                continue
+            r["m"] = bmnk[1]
+            pattern = re.sub(r"(?<=[_.])\d+(?=[/.]|$)", "*", r["module"])
+            groups.setdefault((pattern, f"{bmnk[3]}x{bmnk[2]}", str(r["dtype"])), []).append(r)
+        out = []
+        steps = c.step_info(profile)
+        for (pattern, kn, dtype), rs in groups.items():
+            experts = {r["module"] for r in rs}
+            if len(experts) < MOE_MIN_EXPERTS or len(rs) / max(steps.n, 1) < MOE_MIN_EXPERTS:
+                continue
+            out.append(
+                {
+                    "pattern": pattern,
+                    "kn": kn,
+                    "dtype": dtype,
+                    "experts": len(experts),
+                    "ids": [int(r["id"]) for r in rs],
+                    "time_ns": float(sum(r["time_ns"] for r in rs)),
+                    "flops": float(sum(r["flops"] or 0 for r in rs)),
+                    "bytes": float(sum(r["bytes"] or 0 for r in rs)),
+                    "calls": len(rs),
+                    "tokens": [int(r["m"]) for r in rs][:64],
+                }
+            )
+        return out
+
+    key = f"moe:{c.device_option(results)}"
+    groups: list[dict[str, Any]] = c._memo(key, profile, run)
+    return groups
+
+
+class MoeExpertLoop:
+    """MoE experts run as one GEMM per expert instead of one grouped GEMM."""
+
+    id = "moe-expert-loop"
+    doc = (
+        "A mixture-of-experts layer written as a loop over experts (`for e in experts: "
+        "y[idx_e] = expert_e(x[idx_e])`) launches one small GEMM per expert: each has few "
+        "tokens (a small M: few tiles, memory-bound on the expert's weights) and its own "
+        "launch. A grouped GEMM runs all experts in one kernel. The rule groups the GEMMs "
+        "whose module path names experts (`experts.3.w1`, `Expert_3/Linear_0`) by the path "
+        "with the expert index masked and the weight shape; with at least "
+        f"{MOE_MIN_EXPERTS} experts (and calls per step) it is flagged. Saving: their time "
+        "minus the performance model's bound of one grouped GEMM (the summed FLOPs at the "
+        "matrix peak or the summed bytes at the bandwidth, plus one launch floor), never more "
+        "than their time; the token dispatch (index/scatter ops) is not counted. Fix: a "
+        "grouped-GEMM MoE kernel (`torch._grouped_mm`, vLLM/SGLang `fused_moe`, MegaBlocks, "
+        "torch_npu `npu_grouped_matmul` on Ascend)."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        from opscope.analysis.model import bound_ns
+
+        spec = c.perf_model(profile, results).spec
+        groups = moe_expert_groups(profile, results)
+        if spec is None or not groups:
+            return []
+        steps = c.step_info(profile)
+        out = []
+        for g in groups:
+            bound = bound_ns(spec, g["flops"], g["bytes"], g["dtype"], "matrix", kernels=1)
+            if bound is None:
+                continue
+            # one grouped GEMM per layer call: as many as the calls of one expert
+            layer_calls = max(g["calls"] // max(g["experts"], 1), 1)
+            grouped = bound + (layer_calls - 1) * c.perf_model(profile, results).floor_ns
+            saving = g["time_ns"] - grouped
+            if saving <= 0 or steps.pct(saving) < STEP_MIN_PCT:
+                continue
+            loc = c.locate(profile, g["ids"][:1]).get(g["ids"][0])
+            out.append(
+                c.make_finding(
+                    profile,
+                    rule=self.id,
+                    title=(
+                        f"MoE: {g['experts']} experts run as {g['calls'] / max(steps.n, 1):.0f} "
+                        f"separate GEMMs per step (K×N {g['kn']}): use a grouped GEMM"
+                    ),
+                    where=(loc.file, loc.line, g["pattern"]) if loc else (None, None, g["pattern"]),
+                    key=f"{g['pattern']}:{g['kn']}",
+                    saving_ns=saving,
+                    saving_how=(
+                        "the expert GEMMs' time minus the bound of one grouped GEMM per layer "
+                        f"call on {spec.label} (summed FLOPs/bytes at the peaks, one launch floor)"
+                    ),
+                    fix=(
+                        "# one grouped GEMM over all experts instead of a Python loop:\n"
+                        "offs = tokens_per_expert.cumsum(0).to(torch.int32)\n"
+                        "out = torch._grouped_mm(x_sorted, w_experts, offs=offs)"
+                    ),
+                    evidence={
+                        "operators": ["expert GEMM"],
+                        "shapes": [],
+                        "dtypes": [g["dtype"]],
+                        "calls": g["calls"],
+                        "figures": {
+                            "experts": g["experts"],
+                            "time_us_per_step": round(steps.per_step_us(g["time_ns"]), 3),
+                            "grouped_bound_us_per_step": round(steps.per_step_us(grouped), 3),
+                            "tokens_per_expert_call": g["tokens"][:16],
+                        },
+                        "event_ids": g["ids"][:10],
+                    },
+                    steps=steps,
+                    limit_ns=g["time_ns"],
+                    limit_what="the expert GEMMs' own time",
+                    method="bound-gap",
+                )
+            )
+        return out
+
+
 _ELEMENTWISE_FORMULA = r"^(elementwise|norm|softmax|reduction)"
 
 
@@ -401,3 +542,4 @@ def _torch_dtype(short: str | None) -> str:
 register(GemmTiles())
 register(GemmMemoryBound())
 register(ElementwiseBandwidth())
+register(MoeExpertLoop())
