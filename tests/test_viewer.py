@@ -378,16 +378,17 @@ def test_overlays_come_as_layers_and_critical_bands() -> None:
     ] + [{"kind": "critical_path", "id": i} for i in path]
     idx = TimelineIndex(prof, overlays=lambda _: items)
     res = idx.overlays()
+    # Findings first, each rule's together, rules in the order they came (advise: by saving).
     assert [(x["key"], x["count"]) for x in res["layers"]] == [
-        ("finding:alpha", 2),
         ("finding:zeta", 1),
+        ("finding:alpha", 2),
         ("anomaly", 1),
         ("critical_path", len(path)),
     ]
     assert [o["layer"] for o in res["overlays"]] == [
-        "finding:alpha",
-        "finding:alpha",
         "finding:zeta",
+        "finding:alpha",
+        "finding:alpha",
         "anomaly",
     ]
     spans = sorted(

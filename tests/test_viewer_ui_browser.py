@@ -437,11 +437,12 @@ def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def test_overlay_layers_legend_findings_first_and_critical_band(page: Any, served: Any) -> None:
     _, raw = served
     keys = _js(page, "[...document.querySelectorAll('#layers .layer')].map(d => d.dataset.key)")
-    assert keys == ["finding:rule-a", "finding:rule-b", "anomaly", "critical_path"]
+    # Findings first, one layer per rule (rules in the order given), then anomalies.
+    assert keys == ["finding:rule-b", "finding:rule-a", "anomaly", "critical_path"]
     texts = page.locator("#layers .layer > label").all_text_contents()
     assert [t.strip() for t in texts] == [
-        "finding: rule-a (1)",
         "finding: rule-b (2)",
+        "finding: rule-a (1)",
         "anomaly (1)",
         f"critical path ({N_HIT + N_KERNELS})",
     ]

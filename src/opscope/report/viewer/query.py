@@ -804,10 +804,10 @@ class TimelineIndex:
     def overlays(self) -> dict[str, Any]:
         """Anomalies, findings and the critical path to highlight (computed once, lazily).
 
-        ``overlays``: the items to outline and list, findings first (grouped by rule, then
-        anomalies); ``bands``: the critical path, one list of merged ``[ts, end]`` intervals per
-        track, drawn as a band instead of one outline per node; ``layers``: each layer's key,
-        title and item count, in legend order.
+        ``overlays``: the items to outline and list, findings first (grouped by rule, rules in the
+        order the overlay function gave them), then anomalies; ``bands``: the critical path, one
+        list of merged ``[ts, end]`` intervals per track, drawn as a band instead of one outline
+        per node; ``layers``: each layer's key, title and item count, in legend order.
         """
         with self._overlay_lock:
             if self._overlays is None:
@@ -825,8 +825,15 @@ class TimelineIndex:
                 path = [int(it["id"]) for it in items if it.get("kind") == "critical_path"]
                 path = [i for i in path if i is not None]
                 rest = [it for it in items if it.get("kind") != "critical_path"]
+                # Findings first, grouped by rule; the rules in the order advise gave them
+                # (largest estimated saving first), then anomalies, then anything else.
                 order = {"finding": 0, "anomaly": 1}
-                rest.sort(key=lambda it: (order.get(str(it.get("kind")), 2), str(it.get("rule"))))
+                rule_at: dict[str, int] = {}
+                for it in rest:
+                    rule_at.setdefault(str(it.get("rule")), len(rule_at))
+                rest.sort(
+                    key=lambda it: (order.get(str(it.get("kind")), 2), rule_at[str(it.get("rule"))])
+                )
                 resolved = []
                 for it in rest:
                     s = self.summary(it.get("id")) if it.get("id") is not None else None
