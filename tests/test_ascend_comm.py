@@ -3,7 +3,9 @@ kept only them and the step breakdown; each figure recomputed from the JSON with
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -23,6 +25,7 @@ from opscope.ingest.ascend_comm import (
     world_size,
 )
 from opscope.ingest.registry import load
+from opscope.ingest.summary import world_size as profile_world_size
 
 SUMMARY = re.compile(r"-(top\d*|middle\d*|bottom\d*|total)$")
 REAL = [
@@ -320,7 +323,6 @@ def test_database_export_communication_equals_the_json(tmp_path: Path) -> None:
 
 def test_world_size_from_metadata_reaches_the_profile(tmp_path: Path) -> None:
     from opscope.doctor.checks import check_ranks
-    from opscope.ingest.summary import world_size as profile_world_size
 
     for r in (0, 1, 3):  # rank 2 kept nothing
         _write_rank(tmp_path, r, GROUPS, 4)
@@ -328,3 +330,28 @@ def test_world_size_from_metadata_reaches_the_profile(tmp_path: Path) -> None:
     assert profile_world_size(p) == 4
     (check,) = check_ranks(p)
     assert check.evidence["first_missing"] == [2]
+
+
+# msinsight test/st/level2 (4 ranks, pp=2; ranks 1 and 3 kept only the step breakdown, the
+# communication files and analysis.db), extracted outside the repo; skipped when absent.
+ST_LEVEL2 = Path(os.environ.get("OPSCOPE_ASCEND_DATA", "/work/ascend_data")) / "st" / "level2"
+
+
+def test_real_partial_output_run_reads_every_rank() -> None:
+    if not ST_LEVEL2.is_dir():
+        pytest.skip(f"msinsight st/level2 not found at {ST_LEVEL2}")
+    p = load(ST_LEVEL2, cache=False)
+    assert sorted(p.meta["ranks"]) == [0, 1, 2, 3]
+    assert profile_world_size(p) == 4
+    for r in range(4):
+        d = ST_LEVEL2 / f"rank_{r}_ascend_pt"
+        rows = _comm_rows(json.loads((_out(d) / "communication.json").read_text()))
+        c = read_communication(d)["collectives"]
+        assert c.get_column("wait_ns").sum() == sum(round(x["Wait Time(ms)"] * 1e6) for x in rows)
+        ev = p.events.filter((pl.col("rank") == r) & (pl.col("kind") == "communication"))
+        assert ev.height == len(rows) > 0
+        steps = list(csv.DictReader((_out(d) / "step_trace_time.csv").open()))
+        st = p.steps.filter(pl.col("rank") == r)
+        assert st.get_column("computing_ns").to_list() == [
+            round(float(s["Computing"]) * 1000) for s in steps
+        ]

@@ -183,7 +183,7 @@ def is_ascend_dir(path: Path) -> bool:
     out = find_output_dir(path)
     if any((out / n).is_file() for n in _RANK_FILES + _PARTIAL_FILES):
         return True
-    return any(out.glob("ascend_pytorch_profiler*.db"))
+    return any(f.stat().st_size > 0 for f in out.glob("ascend_pytorch_profiler*.db"))
 
 
 def rank_of(path: Path) -> int | None:

@@ -18,7 +18,9 @@ the group's rank list in ``profiler_metadata.json``::
     "parallel_group_info": {"<group>": {"group_name": "dp", "group_rank": 0,
                                         "global_ranks": [0, 2, 4, 6]}}
 
-(without it, local index = global rank, which holds for the default world group). Besides one
+(without it, or when the matrix names the group by a hash that the metadata's keys do not
+match, as in msinsight's level2 run, the ends stay as written: local index = global rank, which
+holds for the world group; the cluster analysis maps such groups across ranks). Besides one
 entry per collective the matrix holds summary entries: ``allreduce-top1``, ``-middle``,
 ``-bottomN`` (each a copy of one real collective's links, named in ``Op Name``) and ``-total``
 and ``Total Op Info`` (sums). Summary entries are never added to the links: a top/middle/bottom

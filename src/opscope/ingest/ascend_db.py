@@ -97,7 +97,8 @@ def find_db(path: Path) -> Path | None:
     out = A.find_output_dir(Path(path))
     if not out.is_dir():
         return None
-    dbs = sorted(out.glob("ascend_pytorch_profiler*.db"))
+    # An empty file is no database (sqlite would open it as one without tables).
+    dbs = [f for f in sorted(out.glob("ascend_pytorch_profiler*.db")) if f.stat().st_size > 0]
     return dbs[0] if dbs else None
 
 
