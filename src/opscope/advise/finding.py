@@ -44,12 +44,12 @@ class Finding:
     for findings a micro-benchmark can check, ``bench`` (the spec :mod:`opscope.advise.verify`
     runs). ``saving_us`` is per step; ``saving_how`` says how it was estimated — a rule that
     cannot estimate a saving leaves it at 0.0 and says so there. ``saving_method`` is the
-    estimate's kind in one word (``"bound-gap"``: measured minus the performance model's lower
-    bound; ``"device-idle"``: device idle the fix removes; ``"peer-rate"``: the rate of similar
-    work in the same profile; ``"removed-time"``: the time of work the fix removes;
-    ``"unknown"``) and ``saving_limit_us`` the most the fix could remove (the op's own time
-    for op fixes, the device idle for host-side fixes, the step for anything): the saving is
-    never above it.
+    estimate's kind in one word: ``"bound-gap"`` (measured minus the performance model's lower
+    bound), ``"device-idle"`` (device idle the fix removes), ``"peer-rate"`` (the rate of
+    similar work in the same profile), ``"peak-ratio"`` (the time scaled by the ratio of two
+    peaks), ``"removed-time"`` (the time of work the fix removes) or ``"unknown"``.
+    ``saving_limit_us`` is the most the fix could remove (the op's own time for op fixes, the
+    device idle for host-side fixes, the step for anything): the saving is never above it.
     """
 
     id: str

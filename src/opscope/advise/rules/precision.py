@@ -139,6 +139,9 @@ class Precision:
                     cap=None if same_device else "medium",
                     steps=steps,
                     severity=None if same_device else "medium",
+                    limit_ns=t,
+                    limit_what="the fp32 matmuls' own time",
+                    method="peak-ratio" if saving else "unknown",
                 )
             )
         return out
