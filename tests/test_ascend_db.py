@@ -624,3 +624,20 @@ def test_real_db_and_text_agree_on_the_program(level: str, rank: int) -> None:
     assert dev.get_column("step").null_count() == 0
     assert dev.get_column("op_id").null_count() <= 3
     assert schema.EVENTS.keys() == dict(db.events.schema).keys()
+
+
+def test_database_export_is_cached(
+    tmp_path: Path, user_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opscope.ingest import ascend
+    from opscope.ingest import cache as cache_mod
+
+    monkeypatch.setattr(ascend, "CACHE_MIN_BYTES", 0)
+    d = write_db(tmp_path)
+    first = read_ascend(d)
+    anchor = ascend.cache_anchor(d)
+    assert anchor is not None and anchor.suffix == ".db"
+    hit = cache_mod.lookup(anchor, salvage=False)
+    assert hit is not None
+    for name in TABLES:
+        assert hit.table(name).equals(first.table(name)), name

@@ -220,14 +220,6 @@ def read_ascend(
     when nothing can be read.
     """
     path = Path(path)
-    out = find_output_dir(path)
-    if not any((out / n).is_file() for n in _RANK_FILES):
-        from opscope.ingest import ascend_comm, ascend_db
-
-        if ascend_db.is_db_dir(path):
-            return ascend_db.read_ascend_db(path, salvage=salvage, cache=cache, progress=progress)
-        if any((out / n).is_file() for n in _PARTIAL_FILES):
-            return ascend_comm.read_partial(path)
     anchor = cache_anchor(path)
     use_cache = cache and anchor is not None and anchor.stat().st_size >= CACHE_MIN_BYTES
     if use_cache and anchor is not None:
@@ -236,7 +228,7 @@ def read_ascend(
         hit = cache_mod.lookup(anchor, salvage=salvage)
         if hit is not None:
             return hit
-    prof = _parse(path, salvage=salvage, progress=progress)
+    prof = _parse_export(path, salvage=salvage, progress=progress)
     if use_cache and anchor is not None:
         from opscope.ingest import cache as cache_mod
 
@@ -244,18 +236,33 @@ def read_ascend(
     return prof
 
 
-#: trace_view.json size from which a parsed Ascend output is cached.
+def _parse_export(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
+    """The text export, else the database export, else a rank's partial output."""
+    out = find_output_dir(path)
+    if not any((out / n).is_file() for n in _RANK_FILES):
+        from opscope.ingest import ascend_comm, ascend_db
+
+        if ascend_db.is_db_dir(path):
+            return ascend_db.read_ascend_db(path, cache=False, progress=progress)
+        if any((out / n).is_file() for n in _PARTIAL_FILES):
+            return ascend_comm.read_partial(path)
+    return _parse(path, salvage=salvage, progress=progress)
+
+
+#: trace_view.json (or profiler database) size from which a parsed Ascend output is cached.
 CACHE_MIN_BYTES = 16 * 1024 * 1024
 
 
 def cache_anchor(path: Path) -> Path | None:
     """The file whose size and mtime key the cache of an Ascend output (its trace_view.json,
-    else its kernel_details.csv); None when neither exists."""
+    else its kernel_details.csv, else its profiler database); None when none exists."""
     out = find_output_dir(Path(path))
     for name in ("trace_view.json", "kernel_details.csv"):
         if (out / name).is_file():
             return out / name
-    return None
+    from opscope.ingest import ascend_db
+
+    return ascend_db.find_db(Path(path))
 
 
 def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
