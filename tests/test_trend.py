@@ -4,9 +4,11 @@ The detector's verdicts (which change points, at which step, with which medians)
 generated run directories whose truth is known: planted step times and operator times written as
 metrics.jsonl and periodic traces (``helpers.synth.trend_run``). A real periodic CPU run with a
 slowdown planted at a known step is checked only for what the machine's speed cannot change: the
-planted change point is among those found, at its step; its medians are those of metrics.jsonl
-parsed with the stdlib; the operator series equals the raw trace; the comparison names the
-traces on both sides and the planted matmuls (30 per step against a handful) got slower."""
+planted change point is among those found, at its step, in the operator series (aten::mm's share
+of the step, which a loaded machine does not move); every step-time change point found has the
+medians of metrics.jsonl parsed with the stdlib; the operator series equals the raw trace; the
+comparison names the traces on both sides and the planted matmuls (150 per step against a
+handful) got slower."""
 
 from __future__ import annotations
 
@@ -35,10 +37,7 @@ SLOW_FROM = 30
 EVERY = 10
 SETTINGS = RecordSettings(wait=1, warmup=1, active=3, every=EVERY)
 EXTRA = 150
-"""Planted matmuls per step from SLOW_FROM on: ~55 ms on a ~6 ms step (9x). A loaded 2-core
-machine slows a few steps by 2x at times (one such pair of steps before the planted one used to
-pull the change point to step 28 when the planted shift was 2.5x); a 9x shift leaves any step
-slowed less than 4x on its own side of the midpoint between the two levels."""
+"""Planted matmuls per step from SLOW_FROM on: ~55 ms on a ~6 ms step (9x on a quiet machine)."""
 
 
 @pytest.fixture(scope="module")
@@ -73,31 +72,32 @@ def test_planted_slowdown_found_at_its_step(
     assert code == 0
     j = json.loads(out)
     assert j["steps"] == STEPS
-    # The planted slowdown is among the step-time change points, at its step. Others may be
-    # found too: a shared machine that changes speed for a while is a real shift of step time,
-    # which trend rightly reports (the synthetic tests below pin what is found exactly).
-    st = [c for c in j["change_points"] if c["metric"] == "step_time"]
-    at = [c for c in st if abs(c["step"] - SLOW_FROM) <= 1]
-    assert len(at) == 1, st
-    c = at[0]
-    walls = _clean_walls(slow_run)
-    lo, hi = c["before_steps"][0], c["after_steps"][1]
-    before = [v for s, v in walls.items() if lo <= s < c["step"]]
-    after = [v for s, v in walls.items() if c["step"] <= s <= hi]
-    assert c["before"] == pytest.approx(statistics.median(before))
-    assert c["after"] == pytest.approx(statistics.median(after))
-    assert c["ratio"] == pytest.approx(c["after"] / c["before"])
-    assert c["ratio"] > 1
-    # the planted matmuls: aten::mm per step jumps at the first sample after SLOW_FROM
+    # The planted regression is found at its step in the operator series: aten::mm's share of
+    # the step jumps ~100x at the first sample after SLOW_FROM. Shares are what a loaded machine
+    # cannot move (it slows every operator of a sample alike), so this holds at any load.
     mm = [x for x in j["change_points"] if x["metric"] == "op:aten::mm"]
-    assert len(mm) == 1
-    assert SLOW_FROM <= mm[0]["step"] <= SLOW_FROM + EVERY
-    # ... and the nearest traces on both sides are compared: mm got slower there too
-    comp = c["comparison"]
+    assert [x["step"] for x in mm] == [32]
+    assert mm[0]["after"] > 10 * mm[0]["before"]
+    # ... and the nearest traces on both sides are compared: 150 more matmuls per step after it
+    comp = mm[0]["comparison"]
     assert Path(comp["before_trace"]).name == "step_000022.pt.trace.json.gz"
     assert Path(comp["after_trace"]).name == "step_000032.pt.trace.json.gz"
     row = next(r for r in comp["rows"] if r["key"] == "aten::mm")
-    assert row["after_us"] > 2 * row["before_us"]
+    assert row["after_us"] > 10 * row["before_us"]
+    # Step time is wall clock: at load ~7 on 2 cores the slow segment's scatter (steps of 140 to
+    # 490 ms) was beyond the noise rule in 2 of 3 runs, and a machine changing speed mid-run adds
+    # change points of its own; whether it is found is pinned on generated runs below. Whatever
+    # is found has the medians of its segments in metrics.jsonl.
+    walls = _clean_walls(slow_run)
+    for c in j["change_points"]:
+        if c["metric"] != "step_time":
+            continue
+        lo, hi = c["before_steps"][0], c["after_steps"][1]
+        before = [v for s, v in walls.items() if lo <= s < c["step"]]
+        after = [v for s, v in walls.items() if c["step"] <= s <= hi]
+        assert c["before"] == pytest.approx(statistics.median(before))
+        assert c["after"] == pytest.approx(statistics.median(after))
+        assert c["ratio"] == pytest.approx(c["after"] / c["before"])
 
 
 @pytest.mark.slow
@@ -176,8 +176,8 @@ def test_html_report_carries_the_trend(
     m = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
     assert m is not None
     data = json.loads(m.group(1))
-    steps = {c["step"] for c in data["trend"]["change_points"] if c["metric"] == "step_time"}
-    assert any(abs(s - SLOW_FROM) <= 1 for s in steps)
+    found = {(c["metric"], c["step"]) for c in data["trend"]["change_points"]}
+    assert ("op:aten::mm", 32) in found
     assert data["trend"]["series"]["step_time"]["steps"] == sorted(_clean_walls(slow_run))
 
 
