@@ -18,22 +18,29 @@ HOST_SIDE = ("overhead-", "comm-")
 PLANTED = [c for c in planted.CASES if c != "clean"]
 
 
-def _run(case: str, tmp_path: Path, props: bool) -> tuple[list, dict]:
-    path, _ = planted.write(case, tmp_path, device_props=props)
+# The device each run is read as: the H100 trace carries its device properties, the others are
+# read with the device named (what `--device MI300X` does).
+NAMED = {"h100": None, "mi300x": "MI300X", "ascend910b2": "ascend910b2"}
+
+
+def _run(case: str, tmp_path: Path, device: str) -> tuple[list, dict]:
+    path, _ = planted.write(case, tmp_path, device=device)
     # the truth is read back from the file written beside the trace
     truth = json.loads(path.with_name(path.name.replace(".json", ".truth.json")).read_text())
-    results = {} if props else {"target_name": "MI300X"}
+    results = {"target_name": NAMED[device]} if NAMED[device] else {}
     found = advise(opscope.load(path), results)
     assert found.errors == {}
     return list(found), truth
 
 
-@pytest.mark.parametrize("props", [True, False], ids=["h100-props", "mi300x-by-name"])
+@pytest.mark.parametrize("device", planted.DEVICES)
 @pytest.mark.parametrize("case", PLANTED)
 def test_planted_class_is_top_with_saving_near_the_gap(
-    case: str, props: bool, tmp_path: Path
+    case: str, device: str, tmp_path: Path
 ) -> None:
-    found, truth = _run(case, tmp_path, props)
+    if case == "gemm-few-tiles" and device == "ascend910b2":
+        pytest.skip("24 cube cores: a GEMM with < 12 tiles of 128x128 is memory-bound")
+    found, truth = _run(case, tmp_path, device)
     if truth["rule"].startswith(HOST_SIDE):
         ranked = found
     else:
@@ -48,9 +55,9 @@ def test_planted_class_is_top_with_saving_near_the_gap(
     assert top.saving_limit_us is not None and top.saving_us <= top.saving_limit_us + 1e-6
 
 
-@pytest.mark.parametrize("props", [True, False], ids=["h100-props", "mi300x-by-name"])
-def test_clean_trace_has_nothing_above_one_percent(props: bool, tmp_path: Path) -> None:
-    found, truth = _run("clean", tmp_path, props)
+@pytest.mark.parametrize("device", planted.DEVICES)
+def test_clean_trace_has_nothing_above_one_percent(device: str, tmp_path: Path) -> None:
+    found, truth = _run("clean", tmp_path, device)
     assert truth["rule"] is None
     assert [f for f in found if f.saving_pct > 1.0] == []
 

@@ -26,6 +26,12 @@ H100_SMS = 132
 MI300X_BF16 = 1307.4e12
 MI300X_BW = 5.3e12
 MI300X_CUS = 304
+# Ascend 910B2 public figures (as opscope's table: approximate): fp16/bf16 cube peak, HBM
+# bandwidth, AI (cube) cores. An Ascend-like run: the same ops, read with --device ascend910b2.
+ASCEND_BF16 = 376e12
+ASCEND_BW = 1.6e12
+ASCEND_CORES = 24
+DEVICES = ("h100", "mi300x", "ascend910b2")
 STEP_GAP_US = 2.0  # host launches run ahead; kernels follow each other with this gap
 CASES = (
     "clean",
@@ -149,16 +155,24 @@ def trace(
     device_props: bool = True,
     clean_work: bool = True,
     extra_views: int = 0,
+    device: str | None = None,
 ) -> tuple[dict[str, Any], Truth]:
-    """The Kineto trace (dict) of ``case`` and its truth. ``device_props=False`` leaves the
+    """The Kineto trace (dict) of ``case`` and its truth. ``device`` (``DEVICES``) sets the
+    peaks the planted times are computed from; only the H100 trace carries device properties
+    (the others are read with ``--device NAME``). ``device_props=False`` means MI300X and leaves the
     device properties out (an MI300X-like trace to read with ``--device MI300X``);
     ``clean_work=False`` leaves the clean GEMM and add out (only the planted issue);
     ``extra_views`` adds that many view/reshape ops (no kernels) on each side of the softmax
     of the attention case, the dropout in its own child module."""
     if case not in CASES:
         raise ValueError(case)
-    peak, bw, sms = (H100_BF16, H100_BW, H100_SMS) if device_props else (
-        MI300X_BF16, MI300X_BW, MI300X_CUS)  # fmt: skip
+    device = device or ("h100" if device_props else "mi300x")
+    device_props = device == "h100"
+    peak, bw, sms = {
+        "h100": (H100_BF16, H100_BW, H100_SMS),
+        "mi300x": (MI300X_BF16, MI300X_BW, MI300X_CUS),
+        "ascend910b2": (ASCEND_BF16, ASCEND_BW, ASCEND_CORES),
+    }[device]
     t = _Trace()
     gap_total = 0.0
     rule: str | None = None
@@ -182,7 +196,12 @@ def trace(
             gap_total += dur - ideal
         elif case == "gemm-wave":
             rule = "gemm-tiles"
-            m, k, n = 128 * 7, 8192, 128 * 19 if device_props else 128 * 44  # 133 / 308 tiles
+            # one tile more than the SMs/cores: 133 / 308 / 25 tiles of 128x128
+            m, k, n = {
+                "h100": (128 * 7, 8192, 128 * 19),
+                "mi300x": (128 * 7, 8192, 128 * 44),
+                "ascend910b2": (128 * 5, 16384, 128 * 5),
+            }[device]
             f, b = _bf16_mm(m, k, n)
             ideal = _roof_us(f, b, peak, bw)
             dur = 2.0 * ideal  # a second, nearly empty wave
@@ -271,7 +290,7 @@ def trace(
         rule if case != "clean" else None,
         gap_total / steps,
         step_us,
-        "h100" if device_props else "mi300x",
+        device,
     )
     return doc, truth
 
@@ -358,12 +377,18 @@ def write(
     device_props: bool = True,
     clean_work: bool = True,
     extra_views: int = 0,
+    device: str | None = None,
 ) -> tuple[Path, Truth]:
     """Write ``<case>.json`` and ``<case>.truth.json`` under ``directory``."""
     doc, truth = trace(
-        case, device_props=device_props, clean_work=clean_work, extra_views=extra_views
+        case,
+        device_props=device_props,
+        clean_work=clean_work,
+        extra_views=extra_views,
+        device=device,
     )
     suffix = ("" if device_props else ".noprops") + ("" if clean_work else ".alone")
+    suffix += f".{device}" if device else ""
     suffix += f".v{extra_views}" if extra_views else ""
     p = directory / f"{case}{suffix}.json"
     p.write_text(json.dumps(doc))
