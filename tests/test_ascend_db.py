@@ -641,3 +641,22 @@ def test_database_export_is_cached(
     assert hit is not None
     for name in TABLES:
         assert hit.table(name).equals(first.table(name)), name
+
+
+def test_wait_time_without_a_wait_column(tmp_path: Path) -> None:
+    """Older databases have no waitNs: the wait is the gap to the previous kernel's end."""
+    d = write_db(tmp_path)
+    con = sqlite3.connect(d / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db")
+    con.execute("ALTER TABLE COMPUTE_TASK_INFO DROP COLUMN waitNs")
+    con.execute("ALTER TABLE COMMUNICATION_OP DROP COLUMN waitNs")
+    con.commit()
+    con.close()
+    p = read_ascend(d, cache=False)
+    spans = sorted([(c[5], c[6], c[1]) for c in COMPUTE] + [(COMM_OP[2], COMM_OP[3], COMM_OP[0])])
+    want = {}
+    for i, (s, _e, name) in enumerate(spans):
+        want[name] = 0.0 if i == 0 else float(max(0, s - spans[i - 1][1]))
+    ids = p.events.filter(pl.col("kind").is_in(["kernel", "communication"]))
+    names = dict(zip(ids.get_column("id"), ids.get_column("name"), strict=True))
+    w = p.kernel_metrics.filter(pl.col("metric") == "Wait Time(us)")
+    assert {names[r["event_id"]]: r["value"] for r in w.iter_rows(named=True)} == want
