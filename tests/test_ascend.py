@@ -150,9 +150,7 @@ def test_kernel_to_op_links_follow_async_npu_flows(rel: str) -> None:
     p = _load(rel)
     ev = p.events
     names = dict(ev.select("id", "name").iter_rows())
-    k = ev.filter(
-        pl.col("kind").is_in(["kernel", "communication"]) & pl.col("op_id").is_not_null()
-    )
+    k = ev.filter(pl.col("kind").is_in(["kernel", "communication"]) & pl.col("op_id").is_not_null())
     got = {ts: names[op] for ts, op in k.select("ts_ns", "op_id").iter_rows()}
     assert len(want) > 150
     assert got == want
