@@ -181,7 +181,9 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
         .with_columns((1 - (pl.col("waves") - pl.col("waves").floor())).alias("_t"))
     )
     k = k.with_columns(
-        pl.when(pl.col("waves") - pl.col("waves").floor() > 0)
+        pl.when(pl.col("waves").is_null())
+        .then(None)  # no SM count or limits: unknown, not "no tail"
+        .when(pl.col("waves") - pl.col("waves").floor() > 0)
         .then(pl.col("_t"))
         .otherwise(0.0)
         .alias("tail_idle")

@@ -49,6 +49,10 @@ _GROUP: Final = ("name", "input_dims", "input_types")
 _DEVICE_KINDS: Final = kinds.LOCAL_WORK
 
 
+#: What a share of peak reads when the device's peaks are unknown (never 0% or a blank).
+NO_PEAK: Final = "n/a — no peak for this device; `--device` or `opscope calibrate`"
+
+
 @dataclass(frozen=True)
 class RooflineResult(Result):
     """``calls``: one row per outermost costed op call; ``groups``: per (name, shapes, dtypes),
@@ -61,6 +65,7 @@ class RooflineResult(Result):
     device: str | None
     peaks_note: str
     time_source: str  # "device" or "host"
+    peak_known: bool = True
 
     def to_json(self) -> list[dict[str, Any]]:
         """The report's ``"roofline"`` list, one entry per group (ops, then Ascend kernels)."""
@@ -81,6 +86,7 @@ class RooflineResult(Result):
                         "achieved_tflops": r["achieved_tflops"],
                         "achieved_gbps": r["achieved_gbps"],
                         "pct_of_peak": r["pct_of_peak"],
+                        **({} if self.peak_known else {"peak_note": NO_PEAK}),
                         "bound": r["bound"],
                         "formula": r["formula"],
                         **{m: r[m] for m in PMU_METRICS if m in r},
@@ -104,7 +110,8 @@ class RooflineResult(Result):
                     f"{_fmt(r['time_ns'], 1e-3)} | {_fmt(r['flops'], 1e-9)} | "
                     f"{_fmt(r['bytes'], 1e-6)} | {_fmt(r['intensity'])} | "
                     f"{_fmt(r['achieved_tflops'])} | {_fmt(r['achieved_gbps'])} | "
-                    f"{_fmt(r['pct_of_peak'])} | {r['bound'] or '?'} |"
+                    f"{_fmt(r['pct_of_peak']) if self.peak_known else 'n/a'} | "
+                    f"{r['bound'] or '?'} |"
                 )
         return "\n".join(lines) + "\n"
 
@@ -402,8 +409,9 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
         groups=groups,
         kernel_groups=kernel_groups,
         device=dev_name,
-        peaks_note=note,
+        peaks_note=note if spec is not None else f"{NO_PEAK} ({note})",
         time_source="device" if has_device else "host",
+        peak_known=spec is not None,
     )
 
 

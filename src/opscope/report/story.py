@@ -610,11 +610,13 @@ def _generic(key: str, title: str, value: Any, rows: int) -> list[StoryTable]:
         pref = [c for c in _PREFERRED.get(tid, []) if c in cols]
         cols = pref or cols[:8]
         name = tid.split(".", 1)[1].replace("_", " ") if "." in tid else ""
+        # a row's peak_note (roofline, device without peaks) says why "% of peak" is empty
+        basis = next((str(r["peak_note"]) for r in rs if r.get("peak_note")), "")
         out.append(
             StoryTable(
                 tid,
                 f"{title}: {name}" if name else title,
-                "",
+                basis,
                 tuple(Column(c, fmt.header(c), _kind(rs, c)) for c in cols),
                 tuple(rs[:rows]),
                 max(0, len(rs) - rows),

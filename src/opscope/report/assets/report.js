@@ -408,13 +408,15 @@
       pts.forEach((p, i) => {
         const c = svg("circle", { cx: X(p.intensity), cy: Y(p.achieved_tflops), r: 3 + 7 * Math.sqrt((p.time_us || 0) / tmax), fill: p.bound === "memory" ? "#4e79a7" : p.bound === "compute" ? "#f28e2b" : "#889", "fill-opacity": 0.7, stroke: "#1d2330", "stroke-width": 0.5 });
         c.setAttribute("data-i", String(i));
-        hover(c, `${p.name}\nshapes ${fmt(p.input_shapes)} ${fmt(p.dtypes)}\nintensity ${fmt(p.intensity)} FLOP/B\n${fmt(p.achieved_tflops)} TFLOP/s, ${fmt(p.achieved_gbps)} GB/s\n${fmt(p.pct_of_peak)} % of peak (${p.bound || "?"})\ntime ${fmtUs(p.time_us)} in ${p.calls} calls`);
+        hover(c, `${p.name}\nshapes ${fmt(p.input_shapes)} ${fmt(p.dtypes)}\nintensity ${fmt(p.intensity)} FLOP/B\n${fmt(p.achieved_tflops)} TFLOP/s, ${fmt(p.achieved_gbps)} GB/s\n${p.pct_of_peak == null ? "% of peak: " + (p.peak_note || "n/a") : fmt(p.pct_of_peak) + " % of peak"} (${p.bound || "?"})\ntime ${fmtUs(p.time_us)} in ${p.calls} calls`);
         g.appendChild(c);
       });
       s.appendChild(g);
       if (inferred) s.appendChild(el("p", "The roof is inferred from the groups' % of peak (the report carries no explicit peaks).", "muted"));
       s.appendChild(el("p", "Orange: compute bound, blue: memory bound; area grows with time.", "muted"));
     } else s.appendChild(el("p", "No operator group has both FLOPs and bytes to place on the roofline.", "muted"));
+    const noPeak = rows.find((p) => p.peak_note);
+    if (noPeak) s.appendChild(el("p", "% of peak: " + noPeak.peak_note, "muted"));
     if (rows.length) s.appendChild(table(rows));
     if (!Array.isArray(r)) s.appendChild(kv(r));
   }
