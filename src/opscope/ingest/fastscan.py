@@ -23,6 +23,7 @@ decimal text when the trace needs exact times: see :func:`jsonscan.needs_exact_t
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import re
@@ -703,3 +704,315 @@ class _ChunkBuf:
                     _add_nulls(f, base, k)
             _add(f, vt, self.ival[row, :n], self.ilen[row, :n], n, data, k)
         vtype[:, : min(n + 1, self.chunk)] = k.ABSENT
+
+
+# --------------------------------------------------------------------------------------------------
+# streaming: the text through a bounded sliding window
+
+WINDOW_BYTES = 256 * 1024**2
+"""Text held at once by :func:`scan_stream`: the window the kernels scan before it slides on."""
+
+_WINDOW_GROWTH = 8
+"""How far the window may grow past its size to hold one event (larger: the reference path)."""
+
+
+class _Window:
+    """A sliding window over a text read forward: bytes ``[off, off + n)`` of the text sit at
+    ``mm[0:n]`` (an anonymous map, so slices come out as bytes, as from a file map)."""
+
+    def __init__(self, read: Callable[[int], bytes], cap: int) -> None:
+        self.read, self.cap, self.max_cap = read, cap, cap * _WINDOW_GROWTH
+        self.mm = mmap.mmap(-1, cap)
+        self.arr = np.frombuffer(self.mm, dtype=np.uint8)
+        self.off = self.n = 0
+        self.eof = False
+        self._fill()
+
+    @property
+    def addr(self) -> int:
+        return int(self.arr.ctypes.data)
+
+    def _fill(self) -> None:
+        while self.n < self.cap and not self.eof:
+            piece = self.read(self.cap - self.n)
+            if not piece:
+                self.eof = True
+                break
+            self.mm[self.n : self.n + len(piece)] = piece
+            self.n += len(piece)
+
+    def slide(self, p: int) -> None:
+        """Drop the text before ``p`` (positions then count from it) and read on; when ``p`` is 0
+        the window is full of one unfinished value: grow it (:class:`_Bail` past the bound)."""
+        if p == 0:
+            if self.cap >= self.max_cap:
+                raise _Bail
+            cap = self.cap * 2
+            mm = mmap.mmap(-1, cap)
+            mm[: self.n] = self.mm[: self.n]
+            del self.arr
+            self.mm.close()
+            self.mm, self.cap = mm, cap
+            self.arr = np.frombuffer(mm, dtype=np.uint8)
+        else:
+            self.mm.move(0, p, self.n - p)
+            self.off += p
+            self.n -= p
+        self._fill()
+
+    def ws(self, p: int) -> int:
+        """``p`` past whitespace, sliding the window when the whitespace runs to its end (the
+        returned position may then be smaller); ``n`` only at the end of the text."""
+        while True:
+            m = _WS.match(self.mm, p, self.n)  # type: ignore[call-overload]
+            p = p if m is None else m.end()
+            if p < self.n or self.eof:
+                return p
+            self.slide(p)
+            p = 0
+
+    def close(self) -> None:
+        del self.arr
+        with contextlib.suppress(BufferError):
+            self.mm.close()
+
+
+def scan_stream(
+    read: Callable[[int], bytes],
+    *,
+    window: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, Any], Scanned] | None:
+    """:func:`scan_document` on a text read forward by ``read(n)`` (a file, or a gzip inflated
+    on the fly: :class:`opscope.ingest.gz.Stream`), holding at most a window of ``window`` bytes
+    (default :data:`WINDOW_BYTES`; grown to hold an event that does not fit, up to
+    ``_WINDOW_GROWTH`` times) instead of the whole text. Same result as :func:`scan_document` on
+    the whole text; ``None`` likewise. ``progress(pos)``: text bytes read so far."""
+    if not available():
+        return None
+    win = _Window(read, max(64, window or WINDOW_BYTES))
+    try:
+        return _document_stream(win, progress)
+    except (_Bail, msgspec.DecodeError):
+        return None
+    finally:
+        win.close()
+
+
+def _document_stream(
+    win: _Window, progress: Callable[[int], None] | None
+) -> tuple[dict[str, Any], Scanned]:
+    k = _kernels()
+    ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
+    stack = np.zeros(_STACK_DEPTH, dtype=np.uint8)
+    ctl[[k.C_STACK, k.C_STACK_CAP]] = [stack.ctypes.data, _STACK_DEPTH]
+
+    def value(p: int) -> tuple[Any, int]:
+        """(the JSON value at ``p``, decoded; the position after it)."""
+        while True:
+            e = int(k.skip_value(win.addr, p, win.n, ctl.ctypes.data))
+            # (a number running to the window's end may go on past it)
+            if e >= 0 and (e < win.n or win.eof):
+                return msgspec.json.decode(win.mm[p:e]), e
+            if win.eof:
+                raise _Bail
+            win.slide(p)
+            p = 0
+
+    p = win.ws(0)
+    c = win.mm[p : p + 1]
+    if p < win.n and c == b"[":
+        scanned, stop = _scan_stream(win, p, progress)
+        if win.ws(stop) != win.n:
+            raise _Bail
+        return {}, scanned
+    if c != b"{":
+        raise _Bail
+    header: dict[str, Any] = {}
+    events: Scanned | None = None
+    p = win.ws(p + 1)
+    if win.mm[p : p + 1] == b"}":
+        raise _Bail  # no traceEvents: the reference path says so
+    while True:
+        key, p = value(p)
+        if not isinstance(key, str):
+            raise _Bail
+        p = win.ws(p)
+        if win.mm[p : p + 1] != b":":
+            raise _Bail
+        p = win.ws(p + 1)
+        if key == "traceEvents":
+            if events is not None or win.mm[p : p + 1] != b"[":
+                raise _Bail
+            events, p = _scan_stream(win, p, progress)
+        else:
+            header[key], p = value(p)
+        p = win.ws(p)
+        c = win.mm[p : p + 1]
+        if c == b",":
+            p = win.ws(p + 1)
+        elif c == b"}" and win.ws(p + 1) == win.n and events is not None:
+            return header, events
+        else:
+            raise _Bail
+
+
+def _scan_stream(
+    win: _Window, start: int, progress: Callable[[int], None] | None
+) -> tuple[Scanned, int]:
+    """:func:`_scan` over a sliding window: the array at ``win.mm[start]``, read window by
+    window; returns (events, position in the window after the closing bracket).
+
+    Each window is scanned with fresh intern tables (their entries are spans of the window's
+    text); at its end the window's strings are decoded and its codes renumbered into the
+    distinct strings of the whole scan. An event cut by the window's end makes the kernel stop
+    at its start (every event ends with ``}``, so a cut one never reads as complete); the window
+    then slides to it.
+    """
+    k = _kernels()
+    t = _tables(k)
+    allowed = _allowed(k)
+    ek, ak = t.events, t.args
+    names = ek.names + ak.names
+    kinds = np.concatenate([ek.kinds, ak.kinds])
+    chunk = CHUNK_EVENTS
+    bufs = [_ChunkBuf(len(names), chunk), _ChunkBuf(len(names), chunk)]
+    stack = np.zeros(_STACK_DEPTH, dtype=np.uint8)
+    enxt = np.full(len(ek.names) + 1, -1, dtype=np.int64)
+    anxt = np.full(len(ak.names) + 1, -1, dtype=np.int64)
+    ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
+    ctl[[k.C_STACK, k.C_STACK_CAP]] = [stack.ctypes.data, _STACK_DEPTH]
+    for base, keys in ((k.C_EK_TAB, ek), (k.C_AK_TAB, ak)):
+        ctl[base : base + 7] = [
+            keys.ktab.ctypes.data,
+            keys.ktab.shape[0] - 1,
+            keys.kh.ctypes.data,
+            keys.kbytes.ctypes.data,
+            keys.koff.ctypes.data,
+            keys.kinds.ctypes.data,
+            len(keys.names),
+        ]
+    ctl[[k.C_TS_KEY, k.C_ENXT, k.C_ANXT]] = [t.ts_key, enxt.ctypes.data, anxt.ctypes.data]
+    fields = {nm: _Field(nm, int(kd)) for nm, kd in zip(names, kinds, strict=True)}
+    raw_kinds = {int(k.K_RAW)}
+    str_kinds = {int(k.K_STR), int(k.K_INTSTR), int(k.K_NUMSTR)}
+    strings: list[str | None] = []
+    raw_texts: list[str | None] = []
+    s_code: dict[str | None, int] = {}
+    r_code: dict[str | None, int] = {}
+    counters: list[jsonscan.CounterEvent] = []
+    n_total = 0
+    pos, first, done = start + 1, True, False
+    cur = 0
+
+    def run(
+        b: _ChunkBuf, addr: int, lim: int, at: int, first: bool, most: int = chunk
+    ) -> tuple[int, int, int]:
+        b.install(ctl, k)
+        status, stop, n = k.scan_events(addr, at, lim, first, most, ctl.ctypes.data)
+        return int(status), int(stop), int(n)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        while not done:
+            # one window: fresh intern tables, the kernel stops at the text's end
+            strs, raws = _Interns(ctl, k.C_S_TAB), _Interns(ctl, k.C_R_TAB)
+            ctl[[k.C_S_TAB + 6, k.C_R_TAB + 6]] = 0
+            marks = {nm: len(f.codes) for nm, f in fields.items()}
+            addr, lim, seg = win.addr, win.n, pos
+            at = pos
+            job: Future[tuple[int, int, int]] | None = pool.submit(
+                run, bufs[cur], addr, lim, at, first
+            )
+            stop, resume, sep = pos, -1, False
+            run_first = first
+            while job is not None:
+                status, stop, n = job.result()
+                held = bufs[cur]
+                job = None
+                if status == k.BAIL and win.eof:
+                    raise _Bail
+                if status in (k.FULL, k.GROW):
+                    if status == k.GROW:
+                        for tab in (strs, raws):
+                            if tab.full:
+                                tab.grow(k)
+                    cur ^= 1
+                    at, run_first = stop, first and n == 0
+                    job = pool.submit(run, bufs[cur], addr, lim, stop, run_first)
+                try:
+                    held.take(n_total, fields, names, kinds, n, allowed, win.mm, k)
+                    n_total += n
+                except _Bail:
+                    if job is not None:
+                        job.result()
+                    raise
+                if n:
+                    first = False
+                if status == k.DONE:
+                    done = True
+                elif status == k.BAIL:
+                    # The window's end (or bad input: then no window gets past it). The kernel
+                    # stops somewhere inside the cut event; where it began is found by reading
+                    # the run's whole events again (at most one chunk).
+                    resume = at
+                    if n:
+                        st2, p2, n2 = run(held, addr, lim, at, run_first, n)
+                        held.vtype[:, : min(n + 1, chunk)] = k.ABSENT
+                        if n2 != n or st2 not in (k.FULL, k.BAIL):
+                            raise _Bail  # pragma: no cover - the same bytes read the same
+                        # FULL: stopped before the next event; BAIL: its separator is past ``lim``
+                        resume, sep = (p2, False) if st2 == k.FULL else (lim, True)
+                    stop = resume
+            # the window's strings into the whole scan's, its codes renumbered
+            for tab, table, code, kset, is_raw in (
+                (strs, strings, s_code, str_kinds, False),
+                (raws, raw_texts, r_code, raw_kinds, True),
+            ):
+                local = _decode(tab.texts(win.mm), raw=is_raw)
+                lut = np.empty(len(local) + 1, dtype=np.int32)
+                lut[-1] = -1  # (code -1, no value, indexes the last entry)
+                for i, s in enumerate(local):
+                    g = code.get(s)
+                    if g is None:
+                        g = code[s] = len(table)
+                        table.append(s)
+                    lut[i] = g
+                for nm, f in fields.items():
+                    if f.kind in kset:
+                        for j in range(marks[nm], len(f.codes)):
+                            f.codes[j] = lut[f.codes[j]]
+            c_code = s_code.get("C")
+            ph = fields["ph"]
+            if c_code is not None and any(
+                bool((ph.codes[j] == c_code).any()) for j in range(marks["ph"], len(ph.codes))
+            ):
+                text = win.mm[seg:stop].strip()
+                if done:
+                    text = text[:-1]  # the closing bracket
+                text = text.strip(b" \t\n\r,")
+                counters += [
+                    c for c in jsonscan._counter_decoder.decode(b"[" + text + b"]") if c.ph == "C"
+                ]
+            if progress is not None:
+                progress(win.off + stop)
+            if done:
+                break
+            # the next window starts where the cut event does (at 0: grow to hold it, or bail)
+            win.slide(resume)
+            pos = 0
+            if sep:  # a whole event at the window's end: its separator follows
+                pos = win.ws(0)
+                c = win.mm[pos : pos + 1]
+                if c == b"]":
+                    done = True
+                    stop = pos + 1
+                elif c == b",":
+                    pos += 1
+                else:
+                    raise _Bail
+    exact = bool(ctl[k.C_BIG_FRACTION])
+    if exact:
+        ts = fields["ts"]
+        big = max([ts.max_abs_us] + [abs(float(x)) for x in ts.texts.values()])
+        exact = big >= jsonscan.EXACT_FLOAT_US
+    return Scanned(n_total, fields, strings, raw_texts, exact, counters), stop

@@ -154,3 +154,109 @@ def read_bytes(
     if p.name.endswith(".gz"):
         raise CorruptArchiveError("named .gz but is not gzip data", p)
     return raw
+
+
+class Stream:
+    """A file's text read forward in pieces: inflated on the fly when it is gzip, bounded as
+    :func:`gunzip_bytes` is (the bomb check counts the inflated bytes as they come), so a large
+    ``.json.gz`` is never held inflated in full.
+
+    ``read(n)`` returns up to ``n`` bytes, ``b""`` at the end. ``consumed``/``size``: file bytes
+    read so far and in all (for progress). Raises :class:`~opscope.errors.CorruptArchiveError`
+    naming the file on corrupt, truncated or oversized gzip data.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self._f = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        except IsADirectoryError:
+            raise InputError("is a directory, expected a trace file", self.path) from None
+        except OSError as e:
+            raise InputError(f"cannot read ({e.strerror or e})", self.path) from None
+        self.size = os.fstat(self._f.fileno()).st_size
+        self.consumed = 0
+        self.gzip = self._f.read(2) == GZIP_MAGIC
+        self._f.seek(0)
+        if not self.gzip and self.path.name.endswith(".gz"):
+            self._f.close()
+            raise CorruptArchiveError("named .gz but is not gzip data", self.path)
+        self._zmod = _zlib_module()
+        self._d: Any = self._zmod.decompressobj(31) if self.gzip else None
+        self._pending = b""  # compressed input not yet handed to the decompressor
+        self._total = 0
+        self._limit = max_output_bytes(self.size, None, None)
+        self._done = False
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes of the (inflated) text; ``b""`` at its end."""
+        if not self.gzip:
+            got = self._f.read(n)
+            self.consumed += len(got)
+            return got
+        try:
+            return self._inflate(n)
+        except CorruptArchiveError:
+            raise
+        except Exception as e:  # zlib.error, isal's IsalError, OSError, ValueError
+            raise CorruptArchiveError(f"corrupt gzip data ({e})", self.path) from None
+
+    def _inflate(self, n: int) -> bytes:
+        while not self._done:
+            d = self._d
+            tail = d.unconsumed_tail
+            if tail:
+                buf = tail
+            else:
+                if not self._pending:
+                    self._pending = self._f.read(_CHUNK)
+                    self.consumed += len(self._pending)
+                buf, self._pending = self._pending, b""
+                if not buf:
+                    raise CorruptArchiveError(
+                        "gzip data ends early (truncated archive; --salvage reads what is there)",
+                        self.path,
+                    )
+            piece: bytes = d.decompress(buf, n)
+            self._total += len(piece)
+            if self._total > self._limit:
+                raise CorruptArchiveError(
+                    f"gzip inflates beyond {self._limit} bytes (compressed {self.size}); looks "
+                    "like a decompression bomb (set OPSCOPE_MAX_DECOMPRESSED to allow more)",
+                    self.path,
+                )
+            if d.eof:
+                self._next_member(d.unused_data)
+            if piece:
+                return piece
+        return b""
+
+    def _next_member(self, unused: bytes) -> None:
+        """After one gzip member: start the next (concatenated members) or finish."""
+        rest = unused + self._f.read(_CHUNK - len(unused)) if len(unused) < 2 else unused
+        self.consumed += len(rest) - len(unused)
+        if rest.strip(b"\x00") == b"":
+            # the end, unless zero padding goes on past what was read
+            more = self._f.read()
+            self.consumed += len(more)
+            if more.strip(b"\x00") != b"":
+                end = self.consumed - len(more) - len(rest)
+                raise CorruptArchiveError(
+                    f"trailing garbage after gzip data at byte {end}", self.path
+                )
+            self._done = True
+            return
+        if rest[:2] != GZIP_MAGIC:
+            end = self.consumed - len(self._pending) - len(rest)
+            raise CorruptArchiveError(f"trailing garbage after gzip data at byte {end}", self.path)
+        self._pending = rest + self._pending
+        self._d = self._zmod.decompressobj(31)
