@@ -175,7 +175,8 @@ def _settle(page: Any) -> None:
     page.wait_for_timeout(150)
     page.wait_for_function(
         """() => { const o = window.__opscope, S = o.S; return [...S.byTrack.values()].every(L =>
-        { const c = S.data.get(L.t.id); return c && c.start <= S.t0 && c.end >= S.t1; }); }"""
+        { const c = S.data.get(L.t.id); return c && c.start <= Math.max(0, S.t0)
+        && c.end >= S.t1; }); }"""
     )
     page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
@@ -564,3 +565,36 @@ def test_call_stack_in_details_is_folded_with_a_show_all_button(page: Any, serve
     page.click("#details button.unfold")
     assert all(frames.nth(i).is_visible() for i in range(N_FRAMES))
     assert page.locator("#details button.unfold").count() == 0
+
+
+def test_jumping_into_a_folded_group_or_stack_opens_it(page: Any, served: Any) -> None:
+    srv, _ = served
+    main = _track(page, "main thread")
+    hdr = _js(
+        page,
+        "(() => { const L = window.__opscope.S.layout.find(L => L.kind === 'group' && "
+        "L.g.name === 'rank 0 · process 100'); return window.__opscope.rowTop(L); })()",
+    )
+    page.mouse.click(*_canvas_xy(page, 600, hdr + GROUP_H / 2))
+    page.wait_for_function(f"!window.__opscope.S.byTrack.has({main})")
+    # The innermost frame is hidden while folded; jumping to it opens group and stack.
+    deep = srv.index.search(f"f{N_FRAMES - 1}", case=True)["matches"][0]
+    assert deep["fdepth"] == -1 and deep["depth"] == N_FRAMES - 1
+    page.evaluate(f"window.__opscope.jumpTo({json.dumps(deep)})")
+    page.wait_for_function(
+        f"window.__opscope.S.selected && window.__opscope.S.selected.id === {deep['id']}"
+    )
+    assert _js(page, f"window.__opscope.S.byTrack.has({main})")
+    assert _js(page, f"window.__opscope.S.unfolded.has({main})")
+    _settle(page)
+    pos = page.evaluate(f"window.__opscope.screenPos({deep['id']})")
+    assert pos is not None
+    page.evaluate("window.__opscope.S.selected = null")
+    page.mouse.click(pos["x"], pos["y"])
+    page.wait_for_function(
+        f"window.__opscope.S.selected && window.__opscope.S.selected.id === {deep['id']}"
+    )
+    assert (
+        page.locator("#details .name").text_content()
+        == f"model.py({10 + N_FRAMES - 1}): f{N_FRAMES - 1}"
+    )

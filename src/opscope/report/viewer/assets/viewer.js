@@ -171,7 +171,8 @@
     const need = { 0: [], 1: [] };
     for (const L of visibleTracks()) {
       const c = S.data.get(L.t.id), fold = isFolded(L.t);
-      const ok = c && c.folded === fold && c.start <= S.t0 && c.end >= S.t1 && c.nsPerPx <= curNsPerPx * 1.5 && c.nsPerPx >= curNsPerPx / 4;
+      // Nothing starts before 0: a window from 0 covers a view that begins left of it.
+      const ok = c && c.folded === fold && c.start <= Math.max(0, S.t0) && c.end >= S.t1 && c.nsPerPx <= curNsPerPx * 1.5 && c.nsPerPx >= curNsPerPx / 4;
       if (!ok) need[fold ? 1 : 0].push(L.t.id);
     }
     // One view width of margin on each side, at three times the screen's resolution, so that
