@@ -292,9 +292,15 @@
     clipToPlot();
     drawOverlays();
     if (S.selRange) {
+      // While dragging, the whole column; once summarised, the tracks the summary covers.
       const a = xOf(S.selRange[0]), b = xOf(S.selRange[1]);
       ctx.fillStyle = "rgba(31,95,191,0.15)";
-      ctx.fillRect(Math.min(a, b), RULER_H, Math.abs(b - a), H - RULER_H);
+      if (S.range && !(drag && drag.range)) {
+        for (const id of S.range.tracks) {
+          const L = S.byTrack.get(id);
+          if (L) ctx.fillRect(Math.min(a, b), rowTop(L), Math.abs(b - a), L.h);
+        }
+      } else ctx.fillRect(Math.min(a, b), RULER_H, Math.abs(b - a), H - RULER_H);
     }
     if (S.selected && S.selected.summary) {
       const r = rectOf(S.selected.summary);
@@ -944,7 +950,7 @@
     const r = canvas.getBoundingClientRect();
     const x = e.clientX - r.left, y = e.clientY - r.top;
     drag = { x0: x, y0: y, x, y, t0: S.t0, t1: S.t1, sy: S.scrollY, range: e.shiftKey, moved: false };
-    if (drag.range) S.selRange = [tOf(x), tOf(x)];
+    if (drag.range) { S.selRange = [tOf(x), tOf(x)]; S.range = null; }
     canvas.style.cursor = drag.range ? "col-resize" : "grabbing";
     tip.hidden = true;
   });
