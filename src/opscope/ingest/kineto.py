@@ -20,7 +20,7 @@ import msgspec
 import polars as pl
 
 from opscope.errors import InputError, TruncatedTraceError
-from opscope.ingest import fastscan, gz, jsonscan, link
+from opscope.ingest import fastscan, gz, jsonscan, link, outofcore
 from opscope.ingest.jsonscan import ScanError
 from opscope.model import Profile, schema
 
@@ -60,13 +60,16 @@ def read_kineto(
     cache: bool = True,
     progress: ProgressFn | None = None,
     rank: int | None = None,
+    memory_budget: int | None = None,
 ) -> Profile:
     """Read one Kineto trace file into a linked Profile.
 
     ``rank`` overrides the trace's own ``distributedInfo.rank`` (the multi-rank reader passes the
     rank it found in a file name). With ``cache`` the columnar cache beside the trace is used and
     refreshed (:mod:`opscope.ingest.cache`). Raises :class:`~opscope.errors.InputError`
-    subclasses naming the file for unreadable input.
+    subclasses naming the file for unreadable input. ``memory_budget`` (bytes): a trace whose
+    in-memory load would exceed it is read through a bounded window
+    (:mod:`opscope.ingest.outofcore`; same Profile).
     """
     path = Path(path)
     if cache:
@@ -75,7 +78,9 @@ def read_kineto(
         hit = cache_mod.lookup(path, salvage=salvage, rank=rank)
         if hit is not None:
             return hit
-    prof = parse_kineto(path, salvage=salvage, progress=progress, rank=rank)
+    prof = parse_kineto(
+        path, salvage=salvage, progress=progress, rank=rank, memory_budget=memory_budget
+    )
     if cache:
         from opscope.ingest import cache as cache_mod
 
@@ -89,6 +94,7 @@ def parse_kineto(
     salvage: bool = False,
     progress: ProgressFn | None = None,
     rank: int | None = None,
+    memory_budget: int | None = None,
 ) -> Profile:
     """Parse without the cache (see :func:`read_kineto`)."""
 
@@ -100,7 +106,8 @@ def parse_kineto(
     # text is freed before the tables are built (peak memory: 1 GB for a 1 GB trace).
     owned: list[bytes] = []
     if not salvage:
-        fast = _parse_fast(path, gz_progress, progress, rank, owned)
+        stream = outofcore.over_budget(path, memory_budget)
+        fast = _parse_fast(path, gz_progress, progress, rank, owned, stream=stream)
         if fast is not None:
             return fast
     if not owned:  # (a .json.gz the scanner stepped aside from is not inflated twice)
@@ -123,6 +130,8 @@ def _parse_fast(
     progress: ProgressFn | None,
     rank: int | None,
     inflated: list[bytes],
+    *,
+    stream: bool = False,
 ) -> Profile | None:
     """The byte scanner's path (:mod:`opscope.ingest.fastscan`); ``None`` sends the file to the
     reference path, which also reports what is wrong with it (an inflated ``.json.gz`` is then
@@ -130,9 +139,13 @@ def _parse_fast(
 
     An uncompressed file is memory-mapped and the pages the scanner has passed are dropped from
     this process (they stay in the page cache): the text never adds its size to the peak.
+    With ``stream`` a ``.json.gz`` is inflated through a bounded window instead of in full
+    (:func:`fastscan.scan_stream`; a trace over the memory budget).
     """
     if not fastscan.available():
         return None
+    if stream and gz.is_gzip(path):
+        return _parse_stream(path, progress, rank)
 
     def scan_progress(done: int, total: int) -> None:
         if progress is not None:
@@ -166,6 +179,25 @@ def _parse_fast(
             inflated.append(data)
         return None
     del data
+    header, scanned = got
+    cols, exact = scanned.columns()
+    del scanned
+    held = [cols.frame()]
+    cols.frames.clear()
+    return _build_profile(held, cols.counters, header, path, {}, exact=exact, rank=rank)
+
+
+def _parse_stream(path: Path, progress: ProgressFn | None, rank: int | None) -> Profile | None:
+    """:func:`_parse_fast` for a ``.json.gz`` inflated on the fly into a bounded window."""
+    with gz.Stream(path) as st:
+
+        def stream_progress(_: int) -> None:
+            if progress is not None:
+                progress("parse", st.consumed, st.size)
+
+        got = fastscan.scan_stream(st.read, progress=stream_progress)
+    if got is None:
+        return None
     header, scanned = got
     cols, exact = scanned.columns()
     del scanned

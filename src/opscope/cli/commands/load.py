@@ -72,6 +72,14 @@ def register(app: typer.Typer) -> None:
                 "folder (same as OPSCOPE_CACHE_BESIDE=1).",
             ),
         ] = False,
+        memory_budget: Annotated[
+            str | None,
+            typer.Option(
+                "--memory-budget",
+                help="Memory a trace load may use (bytes, or e.g. 4G); a trace whose load would "
+                "exceed it is streamed (docs/out-of-core.md). Default: half the available memory.",
+            ),
+        ] = None,
         show_env: Annotated[
             bool,
             typer.Option(
@@ -83,6 +91,11 @@ def register(app: typer.Typer) -> None:
         from opscope.ingest import load
         from opscope.ingest.summary import summary
 
+        if memory_budget is not None:
+            from opscope.ingest import outofcore
+
+            # An environment setting, so that the rank readers' worker processes see it too.
+            os.environ[outofcore.ENV] = str(outofcore.parse_budget(memory_budget))
         if cache_beside:
             # An environment setting, so that the rank readers' worker processes see it too.
             os.environ["OPSCOPE_CACHE_BESIDE"] = "1"
