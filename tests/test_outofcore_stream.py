@@ -128,6 +128,17 @@ def test_counters_strings_and_keys_across_windows(tmp_path: Path) -> None:
     assert assert_same_scan(p, 128, 5) == 308
 
 
+def test_whitespace_runs_many_windows_long(tmp_path: Path) -> None:
+    """Whitespace longer than the window grown 8x, after ``[``, after a comma and before one."""
+    pad = " " * 5000
+    evs = [json.dumps(_event(i)) for i in range(6)]
+    p = tmp_path / "t.json"
+    p.write_text('{"traceEvents": [' + pad + (pad + "," + pad).join(evs) + pad + "]" + pad + "}")
+    assert assert_same_scan(p, 256, 2) == 6
+    p.write_text('{"traceEvents": [' + pad + "]}")
+    assert assert_same_scan(p, 256, 2) == 0
+
+
 def test_bare_array_and_empty_array(tmp_path: Path) -> None:
     p = tmp_path / "t.json"
     p.write_text(json.dumps([_event(i) for i in range(50)]))

@@ -955,7 +955,11 @@ def _scan_stream(
                     # stops somewhere inside the cut event; where it began is found by reading
                     # the run's whole events again (at most one chunk).
                     resume = at
-                    if n:
+                    if not n:
+                        m = _WS.match(win.mm, at, lim)  # type: ignore[call-overload]
+                        if m is not None and m.end() == lim:
+                            resume = lim  # only whitespace since ``at``: slide past it all
+                    else:
                         st2, p2, n2 = run(held, addr, lim, at, run_first, n)
                         held.vtype[:, : min(n + 1, chunk)] = k.ABSENT
                         if n2 != n or st2 not in (k.FULL, k.BAIL):
