@@ -98,9 +98,9 @@ def estimated_peak(path: Path) -> int:
     return int(text * (PEAK_PER_TEXT_BYTE + (1.0 if gz.is_gzip(path) else 0.0)))
 
 
-def over_budget(path: Path, memory_budget: int | None = None) -> bool:
+def over_budget(path: str | os.PathLike[str], memory_budget: int | None = None) -> bool:
     """True when loading ``path`` in memory would exceed the budget: it is then streamed."""
     try:
-        return estimated_peak(path) > budget(memory_budget)
+        return estimated_peak(Path(path)) > budget(memory_budget)
     except OSError:  # unreadable: the reader reports it
         return False
