@@ -168,3 +168,65 @@ def test_source_capture_is_bounded_and_redacted(tmp_path: Path) -> None:
     assert idx["files"][str(a.resolve())]["truncated"]
     assert len(copy.encode()) <= 64 + len("<redacted>")
     assert idx["skipped"] == [str(b)]  # past the total cap
+
+
+def test_viewer_event_details_show_the_code_with_line_times(with_lines: Profile) -> None:
+    """The viewer's details of an op: the code around its line, each line's fwd/bwd time equal
+    to attribution's, the op's own line marked."""
+    from opscope.analysis.attribution import charged_lines
+    from opscope.report.viewer.query import TimelineIndex
+
+    want = _marker_lines()
+    idx = TimelineIndex(with_lines)
+    op = with_lines.ops.filter(pl.col("name") == "aten::add")
+    ids = [
+        i
+        for i in op.get_column("id").to_list()
+        if (ev := idx.event(int(i))) and ev["source"] and ev["source"]["line"] == want["bias"]
+    ]
+    assert ids
+    ev = idx.event(int(ids[0]))
+    assert ev is not None
+    sc = ev["source_code"]
+    assert sc is not None and sc["line"] == want["bias"]
+    rows = {r["line"]: r for r in sc["lines"]}
+    assert "# LINE:bias" in rows[want["bias"]]["text"]
+    assert "# LINE:matmul" in rows[want["matmul"]]["text"]
+    lines = charged_lines(with_lines).filter(pl.col("file") == ev["source"]["file"])
+    for key in ("matmul", "bias", "head"):
+        got = rows[want[key]]
+        row = lines.filter(pl.col("line") == want[key])
+        assert got["fwd_us"] == int(row.get_column("fwd_ns").sum()) / 1e3
+        assert got["bwd_us"] == int(row.get_column("bwd_ns").sum()) / 1e3
+
+
+def test_viewer_page_shows_the_code_of_a_selected_op(with_lines: Profile) -> None:
+    from pathlib import Path as _P
+
+    if not _P("/usr/bin/chromium").exists():
+        pytest.skip("Debian chromium not installed at /usr/bin/chromium")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from opscope.report.viewer import make_server
+
+    want = _marker_lines()
+    srv = make_server(with_lines, overlays=False)
+    srv.start_background()
+    matmul = with_lines.ops.filter(pl.col("name") == "aten::matmul").get_column("id").to_list()
+    try:
+        with sync_api.sync_playwright() as pw:
+            b = pw.chromium.launch(
+                executable_path="/usr/bin/chromium", args=["--headless=new", "--no-sandbox"]
+            )
+            page = b.new_page(viewport={"width": 1400, "height": 800})
+            page.goto(srv.url)
+            page.wait_for_function("window.__opscope && window.__opscope.S")
+            page.evaluate(f"window.__opscope.select({int(matmul[0])})")
+            page.wait_for_selector("#details table.code tr.here")
+            here = page.locator("#details table.code tr.here td.txt").text_content()
+            lineno = page.locator("#details table.code tr.here td.ln").text_content()
+            b.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert here is not None and "# LINE:matmul" in here
+    assert lineno == str(want["matmul"])

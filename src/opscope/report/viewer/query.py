@@ -205,6 +205,8 @@ class TimelineIndex:
         self._overlay_fn = overlays
         self._overlays: dict[str, Any] | None = None
         self._overlay_lock = threading.Lock()
+        self._source: tuple[dict[str, tuple[list[str], bool]], pl.DataFrame] | None = None
+        self._source_lock = threading.Lock()
         self._build_slices(ev, origin)
         self._build_counters(profile, origin)
 
@@ -724,6 +726,11 @@ class TimelineIndex:
             stack = _python_frames(ancestors)
         out["stack"] = stack
         out["source"] = next((f for f in stack if f.get("is_user")), None)
+        out["source_code"] = (
+            self.source_context(str(out["source"]["file"]), int(out["source"]["line"]))
+            if out["source"] and out["source"].get("line") is not None
+            else None
+        )
         kinds = pl.col("kind").cast(pl.String)
         out["kernels"] = self._summaries(
             ev.filter((pl.col("op_id") == event_id) & kinds.is_in(list(_DEVICE_WORK)))
@@ -736,6 +743,59 @@ class TimelineIndex:
         out["forward"] = self.summary(row.get("fwd_id"))
         out["backward"] = self._summaries(ev.filter(pl.col("fwd_id") == event_id))
         return out
+
+    def source_context(self, file: str, line: int, context: int = 4) -> dict[str, Any] | None:
+        """The captured code around ``file:line`` (run directories carry it: sources/) with the
+        forward/backward time charged to each line, like a line profiler; None when the run
+        directory has no copy of the file."""
+        from opscope.analysis.attribution import charged_lines
+        from opscope.analysis.source_view import _match, captured_sources
+
+        with self._source_lock:
+            if self._source is None:
+                src = captured_sources(self.profile)
+                per_line = pl.DataFrame(
+                    schema={
+                        "file": pl.String,
+                        "line": pl.Int32,
+                        "fwd_ns": pl.Int64,
+                        "bwd_ns": pl.Int64,
+                    }
+                )
+                if src:
+                    per_line = (
+                        charged_lines(self.profile)
+                        .filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
+                        .group_by("file", "line")
+                        .agg(pl.col("fwd_ns").sum(), pl.col("bwd_ns").sum())
+                    )
+                self._source = (src, per_line)
+            src, per_line = self._source
+        path = _match(file, list(src))
+        if path is None:
+            return None
+        text, truncated = src[path]
+        times = {
+            int(r[0]): (int(r[1]), int(r[2]))
+            for r in per_line.filter(pl.col("file") == file)
+            .select("line", "fwd_ns", "bwd_ns")
+            .iter_rows()
+        }
+        lo, hi = max(1, line - context), min(len(text), line + context)
+        return {
+            "path": path,
+            "line": line,
+            "truncated": truncated,
+            "lines": [
+                {
+                    "line": i,
+                    "text": text[i - 1],
+                    "fwd_us": times.get(i, (0, 0))[0] / 1e3,
+                    "bwd_us": times.get(i, (0, 0))[1] / 1e3,
+                }
+                for i in range(lo, hi + 1)
+            ],
+        }
 
     def _stack(self, stack_id: Any) -> list[dict[str, Any]]:
         if stack_id is None or self.profile.stacks.height == 0:

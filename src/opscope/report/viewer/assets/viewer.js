@@ -717,6 +717,7 @@
     if (ev.source) {
       box.appendChild(el("h3", "Source line"));
       box.appendChild(el("div", `${ev.source.file}:${ev.source.line} (${ev.source.function})`, "src"));
+      if (ev.source_code) box.appendChild(sourceTable(ev.source_code));
     }
     if (ev.stack && ev.stack.length) {
       // Folded: the innermost frames and the source line's frame; the rest behind a button.
@@ -754,6 +755,23 @@
     const fl = el("div");
     fl.id = "flowlist";
     box.appendChild(fl);
+  }
+
+  // The captured code around the source line, with each line's forward/backward time.
+  function sourceTable(sc) {
+    const tbl = el("table", null, "code");
+    const head = el("tr");
+    for (const h of ["", "code", "fwd", "bwd"]) head.appendChild(el("th", h));
+    tbl.appendChild(head);
+    for (const r of sc.lines) {
+      const tr = el("tr", null, r.line === sc.line ? "here" : "");
+      tr.appendChild(el("td", r.line, "ln"));
+      tr.appendChild(el("td", r.text, "txt"));
+      tr.appendChild(el("td", r.fwd_us ? fmtDur(r.fwd_us * 1e3) : "", "t"));
+      tr.appendChild(el("td", r.bwd_us ? fmtDur(r.bwd_us * 1e3) : "", "t"));
+      tbl.appendChild(tr);
+    }
+    return tbl;
   }
 
   function renderFlowList(flows) {
