@@ -20,7 +20,9 @@ from opscope.model import kinds
 
 # 2: NCCL/RCCL/HCCL/DeepEP... kernels are stored with kind "communication" (they were "kernel"),
 #    Ascend HCCL per-plane sub-tasks with kind "other" (they were "communication").
-SCHEMA_VERSION: Final = 2
+# 3: Ascend tracks named "PROCESS · THREAD" from the trace's metadata, HCCL ops on the
+#    communication lanes, communication events of partial-output ranks; database exports.
+SCHEMA_VERSION: Final = 3
 
 # What a row of ``events`` is. One table holds host and device slices alike, so that nesting,
 # step assignment and the timeline treat them the same way (Perfetto's ``slice`` table).
