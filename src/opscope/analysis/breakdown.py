@@ -37,6 +37,7 @@ segment where a start passes it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ import polars as pl
 
 from opscope.analysis.hotspots import markdown_table, rows
 from opscope.analysis.registry import Options, Result, analysis
+from opscope.analysis.tree import per_profile
 from opscope.model import Profile, kinds
 
 #: Host events that are data loading.
@@ -263,6 +265,12 @@ def _device_work(profile: Profile) -> pl.DataFrame:
 @analysis("breakdown")
 def breakdown(profile: Profile, options: Options) -> Breakdown:
     """Per-step breakdown and step-time spread: see the module doc."""
+    return dataclasses.replace(_breakdown(profile), top=options.top)
+
+
+@per_profile
+def _breakdown(profile: Profile) -> Breakdown:
+    # Once per Profile: the report's "breakdown" and the cluster analysis both ask for it.
     ev = profile.events
     win = _windows(profile)
     dev = _device_work(profile)
@@ -399,5 +407,4 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
         stats=allstats.select("rank", pl.exclude("rank")),
         streams=streams,
         queue=queue_lengths(dev, win),
-        top=options.top,
     )

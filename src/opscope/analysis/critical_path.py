@@ -31,7 +31,6 @@ is a topological order and the longest path is one pass over nodes and edges (O(
 from __future__ import annotations
 
 import bisect
-import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -147,22 +146,31 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     copies = ev.filter(
         pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("launch_id").is_not_null()
     )
-    copy_end = dict(
-        copies.group_by("launch_id").agg((pl.col("ts_ns") + pl.col("dur_ns")).max()).iter_rows()
+    copy_end = copies.group_by("launch_id").agg(
+        (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("copy_end")
+    )
+    # per call, vectorised: whether it synchronises, and whether it is a copy that blocked
+    rt = rt.join(copy_end, left_on="id", right_on="launch_id", how="left").with_columns(
+        pl.col("name").fill_null("").str.contains(SYNC_PATTERN).alias("sync"),
+        (
+            pl.col("name").fill_null("").str.contains(COPY_CALL)
+            & (pl.col("copy_end") <= pl.col("ts_ns") + pl.col("dur_ns"))
+        )
+        .fill_null(False)
+        .alias("blocking_copy"),
     )
     threads = rt.select(thread).unique()
     tracked = ev.filter(pl.col("kind").is_in(list(_TRACKED))).join(
         threads, on=thread, how="semi", nulls_equal=True
     )
     tracked_by = tracked.sort("ts_ns").partition_by(thread, as_dict=True)
-    cols: dict[str, list[Any]] = {c: [] for c in _NODE_SCHEMA}
+    out: list[tuple[Any, ...]] = []
+    emit_row = out.append
     next_id = -1
 
     def emit(rank: int, step: int, nid: int, lane: int, a: int, b: int, op: Any, name: str,
              sync: bool, wait: bool) -> None:  # fmt: skip
-        for c, v in zip(_NODE_SCHEMA, (rank, step, nid, "host", lane, a, b, op, name, sync, wait),
-                        strict=True):  # fmt: skip
-            cols[c].append(v)
+        emit_row((rank, step, nid, "host", lane, a, b, op, name, sync, wait))
 
     for key, calls in rt.sort("ts_ns").partition_by(thread, as_dict=True).items():
         rank, _pid, tid = (int(k) if k is not None else -1 for k in key)
@@ -182,15 +190,15 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                 seg_e.append(t1)
             seg_e[-1] = max(seg_e[-1], t1)
         prev_end: dict[int, int] = {}
-        rows = calls.select("id", "ts_ns", "dur_ns", "step", "op_id", "name").iter_rows()
-        for cid, ts, dur, step, op, name in rows:
+        rows = calls.select(
+            "id", "ts_ns", "dur_ns", "step", "op_id", "name", "sync", "blocking_copy"
+        ).iter_rows()
+        for cid, ts, dur, step, op, name, sync, blocking in rows:
             end = ts + dur
             start = prev_end.get(step, step_ts.get((rank, step), ts))
             start = min(start, ts)
             prev_end[step] = end
-            sync = re.search(SYNC_PATTERN, name) is not None
-            ce = copy_end.get(cid)
-            wait = sync or (ce is not None and ce <= end and re.search(COPY_CALL, name) is not None)
+            wait = sync or blocking
             # cut [start, ts) at the thread's untracked gaps
             a = start
             while a < ts:
@@ -215,7 +223,7 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                 next_id -= 1
                 a = ts
             emit(rank, step, cid, tid, min(a, ts), end, op, name, sync, wait)
-    return pl.DataFrame(cols, schema=_NODE_SCHEMA)
+    return pl.DataFrame(out, schema=_NODE_SCHEMA, orient="row")
 
 
 def _nodes(profile: Profile) -> pl.DataFrame:
