@@ -667,6 +667,7 @@ def assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 # --------------------------------------------------------------------------------------------------
 # stacks and modules
 
+
 def is_user_file(file: str | None) -> bool:
     """True for the model's code (:func:`opscope.model.usercode.is_model_file`, the one rule)."""
     return is_model_file(file)
