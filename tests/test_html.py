@@ -12,16 +12,12 @@ import polars as pl
 import pytest
 
 from conftest import shared_trace
+from helpers.browser import chromium_browser
 from opscope.model import Profile
 from opscope.report.html import MAX_BYTES, memory_curves, render_html
 
 PAYLOAD = "</script><script>alert(1)</script>"
 EVIL = f"void k<{PAYLOAD}>&\"q'\u2028x"
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 BERT = "gpu/tracelens_h100_bert_small.json.gz"
 
 
@@ -125,13 +121,7 @@ def test_memory_curve_is_downsampled_with_the_exact_peak() -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip("Debian chromium not installed at /usr/bin/chromium")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
+    yield from chromium_browser()
 
 
 def _open_offline(browser: Any, path: Path) -> tuple[Any, Any, list[str], list[str]]:

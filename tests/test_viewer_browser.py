@@ -12,12 +12,8 @@ from typing import Any
 import pytest
 
 from conftest import shared_trace
+from helpers.browser import chromium_browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 MI300 = "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -25,13 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip("Debian chromium not installed at /usr/bin/chromium")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
+    yield from chromium_browser()
 
 
 @pytest.fixture(scope="module")

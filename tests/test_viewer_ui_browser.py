@@ -9,16 +9,12 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+from helpers.browser import chromium_browser
+
 LABEL_W, RULER_H, ROW_H, GROUP_H = 200, 26, 18, 20  # as in viewer.js
 T0 = 1_700_000_000_000.0  # µs, as Kineto writes it
 N_HIT = 1470  # more matches than one page of search results (1000)
@@ -119,13 +115,7 @@ K_NAME = "void k<float>(int)"
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip("Debian chromium not installed at /usr/bin/chromium")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
+    yield from chromium_browser()
 
 
 def _open(browser: Any, srv: Any, height: int = 800) -> tuple[Any, Any, list[str]]:
