@@ -21,8 +21,9 @@ import msgspec
 import pytest
 from polars.testing import assert_frame_equal
 
-from conftest import SHARED_TRACES
+from conftest import shared_trace
 from helpers.layouts import PLACEMENTS, layout_bytes
+from helpers.shared_traces import kineto_shared_traces
 from opscope.errors import CorruptArchiveError
 from opscope.ingest import fastscan, gz
 
@@ -66,19 +67,9 @@ def assert_same_scan(path: Path, window: int, chunk: int) -> int:
     return s1.n
 
 
-SHARED = sorted(
-    str(p.relative_to(SHARED_TRACES))
-    for sub in ("gpu", "compare", "multi_rank")
-    for p in (SHARED_TRACES / sub).glob("**/*.json*")
-    if SHARED_TRACES.is_dir() and not any(part.startswith(".") for part in p.parts)
-)
-
-
-@pytest.mark.parametrize("rel", SHARED or ["(none)"])
+@pytest.mark.parametrize("rel", kineto_shared_traces())
 def test_shared_trace_streamed_equals_whole_text(rel: str) -> None:
-    path = SHARED_TRACES / rel
-    if not path.is_file():
-        pytest.skip(f"shared trace not found: {path}")
+    path = shared_trace(rel)
     # 64 KiB windows: a 30 MB trace slides ~500 times; 1000-event chunks within each
     assert assert_same_scan(path, 1 << 16, 1000) > 0
 

@@ -27,8 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from conftest import SHARED_TRACES
+from conftest import shared_trace
 from helpers.layouts import PLACEMENTS, layout_bytes, layout_trace
+from helpers.shared_traces import kineto_shared_traces
 from opscope.ingest import fastscan, kineto
 from opscope.model import Profile, schema
 
@@ -79,19 +80,9 @@ def assert_same_profile(fast: Profile, ref: Profile) -> None:
     assert dict(fast.meta) == dict(ref.meta)
 
 
-SHARED = sorted(
-    str(p.relative_to(SHARED_TRACES))
-    for sub in ("gpu", "compare", "multi_rank")
-    for p in (SHARED_TRACES / sub).glob("**/*.json*")
-    if SHARED_TRACES.is_dir() and not any(part.startswith(".") for part in p.parts)
-)
-
-
-@pytest.mark.parametrize("rel", SHARED or ["(none)"])
+@pytest.mark.parametrize("rel", kineto_shared_traces())
 def test_shared_trace_profile_same_on_both_paths_in_small_chunks(rel: str) -> None:
-    path = SHARED_TRACES / rel
-    if not path.is_file():
-        pytest.skip(f"shared trace not found: {path}")
+    path = shared_trace(rel)
     fast, ref = both_paths(path, 4099)
     assert fast.events.height > 0
     assert_same_profile(fast, ref)
