@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -25,24 +24,10 @@ import pytest
 
 import opscope.analysis  # noqa: F401
 from conftest import shared_trace
+from helpers.golden import DEVICE_CATS, GOLDEN, RUNTIME_CATS, golden_files, ns
 from opscope.analysis.registry import run
 
-GOLDEN = [
-    "gpu/hta_alexnet_a100_cuda_sync.json.gz",
-    "gpu/hta_nccl_a100_rank0of2.json.gz",
-    "multi_rank/hta_sampled_128rank_job",
-    "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
-    "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
-]
-DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
-LAUNCH_CATS = {"cuda_runtime", "runtime", "cuda_driver"}
 COMM = re.compile(r"(?i)nccl|rccl")
-
-
-def ns(us: float) -> int:
-    """µs to ns as Kineto writes them (at most ns digits after the point)."""
-    whole = math.floor(us)
-    return int(whole) * 1000 + round((us - whole) * 1000)
 
 
 def _stream(e: dict[str, Any]) -> int:
@@ -97,7 +82,7 @@ def golden(trace: Path) -> dict[tuple[int, int | None], dict[str, Any]]:
     launch = {
         e["args"]["correlation"]: ns(e["ts"])
         for e, c in zip(xs, cat, strict=True)
-        if c in LAUNCH_CATS and "correlation" in e.get("args", {})
+        if c in RUNTIME_CATS and "correlation" in e.get("args", {})
     }
     work = [
         (ns(e["ts"]), ns(e["ts"]) + ns(e.get("dur", 0)), launch.get(e["args"].get("correlation")),
@@ -129,17 +114,12 @@ def golden(trace: Path) -> dict[tuple[int, int | None], dict[str, Any]]:
     return out
 
 
-def _traces(rel: str) -> list[Path]:
-    p = shared_trace(rel)
-    return sorted(p.glob("*.json.gz")) if p.is_dir() else [p]
-
-
 @pytest.mark.parametrize("rel", GOLDEN)
 def test_idle_and_communication_equal_raw_json(rel: str) -> None:
     from opscope.ingest import load
 
     want: dict[tuple[int, int | None], dict[str, Any]] = {}
-    for t in _traces(rel):
+    for t in golden_files(rel):
         want.update(golden(t))
     res = run("breakdown", load(shared_trace(rel), cache=False))
     steps = {(r["rank"], r["step"]): r for r in res.steps.iter_rows(named=True)}  # type: ignore[attr-defined]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
-import math
 import re
 from collections import defaultdict
 from itertools import pairwise
@@ -18,24 +17,11 @@ from typing import Any
 import pytest
 
 from conftest import shared_trace
+from helpers.golden import DEVICE_CATS, GOLDEN, RUNTIME_CATS, golden_files, ns
 
-GOLDEN = [
-    "gpu/hta_alexnet_a100_cuda_sync.json.gz",
-    "gpu/hta_nccl_a100_rank0of2.json.gz",
-    "multi_rank/hta_sampled_128rank_job",
-    "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
-    "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
-]
-DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
-RUNTIME = {"cuda_runtime", "runtime", "cuda_driver"}
 OPS = {"cpu_op", "operator"}
 SYNC = re.compile(r"^(?:cuda|hip)(?:Device|Stream|Event)Synchronize$|^(?:cuda|hip)Memcpy$")
 COPY = re.compile(r"^(?:cuda|hip)Memcpy")
-
-
-def ns(us: float) -> int:
-    whole = math.floor(us)
-    return int(whole) * 1000 + round((us - whole) * 1000)
 
 
 def _lane(e: dict[str, Any]) -> int:
@@ -69,7 +55,7 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
     step_ts = {n: s for s, _, n in steps}
     by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for e in xs:
-        if e["_c"] in OPS or e["_c"] in RUNTIME:
+        if e["_c"] in OPS or e["_c"] in RUNTIME_CATS:
             by_thread[(e["pid"], e["tid"])].append(e)
     # innermost operator around each runtime call on its thread: the step of its kernels
     launch_step: dict[Any, int] = {}
@@ -78,7 +64,7 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
         evs.sort(key=lambda e: (e["_s"], -e["_e"]))
         ops = [e for e in evs if e["_c"] in OPS]
         op_starts = [o["_s"] for o in ops]
-        calls = [e for e in evs if e["_c"] in RUNTIME]
+        calls = [e for e in evs if e["_c"] in RUNTIME_CATS]
         if calls:
             calls_of[th] = sorted(calls, key=lambda e: (e["_s"], e["_i"]))
         for c in calls:
@@ -88,7 +74,7 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
             corr = c.get("args", {}).get("correlation")
             if corr is not None:
                 launch_step[corr] = step_at(ops[k]["_s"] if k >= 0 else c["_s"])
-    dev = [e for e in xs if e["_c"] in DEVICE]
+    dev = [e for e in xs if e["_c"] in DEVICE_CATS]
     copy_end: dict[Any, int] = {}
     for d in dev:
         corr = d.get("args", {}).get("correlation")
@@ -190,11 +176,6 @@ def longest(g: list[list[Any]]) -> int:
     return max(best.values(), default=0)
 
 
-def _traces(rel: str) -> list[Path]:
-    p = shared_trace(rel)
-    return sorted(p.glob("*.json.gz")) if p.is_dir() else [p]
-
-
 @pytest.mark.parametrize("rel", GOLDEN)
 def test_critical_path_length_equals_raw_json(rel: str) -> None:
     from opscope.analysis.critical_path import critical_path
@@ -202,7 +183,7 @@ def test_critical_path_length_equals_raw_json(rel: str) -> None:
     from opscope.ingest import load
 
     want: dict[tuple[int, int], int] = {}
-    for t in _traces(rel):
+    for t in golden_files(rel):
         want.update(golden(t))
     res = critical_path(load(shared_trace(rel), cache=False), Options())
     got = {(r["rank"], r["step"]): r["path_ns"] for r in res.steps.iter_rows(named=True)}
