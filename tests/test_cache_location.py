@@ -8,33 +8,15 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from conftest import shared_trace
+from helpers.cache_traces import cpu_trace, event_names, write_json
 from opscope.cli.app import main
 from opscope.ingest import cache as cache_mod
 from opscope.ingest import load
 from opscope.model import schema
-
-
-def _trace(prefix: str, n: int) -> dict[str, Any]:
-    ev = [
-        {"ph": "X", "cat": "cpu_op", "name": f"{prefix}::op{i}", "pid": 1, "tid": 1}
-        | {"ts": 100.0 + 10 * i, "dur": 4.0}
-        for i in range(n)
-    ]
-    return {"schemaVersion": 1, "traceEvents": ev}
-
-
-def _write(p: Path, obj: Any) -> Path:
-    p.write_text(json.dumps(obj))
-    return p
-
-
-def _names(p: Path) -> set[str]:
-    return {e["name"] for e in json.loads(p.read_text())["traceEvents"]}
 
 
 def _beside(p: Path) -> list[Path]:
@@ -46,7 +28,7 @@ def test_default_is_the_user_cache_keyed_by_path_size_mtime(
 ) -> None:
     d = tmp_path / "data"
     d.mkdir()
-    p = _write(d / "t.json", _trace("a", 3))
+    p = write_json(d / "t.json", cpu_trace("a", 3))
     first, again = load(p), load(p)
     assert not first.meta.get("from_cache") and again.meta["from_cache"] is True
     entry = Path(again.meta["cache_path"])
@@ -66,7 +48,7 @@ def test_default_is_the_user_cache_keyed_by_path_size_mtime(
 def test_opscope_cache_dir_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     forced = tmp_path / "forced"
     monkeypatch.setenv("OPSCOPE_CACHE_DIR", str(forced))
-    p = _write(tmp_path / "t.json", _trace("a", 2))
+    p = write_json(tmp_path / "t.json", cpu_trace("a", 2))
     load(p)
     assert Path(load(p).meta["cache_path"]).parent == forced
 
@@ -74,19 +56,19 @@ def test_opscope_cache_dir_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_old_entry_beside_the_trace_is_ignored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_cache: Path
 ) -> None:
-    a = _write(tmp_path / "a.json", _trace("alpha", 3))
-    b = _write(tmp_path / "b.json", _trace("beta", 4))
+    a = write_json(tmp_path / "a.json", cpu_trace("alpha", 3))
+    b = write_json(tmp_path / "b.json", cpu_trace("beta", 4))
     # Plant, beside a.json, an entry with a's exact key but b's content: served only in
     # beside mode, so a default load that returned beta's names would have read it.
     planted = load(b, cache=False).with_meta(cache_key=cache_mod.cache_key(a))
     planted.save(tmp_path / ".a.json.opscope")
     got = load(a)
     assert not got.meta.get("from_cache")
-    assert set(got.events.get_column("name").to_list()) == _names(a)
+    assert set(got.events.get_column("name").to_list()) == event_names(a)
     monkeypatch.setenv("OPSCOPE_CACHE_BESIDE", "1")
     beside = load(a)
     assert beside.meta["from_cache"] and beside.meta["cache_path"].endswith(".a.json.opscope")
-    assert set(beside.events.get_column("name").to_list()) == _names(b)
+    assert set(beside.events.get_column("name").to_list()) == event_names(b)
 
 
 def test_cli_cache_beside_writes_beside(
@@ -96,10 +78,10 @@ def test_cli_cache_beside_writes_beside(
     user_cache: Path,
 ) -> None:
     monkeypatch.setenv("OPSCOPE_CACHE_BESIDE", "0")  # restored after the CLI sets it to 1
-    p = _write(tmp_path / "t.json", _trace("a", 2))
+    p = write_json(tmp_path / "t.json", cpu_trace("a", 2))
     assert main(["load", str(p), "--json"]) == 0
     assert _beside(p) == []
-    q = _write(tmp_path / "u.json", _trace("b", 2))
+    q = write_json(tmp_path / "u.json", cpu_trace("b", 2))
     assert main(["load", str(q), "--json", "--cache-beside"]) == 0
     assert [x.name for x in _beside(q)] == [".u.json.opscope"]
     capsys.readouterr()
@@ -118,7 +100,7 @@ def test_read_only_shared_trace_loads_and_caches_in_user_cache(user_cache: Path)
 def test_user_cache_is_bounded_oldest_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_cache: Path
 ) -> None:
-    paths = [_write(tmp_path / f"t{i}.json", _trace(f"p{i}", 20)) for i in range(3)]
+    paths = [write_json(tmp_path / f"t{i}.json", cpu_trace(f"p{i}", 20)) for i in range(3)]
     entries = []
     for i, p in enumerate(paths[:2]):
         load(p)
@@ -140,7 +122,7 @@ def test_user_cache_is_bounded_oldest_first(
 
 
 def test_eviction_keeps_the_entry_just_written(tmp_path: Path, user_cache: Path) -> None:
-    p = _write(tmp_path / "t.json", _trace("a", 5))
+    p = write_json(tmp_path / "t.json", cpu_trace("a", 5))
     load(p)
     (entry,) = cache_mod.candidates(p)
     assert cache_mod.evict(user_cache, keep=entry, limit=0) == []

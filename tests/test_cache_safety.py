@@ -16,37 +16,13 @@ from typing import Any
 
 import pytest
 
+from helpers.cache_traces import cpu_trace, event_names, write_json
 from opscope.errors import TruncatedTraceError
 from opscope.ingest import cache as cache_mod
 from opscope.ingest import load
 from opscope.model import Profile, schema
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _trace(prefix: str, n: int) -> dict[str, Any]:
-    ev = [
-        {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": f"{prefix}::op{i}",
-            "pid": 1,
-            "tid": 1,
-            "ts": 100.0 + 10 * i,
-            "dur": 4.0,
-        }
-        for i in range(n)
-    ]
-    return {"schemaVersion": 1, "traceEvents": ev}
-
-
-def _write(p: Path, obj: Any) -> Path:
-    p.write_text(json.dumps(obj))
-    return p
-
-
-def _names(p: Path) -> set[str]:
-    return {e["name"] for e in json.loads(p.read_text())["traceEvents"]}
 
 
 def _loaded_names(prof: Profile) -> set[str]:
@@ -61,10 +37,10 @@ def _user_cache(user_cache: Path) -> Path:
 def test_two_traces_in_one_folder_never_share(tmp_path: Path) -> None:
     d = tmp_path / "data"
     d.mkdir()
-    a = _write(d / "a.json", _trace("alpha", 5))
-    b = _write(d / "b.json", _trace("beta", 7))
+    a = write_json(d / "a.json", cpu_trace("alpha", 5))
+    b = write_json(d / "b.json", cpu_trace("beta", 7))
     # Same size, same mtime as a, different content: still its own entry (keyed by path too).
-    c = _write(d / "c.json", _trace("gamma", 5))
+    c = write_json(d / "c.json", cpu_trace("gamma", 5))
     os.utime(c, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns))
     assert a.stat().st_size == c.stat().st_size
     first = {p: load(p) for p in (a, b, c)}
@@ -73,7 +49,7 @@ def test_two_traces_in_one_folder_never_share(tmp_path: Path) -> None:
     for p in (a, b, c):
         assert not first[p].meta.get("from_cache")
         assert again[p].meta.get("from_cache") is True
-        assert _loaded_names(again[p]) == _names(p)
+        assert _loaded_names(again[p]) == event_names(p)
         paths.add(again[p].meta["cache_path"])
     assert len(paths) == 3
 
@@ -82,15 +58,15 @@ def test_multirank_folder_ranks_have_own_entries(tmp_path: Path, _user_cache: Pa
     d = tmp_path / "job"
     d.mkdir()
     for r in range(2):
-        t = _trace(f"rank{r}", 3 + r)
+        t = cpu_trace(f"rank{r}", 3 + r)
         t["distributedInfo"] = {"rank": r, "world_size": 2}
-        _write(d / f"rank-{r}.json", t)
+        write_json(d / f"rank-{r}.json", t)
     p1 = load(d)
     p2 = load(d)
     for prof in (p1, p2):
         for r in range(2):
             names = set(prof.events.filter(prof.events["rank"] == r).get_column("name").to_list())
-            assert names == _names(d / f"rank-{r}.json")
+            assert names == event_names(d / f"rank-{r}.json")
     assert not [x for x in d.iterdir() if x.name.endswith(".opscope")]  # nothing beside
     entries = sorted(x.name.split(".")[0] for x in _user_cache.iterdir())
     assert entries == ["rank-0", "rank-1"]
@@ -101,13 +77,13 @@ def test_multirank_folder_ranks_have_own_entries(tmp_path: Path, _user_cache: Pa
 
 
 def test_changed_file_is_rebuilt(tmp_path: Path) -> None:
-    p = _write(tmp_path / "t.json", _trace("old", 4))
+    p = write_json(tmp_path / "t.json", cpu_trace("old", 4))
     load(p)
     assert load(p).meta.get("from_cache") is True
-    _write(p, _trace("new", 6))
+    write_json(p, cpu_trace("new", 6))
     prof = load(p)
     assert not prof.meta.get("from_cache")
-    assert _loaded_names(prof) == _names(p)
+    assert _loaded_names(prof) == event_names(p)
     # Only the mtime changes (same bytes): rebuilt too, never trusted on size alone.
     st = p.stat()
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
@@ -117,7 +93,7 @@ def test_changed_file_is_rebuilt(tmp_path: Path) -> None:
 def test_other_schema_or_opscope_version_is_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    p = _write(tmp_path / "t.json", _trace("v", 4))
+    p = write_json(tmp_path / "t.json", cpu_trace("v", 4))
     load(p)
     assert load(p).meta.get("from_cache") is True
     monkeypatch.setattr(schema, "SCHEMA_VERSION", schema.SCHEMA_VERSION + 100)
@@ -132,19 +108,19 @@ def test_other_schema_or_opscope_version_is_rebuilt(
 
 
 def test_damaged_entry_is_rebuilt(tmp_path: Path) -> None:
-    p = _write(tmp_path / "t.json", _trace("dmg", 4))
+    p = write_json(tmp_path / "t.json", cpu_trace("dmg", 4))
     load(p)
     entry = Path(load(p).meta["cache_path"])
     (entry / "events.parquet").write_bytes(b"not parquet")
     prof = load(p)
     assert not prof.meta.get("from_cache")
-    assert _loaded_names(prof) == _names(p)
+    assert _loaded_names(prof) == event_names(p)
     (entry / "meta.json").write_text("{garbage")
-    assert _loaded_names(load(p)) == _names(p)
+    assert _loaded_names(load(p)) == event_names(p)
 
 
 def test_salvaged_entry_not_served_to_strict_load(tmp_path: Path) -> None:
-    text = json.dumps(_trace("cut", 20))
+    text = json.dumps(cpu_trace("cut", 20))
     p = tmp_path / "cut.json"
     p.write_text(text[: len(text) * 2 // 3])
     salv = load(p, salvage=True)
@@ -170,11 +146,11 @@ def test_read_only_folder_uses_user_cache(
 ) -> None:
     d = tmp_path / "ro"
     d.mkdir()
-    p = _write(d / "t.json", _trace("ro", 5))
+    p = write_json(d / "t.json", cpu_trace("ro", 5))
     before = sorted(os.listdir(d))
     _read_only(monkeypatch, d)
     prof = load(p)
-    assert _loaded_names(prof) == _names(p)
+    assert _loaded_names(prof) == event_names(p)
     assert sorted(os.listdir(d)) == before  # nothing written beside the trace
     again = load(p)
     assert again.meta.get("from_cache") is True
@@ -186,7 +162,7 @@ def test_no_writable_place_still_loads(
 ) -> None:
     d = tmp_path / "ro2"
     d.mkdir()
-    p = _write(d / "t.json", _trace("nowhere", 5))
+    p = write_json(d / "t.json", cpu_trace("nowhere", 5))
     real_save = Profile.save
 
     def save(self: Profile, directory: Any) -> Path:
@@ -194,7 +170,7 @@ def test_no_writable_place_still_loads(
 
     monkeypatch.setattr(Profile, "save", save)
     prof = load(p)
-    assert _loaded_names(prof) == _names(p)
+    assert _loaded_names(prof) == event_names(p)
     assert not load(p).meta.get("from_cache")
     monkeypatch.setattr(Profile, "save", real_save)
     assert not [x for x in os.listdir(d) if x.endswith(".opscope")]
@@ -204,10 +180,10 @@ def test_no_writable_place_still_loads(
 def test_real_chmod_read_only(tmp_path: Path, _user_cache: Path) -> None:
     d = tmp_path / "chmod"
     d.mkdir()
-    p = _write(d / "t.json", _trace("chmod", 3))
+    p = write_json(d / "t.json", cpu_trace("chmod", 3))
     d.chmod(stat.S_IRUSR | stat.S_IXUSR)
     try:
-        assert _loaded_names(load(p)) == _names(p)
+        assert _loaded_names(load(p)) == event_names(p)
         assert load(p).meta.get("from_cache") is True
     finally:
         d.chmod(stat.S_IRWXU)
