@@ -22,6 +22,7 @@ import polars as pl
 import pytest
 
 from conftest import shared_trace
+from helpers.synth import profiler_step
 from opscope.cli.app import main
 from opscope.doctor import Check, Diagnosis, diagnose, doctor_warnings
 from opscope.doctor.checks import (
@@ -71,17 +72,7 @@ def _trace(
     corr = 1
     for i, dur in enumerate(step_us):
         s = i + 1
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{s}",
-                "pid": 1,
-                "tid": 1,
-                "ts": t,
-                "dur": dur,
-            }
-        )
+        ev.append(profiler_step(s, t, dur))
         ev.append(
             {
                 "ph": "X",

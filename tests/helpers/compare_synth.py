@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from helpers.synth import Builder
+from helpers.synth import Builder, profiler_step
 from opscope.model import Profile
 
 FWD_KEY_PART = "fwd · GEMM M={m} N={n} K={k} · {dtype}"
@@ -185,17 +185,7 @@ def single_gemm_trace(
     ev: list[dict[str, Any]] = []
     t = 1000.0
     for s, kus in enumerate(kernel_us):
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{s}",
-                "pid": 1,
-                "tid": 1,
-                "ts": t,
-                "dur": kus + 200,
-            }
-        )
+        ev.append(profiler_step(s, t, kus + 200))
         ev.append(
             {
                 "ph": "X",

@@ -14,6 +14,19 @@ USER_FILE = "/home/u/model.py"
 TORCH_FILE = "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py"
 
 
+def profiler_step(n: int, ts: float, dur: float) -> dict[str, Any]:
+    """The Kineto ``ProfilerStep#n`` range (``user_annotation`` on pid 1, tid 1) as a JSON event."""
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": f"ProfilerStep#{n}",
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": dur,
+    }
+
+
 @dataclass
 class Builder:
     """Add events with their links; ``build()`` gives the Profile."""
@@ -311,17 +324,7 @@ def kineto_trace(
 
     seq = 0
     for s in range(steps):
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{s}",
-                "pid": 1,
-                "tid": 1,
-                "ts": t,
-                "dur": 900,
-            }
-        )
+        ev.append(profiler_step(s, t, 900))
         seqs = []
         for layer in range(2):
             ts = t + 10 + layer * 100
@@ -370,17 +373,7 @@ def sample_trace(walls_us: dict[int, float], ops_us: dict[str, float]) -> dict[s
     ev: list[dict[str, Any]] = []
     t = 1000.0
     for s, wall in sorted(walls_us.items()):
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{s}",
-                "pid": 1,
-                "tid": 1,
-                "ts": t,
-                "dur": wall,
-            }
-        )
+        ev.append(profiler_step(s, t, wall))
         t0 = t + 1.0
         for name, us in ops_us.items():
             ev.append(
