@@ -554,6 +554,55 @@ def _document(
             raise _Bail
 
 
+@dataclass
+class _ScanSetup:
+    """What a scan of an events array (:func:`_scan`, :func:`_scan_stream`) sets up before its
+    first chunk: the kernel's control block ``ctl`` with the key tables installed, and the
+    field names and kinds of a row (event fields, then ``args`` fields).
+
+    ``ctl`` holds only the addresses of ``stack``, ``enxt`` and ``anxt``: keep this object
+    (not only ``ctl``) for as long as the kernel runs.
+    """
+
+    k: Any
+    ctl: IntArray
+    allowed: dict[int, frozenset[int]]
+    names: tuple[str, ...]
+    kinds: np.ndarray[Any, np.dtype[np.int64]]
+    stack: np.ndarray[Any, np.dtype[np.uint8]]
+    enxt: IntArray
+    anxt: IntArray
+
+    @classmethod
+    def new(cls) -> _ScanSetup:
+        k = _kernels()
+        t = _tables(k)
+        ek, ak = t.events, t.args
+        stack = np.zeros(_STACK_DEPTH, dtype=np.uint8)
+        enxt = np.full(len(ek.names) + 1, -1, dtype=np.int64)
+        anxt = np.full(len(ak.names) + 1, -1, dtype=np.int64)
+        ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
+        ctl[[k.C_STACK, k.C_STACK_CAP]] = [stack.ctypes.data, _STACK_DEPTH]
+        for base, keys in ((k.C_EK_TAB, ek), (k.C_AK_TAB, ak)):
+            ctl[base : base + 7] = [
+                keys.ktab.ctypes.data,
+                keys.ktab.shape[0] - 1,
+                keys.kh.ctypes.data,
+                keys.kbytes.ctypes.data,
+                keys.koff.ctypes.data,
+                keys.kinds.ctypes.data,
+                len(keys.names),
+            ]
+        ctl[[k.C_TS_KEY, k.C_ENXT, k.C_ANXT]] = [t.ts_key, enxt.ctypes.data, anxt.ctypes.data]
+        names = ek.names + ak.names
+        kinds = np.concatenate([ek.kinds, ak.kinds])
+        return cls(k, ctl, _allowed(k), names, kinds, stack, enxt, anxt)
+
+    def fields(self) -> dict[str, _Field]:
+        """One empty column per field of a row."""
+        return {nm: _Field(nm, int(kd)) for nm, kd in zip(self.names, self.kinds, strict=True)}
+
+
 def _scan(
     data: Buffer,
     start: int,
@@ -567,33 +616,12 @@ def _scan(
     Two chunk buffers alternate: the kernel (which releases the GIL) fills one in a worker thread
     while this thread turns the other into typed pieces, so the two cores share the work.
     """
-    k = _kernels()
-    t = _tables(k)
-    allowed = _allowed(k)
-    ek, ak = t.events, t.args
-    n_rows = len(ek.names) + len(ak.names)
-    names = ek.names + ak.names
-    kinds = np.concatenate([ek.kinds, ak.kinds])
+    setup = _ScanSetup.new()
+    k, ctl, allowed, names, kinds = setup.k, setup.ctl, setup.allowed, setup.names, setup.kinds
     chunk = CHUNK_EVENTS
-    bufs = [_ChunkBuf(n_rows, chunk), _ChunkBuf(n_rows, chunk)]
-    stack = np.zeros(_STACK_DEPTH, dtype=np.uint8)
-    enxt = np.full(len(ek.names) + 1, -1, dtype=np.int64)
-    anxt = np.full(len(ak.names) + 1, -1, dtype=np.int64)
-    ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
-    ctl[[k.C_STACK, k.C_STACK_CAP]] = [stack.ctypes.data, _STACK_DEPTH]
-    for base, keys in ((k.C_EK_TAB, ek), (k.C_AK_TAB, ak)):
-        ctl[base : base + 7] = [
-            keys.ktab.ctypes.data,
-            keys.ktab.shape[0] - 1,
-            keys.kh.ctypes.data,
-            keys.kbytes.ctypes.data,
-            keys.koff.ctypes.data,
-            keys.kinds.ctypes.data,
-            len(keys.names),
-        ]
-    ctl[[k.C_TS_KEY, k.C_ENXT, k.C_ANXT]] = [t.ts_key, enxt.ctypes.data, anxt.ctypes.data]
+    bufs = [_ChunkBuf(len(names), chunk), _ChunkBuf(len(names), chunk)]
     strs, raws = _Interns(ctl, k.C_S_TAB), _Interns(ctl, k.C_R_TAB)
-    fields = {nm: _Field(nm, int(kd)) for nm, kd in zip(names, kinds, strict=True)}
+    fields = setup.fields()
     buf = np.frombuffer(data, dtype=np.uint8)
     addr = buf.ctypes.data
     cur, n_total = 0, 0
@@ -869,31 +897,11 @@ def _scan_stream(
     at its start (every event ends with ``}``, so a cut one never reads as complete); the window
     then slides to it.
     """
-    k = _kernels()
-    t = _tables(k)
-    allowed = _allowed(k)
-    ek, ak = t.events, t.args
-    names = ek.names + ak.names
-    kinds = np.concatenate([ek.kinds, ak.kinds])
+    setup = _ScanSetup.new()
+    k, ctl, allowed, names, kinds = setup.k, setup.ctl, setup.allowed, setup.names, setup.kinds
     chunk = CHUNK_EVENTS
     bufs = [_ChunkBuf(len(names), chunk), _ChunkBuf(len(names), chunk)]
-    stack = np.zeros(_STACK_DEPTH, dtype=np.uint8)
-    enxt = np.full(len(ek.names) + 1, -1, dtype=np.int64)
-    anxt = np.full(len(ak.names) + 1, -1, dtype=np.int64)
-    ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
-    ctl[[k.C_STACK, k.C_STACK_CAP]] = [stack.ctypes.data, _STACK_DEPTH]
-    for base, keys in ((k.C_EK_TAB, ek), (k.C_AK_TAB, ak)):
-        ctl[base : base + 7] = [
-            keys.ktab.ctypes.data,
-            keys.ktab.shape[0] - 1,
-            keys.kh.ctypes.data,
-            keys.kbytes.ctypes.data,
-            keys.koff.ctypes.data,
-            keys.kinds.ctypes.data,
-            len(keys.names),
-        ]
-    ctl[[k.C_TS_KEY, k.C_ENXT, k.C_ANXT]] = [t.ts_key, enxt.ctypes.data, anxt.ctypes.data]
-    fields = {nm: _Field(nm, int(kd)) for nm, kd in zip(names, kinds, strict=True)}
+    fields = setup.fields()
     raw_kinds = {int(k.K_RAW)}
     str_kinds = {int(k.K_STR), int(k.K_INTSTR), int(k.K_NUMSTR)}
     strings: list[str | None] = []
