@@ -291,10 +291,12 @@ def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
         read.append(kernel_file.name)
     device = _device_of(out, rank_id)
 
-    events, flows, counters, threads = _assemble(trace, kernels, device, odd, meta_extra)
+    events, raw_flows, counters, threads = _assemble(trace, kernels, device, odd, meta_extra)
     events = events.with_columns(pl.lit(rank_id, pl.Int32).alias("rank"))
     km = _kernel_metrics(events, kernels)
-    events, stacks = _link(events, flows, kernels)
+    events, flows, stacks = _link(
+        events, raw_flows.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")), odd
+    )
     steps = _read_steps(out / "step_trace_time.csv", events, odd, read)
     memory, mem_counters = _read_memory(out, device, odd, read)
     memory = _memory_links(memory, events)
@@ -327,7 +329,7 @@ def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
         meta["salvaged"] = meta["ascend"].pop("salvaged")
     tables: dict[str, pl.DataFrame] = {
         "events": events,
-        "flows": flows.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+        "flows": flows,
         "stacks": stacks,
         "memory": memory.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
         "counters": counters.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
@@ -623,7 +625,6 @@ def _assemble(
     meta_extra: dict[str, Any],
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     parts: list[pl.DataFrame] = []
-    flows = S.empty("flows").drop("rank").with_columns(pl.lit(None, pl.Int64).alias("_ts"))
     flow_parts: list[pl.DataFrame] = []
     counters = S.empty("counters").drop("rank")
     threads = S.empty("threads").drop("rank")
@@ -910,8 +911,12 @@ def _assemble(
     )
 
     events, threads = _device_tracks(events, threads, hccl_pid)
-    flows = _resolve_flows(flow_parts, events) if flow_parts else S.empty("flows").drop("rank")
-    return events, flows, counters, threads
+    raw_flows = (
+        _raw_flows(flow_parts, odd)
+        if flow_parts
+        else pl.DataFrame(schema={k: v for k, v in link.RAW_FLOWS.items() if k != "rank"})
+    )
+    return events, raw_flows, counters, threads
 
 
 def _dims_json(col: pl.Expr) -> pl.Expr:
@@ -1000,7 +1005,9 @@ def _device_tracks(
     return events, threads
 
 
-def _resolve_flows(parts: list[pl.DataFrame], events: pl.DataFrame) -> pl.DataFrame:
+def _raw_flows(parts: list[pl.DataFrame], odd: Counter[str]) -> pl.DataFrame:
+    """The trace's flow records as :data:`opscope.ingest.link.RAW_FLOWS` (without ``rank``),
+    for :func:`opscope.ingest.link.resolve_flows` to bind once the events are nested."""
     fl = pl.concat(parts)
     kind = (
         pl.when(pl.col("cat") == "async_npu")
@@ -1011,79 +1018,24 @@ def _resolve_flows(parts: list[pl.DataFrame], events: pl.DataFrame) -> pl.DataFr
         .then(pl.lit("ac2g"))
         .otherwise(pl.lit("other"))
     )
-    fl = fl.with_columns(kind.alias("kind"))
-    # An end point binds to the slice on its thread that starts at its timestamp; several slices
-    # may start there (nested ops): the source takes the innermost host op, the target the
-    # device event (or the outermost slice).
-    ev = events.select(
-        "id",
-        "pid",
-        "tid",
-        "ts_ns",
-        "dur_ns",
-        "kind",
-        pl.col("device").is_not_null().alias("_dev"),
+    # CANN numbers most HostToDevice flows past 64 bits ("40004912544273661951"): an id that
+    # fits an Int64 is kept, any other pairs by a 64-bit hash of its text (casting it gave
+    # null, and every such flow one id).
+    fid = pl.col("fid")
+    flow_id = pl.coalesce(fid.cast(pl.Int64, strict=False), fid.hash().reinterpret(signed=True))
+    fl = fl.with_columns(flow_id.alias("flow_id"))
+    bad = fl.filter(pl.col("ts_ns").is_null()).height
+    if bad:
+        odd["trace_view.json: flow records without a ts (dropped)"] += bad
+        fl = fl.filter(pl.col("ts_ns").is_not_null())
+    return fl.select(
+        kind.cast(S.FlowKind).alias("kind"),
+        pl.col("flow_id"),
+        pl.col("ph").alias("phase"),
+        pl.col("pid").cast(pl.Int64),
+        pl.col("tid").cast(pl.Int64),
+        pl.col("ts_ns").cast(pl.Int64),
     )
-    src = (
-        fl.filter(pl.col("ph") == "s")
-        .join(ev.rename({"kind": "ekind"}), on=["pid", "tid", "ts_ns"], how="inner")
-        .with_columns(
-            pl.when(pl.col("ekind").is_in(["cpu_op", "user_annotation"]))
-            .then(0)
-            .when(pl.col("ekind") == "runtime")
-            .then(1)
-            .otherwise(2)
-            .alias("_pr")
-        )
-        .sort(["kind", "fid", "_pr", "dur_ns"])
-        .unique(["kind", "fid"], keep="first")
-        .select("kind", "fid", pl.col("id").alias("src_id"))
-    )
-    # Targets: the trace's device pid/tid; kernels from the table sit on the hardware pid with
-    # tid = stream, so match on ts first by (pid, tid), then on ts alone for device targets.
-    fin = fl.filter(pl.col("ph").is_in(["f", "t"]))
-    dst_exact = (
-        fin.join(ev.rename({"kind": "ekind"}), on=["pid", "tid", "ts_ns"], how="inner")
-        .with_columns(
-            pl.when(pl.col("ekind").is_in(["kernel", "communication"]))
-            .then(0)
-            .otherwise(1)
-            .alias("_pr")
-        )
-        .sort(["kind", "fid", "_pr", "dur_ns"], descending=[False, False, False, True])
-        .unique(["kind", "fid"], keep="first")
-        .select("kind", "fid", pl.col("id").alias("dst_id"))
-    )
-    dst_dev = (
-        fin.join(
-            ev.filter(pl.col("_dev")).rename({"kind": "ekind", "pid": "_p", "tid": "_t"}),
-            on="ts_ns",
-            how="inner",
-        )
-        .with_columns(
-            pl.when(pl.col("ekind").is_in(["kernel", "communication"]))
-            .then(0)
-            .otherwise(1)
-            .alias("_pr")
-        )
-        .sort(["kind", "fid", "_pr"])
-        .unique(["kind", "fid"], keep="first")
-        .select("kind", "fid", pl.col("id").alias("dst_dev"))
-    )
-    out = (
-        src.join(dst_exact, on=["kind", "fid"], how="left")
-        .join(dst_dev, on=["kind", "fid"], how="left")
-        .with_columns(pl.coalesce("dst_id", "dst_dev").alias("dst_id"))
-        .filter(pl.col("dst_id").is_not_null())
-        .select(
-            pl.col("kind").cast(S.FlowKind),
-            pl.col("fid").cast(pl.Int64, strict=False).alias("flow_id"),
-            "src_id",
-            "dst_id",
-        )
-        .sort("src_id")
-    )
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1091,13 +1043,20 @@ def _resolve_flows(parts: list[pl.DataFrame], events: pl.DataFrame) -> pl.DataFr
 
 
 def _link(
-    events: pl.DataFrame, flows: pl.DataFrame, kernels: pl.DataFrame | None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    del kernels
+    events: pl.DataFrame, raw_flows: pl.DataFrame, odd: Counter[str]
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     host = pl.col("device").is_null()
     # Nesting per (rank, pid, tid) track: the shared linker's rule (host threads; device
     # streams nest nothing here, the table's kernels do not overlap on a stream).
-    events = link.nest(events)
+    events, index = link.nest_indexed(events)
+    # Flows through the shared linker: an endpoint binds to the innermost qualifying slice on
+    # its track holding its time (Chrome's rule for flow starts and ``bp: "e"`` ends). CANN's
+    # HostToDevice starts fall inside a CANN call, not at its start: an exact-start match
+    # bound 23 of 210 on the AlexNet 910B export, this binds all of them.
+    flows = link.resolve_flows(events, _onto_streamless(events, raw_flows), index=index)
+    unbound = raw_flows.filter(pl.col("phase") == "s").height - flows.height
+    if unbound > 0:
+        odd["trace_view.json: flows with an endpoint on no slice (dropped)"] += unbound
 
     # Stacks from "Call stack" text, interned.
     stacks, events = _intern_stacks(events)
@@ -1220,7 +1179,29 @@ def _link(
     # they enclose; device events through their op), so both formats agree.
     events = link.mark_backward(events.sort("id"))
     events = events.sort("id").select([c for c in S.EVENTS if c in events.columns])
-    return events, stacks
+    return events, flows, stacks
+
+
+def _onto_streamless(events: pl.DataFrame, raw_flows: pl.DataFrame) -> pl.DataFrame:
+    """Flow ends pointing at a trace task that a streamless kernel_details row replaced (level 0
+    tables have no Stream ID) move to that row's track (tid null), where it starts at their ts."""
+    rows = (
+        events.filter(pl.col("device").is_not_null() & pl.col("tid").is_null())
+        .select("pid", "ts_ns", pl.lit(True).alias("_streamless"))
+        .unique(["pid", "ts_ns"])
+    )
+    if rows.height == 0:
+        return raw_flows
+    return (
+        raw_flows.join(rows, on=["pid", "ts_ns"], how="left", maintain_order="left")
+        .with_columns(
+            pl.when(pl.col("_streamless") & (pl.col("phase") != "s"))
+            .then(None)
+            .otherwise(pl.col("tid"))
+            .alias("tid")
+        )
+        .drop("_streamless")
+    )
 
 
 def _host_op_of_runtime(events: pl.DataFrame) -> pl.DataFrame:

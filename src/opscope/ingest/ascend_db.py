@@ -202,10 +202,11 @@ def _parse(
         progress("ascend", 1, 3)
     kernels = _kernel_frame(con, have, level)
 
-    events, flows, counters, threads = A._assemble(trace, kernels, device, odd, meta_extra)
+    events, raw_flows, counters, threads = A._assemble(trace, kernels, device, odd, meta_extra)
     events = events.with_columns(pl.lit(rank_id, pl.Int32).alias("rank"))
     km = A._kernel_metrics(events, kernels)
-    events, stacks = A._link(events, flows, kernels)
+    raw_flows = raw_flows.with_columns(pl.lit(rank_id, pl.Int32).alias("rank"))
+    events, flows, stacks = A._link(events, raw_flows, odd)
     analysis = out / "analysis.db"
     step_table = _step_table(analysis)
     if step_table is not None:
@@ -244,7 +245,7 @@ def _parse(
     }
     tables: dict[str, pl.DataFrame] = {
         "events": events,
-        "flows": flows.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+        "flows": flows,
         "stacks": stacks,
         "memory": memory.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
         "counters": counters.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),

@@ -22,7 +22,9 @@ from opscope.model import kinds
 #    Ascend HCCL per-plane sub-tasks with kind "other" (they were "communication").
 # 3: Ascend tracks named "PROCESS · THREAD" from the trace's metadata, HCCL ops on the
 #    communication lanes, communication events of partial-output ranks; database exports.
-SCHEMA_VERSION: Final = 3
+# 4: Ascend flows bound by the shared linker (a HostToDevice start inside a CANN call binds to
+#    it; ids past 64 bits kept apart).
+SCHEMA_VERSION: Final = 4
 
 # What a row of ``events`` is. One table holds host and device slices alike, so that nesting,
 # step assignment and the timeline treat them the same way (Perfetto's ``slice`` table).
