@@ -433,6 +433,22 @@ def shapes_table(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def shape_groups(calls: pl.DataFrame, *extra: pl.Expr) -> pl.DataFrame:
+    """The perf model's ``calls`` grouped by op and input shapes/types (first-seen order):
+    ``calls`` (count), ``time_ns`` (float), ``bound_ns``, ``gap_ns`` summed, the ``extra``
+    aggregations, ``dtype`` (first), ``ids`` (sorted), then :func:`shapes_table`'s columns."""
+    g = calls.group_by("name", "input_dims", "input_types", maintain_order=True).agg(
+        pl.len().alias("calls"),
+        pl.col("time_ns").sum().cast(pl.Float64),
+        pl.col("bound_ns").sum(),
+        pl.col("gap_ns").sum(),
+        *extra,
+        pl.col("dtype").first(),
+        pl.col("id").sort().alias("ids"),
+    )
+    return shapes_table(g)
+
+
 MATMUL_OPS = (
     "aten::mm",
     "aten::matmul",

@@ -41,16 +41,19 @@ def _groups(profile: Profile, results: Mapping[str, Any], formula: str) -> tuple
     )
     if calls.height == 0:
         return model, None
-    g = calls.group_by("name", "input_dims", "input_types", maintain_order=True).agg(
-        pl.len().alias("calls"),
-        pl.col("time_ns").sum().cast(pl.Float64),
-        pl.col("bound_ns").sum(),
-        pl.col("gap_ns").sum(),
-        pl.col("kernels").sum(),
-        pl.col("dtype").first(),
-        pl.col("id").sort().alias("ids"),
-    )
-    return model, c.shapes_table(g)
+    return model, c.shape_groups(calls, pl.col("kernels").sum())
+
+
+def _flagged(
+    profile: Profile, results: Mapping[str, Any], formula: str
+) -> tuple[Any, c.StepInfo, list[dict[str, Any]]] | None:
+    """(perf model, step info, the rows of the significant groups of calls whose formula
+    matches ``formula``); ``None`` without such calls or without peaks (``model.spec``)."""
+    model, g = _groups(profile, results, formula)
+    if g is None or model.spec is None:
+        return None
+    steps = c.step_info(profile)
+    return model, steps, [r for r in g.iter_rows(named=True) if _significant(r, steps)]
 
 
 class AttentionEfficiency:
@@ -74,14 +77,12 @@ class AttentionEfficiency:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        model, g = _groups(profile, results, _ATTN_FORMULA)
-        if g is None or model.spec is None:
+        flagged = _flagged(profile, results, _ATTN_FORMULA)
+        if flagged is None:
             return []
-        steps = c.step_info(profile)
+        model, steps, rows = flagged
         out = []
-        for r in g.iter_rows(named=True):
-            if not _significant(r, steps):
-                continue
+        for r in rows:
             q = (r["dims"] or [[]])[0] or []
             if len(q) < 3:
                 continue
@@ -152,14 +153,12 @@ class ConvEfficiency:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        model, g = _groups(profile, results, _CONV_FORMULA)
-        if g is None or model.spec is None:
+        flagged = _flagged(profile, results, _CONV_FORMULA)
+        if flagged is None:
             return []
-        steps = c.step_info(profile)
+        _, steps, rows = flagged
         out = []
-        for r in g.iter_rows(named=True):
-            if not _significant(r, steps):
-                continue
+        for r in rows:
             dims = r["dims"] or []
             x = dims[0] if dims else []
             w = dims[1] if len(dims) > 1 else []

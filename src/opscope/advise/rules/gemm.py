@@ -87,20 +87,14 @@ def _gemm_calls(profile: Profile, results: Mapping[str, Any]) -> tuple[Any, pl.D
         return model, calls
     grid = _kernel_blocks(profile, calls.get_column("id"))
     calls = calls.join(grid, on="id", how="left")
-    g = calls.group_by("name", "input_dims", "input_types", maintain_order=True).agg(
-        pl.len().alias("calls"),
-        pl.col("time_ns").sum().cast(pl.Float64),
-        pl.col("bound_ns").sum(),
-        pl.col("gap_ns").sum(),
+    return model, c.shape_groups(
+        calls,
         pl.col("compute_ns").sum(),
         pl.col("memory_ns").sum(),
         pl.col("flops").sum(),
         pl.col("bytes").sum(),
         pl.col("blocks").max(),
-        pl.col("dtype").first(),
-        pl.col("id").sort().alias("ids"),
     )
-    return model, c.shapes_table(g)
 
 
 def _kernel_blocks(profile: Profile, ids: pl.Series) -> pl.DataFrame:
