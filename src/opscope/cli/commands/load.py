@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from opscope.cli.options import MemoryBudget, apply_memory_budget
 from opscope.cli.output import console, err_console, print_json
 
 
@@ -72,14 +73,7 @@ def register(app: typer.Typer) -> None:
                 "folder (same as OPSCOPE_CACHE_BESIDE=1).",
             ),
         ] = False,
-        memory_budget: Annotated[
-            str | None,
-            typer.Option(
-                "--memory-budget",
-                help="Memory a trace load may use (bytes, or e.g. 4G); a trace whose load would "
-                "exceed it is streamed (docs/out-of-core.md). Default: half the available memory.",
-            ),
-        ] = None,
+        memory_budget: MemoryBudget = None,
         show_env: Annotated[
             bool,
             typer.Option(
@@ -91,11 +85,7 @@ def register(app: typer.Typer) -> None:
         from opscope.ingest import load
         from opscope.ingest.summary import summary
 
-        if memory_budget is not None:
-            from opscope.ingest import outofcore
-
-            # An environment setting, so that the rank readers' worker processes see it too.
-            os.environ[outofcore.ENV] = str(outofcore.parse_budget(memory_budget))
+        apply_memory_budget(memory_budget)
         if cache_beside:
             # An environment setting, so that the rank readers' worker processes see it too.
             os.environ["OPSCOPE_CACHE_BESIDE"] = "1"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from opscope.cli.options import MemoryBudget, apply_memory_budget
 from opscope.cli.output import console
 
 
@@ -37,14 +37,7 @@ def register(app: typer.Typer) -> None:
         html: Annotated[
             Path | None, typer.Option("--html", help="Also write the offline HTML report here.")
         ] = None,
-        memory_budget: Annotated[
-            str | None,
-            typer.Option(
-                "--memory-budget",
-                help="Memory a trace load may use (bytes, or e.g. 4G); a trace whose load would "
-                "exceed it is streamed (docs/out-of-core.md). Default: half the available memory.",
-            ),
-        ] = None,
+        memory_budget: MemoryBudget = None,
     ) -> None:
         """Step time and where it goes, the top findings, operators, kernels and source lines.
 
@@ -55,11 +48,7 @@ def register(app: typer.Typer) -> None:
         from opscope.report.base import render
         from opscope.report.build import build_report
 
-        if memory_budget is not None:
-            from opscope.ingest import outofcore
-
-            # An environment setting, so that the rank readers' worker processes see it too.
-            os.environ[outofcore.ENV] = str(outofcore.parse_budget(memory_budget))
+        apply_memory_budget(memory_budget)
         report = build_report(path, top=top, salvage=salvage, device=device)
         if html is not None:
             from opscope.report.html import render_html, write_html
