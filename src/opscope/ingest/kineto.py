@@ -837,21 +837,31 @@ def _memory_rows(raw: pl.DataFrame, rk: int) -> pl.DataFrame:
 
 
 def _thread_names(raw: pl.DataFrame) -> pl.DataFrame:
-    """``thread_name`` metadata: ``pid``, ``tid``, ``tn`` (the first name given per track)."""
+    """``thread_name`` metadata: ``pid``, ``tid``, ``tn`` (the first name given per track), and
+    ``process_name`` metadata as rows with a null ``tid`` (the first name given per process)."""
     names = (
         raw.lazy()
-        .filter((_PH == "M") & (pl.col("name") == "thread_name"))
+        .filter((_PH == "M") & pl.col("name").is_in(["thread_name", "process_name"]))
         .select(
             pl.col("pid_n").alias("pid"),
-            pl.col("tid_n").alias("tid"),
+            pl.when(pl.col("name") == "thread_name").then(pl.col("tid_n")).alias("tid"),
             pl.col("meta_name").alias("tn"),
+            (pl.col("name") == "process_name").alias("_proc"),
         )
+        .filter(pl.col("tn").is_not_null() | ~pl.col("_proc"))
         .collect()
     )
-    return names.unique(["pid", "tid"], keep="first")
+    return names.unique(["pid", "tid", "_proc"], keep="first", maintain_order=True)
 
 
 def _threads(events: pl.DataFrame, names: pl.DataFrame, rk: int) -> pl.DataFrame:
+    """The THREADS table: host tracks named "PROCESS · THREAD" where the trace names the process
+    (``process_name``: "python3 · thread 19392 (python3)"), as the Ascend reader names its
+    tracks, so the viewer's group header shows the process. Device streams keep their own name:
+    Kineto gives a GPU's pid the host process's name ("python3"), which says less than the
+    device header the viewer already shows."""
+    procs = names.filter(pl.col("_proc")).select("pid", pl.col("tn").alias("_pn"))
+    names = names.filter(~pl.col("_proc")).drop("_proc")
     dev = pl.Series("dev", link.kind_mask(events, *_DEVICE_KINDS))
     tracks = (
         events.select("pid", "tid")
@@ -859,17 +869,28 @@ def _threads(events: pl.DataFrame, names: pl.DataFrame, rk: int) -> pl.DataFrame
         .group_by(["pid", "tid"])
         .agg(pl.col("dev").any().alias("is_device"))
     )
-    out = tracks.join(names, on=["pid", "tid"], how="full", coalesce=True).select(
-        pl.lit(rk, pl.Int32).alias("rank"),
-        "pid",
-        "tid",
-        pl.when(pl.col("tn").is_not_null())
-        .then(pl.col("tn"))
-        .when(pl.col("is_device").fill_null(False))
-        .then(pl.format("stream {}", pl.col("tid")))
-        .otherwise(None)
-        .alias("name"),
-        pl.col("is_device").fill_null(False),
+    device_pids = tracks.filter(pl.col("is_device")).get_column("pid").unique().implode()
+    out = (
+        tracks.join(names, on=["pid", "tid"], how="full", coalesce=True)
+        .join(procs, on="pid", how="left")
+        .select(
+            pl.lit(rk, pl.Int32).alias("rank"),
+            "pid",
+            "tid",
+            pl.when(pl.col("tn").is_not_null() & pl.col("_pn").is_not_null())
+            .then(
+                pl.when(pl.col("pid").is_in(device_pids))
+                .then(pl.col("tn"))
+                .otherwise(pl.format("{} · {}", pl.col("_pn"), pl.col("tn")))
+            )
+            .when(pl.col("tn").is_not_null())
+            .then(pl.col("tn"))
+            .when(pl.col("is_device").fill_null(False))
+            .then(pl.format("stream {}", pl.col("tid")))
+            .otherwise(None)
+            .alias("name"),
+            pl.col("is_device").fill_null(False),
+        )
     )
     return schema.conform("threads", out.sort(["pid", "tid"]))
 

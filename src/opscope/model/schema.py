@@ -23,7 +23,7 @@ from opscope.model import kinds
 # 3: Ascend tracks named "PROCESS · THREAD" from the trace's metadata, HCCL ops on the
 #    communication lanes, communication events of partial-output ranks; database exports.
 # 4: Ascend flows bound by the shared linker (a HostToDevice start inside a CANN call binds to
-#    it; ids past 64 bits kept apart).
+#    it; ids past 64 bits kept apart); Kineto host tracks named "PROCESS · THREAD".
 SCHEMA_VERSION: Final = 4
 
 # What a row of ``events`` is. One table holds host and device slices alike, so that nesting,
