@@ -20,7 +20,8 @@ core; with ``op_type`` / ``core_type``,
 shapes as compact JSON, ``blocks`` from ``Block Num`` or the older ``Block Dim``); the matching
 NPU task in ``trace_view.json`` (same start, to the nanosecond) is not duplicated. Each kernel is
 joined to the host operator that issued it through the trace's ``async_npu`` flows (whose end
-lies on the kernel's start), which fills ``op_id`` and through it ``step``, ``stack_id``,
+lies in the kernel; flows bind as Kineto's do, in :func:`opscope.ingest.link.resolve_flows`),
+which fills ``op_id`` and through it ``step``, ``stack_id``,
 ``module``, ``is_backward``. CSV columns are found by name; stray tabs, quotes, a BOM and CRLF
 line ends are tolerated. Timestamps are parsed from their decimal text, so no nanosecond is lost
 to floating point.
