@@ -86,11 +86,11 @@ def head(path: Path, n: int = HEAD_BYTES) -> bytes:
 def classify(path: Path) -> Shape:
     """What ``path`` holds, judged from its head (see the module doc)."""
     text = head(path).decode("utf-8", "replace").lstrip("\ufeff")
-    i = _skip_ws(text, 0)
+    i = skip_ws(text, 0)
     if i >= len(text):
         return Shape("trace")
     if text[i] == "[":
-        j = _skip_ws(text, i + 1)
+        j = skip_ws(text, i + 1)
         if j < len(text) and text[j] == "[":
             return Shape("memory_timeline")
         if _ASCEND_TS.search(text) or _ASCEND_NAMES.search(text):
@@ -107,7 +107,7 @@ def _object_shape(text: str, i: int) -> Shape:
     keys: list[str] = []
     i += 1
     while True:
-        i = _skip_ws(text, i)
+        i = skip_ws(text, i)
         if i >= len(text):
             return Shape("trace")  # the head ran out: undecided, the reader judges
         if text[i] == "}":
@@ -121,20 +121,21 @@ def _object_shape(text: str, i: int) -> Shape:
         if key == "rocprofiler-sdk-tool":
             return Shape("rocprof")
         keys.append(str(key))
-        i = _skip_ws(text, i)
+        i = skip_ws(text, i)
         if i >= len(text) or text[i] != ":":
             return Shape("trace")
-        i = _skip_ws(text, i + 1)
+        i = skip_ws(text, i + 1)
         try:
             _, i = dec.raw_decode(text, i)
         except (ValueError, RecursionError):  # (deeply nested: the reader says so)
             return Shape("trace")
-        i = _skip_ws(text, i)
+        i = skip_ws(text, i)
         if i < len(text) and text[i] == ",":
             i += 1
 
 
-def _skip_ws(text: str, i: int) -> int:
+def skip_ws(text: str, i: int) -> int:
+    """The first position at or after ``i`` that is not JSON whitespace (``len(text)`` if none)."""
     while i < len(text) and text[i] in " \t\r\n":
         i += 1
     return i

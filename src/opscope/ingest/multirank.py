@@ -337,22 +337,22 @@ def kineto_rank(path: Path) -> int | None:
     """
     text = _head(path).decode("utf-8", "replace")
     dec = json.JSONDecoder()
-    i = _skip_ws(text, 0)
+    i = detect.skip_ws(text, 0)
     if i >= len(text) or text[i] != "{":
         return None
     i += 1
     while True:
-        i = _skip_ws(text, i)
+        i = detect.skip_ws(text, i)
         if i >= len(text) or text[i] == "}":
             return None
         try:
             key, i = dec.raw_decode(text, i)
         except ValueError:
             return None
-        i = _skip_ws(text, i)
+        i = detect.skip_ws(text, i)
         if i >= len(text) or text[i] != ":":
             return None
-        i = _skip_ws(text, i + 1)
+        i = detect.skip_ws(text, i + 1)
         if key == "traceEvents":
             return None
         try:
@@ -362,12 +362,6 @@ def kineto_rank(path: Path) -> int | None:
         if key == "distributedInfo" and isinstance(value, dict):
             r = value.get("rank")
             return r if isinstance(r, int) and r >= 0 else None
-        i = _skip_ws(text, i)
+        i = detect.skip_ws(text, i)
         if i < len(text) and text[i] == ",":
             i += 1
-
-
-def _skip_ws(text: str, i: int) -> int:
-    while i < len(text) and text[i] in " \t\r\n":
-        i += 1
-    return i
