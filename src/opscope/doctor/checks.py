@@ -22,6 +22,7 @@ from typing import Any, Final, Literal
 
 import polars as pl
 
+from opscope.ingest.summary import header_world_size
 from opscope.model import Profile
 from opscope.redact import REDACTED, secret_names
 
@@ -420,14 +421,9 @@ def check_ranks(profile: Profile) -> list[Check]:
     world: int | None = None
     src = None
     for h in _headers(profile).values():
-        di = h.get("distributedInfo")
-        if isinstance(di, str):
-            try:
-                di = json.loads(di)
-            except ValueError:
-                di = None
-        if isinstance(di, Mapping) and isinstance(di.get("world_size"), int):
-            world = max(world or 0, int(di["world_size"]))
+        w = header_world_size(h)
+        if w is not None:
+            world = max(world or 0, w)
             src = "distributedInfo.world_size"
     rw = _run(profile).get("world_size")
     if isinstance(rw, int) and rw > (world or 0):

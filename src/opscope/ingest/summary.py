@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -58,19 +59,28 @@ def summary(profile: Profile) -> dict[str, Any]:
 
 def world_size(profile: Profile) -> int | None:
     """The largest ``distributedInfo.world_size`` in the traces' headers (None when absent)."""
-    import json
-
     world: int | None = None
     for h in _headers(profile):
-        di = h.get("distributedInfo")
-        if isinstance(di, str):
-            try:
-                di = json.loads(di)
-            except ValueError:
-                di = None
-        if isinstance(di, dict) and isinstance(di.get("world_size"), int):
-            world = max(world or 0, int(di["world_size"]))
+        w = header_world_size(h)
+        if w is not None:
+            world = max(world or 0, w)
     return world
+
+
+def header_world_size(header: Mapping[str, Any]) -> int | None:
+    """``distributedInfo.world_size`` of one trace header (the object, or its JSON text); None
+    when absent or not an integer."""
+    import json
+
+    di = header.get("distributedInfo")
+    if isinstance(di, str):
+        try:
+            di = json.loads(di)
+        except ValueError:
+            di = None
+    if isinstance(di, Mapping) and isinstance(di.get("world_size"), int):
+        return int(di["world_size"])
+    return None
 
 
 def _headers(profile: Profile) -> list[dict[str, Any]]:
