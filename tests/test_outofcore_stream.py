@@ -10,10 +10,8 @@ Each result is compared, column by column, with :func:`fastscan.scan_document` o
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +21,12 @@ from polars.testing import assert_frame_equal
 
 from conftest import shared_trace
 from helpers.layouts import PLACEMENTS, layout_bytes
+from helpers.scanner import chunk_events
 from helpers.shared_traces import kineto_shared_traces
 from opscope.errors import CorruptArchiveError
 from opscope.ingest import fastscan, gz
 
 pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
-
-
-@contextlib.contextmanager
-def _chunk(events: int) -> Iterator[None]:
-    old = fastscan.CHUNK_EVENTS
-    fastscan.CHUNK_EVENTS = events
-    try:
-        yield
-    finally:
-        fastscan.CHUNK_EVENTS = old
 
 
 def _streamed(path: Path, window: int) -> tuple[dict[str, Any], fastscan.Scanned] | None:
@@ -47,7 +36,7 @@ def _streamed(path: Path, window: int) -> tuple[dict[str, Any], fastscan.Scanned
 
 def assert_same_scan(path: Path, window: int, chunk: int) -> int:
     """Streamed == whole-text scan of ``path``; returns the number of events."""
-    with _chunk(chunk):
+    with chunk_events(chunk):
         whole = fastscan.scan_document(gz.read_bytes(path))
         got = _streamed(path, window)
     assert whole is not None, "the whole-text scanner reads this input"

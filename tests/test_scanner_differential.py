@@ -29,21 +29,12 @@ from polars.testing import assert_frame_equal
 
 from conftest import shared_trace
 from helpers.layouts import PLACEMENTS, layout_bytes, layout_trace
+from helpers.scanner import chunk_events
 from helpers.shared_traces import kineto_shared_traces
 from opscope.ingest import fastscan, kineto
 from opscope.model import Profile, schema
 
 pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
-
-
-@contextlib.contextmanager
-def _chunk(events: int) -> Iterator[None]:
-    old = fastscan.CHUNK_EVENTS
-    fastscan.CHUNK_EVENTS = events
-    try:
-        yield
-    finally:
-        fastscan.CHUNK_EVENTS = old
 
 
 @contextlib.contextmanager
@@ -63,7 +54,7 @@ def _reference() -> Iterator[None]:
 
 def both_paths(path: Path, chunk: int) -> tuple[Profile, Profile]:
     """(scanner's Profile read in chunks of ``chunk`` events, reference decoder's Profile)."""
-    with _chunk(chunk):
+    with chunk_events(chunk):
         fast = kineto.parse_kineto(path)
     with _reference():
         assert not fastscan.available()
@@ -98,7 +89,7 @@ def test_third_chunk_does_not_overwrite_the_first(tmp_path: Path) -> None:
     ]
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": evs}))
-    with _chunk(8):
+    with chunk_events(8):
         fast = kineto.parse_kineto(p)
     got = fast.events.sort("ts_ns")
     assert got.get_column("external_id").to_list() == [7 * i for i in range(30)]
@@ -137,7 +128,7 @@ def test_layout_events_land_on_their_own_tracks(tmp_path: Path) -> None:
     import gzip
 
     p.write_bytes(gzip.compress(json.dumps(obj).encode()))
-    with _chunk(6):
+    with chunk_events(6):
         prof = kineto.parse_kineto(p)
     truth = {
         (e["name"], round(e["ts"] * 1000)): (e["pid"], e["tid"])
