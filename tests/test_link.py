@@ -325,3 +325,22 @@ def _sort_inputs(ev: pl.DataFrame) -> pl.DataFrame:
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
         pl.lit(0, pl.Int64).alias("prio"),
     )
+
+
+def test_track_index_equals_the_one_nesting_builds() -> None:
+    """track_index on nested events gives nest_indexed's index: enclosing() answers the same
+    with either, or with none (it crashed without one: a column the sort no longer outputs)."""
+    from conftest import shared_trace
+
+    import opscope
+
+    ev = opscope.load(shared_trace("gpu/hta_nccl_a100_rank0of2.json.gz"), cache=False).events
+    _, built = link.nest_indexed(ev.drop("parent_id", "depth"))
+    again = link.track_index(ev)
+    assert (again.ids == built.ids).all() and (again.ts == built.ts).all()
+    ops = link.kind_mask(ev, "cpu_op")
+    pts = ev.filter(pl.col("kind") == "runtime").select("rank", "pid", "tid", "ts_ns")
+    want = link.enclosing(ev, pts, ops, index=built)
+    assert (want >= 0).sum() > 1000
+    assert (link.enclosing(ev, pts, ops, index=again) == want).all()
+    assert (link.enclosing(ev, pts, ops) == want).all()

@@ -330,7 +330,7 @@ def track_index(events: pl.DataFrame) -> TrackIndex:
     return TrackIndex(
         spans=spans,
         ts=_np(k.get_column("ts_ns")),
-        ids=_np(k.get_column("id")),
+        ids=_np(k.get_column("i")),  # row numbers == ids (0..n-1 in row order), as nest_indexed
         parent=_np(events.get_column("parent_id")),
         end=ts + _np(events.get_column("dur_ns"), 0),
     )
