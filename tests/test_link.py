@@ -330,9 +330,8 @@ def _sort_inputs(ev: pl.DataFrame) -> pl.DataFrame:
 def test_track_index_equals_the_one_nesting_builds() -> None:
     """track_index on nested events gives nest_indexed's index: enclosing() answers the same
     with either, or with none (it crashed without one: a column the sort no longer outputs)."""
-    from conftest import shared_trace
-
     import opscope
+    from conftest import shared_trace
 
     ev = opscope.load(shared_trace("gpu/hta_nccl_a100_rank0of2.json.gz"), cache=False).events
     _, built = link.nest_indexed(ev.drop("parent_id", "depth"))
