@@ -65,8 +65,8 @@ def read_kineto(
     """Read one Kineto trace file into a linked Profile.
 
     ``rank`` overrides the trace's own ``distributedInfo.rank`` (the multi-rank reader passes the
-    rank it found in a file name). With ``cache`` the columnar cache beside the trace is used and
-    refreshed (:mod:`opscope.ingest.cache`). Raises :class:`~opscope.errors.InputError`
+    rank it found in a file name). With ``cache`` the columnar cache (in the user cache dir) is
+    used and refreshed (:mod:`opscope.ingest.cache`). Raises :class:`~opscope.errors.InputError`
     subclasses naming the file for unreadable input. ``memory_budget`` (bytes): a trace whose
     in-memory load would exceed it is read through a bounded window
     (:mod:`opscope.ingest.outofcore`; same Profile).

@@ -74,7 +74,9 @@ def load(
     ``*_ascend_pt`` directory, a directory of several ranks, or an opscope run directory.
 
     ``salvage`` recovers the complete events before a truncation instead of failing (the count is
-    in ``profile.meta["salvaged"]``). ``cache`` reads/writes the columnar cache beside the trace.
+    in ``profile.meta["salvaged"]``). ``cache`` reads/writes the columnar cache (in the user cache
+    dir, keyed by the trace's path, size and mtime; beside the trace only with
+    ``OPSCOPE_CACHE_BESIDE``).
     Raises :class:`~opscope.errors.InputError` (exit code 2 in the CLI) on unreadable input.
     """
     p = Path(path)
