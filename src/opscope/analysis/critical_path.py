@@ -30,7 +30,6 @@ is a topological order and the longest path is one pass over nodes and edges (O(
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -164,66 +163,130 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         threads, on=thread, how="semi", nulls_equal=True
     )
     tracked_by = tracked.sort("ts_ns").partition_by(thread, as_dict=True)
-    out: list[tuple[Any, ...]] = []
-    emit_row = out.append
+    parts: list[pl.DataFrame] = []
     next_id = -1
-
-    def emit(rank: int, step: int, nid: int, lane: int, a: int, b: int, op: Any, name: str,
-             sync: bool, wait: bool) -> None:  # fmt: skip
-        emit_row((rank, step, nid, "host", lane, a, b, op, name, sync, wait))
-
     for key, calls in rt.sort("ts_ns").partition_by(thread, as_dict=True).items():
         rank, _pid, tid = (int(k) if k is not None else -1 for k in key)
-        tr = tracked_by.get(key)
-        # coverage of the thread: union of tracked slices, with the top-level slice ids
-        seg_s: list[int] = []
-        seg_e: list[int] = []
-        top_ts: list[int] = []
-        top_id: list[int] = []
-        for t0, d, i in [] if tr is None else tr.select("ts_ns", "dur_ns", "id").iter_rows():
-            t1 = t0 + d
-            if not seg_e or t0 >= seg_e[-1]:  # not inside the slices seen so far: top level
-                top_ts.append(t0)
-                top_id.append(i)
-            if not seg_e or t0 > seg_e[-1]:
-                seg_s.append(t0)
-                seg_e.append(t1)
-            seg_e[-1] = max(seg_e[-1], t1)
-        prev_end: dict[int, int] = {}
-        rows = calls.select(
-            "id", "ts_ns", "dur_ns", "step", "op_id", "name", "sync", "blocking_copy"
-        ).iter_rows()
-        for cid, ts, dur, step, op, name, sync, blocking in rows:
-            end = ts + dur
-            start = prev_end.get(step, step_ts.get((rank, step), ts))
-            start = min(start, ts)
-            prev_end[step] = end
-            wait = sync or blocking
-            # cut [start, ts) at the thread's untracked gaps
-            a = start
-            while a < ts:
-                k = bisect.bisect_right(seg_e, a)  # the first coverage segment ending after a
-                if k < len(seg_s) and seg_s[k] <= a:
-                    # tracked: up to the end of the coverage or the next top-level slice
-                    n = bisect.bisect_right(top_ts, a)
-                    b = min(seg_e[k], ts, top_ts[n] if n < len(top_ts) else ts)
-                    if b >= ts:
-                        break  # the piece just before the call: part of the call's node
-                    j = bisect.bisect_right(top_ts, b - 1) - 1
-                    emit(rank, step, next_id, tid, a, b, top_id[j] if j >= 0 else op, "", False,
-                         False)  # fmt: skip
-                    next_id -= 1
-                else:
-                    b = min(seg_s[k] if k < len(seg_s) else ts, ts)
-                    emit(rank, step, next_id, tid, a, b, None, "(idle)", False, False)
-                    next_id -= 1
-                a = b
-            if wait and a < ts:
-                emit(rank, step, next_id, tid, a, ts, op, "", False, False)
-                next_id -= 1
-                a = ts
-            emit(rank, step, cid, tid, min(a, ts), end, op, name, sync, wait)
-    return pl.DataFrame(out, schema=_NODE_SCHEMA, orient="row")
+        part = _thread_host_nodes(calls, tracked_by.get(key), step_ts, rank, tid, next_id)
+        next_id -= int((part.get_column("id") < 0).sum())
+        parts.append(part)
+    return pl.concat(parts) if parts else pl.DataFrame(schema=_NODE_SCHEMA)
+
+
+def _thread_host_nodes(
+    calls: pl.DataFrame,
+    tr: pl.DataFrame | None,
+    step_ts: dict[tuple[Any, Any], int],
+    rank: int,
+    tid: int,
+    first_id: int,
+) -> pl.DataFrame:
+    """The host nodes of one thread (see :func:`_host_nodes`), as arrays: the time before each
+    call is cut at every boundary of the thread's coverage (union of tracked slices) and at
+    every top-level slice start; each piece is untracked (an idle node) or tracked (a node of
+    the top-level slice running at its start), and the last tracked piece is the call's own."""
+    i64 = np.int64
+    # coverage: union of tracked slices (in start order), and the top-level slices
+    if tr is None or tr.height == 0:
+        t0 = np.empty(0, dtype=i64)
+        t1 = np.empty(0, dtype=i64)
+        sid = np.empty(0, dtype=i64)
+    else:
+        t0 = tr.get_column("ts_ns").to_numpy().astype(i64)
+        t1 = t0 + tr.get_column("dur_ns").to_numpy().astype(i64)
+        sid = tr.get_column("id").to_numpy().astype(i64)
+    reach = np.maximum.accumulate(t1) if len(t1) else t1
+    before = np.concatenate(([np.iinfo(i64).min], reach[:-1])) if len(t1) else t1
+    top = t0 >= before  # starts outside the slices seen so far
+    new_seg = t0 > before
+    seg_s = t0[new_seg]
+    last_of_seg = np.concatenate((np.flatnonzero(new_seg)[1:] - 1, [len(t0) - 1]))
+    seg_e = reach[last_of_seg] if len(seg_s) else seg_s
+    top_ts = t0[top]
+    top_id = sid[top]
+    bounds = np.unique(np.concatenate((seg_s, seg_e, top_ts)))
+
+    # calls, in start order
+    n = calls.height
+    cid = calls.get_column("id").to_numpy().astype(i64)
+    ts = calls.get_column("ts_ns").to_numpy().astype(i64)
+    end = ts + calls.get_column("dur_ns").to_numpy().astype(i64)
+    step_col = calls.get_column("step")
+    steps = step_col.to_list()
+    op_s = calls.get_column("op_id")
+    op_null = op_s.is_null().to_numpy()
+    op = op_s.fill_null(0).to_numpy().astype(i64)
+    sync = calls.get_column("sync").to_numpy().astype(bool)
+    wait = sync | calls.get_column("blocking_copy").to_numpy().astype(bool)
+    # start: the previous call of the same step's end, else the step's start, else the call
+    start = np.array([step_ts.get((rank, s), t) for s, t in zip(steps, ts, strict=True)], i64)
+    if n:
+        codes = step_col.rank("dense").fill_null(0).to_numpy().astype(i64)
+        order = np.lexsort((np.arange(n), codes))
+        same = codes[order][1:] == codes[order][:-1]
+        start[order[1:][same]] = end[order[:-1][same]]
+    start = np.minimum(start, ts)
+
+    # pieces of [start, ts): cut at every bound strictly inside
+    lo = np.searchsorted(bounds, start, side="right")
+    hi = np.searchsorted(bounds, ts, side="left")
+    count = np.where(start < ts, np.maximum(hi - lo, 0) + 1, 0)
+    call_of = np.repeat(np.arange(n), count)
+    first = np.cumsum(count) - count
+    k = np.arange(len(call_of)) - first[call_of]  # piece number within its call
+    inner = np.clip(lo[call_of] + k - 1, 0, max(len(bounds) - 1, 0))
+    pa = np.where(k == 0, start[call_of], bounds[inner] if len(bounds) else start[call_of])
+    is_last = k == count[call_of] - 1
+    inner_b = np.clip(lo[call_of] + k, 0, max(len(bounds) - 1, 0))
+    pb = np.where(is_last, ts[call_of], bounds[inner_b] if len(bounds) else ts[call_of])
+    seg = np.searchsorted(seg_e, pa, side="right")
+    tracked = np.zeros(len(pa), dtype=bool)
+    ok = seg < len(seg_s)
+    tracked[ok] = seg_s[seg[ok]] <= pa[ok]
+    j = np.searchsorted(top_ts, pa, side="right") - 1
+    p_op = np.where(j >= 0, top_id[np.maximum(j, 0)] if len(top_id) else 0, op[call_of])
+    p_null = np.where(j >= 0, False, op_null[call_of])
+    # the last tracked piece belongs to the call; a waiting call keeps it as its own node
+    tail = is_last & tracked
+    call_start = ts.copy()
+    no_wait_tail = tail & ~wait[call_of]
+    call_start[call_of[no_wait_tail]] = pa[no_wait_tail]
+    keep = ~no_wait_tail
+    wait_tail = tail & wait[call_of]
+    p_op = np.where(wait_tail, op[call_of], p_op)
+    p_null = np.where(wait_tail, op_null[call_of], p_null)
+    kind = np.where(tracked, 1, 2)  # 0 call, 1 tracked piece, 2 idle
+
+    # rows: each call's pieces in order, then the call
+    row_call = np.concatenate((call_of[keep], np.arange(n)))
+    order = np.argsort(row_call, kind="stable")
+    row_call = row_call[order]
+    a = np.concatenate((pa[keep], call_start))[order]
+    b = np.concatenate((pb[keep], end))[order]
+    rkind = np.concatenate((kind[keep], np.zeros(n, dtype=i64)))[order]
+    rop = np.concatenate((p_op[keep], op))[order]
+    rnull = np.concatenate((p_null[keep] | (kind[keep] == 2), op_null))[order]
+    is_piece = rkind != 0
+    rid = cid[row_call]
+    rid[is_piece] = first_id - np.arange(int(is_piece.sum()), dtype=i64)
+    names = np.array([*calls.get_column("name").to_list(), "", "(idle)"], dtype=object)
+    name_ix = np.where(rkind == 0, row_call, n + rkind - 1)
+    return pl.DataFrame(
+        {
+            "rank": pl.Series([rank] * len(a), dtype=pl.Int32),
+            "step": step_col.gather(row_call).cast(pl.Int32),
+            "id": rid,
+            "lane_kind": pl.Series(["host"] * len(a), dtype=pl.String),
+            "lane": pl.Series(np.full(len(a), tid, dtype=i64)),
+            "start_ns": a,
+            "end_ns": b,
+            "op_id": pl.Series(rop).set(pl.Series(rnull), None),
+            "name": pl.Series(names[name_ix].tolist(), dtype=pl.String),
+            "is_sync": sync[row_call] & ~is_piece,
+            "is_wait": wait[row_call] & ~is_piece,
+        },
+        schema=_NODE_SCHEMA,
+    )
 
 
 def _nodes(profile: Profile) -> pl.DataFrame:
