@@ -1,6 +1,8 @@
 """The vectorised ``_host_nodes`` gives exactly the node table of the per-call loop it replaced
 (kept below as the reference): on every shared Kineto trace with device work, and on random
-threads with nested, touching, zero-length and overlapping slices, syncs and blocking copies."""
+threads with nested, touching, zero-length and overlapping slices, syncs and blocking copies;
+and ``longest_path`` gives the path, contributions and length of its per-node loop on random
+graphs (also kept below)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -19,6 +22,7 @@ from opscope.analysis.critical_path import (
     COPY_CALL,
     SYNC_PATTERN,
     _host_nodes,
+    longest_path,
 )
 from opscope.model import kinds
 
@@ -239,3 +243,86 @@ def test_the_comparison_can_fail() -> None:
     assert want.height > 0
     moved = want.with_columns(pl.col("start_ns") + 1)
     assert not moved.sort(_KEY).equals(want.sort(_KEY))
+
+
+def reference_longest_path(
+    ids: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    *,
+    waits: np.ndarray | None = None,
+    device: np.ndarray | None = None,
+) -> tuple[list[int], list[int], int]:
+    """The per-node loop that ``longest_path`` replaced (kept verbatim as the reference)."""
+    n = len(ids)
+    if n == 0:
+        return [], [], 0
+    # edge endpoints -> positions in the end-time order, vectorised
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+
+    def pos(x: np.ndarray) -> np.ndarray:
+        i = np.clip(np.searchsorted(sorted_ids, x), 0, n - 1)
+        return np.where(sorted_ids[i] == x, order[i], -1)
+
+    ks, kd = pos(np.asarray(src)), pos(np.asarray(dst))
+    ok = (ks >= 0) & (kd >= 0) & (ks != kd)
+    ks, kd = ks[ok], kd[ok]
+    ok = end[ks] <= end[kd]
+    ks, kd = ks[ok], kd[ok]
+    by_dst = np.argsort(kd, kind="stable")
+    ks, kd = ks[by_dst], kd[by_dst]
+    bounds = np.searchsorted(kd, np.arange(n + 1)).tolist()
+    pred_list = ks.tolist()
+    preds = [pred_list[bounds[k] : bounds[k + 1]] for k in range(n)]
+    st = start.tolist()
+    en = end.tolist()
+    if waits is not None and device is not None:
+        w = waits.tolist()
+        dv = device.tolist()
+        for k in range(n):
+            if w[k]:
+                ready = max((en[p] for p in preds[k] if dv[p]), default=st[k])
+                st[k] = min(max(st[k], ready), en[k])
+    best = [0] * n
+    via = [-1] * n
+    gain = [0] * n
+    for k in range(n):
+        b = en[k] - st[k]
+        bv = -1
+        g = b
+        for p in preds[k]:
+            c = max(en[k] - max(st[k], en[p]), 0)
+            if best[p] + c > b:
+                b, bv, g = best[p] + c, p, c
+        best[k], via[k], gain[k] = b, bv, g
+    k = max(range(n), key=best.__getitem__)
+    length = best[k]
+    path: list[int] = []
+    contrib: list[int] = []
+    while k != -1:
+        path.append(int(ids[k]))
+        contrib.append(gain[k])
+        k = via[k]
+    return path[::-1], contrib[::-1], length
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_same_longest_path_as_the_loop_on_random_graphs(seed: int) -> None:
+    """Random DAGs in end order with ties, backward and unknown edges, waits on device nodes."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    end = np.sort(rng.integers(0, 100, n))
+    start = end - rng.integers(0, 30, n)
+    ids = rng.permutation(np.arange(1, n + 1)) * rng.choice([1, -1], n)
+    m = int(rng.integers(0, 3 * n))
+    src = rng.choice(np.concatenate((ids, [10_000])), m)
+    dst = rng.choice(ids, m)
+    waits = rng.random(n) < 0.3
+    device = rng.random(n) < 0.5
+    for kw in ({}, {"waits": waits, "device": device}):
+        assert longest_path(ids, start, end, src, dst, **kw) == reference_longest_path(
+            ids, start, end, src, dst, **kw
+        )

@@ -401,29 +401,30 @@ def longest_path(
     ks, kd = ks[ok], kd[ok]
     by_dst = np.argsort(kd, kind="stable")
     ks, kd = ks[by_dst], kd[by_dst]
+    stn = np.asarray(start)
+    enn = np.asarray(end)
+    if waits is not None and device is not None:
+        # a wait counts from the end of its last device predecessor (never past its own end)
+        w = np.asarray(waits, dtype=bool)
+        m = np.asarray(device, dtype=bool)[ks] & w[kd]
+        ready = stn.copy()
+        np.maximum.at(ready, kd[m], enn[ks[m]])
+        stn = np.where(w, np.minimum(ready, enn), stn)
+    # what each edge adds to its destination: the part of it after the source ended
+    gains = np.maximum(enn[kd] - np.maximum(stn[kd], enn[ks]), 0).tolist()
     bounds = np.searchsorted(kd, np.arange(n + 1)).tolist()
     pred_list = ks.tolist()
-    preds = [pred_list[bounds[k] : bounds[k + 1]] for k in range(n)]
-    st = start.tolist()
-    en = end.tolist()
-    if waits is not None and device is not None:
-        w = waits.tolist()
-        dv = device.tolist()
-        for k in range(n):
-            if w[k]:
-                ready = max((en[p] for p in preds[k] if dv[p]), default=st[k])
-                st[k] = min(max(st[k], ready), en[k])
+    own = (enn - stn).tolist()
     best = [0] * n
     via = [-1] * n
     gain = [0] * n
     for k in range(n):
-        b = en[k] - st[k]
+        b = g = own[k]
         bv = -1
-        g = b
-        for p in preds[k]:
-            c = max(en[k] - max(st[k], en[p]), 0)
-            if best[p] + c > b:
-                b, bv, g = best[p] + c, p, c
+        for e in range(bounds[k], bounds[k + 1]):
+            p = pred_list[e]
+            if best[p] + gains[e] > b:
+                b, bv, g = best[p] + gains[e], p, gains[e]
         best[k], via[k], gain[k] = b, bv, g
     k = max(range(n), key=best.__getitem__)
     length = best[k]
