@@ -1057,7 +1057,7 @@ def _roofline(rows: pl.DataFrame, sa: _Side, sb: _Side) -> tuple[pl.DataFrame, l
     for side, col in ((sa, "before_us"), (sb, "after_us")):
         spec, why = _device_spec(side.profile)
         if spec is None:
-            notes.append(f"{side.name}: utilisation omitted: {why}")
+            notes.append(f"{side.name}: utilisation n/a: {why}")
         ids = side.ops.filter(pl.col("name").is_in(keys)).select("id", "name")
         ev = side.profile.events.join(ids.select("id"), on="id", how="semi")
         costs: pl.DataFrame = op_costs(ev)
