@@ -734,6 +734,18 @@ def _per_row(frames: list[pl.DataFrame]) -> pl.DataFrame:
     )
 
 
+def _counter(df: pl.DataFrame, track: str, name: pl.Expr, arg: str, value: pl.Expr) -> pl.DataFrame:
+    """One ``C`` event per row of ``df`` (column ``t``: ns) on the counter track ``track``."""
+    return df.select(
+        pl.lit("C").alias("ph"),
+        name.alias("name"),
+        pl.lit(str(COUNTER_PIDS[track])).alias("pid"),
+        pl.lit("0").alias("tid"),
+        _us_text(pl.col("t")).alias("ts"),
+        value.alias(f"a:{arg}"),
+    )
+
+
 def _counter_rows(con: sqlite3.Connection, have: set[str]) -> list[pl.DataFrame]:
     """Sampled counters as the text export's ``C`` events, for the tables whose units the two
     exports share: AI Core frequency (MHz), NPU memory (bytes -> KB), accelerator and SoC
@@ -747,16 +759,7 @@ def _counter_rows(con: sqlite3.Connection, have: set[str]) -> list[pl.DataFrame]
             "SELECT CAST(timestampNs AS INTEGER), freq FROM AICORE_FREQ",
             {"t": i64, "v": f64},
         )
-        out.append(
-            df.select(
-                pl.lit("C").alias("ph"),
-                pl.lit("AI Core Freq").alias("name"),
-                pl.lit(str(COUNTER_PIDS["AI Core Freq"])).alias("pid"),
-                pl.lit("0").alias("tid"),
-                _us_text(pl.col("t")).alias("ts"),
-                pl.col("v").alias("a:MHz"),
-            )
-        )
+        out.append(_counter(df, "AI Core Freq", pl.lit("AI Core Freq"), "MHz", pl.col("v")))
     if "NPU_MEM" in have:
         df = _frame(
             con,
@@ -770,14 +773,7 @@ def _counter_rows(con: sqlite3.Connection, have: set[str]) -> list[pl.DataFrame]
         out.append(
             _per_row(
                 [
-                    df.select(
-                        pl.lit("C").alias("ph"),
-                        (owner + pl.lit(f"/{label}")).alias("name"),
-                        pl.lit(str(COUNTER_PIDS["NPU MEM"])).alias("pid"),
-                        pl.lit("0").alias("tid"),
-                        _us_text(pl.col("t")).alias("ts"),
-                        (value / 1024.0).alias("a:KB"),
-                    )
+                    _counter(df, "NPU MEM", owner + pl.lit(f"/{label}"), "KB", value / 1024.0)
                     for label, value in (
                         ("DDR", pl.col("ddr")),
                         ("HBM", pl.col("hbm")),
@@ -796,14 +792,7 @@ def _counter_rows(con: sqlite3.Connection, have: set[str]) -> list[pl.DataFrame]
         out.append(
             _per_row(
                 [
-                    df.select(
-                        pl.lit("C").alias("ph"),
-                        pl.lit(label).alias("name"),
-                        pl.lit(str(COUNTER_PIDS["Acc PMU"])).alias("pid"),
-                        pl.lit("0").alias("tid"),
-                        _us_text(pl.col("t")).alias("ts"),
-                        pl.col(col).alias("a:value"),
-                    )
+                    _counter(df, "Acc PMU", pl.lit(label), "value", pl.col(col))
                     for label, col in (
                         ("read_bandwidth", "rb"),
                         ("write_band_width", "wb"),
@@ -823,14 +812,7 @@ def _counter_rows(con: sqlite3.Connection, have: set[str]) -> list[pl.DataFrame]
         out.append(
             _per_row(
                 [
-                    df.select(
-                        pl.lit("C").alias("ph"),
-                        pl.lit(label).alias("name"),
-                        pl.lit(str(COUNTER_PIDS["Stars Soc Info"])).alias("pid"),
-                        pl.lit("0").alias("tid"),
-                        _us_text(pl.col("t")).alias("ts"),
-                        pl.col(col).alias(f"a:{label}"),
-                    )
+                    _counter(df, "Stars Soc Info", pl.lit(label), label, pl.col(col))
                     for label, col in (("Mata Bw Level", "mata"), ("L2 Buffer Bw Level", "l2"))
                 ]
             )
