@@ -49,7 +49,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -1332,55 +1332,18 @@ def _summary(
                 "change": change_text(step.speedup, step.verdict, None),
             }
         )
-    if a["metrics_wall_us"] is not None and b["metrics_wall_us"] is not None:
-        out.append(
-            _pair(
-                "wall step time (run metrics, median)",
-                a=a,
-                b=b,
-                col="metrics_wall_us",
-                fmt=fmt_us,
-                lower_is_better=True,
-            )
-        )
-    if a["samples_per_s"] is not None and b["samples_per_s"] is not None:
-        out.append(
-            _pair(
-                "samples/s (run metrics, median)",
-                a=a,
-                b=b,
-                col="samples_per_s",
-                fmt=_fmt_rate,
-                lower_is_better=False,
-            )
-        )
-    if a["device_busy_us"] is not None and b["device_busy_us"] is not None:
-        out.append(
-            _pair(
-                "device busy (all profiled steps)",
-                a=a,
-                b=b,
-                col="device_busy_us",
-                fmt=fmt_us,
-                lower_is_better=True,
-            )
-        )
-        out.append(
-            _pair(
-                "device idle (all profiled steps)",
-                a=a,
-                b=b,
-                col="device_idle_us",
-                fmt=fmt_us,
-                lower_is_better=True,
-            )
-        )
-    if a["peak_mem_bytes"] is not None and b["peak_mem_bytes"] is not None:
-        out.append(
-            _pair(
-                "peak memory", a=a, b=b, col="peak_mem_bytes", fmt=fmt_bytes, lower_is_better=True
-            )
-        )
+    # (label, column, format, lower is better); device idle only beside device busy
+    pairs: list[tuple[str, str, Callable[[Any], str], bool]] = [
+        ("wall step time (run metrics, median)", "metrics_wall_us", fmt_us, True),
+        ("samples/s (run metrics, median)", "samples_per_s", _fmt_rate, False),
+        ("device busy (all profiled steps)", "device_busy_us", fmt_us, True),
+        ("device idle (all profiled steps)", "device_idle_us", fmt_us, True),
+        ("peak memory", "peak_mem_bytes", fmt_bytes, True),
+    ]
+    for label, col, fmt, lower in pairs:
+        known = "device_busy_us" if col == "device_idle_us" else col
+        if a[known] is not None and b[known] is not None:
+            out.append(_pair(label, a=a, b=b, col=col, fmt=fmt, lower_is_better=lower))
     # the heaviest semantic rows that changed: the key says exactly what the figures cover
     changed = heavy.filter(pl.col("verdict").is_in(["gain", "loss", "untested"]))
     for r in changed.head(SUMMARY_ROWS).iter_rows(named=True):
