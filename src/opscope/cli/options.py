@@ -17,6 +17,15 @@ MemoryBudget = Annotated[
 ]
 """``--memory-budget``: the type of a command parameter taking it."""
 
+PeakDevice = Annotated[
+    str | None,
+    typer.Option(
+        "--device",
+        help="Device whose peaks to use when the trace has none (e.g. H100, MI300X).",
+    ),
+]
+"""``--device NAME`` of the commands that read a profile: whose datasheet peaks to use."""
+
 
 def apply_memory_budget(budget: str | None) -> None:
     """Make ``--memory-budget`` the budget of the loads this process starts (none: unchanged)."""

@@ -179,6 +179,13 @@ def _parse_fast(
             inflated.append(data)
         return None
     del data
+    return _scanned_profile(got, path, rank)
+
+
+def _scanned_profile(
+    got: tuple[dict[str, Any], fastscan.Scanned], path: Path, rank: int | None
+) -> Profile:
+    """The Profile of what the byte scanner read (a whole text or a stream)."""
     header, scanned = got
     cols, exact = scanned.columns()
     del scanned
@@ -198,12 +205,7 @@ def _parse_stream(path: Path, progress: ProgressFn | None, rank: int | None) -> 
         got = fastscan.scan_stream(st.read, progress=stream_progress)
     if got is None:
         return None
-    header, scanned = got
-    cols, exact = scanned.columns()
-    del scanned
-    held = [cols.frame()]
-    cols.frames.clear()
-    return _build_profile(held, cols.counters, header, path, {}, exact=exact, rank=rank)
+    return _scanned_profile(got, path, rank)
 
 
 #: Text kept mapped behind the scan position (the start of the event being read lies there).

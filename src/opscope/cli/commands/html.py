@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from opscope.cli.options import PeakDevice
 from opscope.cli.output import console
 from opscope.errors import OpscopeError
 
@@ -22,13 +23,7 @@ def register(app: typer.Typer) -> None:
         salvage: Annotated[
             bool, typer.Option("--salvage", help="Recover the events of a truncated trace.")
         ] = False,
-        device: Annotated[
-            str | None,
-            typer.Option(
-                "--device",
-                help="Device whose peaks to use when the trace has none (e.g. H100, MI300X).",
-            ),
-        ] = None,
+        device: PeakDevice = None,
         before: Annotated[
             Path | None,
             typer.Option(

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from opscope.cli.options import MemoryBudget, apply_memory_budget
+from opscope.cli.options import MemoryBudget, PeakDevice, apply_memory_budget
 from opscope.cli.output import console
 
 
@@ -27,13 +27,7 @@ def register(app: typer.Typer) -> None:
         salvage: Annotated[
             bool, typer.Option("--salvage", help="Recover the events of a truncated trace.")
         ] = False,
-        device: Annotated[
-            str | None,
-            typer.Option(
-                "--device",
-                help="Device whose peaks to use when the trace has none (e.g. H100, MI300X).",
-            ),
-        ] = None,
+        device: PeakDevice = None,
         html: Annotated[
             Path | None, typer.Option("--html", help="Also write the offline HTML report here.")
         ] = None,
