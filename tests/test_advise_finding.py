@@ -105,10 +105,11 @@ def test_alignment_saving_from_aligned_peers_in_the_same_profile() -> None:
 
 def test_findings_plug_into_a_report_section() -> None:
     from opscope.analysis.assemble import Report, section_json, section_key
+    from opscope.report.markdown import render as render_markdown
 
     fs = Findings((_f("a", 1.0),))
     assert section_key("advice", fs) == "findings"
     assert section_json(fs) == fs.to_json()
     rep = Report(summary={"format": "kineto"}, sections={"advice": fs})
     assert rep.to_json()["findings"] == fs.to_json()
-    assert "## Findings" in rep.to_markdown()
+    assert "## Findings" in render_markdown(rep)

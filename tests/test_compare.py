@@ -402,7 +402,10 @@ def test_json_has_the_documented_keys() -> None:
     assert set(j["rows"][0]) >= {"key", "kind", "before_us", "after_us", "speedup", "significant"}
     assert {"summary", "added", "removed", "roofline", "sides", "notes"} <= set(j)
     assert j["summary"][0]["metric"].startswith("step time")
-    md = c.to_markdown()
+    assert j["summary"][0]["before"] == c.step_before_us  # numbers, not text
+    from opscope.report.compare_render import render_markdown
+
+    md = render_markdown(c)
     assert "| metric | before | after | change |" in md
     assert "aten::X" in md
 
@@ -486,11 +489,18 @@ def test_run_metrics_and_peak_memory_are_compared() -> None:
     assert side_a["metrics_wall_us"] == 10_000.0 and side_b["metrics_wall_us"] == 5_000.0
     assert side_a["peak_mem_bytes"] == 30  # allocator events win over the run metrics
     assert side_b["peak_mem_bytes"] == 9
+    from opscope.report.compare_render import summary_cells
+
     s = {r["metric"]: r for r in c.summary.to_dicts()}
     sps = s["samples/s (run metrics, median)"]
-    assert sps["before"] == "100" and sps["change"] == "2.00×"
-    assert s["wall step time (run metrics, median)"]["after"] == "5 ms"
-    assert "peak memory" in s
+    assert (sps["unit"], sps["before"], sps["after"]) == ("per_s", 100.0, 200.0)
+    assert summary_cells(sps)[1:] == ["100", "200", "2.00×"]
+    wall = s["wall step time (run metrics, median)"]
+    assert (wall["unit"], wall["after"]) == ("us", 5000.0)
+    assert summary_cells(wall)[1:] == ["10 ms", "5 ms", "2.00× less"]
+    mem = s["peak memory"]
+    assert (mem["unit"], mem["before"], mem["after"]) == ("bytes", 30.0, 9.0)
+    assert summary_cells(mem)[1:] == ["30 B", "9 B", "3.33× less"]
 
 
 def test_module_paths_match_below_a_renamed_root() -> None:

@@ -59,7 +59,7 @@ def test_report_from_profile_has_every_section_and_json_keys() -> None:
         "steps",
     } <= set(a)
     assert "hotspots.ops" in rep.tables()
-    md = rep.to_markdown()
+    md = render(rep, "markdown")
     assert "## Hotspots" in md and "gemm_fwd" in md
     assert set(formats()) >= {"terminal", "json", "markdown"}
     text = render(rep, "terminal")

@@ -105,7 +105,12 @@ def _plain(v: Any) -> bool:
 
 @dataclass(frozen=True)
 class Report:
-    """The loader summary plus every analysis result, by name."""
+    """The loader summary plus every analysis result, by name.
+
+    Its text forms are written in :mod:`opscope.report` (analysis never imports it):
+    ``opscope.report.markdown.render(report)``, ``opscope.report.html.render_html(report)``,
+    ``opscope.report.base.render(report, "terminal" | "json" | "markdown")``.
+    """
 
     summary: dict[str, Any]
     sections: dict[str, Any] = field(default_factory=dict)
@@ -152,20 +157,6 @@ class Report:
     def with_sections(self, **sections: Any) -> Report:
         """A copy with more sections (e.g. ``findings=advise(profile)``, ``comparison=...``)."""
         return replace(self, sections={**self.sections, **sections})
-
-    def to_html(self, profile: Profile | None = None) -> str:
-        """The report as one self-contained, offline HTML page (see :mod:`opscope.report.html`);
-        with a profile (``profile``, else the report's own), the page also draws the memory
-        curve."""
-        from opscope.report.html import render_html
-
-        return render_html(self, profile=profile)
-
-    def to_markdown(self) -> str:
-        """The whole report as one Markdown document (:func:`opscope.report.markdown.render`)."""
-        from opscope.report.markdown import render
-
-        return render(self)
 
 
 class Analyzer:

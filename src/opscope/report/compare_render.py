@@ -1,6 +1,9 @@
-"""Render a :class:`~opscope.analysis.compare.Comparison`: a rich terminal view and Markdown.
+"""Render a :class:`~opscope.analysis.compare.Comparison`: a rich terminal view, Markdown and
+one offline HTML page (its JSON is ``Comparison.to_json``).
 
-Renderers only read the Comparison's tables; they never load or parse a profile.
+The comparison holds numbers only; every word and unit of its views is written here (durations
+and bytes through :mod:`opscope.report.fmt`, as in the report). Renderers only read the
+Comparison's tables; they never load or parse a profile.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from opscope.analysis.compare import change_text, fmt_us
+from opscope.report import fmt
 
 if TYPE_CHECKING:
     from opscope.analysis.compare import Comparison
@@ -27,6 +30,68 @@ _KIND_TITLE = {
     "line": "line",
 }
 _KEY_MAX = 110  # long shape lists are cut in the views (the JSON keeps them whole)
+
+
+def fmt_us(us: float | None) -> str:
+    """A duration in µs in the unit that reads best ('12.4 ms', '940 µs'); '-' for none."""
+    return fmt.us(us) or "-"
+
+
+def change_text(
+    speedup: float | None, verdict: str | None, noise_us: float | None, *, per_step: bool = False
+) -> str:
+    """'13.7× faster', '1.15× slower', 'noise (1.01×, ±0.2 ms)', with '(untested)' when needed.
+
+    ``per_step``: the figures beside it are totals over the steps while the noise band is per
+    step (a row's): the band is written '±0.2 ms/step' so that it is not read against the
+    totals."""
+    if speedup is None:
+        return "gone" if verdict != "noise" else "noise"
+    if verdict == "noise":
+        unit = "/step" if per_step else ""
+        spread = f", ±{fmt_us(noise_us)}{unit}" if noise_us else ""
+        return f"noise ({speedup:.2f}×{spread})"
+    word = (
+        f"{speedup:.3g}× faster"
+        if speedup >= 1
+        else f"{1 / speedup:.3g}× slower"
+        if speedup > 0
+        else "slower"
+    )
+    return f"{word} (untested)" if verdict == "untested" else word
+
+
+def _figure(unit: str, x: float | None) -> str:
+    if x is None:
+        return "n/a" if unit == "fraction" else "-"
+    if unit == "us":
+        return fmt_us(x)
+    if unit == "bytes":
+        return fmt.nbytes(x) or "-"
+    if unit == "fraction":
+        return f"{x:.0%}"
+    return f"{x:.4g}"
+
+
+def _pair_change(x: float, y: float, lower_is_better: bool) -> str:
+    """How a figure without a noise test moved: '2.00× less', '1.50× more', '2.00×'."""
+    if x == y:
+        return "same"
+    if lower_is_better:
+        return f"{x / y:.2f}× less" if y and y < x else f"{y / x:.2f}× more" if x else "new"
+    return f"{y / x:.2f}×" if x else "new"
+
+
+def summary_cells(r: dict[str, Any]) -> list[str]:
+    """One ``Comparison.summary`` row as text: metric, before, after, change."""
+    unit, x, y = r["unit"], r["before"], r["after"]
+    if unit == "fraction":
+        change = "n/a" if x is None or y is None else f"{(y - x) * 100:+.0f} pts"
+    elif r["verdict"] is not None:
+        change = change_text(r["speedup"], r["verdict"], r["noise_us"], per_step=r["per_step"])
+    else:
+        change = _pair_change(float(x), float(y), bool(r["lower_is_better"]))
+    return [r["metric"], _figure(unit, x), _figure(unit, y), change]
 
 
 def _short(key: str) -> str:
@@ -128,14 +193,15 @@ def render_rich(comp: Comparison, top: int = 15) -> RenderableType:
             no_wrap=c != "metric",
         )
     for r in comp.summary.iter_rows(named=True):
+        metric, before, after, change = summary_cells(r)
         style = (
             "green"
-            if "faster" in r["change"] or "less" in r["change"]
+            if "faster" in change or "less" in change
             else "red"
-            if "slower" in r["change"]
+            if "slower" in change
             else None
         )
-        summary.add_row(r["metric"], r["before"], r["after"], Text(r["change"], style=style or ""))
+        summary.add_row(metric, before, after, Text(change, style=style or ""))
     parts.append(summary)
 
     rows = Table(title=f"top {top} matched rows", title_justify="left", show_edge=False)
@@ -264,10 +330,7 @@ def render_markdown(comp: Comparison, top: int = 15) -> str:
         lines.append("")
     lines += _md_table(
         ["metric", b, a, "change"],
-        [
-            [r["metric"], r["before"], r["after"], r["change"]]
-            for r in comp.summary.iter_rows(named=True)
-        ],
+        [summary_cells(r) for r in comp.summary.iter_rows(named=True)],
         {1, 2},
     )
     lines += ["", *(f"<sub>{h}</sub><br>" for h in _header(comp)), ""]
@@ -435,7 +498,7 @@ def render_html(comp: Comparison, top: int = 15) -> str:
     parts.append(
         _html_table(
             ["metric", b, a, "change"],
-            [[r["metric"], r["before"], r["after"], r["change"]] for r in comp.summary.to_dicts()],
+            [summary_cells(r) for r in comp.summary.iter_rows(named=True)],
             {1, 2},
         )
     )

@@ -13,6 +13,12 @@ from opscope.analysis.registry import Result
 
 def section_markdown(name: str, result: Any, top: int = 20) -> str:
     """A section's Markdown (its ``to_markdown``, else a table per DataFrame)."""
+    from opscope.analysis.compare import Comparison
+
+    if isinstance(result, Comparison):  # data only: its Markdown is written here, in report/
+        from opscope.report.compare_render import render_markdown
+
+        return render_markdown(result, top=top)
     if isinstance(result, Section):
         return result.to_markdown()
     parts = [f"## {name}", ""]

@@ -47,9 +47,8 @@ Matching that survives a fix
 from __future__ import annotations
 
 import functools
-import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -109,10 +108,17 @@ _ONE_SIDE_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
 }
 _SUMMARY_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
     "metric": pl.String,
-    "before": pl.String,
-    "after": pl.String,
-    "change": pl.String,
+    "unit": pl.String,  # "us", "bytes", "per_s" (samples/s) or "fraction" (of a peak)
+    "before": pl.Float64,
+    "after": pl.Float64,
+    "lower_is_better": pl.Boolean,
+    "speedup": pl.Float64,  # before / after, for the time rows that carry a verdict
+    "verdict": pl.String,  # "gain", "loss", "noise", "untested"; null: no test for this row
+    "noise_us": pl.Float64,
+    "per_step": pl.Boolean,  # the noise band is per step while the figures are totals
 }
+"""The ``summary`` table: one row per headline metric, figures as numbers (the label says what
+they cover; the renderers write them in human units with the change)."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +140,9 @@ class Comparison(Result):
       ``key, before_tflops, after_tflops, before_gbps, after_gbps`` and, when the device peaks
       are known, ``before_flops_util, after_flops_util, before_bw_util, after_bw_util``
       (fractions of the peak).
-    - ``summary``: the headline table — ``metric, before, after, change`` (strings); every
-      label says what its figures cover.
+    - ``summary``: the headline figures as numbers — ``metric, unit, before, after,
+      lower_is_better, speedup, verdict, noise_us, per_step`` (:data:`_SUMMARY_SCHEMA`); every
+      label says what its figures cover. :mod:`opscope.report.compare_render` writes them.
     - ``heavy``: the heaviest matched semantic rows with their roofline figures — ``key,
       match, before_us, after_us, speedup, verdict, before_gbps, after_gbps, before_tflops,
       after_tflops, before_flops_util, after_flops_util, before_bw_util, after_bw_util``
@@ -208,14 +215,6 @@ class Comparison(Result):
             "warnings": list(self.warnings),
             "notes": list(self.notes),
         }
-
-    def to_markdown(self, top: int = 15) -> str:
-        """Markdown for a PR comment (rendered by :mod:`opscope.report.compare_render`)."""
-        # The renderer only reads this object's tables; importing it here keeps one markdown
-        # form instead of two (the analysis itself never formats anything).
-        from opscope.report.compare_render import render_markdown
-
-        return render_markdown(self, top=top)
 
 
 def compare(
@@ -1037,13 +1036,8 @@ def _roofline(rows: pl.DataFrame, sa: _Side, sb: _Side) -> tuple[pl.DataFrame, l
             "after_gbps": pl.Float64,
         }
     )
-    try:
-        from opscope.analysis.flops import op_costs
-    except ImportError:
-        notes.append(
-            "achieved FLOP/s and bandwidth omitted: opscope.analysis.flops is not available"
-        )
-        return empty, notes
+    from opscope.analysis.flops import op_costs
+
     heavy = (
         rows.filter((pl.col("kind") == "op") & (pl.col("match") == "exact"))
         .with_columns(pl.max_horizontal("before_us", "after_us").alias("w"))
@@ -1307,53 +1301,90 @@ def explain_step(
 # Summary ------------------------------------------------------------------------------------
 
 
+def _row(
+    metric: str,
+    unit: str,
+    before: float | None,
+    after: float | None,
+    *,
+    lower_is_better: bool = True,
+    speedup: float | None = None,
+    verdict: str | None = None,
+    noise_us: float | None = None,
+    per_step: bool = False,
+) -> dict[str, Any]:
+    return {
+        "metric": metric,
+        "unit": unit,
+        "before": before,
+        "after": after,
+        "lower_is_better": lower_is_better,
+        "speedup": speedup,
+        "verdict": verdict,
+        "noise_us": noise_us,
+        "per_step": per_step,
+    }
+
+
 def _summary(
     step: StepChange,
     sides: pl.DataFrame,
     heavy: pl.DataFrame,
     steps_per_epoch: int | None,
 ) -> pl.DataFrame:
-    out: list[dict[str, str]] = []
+    """The headline rows as numbers (see :data:`_SUMMARY_SCHEMA`); the renderers in
+    :mod:`opscope.report.compare_render` write them as text."""
+    out: list[dict[str, Any]] = []
     a, b = sides.row(0, named=True), sides.row(1, named=True)
+    verdict = step.verdict
     out.append(
-        {
-            "metric": "step time (median of the profiled steps)",
-            "before": fmt_us(step.before_us),
-            "after": fmt_us(step.after_us),
-            "change": change_text(step.speedup, step.verdict, step.noise_us),
-        }
+        _row(
+            "step time (median of the profiled steps)",
+            "us",
+            step.before_us,
+            step.after_us,
+            speedup=step.speedup,
+            verdict=verdict,
+            noise_us=step.noise_us,
+        )
     )
     if steps_per_epoch:
         out.append(
-            {
-                "metric": f"epoch time ({steps_per_epoch} steps × median step)",
-                "before": fmt_us(step.before_us * steps_per_epoch),
-                "after": fmt_us(step.after_us * steps_per_epoch),
-                "change": change_text(step.speedup, step.verdict, None),
-            }
+            _row(
+                f"epoch time ({steps_per_epoch} steps × median step)",
+                "us",
+                step.before_us * steps_per_epoch,
+                step.after_us * steps_per_epoch,
+                speedup=step.speedup,
+                verdict=verdict,
+            )
         )
-    # (label, column, format, lower is better); device idle only beside device busy
-    pairs: list[tuple[str, str, Callable[[Any], str], bool]] = [
-        ("wall step time (run metrics, median)", "metrics_wall_us", fmt_us, True),
-        ("samples/s (run metrics, median)", "samples_per_s", _fmt_rate, False),
-        ("device busy (all profiled steps)", "device_busy_us", fmt_us, True),
-        ("device idle (all profiled steps)", "device_idle_us", fmt_us, True),
-        ("peak memory", "peak_mem_bytes", fmt_bytes, True),
+    # (label, column, unit, lower is better); device idle only beside device busy
+    pairs: list[tuple[str, str, str, bool]] = [
+        ("wall step time (run metrics, median)", "metrics_wall_us", "us", True),
+        ("samples/s (run metrics, median)", "samples_per_s", "per_s", False),
+        ("device busy (all profiled steps)", "device_busy_us", "us", True),
+        ("device idle (all profiled steps)", "device_idle_us", "us", True),
+        ("peak memory", "peak_mem_bytes", "bytes", True),
     ]
-    for label, col, fmt, lower in pairs:
+    for label, col, unit, lower in pairs:
         known = "device_busy_us" if col == "device_idle_us" else col
         if a[known] is not None and b[known] is not None:
-            out.append(_pair(label, a=a, b=b, col=col, fmt=fmt, lower_is_better=lower))
+            out.append(_row(label, unit, float(a[col]), float(b[col]), lower_is_better=lower))
     # the heaviest semantic rows that changed: the key says exactly what the figures cover
     changed = heavy.filter(pl.col("verdict").is_in(["gain", "loss", "untested"]))
     for r in changed.head(SUMMARY_ROWS).iter_rows(named=True):
         out.append(
-            {
-                "metric": r["key"],
-                "before": fmt_us(r["before_us"]),
-                "after": fmt_us(r["after_us"]),
-                "change": change_text(r["speedup"], r["verdict"], r["noise_us"], per_step=True),
-            }
+            _row(
+                r["key"],
+                "us",
+                r["before_us"],
+                r["after_us"],
+                speedup=r["speedup"],
+                verdict=r["verdict"],
+                noise_us=r["noise_us"],
+                per_step=True,
+            )
         )
     if changed.height:
         r = changed.row(0, named=True)
@@ -1364,84 +1395,8 @@ def _summary(
             x, y = r[f"before_{col}"], r[f"after_{col}"]
             if x is None and y is None:
                 continue
-            out.append(
-                {
-                    "metric": f"{metric} ({r['key']})",
-                    "before": "n/a" if x is None else f"{x:.0%}",
-                    "after": "n/a" if y is None else f"{y:.0%}",
-                    "change": "n/a" if x is None or y is None else f"{(y - x) * 100:+.0f} pts",
-                }
-            )
+            out.append(_row(f"{metric} ({r['key']})", "fraction", x, y, lower_is_better=False))
     return pl.DataFrame(out, schema=_SUMMARY_SCHEMA)
-
-
-def _pair(
-    metric: str,
-    *,
-    a: dict[str, Any],
-    b: dict[str, Any],
-    col: str,
-    fmt: Any,
-    lower_is_better: bool,
-) -> dict[str, str]:
-    x, y = float(a[col]), float(b[col])
-    if x == y:
-        change = "same"
-    elif lower_is_better:
-        change = f"{x / y:.2f}× less" if y and y < x else f"{y / x:.2f}× more" if x else "new"
-    else:
-        change = f"{y / x:.2f}×" if x else "new"
-    return {"metric": metric, "before": fmt(x), "after": fmt(y), "change": change}
-
-
-def change_text(
-    speedup: float | None, verdict: str, noise_us: float | None, *, per_step: bool = False
-) -> str:
-    """'13.7× faster', '1.15× slower', 'noise (1.01×, ±0.2 ms)', with '(untested)' when needed.
-
-    ``per_step``: the figures beside it are totals over the steps while the noise band is per
-    step (a row's): the band is written '±0.2 ms/step' so that it is not read against the
-    totals."""
-    if speedup is None:
-        return "gone" if verdict != "noise" else "noise"
-    if verdict == "noise":
-        unit = "/step" if per_step else ""
-        spread = f", ±{fmt_us(noise_us)}{unit}" if noise_us else ""
-        return f"noise ({speedup:.2f}×{spread})"
-    word = (
-        f"{speedup:.3g}× faster"
-        if speedup >= 1
-        else f"{1 / speedup:.3g}× slower"
-        if speedup > 0
-        else "slower"
-    )
-    return f"{word} (untested)" if verdict == "untested" else word
-
-
-def fmt_us(us: float | None) -> str:
-    """A duration given in µs, in the unit that reads best ('12.4 ms', '940 µs', '1.2 s')."""
-    if us is None or not math.isfinite(us):
-        return "-"
-    a = abs(us)
-    if a >= 1e6:
-        return f"{us / 1e6:.3g} s"
-    if a >= 1e3:
-        return f"{us / 1e3:.3g} ms"
-    return f"{us:.3g} µs"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Bytes as '1.5 GiB', '12 MiB'."""
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def _fmt_rate(x: float) -> str:
-    return f"{x:.4g}"
 
 
 __all__: Sequence[str] = (

@@ -73,7 +73,9 @@ def register(app: typer.Typer) -> None:
             return
         text = res.to_markdown()
         if comp is not None:
-            text += "\n" + comp.to_markdown(top=top)
+            from opscope.report.compare_render import render_markdown
+
+            text += "\n" + render_markdown(comp, top=top)
         if md:
             typer.echo(text, nl=False)
         else:

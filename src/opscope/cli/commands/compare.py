@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Compare two profiles: step time, layers, operators, kernels, modules, source lines."""
-        from opscope.analysis.compare import compare, fmt_us
+        from opscope.analysis.compare import compare
+        from opscope.report.compare_render import fmt_us
 
         if json_out and md:
             raise OpscopeError("--json and --md are exclusive: pick one output")
@@ -75,7 +76,9 @@ def register(app: typer.Typer) -> None:
 
             print_json(comp.to_json())
         elif md:
-            typer.echo(comp.to_markdown(top=top), nl=False)
+            from opscope.report.compare_render import render_markdown
+
+            typer.echo(render_markdown(comp, top=top), nl=False)
         else:
             from opscope.cli.output import console
             from opscope.report.compare_render import print_rich

@@ -14,7 +14,7 @@ _STORE_HELP = (
 
 
 def _fmt_us(v: Any) -> str:
-    from opscope.analysis.compare import fmt_us
+    from opscope.report.compare_render import fmt_us
 
     return "-" if v is None else fmt_us(float(v))
 

@@ -29,14 +29,14 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
 
 
 def _fmt(v: float | None, unit: str) -> str:
-    from opscope.analysis.compare import fmt_bytes, fmt_us
+    from opscope.report import fmt
 
     if v is None:
         return "-"
     if unit in {"us", "us/step"}:
-        return fmt_us(v)
+        return fmt.us(v) or "-"
     if unit == "bytes":
-        return fmt_bytes(v)
+        return fmt.nbytes(v) or "-"
     return f"{v:,.1f}"
 
 
