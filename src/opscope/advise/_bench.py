@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opscope.errors import OpscopeError
+from opscope.model import dtypes
 
 WARMUP = 3  # calls per variant before timing (allocator, kernel selection, caches)
 MIN_REPEATS = 7  # samples per variant at least, whatever the budget
@@ -156,24 +157,19 @@ def is_faster(orig: Timing, fix: Timing) -> bool:
     return orig.median_ns / fix.median_ns >= MIN_SPEEDUP and fix.q3_ns < orig.q1_ns
 
 
-TORCH_DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-    "tf32": "float32",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float64": "float64",
-    "fp64": "float64",
-}
+#: The dtypes a matmul/conv micro-benchmark runs in (floating point: the precision rules' choices).
+BENCH_DTYPES = ("float32", "float16", "bfloat16", "float64")
+#: Every spelling of those (:mod:`opscope.model.dtypes`), plus the "tf32" math mode -> the torch
+#: dtype name the benchmark builds its tensors in.
+TORCH_DTYPES: dict[str, str] = {
+    s: name for s, name in dtypes.ALIASES.items() if name in BENCH_DTYPES
+} | dtypes.MATMUL_MODES
 
 
 def torch_dtype(name: str) -> Any:
+    """The torch dtype a benchmark runs in for ``name`` ("bf16", "tf32", "c10::Half"...)."""
     torch = torch_mod()
-    key = TORCH_DTYPES.get(name.lower())
+    key = TORCH_DTYPES.get(dtypes.spelling(name))
     if key is None:
         raise BenchError(f"unsupported dtype {name!r} (fp32, tf32, fp16, bf16, fp64)")
     return getattr(torch, key)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from opscope.model import Profile, kinds
+from opscope.model import Profile, dtypes, kinds
 
 MAX_WALK = 48  # deepest op nesting followed when walking parent links
 
@@ -39,54 +39,17 @@ def _memo(name: str, profile: Profile, fn: Any) -> Any:
     return val
 
 
-_DTYPES: dict[str, str] = {
-    "float": "float32",
-    "float32": "float32",
-    "torch.float32": "float32",
-    "fp32": "float32",
-    "dt_float": "float32",
-    "dt_float32": "float32",
-    "c10::half": "float16",
-    "half": "float16",
-    "float16": "float16",
-    "fp16": "float16",
-    "dt_float16": "float16",
-    "dt_half": "float16",
-    "c10::bfloat16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "dt_bf16": "bfloat16",
-    "dt_bfloat16": "bfloat16",
-    "double": "float64",
-    "float64": "float64",
-    "dt_double": "float64",
-    "c10::complex<double>": "complex128",
-    "long int": "int64",
-    "int64": "int64",
-    "dt_int64": "int64",
-    "int": "int32",
-    "int32": "int32",
-    "dt_int32": "int32",
-    "bool": "bool",
-}
-DTYPE_BYTES: dict[str, int] = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float64": 8,
-    "complex128": 16,
-    "int64": 8,
-    "int32": 4,
-    "bool": 1,
-}
-SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
+#: Bytes per element and display name by canonical dtype name (:mod:`opscope.model.dtypes`).
+DTYPE_BYTES: dict[str, int] = {n: d.itemsize for n, d in dtypes.DTYPES.items()}
+SHORT_DTYPE: dict[str, str] = {n: d.short for n, d in dtypes.DTYPES.items()}
 
 
 def norm_dtype(t: str | None) -> str | None:
-    """A torch-style dtype name for Kineto (``"c10::BFloat16"``) or Ascend (``"DT_BF16"``) names."""
+    """The canonical (torch) dtype name of a trace's spelling: ``"c10::BFloat16"`` (Kineto) and
+    ``"DT_BF16"`` (Ascend) are ``"bfloat16"``; what is no dtype (``"Scalar"``) stays, lower case."""
     if not t:
         return None
-    return _DTYPES.get(t.strip().strip('"').lower(), t.strip().lower())
+    return dtypes.canonical(t) or t.strip().lower()
 
 
 def parse_dims(s: str | None) -> list[list[int]] | None:

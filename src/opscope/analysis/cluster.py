@@ -60,7 +60,7 @@ from opscope.analysis import cluster_ascend as asc
 from opscope.analysis.breakdown import breakdown, union_ns
 from opscope.analysis.hotspots import markdown_table, rows
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.model import Profile
+from opscope.model import Profile, dtypes
 
 LAST_ARRIVAL_SHARE: Final = 0.6
 """A slow rank is among the last to arrive in at least this share of the aligned collectives."""
@@ -101,31 +101,6 @@ _COLL_WORD = (
     r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?allv?|alltoallv?|broadcast|"
     r"send_?recv|barrier|reduce|gather|scatter|send|recv)"
 )
-_DTYPE_BYTES: Final = {
-    "Float": 4,
-    "float": 4,
-    "Float32": 4,
-    "Int": 4,
-    "int": 4,
-    "Int32": 4,
-    "Half": 2,
-    "BFloat16": 2,
-    "half": 2,
-    "bfloat16": 2,
-    "Short": 2,
-    "Double": 8,
-    "Long": 8,
-    "double": 8,
-    "long": 8,
-    "Int64": 8,
-    "Byte": 1,
-    "Char": 1,
-    "Bool": 1,
-    "uint8": 1,
-    "int8": 1,
-    "bool": 1,
-}
-
 STEP_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
     "rank": pl.Int32,
     "step": pl.Int32,
@@ -228,9 +203,7 @@ def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
         group.alias("group"),
         pl.col("ts_ns").alias("start_ns"),
         "dur_ns",
-        (nelems * dtype.replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)).alias(
-            "bytes"
-        ),
+        (nelems * dtypes.itemsize_expr(dtype)).alias("bytes"),
     ).sort("rank", "start_ns")
     out = out.with_columns(
         pl.int_range(pl.len())

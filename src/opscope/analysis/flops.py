@@ -28,67 +28,8 @@ import msgspec
 import polars as pl
 
 from opscope.analysis.tree import per_profile
-from opscope.model import Profile
-
-# Element sizes by the dtype strings that profilers write (Kineto "Input type", Ascend
-# "Input Data Types"), with the dtype class used to pick a device peak.
-_DTYPES: Final[dict[str, tuple[int, str]]] = {
-    "float": (4, "fp32"),
-    "float32": (4, "fp32"),
-    "double": (8, "fp64"),
-    "float64": (8, "fp64"),
-    "c10::half": (2, "fp16"),
-    "half": (2, "fp16"),
-    "float16": (2, "fp16"),
-    "c10::bfloat16": (2, "bf16"),
-    "bfloat16": (2, "bf16"),
-    "bf16": (2, "bf16"),
-    "c10::float8_e4m3fn": (1, "fp8"),
-    "c10::float8_e5m2": (1, "fp8"),
-    "c10::float8_e4m3fnuz": (1, "fp8"),
-    "c10::float8_e5m2fnuz": (1, "fp8"),
-    "float8_e4m3fn": (1, "fp8"),
-    "float8_e5m2": (1, "fp8"),
-    "hifloat8": (1, "fp8"),
-    "long int": (8, "int64"),
-    "long": (8, "int64"),
-    "int64": (8, "int64"),
-    "uint64": (8, "int64"),
-    "int": (4, "int32"),
-    "int32": (4, "int32"),
-    "uint32": (4, "int32"),
-    "unsigned int": (4, "int32"),
-    "short int": (2, "int16"),
-    "short": (2, "int16"),
-    "int16": (2, "int16"),
-    "uint16": (2, "int16"),
-    "signed char": (1, "int8"),
-    "unsigned char": (1, "int8"),
-    "int8": (1, "int8"),
-    "uint8": (1, "int8"),
-    "bool": (1, "bool"),
-    "c10::complex<float>": (8, "fp32"),
-    "c10::complex<double>": (16, "fp64"),
-    "c10::complex<c10::half>": (4, "fp16"),
-    "complex64": (8, "fp32"),
-    "complex128": (16, "fp64"),
-}
-
-# torch ScalarType codes as they appear in "Concrete Inputs" of aten::to / _to_copy.
-_SCALAR_TYPE_CODES: Final[dict[int, str]] = {
-    0: "uint8",
-    1: "int8",
-    2: "int16",
-    3: "int32",
-    4: "int64",
-    5: "half",
-    6: "float",
-    7: "double",
-    11: "bool",
-    15: "bfloat16",
-    23: "float8_e5m2",
-    24: "float8_e4m3fn",
-}
+from opscope.model import Profile, dtypes
+from opscope.model.dtypes import SCALAR_TYPE_CODES
 
 # FLOPs per output element of elementwise operators. Simple arithmetic is 1 (torch's own counter
 # counts add and mul as numel). Transcendentals are costed as the few FMAs their fast
@@ -298,18 +239,13 @@ class _Tensor:
 
 
 def dtype_info(type_name: str | None) -> tuple[int, str] | None:
-    """``(element size in bytes, dtype class)`` for a profiler dtype string, else None.
+    """``(element size in bytes, peak class)`` for a profiler dtype string, else None.
 
-    Accepts Kineto's ``"float"``, ``"c10::BFloat16"``, Ascend's ``"FLOAT16"``, ``"DT_BF16"``...
+    Accepts every spelling :mod:`opscope.model.dtypes` knows: Kineto's ``"float"``,
+    ``"c10::BFloat16"``, Ascend's ``"FLOAT16"``, ``"DT_BF16"``...
     """
-    if not type_name:
-        return None
-    t = type_name.strip().lower()
-    if t.startswith("dt_"):
-        t = t[3:]
-    if t.startswith("torch."):
-        t = t[6:]
-    return _DTYPES.get(t)
+    d = dtypes.lookup(type_name)
+    return (d.itemsize, d.peak) if d is not None else None
 
 
 def _decode(text: str | None) -> Any:
@@ -856,8 +792,8 @@ def _copy(ts: list[_Tensor | None], concrete: Any, name: str) -> Cost:
     out_size = x.size
     if name == "_to_copy":
         code = _concrete(concrete, 1)
-        if isinstance(code, int) and not isinstance(code, bool) and code in _SCALAR_TYPE_CODES:
-            info = dtype_info(_SCALAR_TYPE_CODES[code])
+        if isinstance(code, int) and not isinstance(code, bool) and code in SCALAR_TYPE_CODES:
+            info = dtype_info(SCALAR_TYPE_CODES[code])
             if info is not None:
                 out_size = info[0]
     return Cost(0, x.nbytes + x.numel * out_size, "copy: read + write", x.dtype, "memory")

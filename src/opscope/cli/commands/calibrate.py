@@ -18,8 +18,10 @@ from typing import Any
 import typer
 
 from opscope.errors import OpscopeError
+from opscope.model.dtypes import torch_name
 
-# Matmul dtypes measured per device kind ("tf32" is fp32 with TF32 tensor cores allowed).
+# Matmul dtypes measured per device kind, as the peaks tables key them (short names; "tf32" is
+# fp32 with TF32 tensor cores allowed). Their torch dtypes come from opscope.model.dtypes.
 DTYPES = {
     "cpu": ("fp32", "fp64", "bf16"),
     "cuda": ("fp64", "fp32", "tf32", "fp16", "bf16"),
@@ -100,17 +102,13 @@ def measure(
 
     else:
         raise OpscopeError(f"unknown device {device!r}: use cpu, cuda or npu")
-    torch_dtypes = {
-        "fp64": torch.float64,
-        "fp32": torch.float32,
-        "tf32": torch.float32,
-        "fp16": torch.float16,
-        "bf16": torch.bfloat16,
-    }
     detail = []
     best: dict[str, float] = {}
     for dt in dtypes or DTYPES[device]:
-        tdt = torch_dtypes[dt]
+        torch_dt = torch_name(dt)
+        if torch_dt is None:
+            raise OpscopeError(f"unknown dtype {dt!r} (fp64, fp32, tf32, fp16, bf16)")
+        tdt = getattr(torch, torch_dt)
         prev_tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
         try:
