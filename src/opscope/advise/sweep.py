@@ -7,6 +7,7 @@ present device and returns a Polars table; nothing is printed. torch is imported
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -403,3 +404,139 @@ def sweep_conv(
         for name, tm in t.items()
     ]
     return pl.DataFrame(rows, schema=CONV_SCHEMA)
+
+
+# A CPU elementwise micro-benchmark touching more bytes than this per call is refused.
+CPU_MAX_BYTES = 2e8
+# Elementwise ops a micro-benchmark can rebuild from a trace's shapes: unary (one tensor),
+# binary (two tensors, or a tensor and a scalar), and the row-wise ones on the last axis.
+UNARY_OPS = {
+    "relu": "relu", "gelu": "nn.functional.gelu", "silu": "nn.functional.silu",
+    "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "neg": "neg", "abs": "abs",
+    "sqrt": "sqrt", "rsqrt": "rsqrt", "clone": "clone", "contiguous": "clone",
+    "copy_": "clone", "to": "clone", "dropout": "clone",
+}  # fmt: skip
+BINARY_OPS = {
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum",
+    "minimum": "minimum", "pow": "pow", "add_": "add", "mul_": "mul", "div_": "div",
+}  # fmt: skip
+ROW_OPS = ("softmax", "_softmax", "log_softmax", "layer_norm", "rms_norm")
+
+
+def _resolve(torch: Any, path: str) -> Callable[..., Any]:
+    obj: Any = torch
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[no-any-return]
+
+
+def elementwise_variants(
+    name: str, shapes: Sequence[Sequence[int]], dtype: str, device: str, *, compile: bool = True
+) -> dict[str, Callable[[], Any]]:
+    """The elementwise / row-wise op ``name`` (``aten::mul``) on fresh contiguous inputs of
+    ``shapes`` (an empty shape is a Python scalar), eager (``original``) and, with
+    ``compile``, through ``torch.compile`` (``compiled``: one generated, vectorised kernel;
+    a :class:`~opscope.advise._bench.BenchError` when the compiler cannot run here)."""
+    torch = b.torch_mod()
+    op = name.rsplit("::", maxsplit=1)[-1]
+    dt = b.torch_dtype(dtype)
+    tensors = [[int(x) for x in s] for s in shapes if s]
+    if not tensors:
+        raise b.BenchError(f"no tensor shape for {name}")
+    size = b.torch_dtype(dtype).itemsize
+    nbytes = sum(math.prod(s) for s in tensors) * size * 2
+    if device == "cpu" and nbytes > CPU_MAX_BYTES:
+        raise b.BenchError(
+            f"{name} on {nbytes / 1e9:.1f} GB is too large for a CPU micro-benchmark; "
+            "run it on the device"
+        )
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(*s, generator=gen).to(device=device, dtype=dt) for s in tensors]
+    fn: Callable[[], Any]
+    if op in UNARY_OPS:
+        f1 = _resolve(torch, UNARY_OPS[op])
+        x0 = xs[0]
+
+        def fn() -> Any:
+            return f1(x0)
+
+    elif op in BINARY_OPS:
+        f2 = _resolve(torch, BINARY_OPS[op])
+        # a scalar operand (shape [] in the trace) stays a Python number
+        a0 = xs[0]
+        a1: Any = xs[1] if len(xs) > 1 else 1.5
+
+        def fn() -> Any:
+            return f2(a0, a1)
+
+    elif op in ROW_OPS:
+        x0 = xs[0]
+        F = torch.nn.functional
+        if op in ("softmax", "_softmax"):
+            fn = lambda: torch.softmax(x0, dim=-1)  # noqa: E731
+        elif op == "log_softmax":
+            fn = lambda: torch.log_softmax(x0, dim=-1)  # noqa: E731
+        elif op == "layer_norm":
+            fn = lambda: F.layer_norm(x0, x0.shape[-1:])  # noqa: E731
+        else:
+            w = torch.ones(x0.shape[-1], device=device, dtype=dt)
+            fn = lambda: x0 * torch.rsqrt(x0.pow(2).mean(-1, keepdim=True) + 1e-6) * w  # noqa: E731
+    else:
+        raise b.BenchError(f"no micro-benchmark for elementwise op {name!r}")
+    if not compile:
+        return {"original": fn}
+    return {"original": fn, "compiled": _compiled(torch, fn)}
+
+
+def _compiled(torch: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``torch.compile(fn)``, its first call made here so that a missing compiler (no C++
+    toolchain, no Triton) is a :class:`~opscope.advise._bench.BenchError`, not a crash."""
+    try:
+        cfn = torch.compile(fn, dynamic=False)
+        cfn()
+    except Exception as e:  # the compiler stack raises many types; any means "cannot compile"
+        msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise b.BenchError(f"torch.compile is not available here: {msg}") from None
+    return cfn  # type: ignore[no-any-return]
+
+
+def conv_variants(
+    x: Sequence[int],
+    w: Sequence[int],
+    dtype: str,
+    device: str,
+    *,
+    stride: int = 1,
+    padding: int | None = None,
+) -> dict[str, Callable[[], Any]]:
+    """A 2-D convolution ``x [N, C, H, W] * w [K, C/groups, R, S]`` (groups = C / w[1]:
+    depthwise when w[1] is 1; padding ``R // 2`` unless given) in NCHW (``original``) and in
+    channels-last (``channels_last``) memory format."""
+    torch = b.torch_mod()
+    if len(x) != 4 or len(w) != 4 or min(*x, *w) <= 0:
+        raise b.BenchError(f"not a 2-D convolution: input {list(x)}, weight {list(w)}")
+    n, c, h, wd = (int(v) for v in x)
+    k, cg, r, s = (int(v) for v in w)
+    if c % cg or k % (c // cg):
+        raise b.BenchError(f"channels {c} and weight {list(w)} give no whole number of groups")
+    groups = c // cg
+    pad = r // 2 if padding is None else padding
+    flops = 2.0 * n * k * h * wd * cg * r * s / stride**2
+    if device == "cpu" and flops > CPU_MAX_FLOPS:
+        raise b.BenchError(
+            f"conv of {flops:.2g} FLOP is too large for a CPU micro-benchmark; run it on the device"
+        )
+    dt = b.torch_dtype(dtype)
+    gen = torch.Generator().manual_seed(0)
+    F = torch.nn.functional
+
+    def build(fmt: Any) -> Callable[[], Any]:
+        xt = torch.randn(n, c, h, wd, generator=gen).to(device=device, dtype=dt)
+        wt = torch.randn(k, cg, r, s, generator=gen).to(device=device, dtype=dt)
+        xt, wt = xt.contiguous(memory_format=fmt), wt.contiguous(memory_format=fmt)
+        return lambda: F.conv2d(xt, wt, stride=stride, padding=pad, groups=groups)
+
+    return {
+        "original": build(torch.contiguous_format),
+        "channels_last": build(torch.channels_last),
+    }

@@ -56,10 +56,15 @@ def register(app: typer.Typer) -> None:
         from opscope.cli.output import console
 
         table = Table(title=f"Findings verified on {device}", show_lines=False)
-        for col in ("id", "severity", "finding", "where", "saving/step", "measured"):
+        cols = ("id", "severity", "finding", "where", "estimated/step", "measured/step", "how")
+        for col in cols:
             table.add_column(col, overflow="fold")
         for f in shown:
             saving = f"{f.saving_us:.1f} µs ({f.saving_pct:.1f}%)" if f.saving_us else "—"
-            ver = (f.verification or {}).get("summary", "—")
-            table.add_row(f.id, f.severity, f.title, f.location, saving, ver)
+            ver = f.verification or {}
+            meas = ver.get("measured_saving_us")
+            measured = "—" if meas is None else f"{meas:.1f} µs"
+            table.add_row(
+                f.id, f.severity, f.title, f.location, saving, measured, ver.get("summary", "—")
+            )
         console.print(table)
