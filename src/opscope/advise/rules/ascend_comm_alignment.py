@@ -1,0 +1,270 @@
+"""Ascend communication byte alignment: HCCL transfers whose size is not a multiple of 512 B.
+
+msprof-analyze's advisor ("byte alignment" check, read for what it tests, not copied) looks at
+the SDMA tasks of each HCCL operator (its ``Memcpy`` and ``Reduce_Inline`` tasks, off-chip
+links only, larger than 512 bytes) and flags an operator when a task's size is not a multiple
+of 512 bytes; its rule file gives 512 B as both the base and the minimum size, and rates the
+issue by the unaligned tasks' share of the SDMA time (low under 20%, high from 70%). It
+gives no saving.
+
+opscope's rule reads the same tasks from the HCCL plane tracks of ``trace_view.json`` (``size
+(Byte)``, ``transport type``, ``link type`` in the event's args) and adds a bound: the
+unaligned tasks' rate is compared with the aligned SDMA tasks of the same link type and of a
+similar size (``PEER_SIZE_RATIO``) in the same profile — what the link does for aligned
+transfers — and the saving is the unaligned tasks' time above their bytes at that rate
+(method ``peer-rate``). The planes of a collective run side by side, so a collective saves
+the largest per-plane excess, and only its exposed part (no compute kernel running) shortens
+the step: the saving of each collective is capped at its exposed time. Without aligned peers
+the saving is ``unknown`` (0, reported with the unaligned tasks' share).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+
+from opscope.advise import _common as c
+from opscope.advise.finding import Finding
+from opscope.advise.rule import register
+from opscope.model import Profile
+
+# msprof-analyze's byte-alignment rule file: sizes are checked against 512 B, and tasks of at
+# most 512 B are left out (flags and small control messages).
+BASE_BYTES: Final = 512
+MIN_BYTES: Final = 512
+# The SDMA tasks of an HCCL operator that carry its data (msprof-analyze checks these two).
+TASK_NAMES: Final = ("Memcpy", "Reduce_Inline")
+TRANSPORT: Final = "SDMA"
+ON_CHIP: Final = "ON_CHIP"  # a copy inside the chip: no link, no alignment rule
+# Aligned peers count when their size is within this factor of the unaligned task's (a link's
+# rate depends on the transfer size; opscope's heuristic).
+PEER_SIZE_RATIO: Final = 2.0
+MIN_PEERS: Final = 2
+
+
+def _tasks(profile: Profile) -> pl.DataFrame:
+    """The SDMA data tasks off the chip, larger than ``MIN_BYTES``: ``id, rank, tid, ts_ns,
+    dur_ns, bytes, link, aligned``."""
+    ev = profile.events.filter(
+        (pl.col("kind") == "other")
+        & pl.col("device").is_not_null()
+        & pl.col("name").is_in(TASK_NAMES)
+        & pl.col("args").is_not_null()
+    )
+    if ev.height == 0:
+        return ev.select("id")
+    t = ev.select(
+        "id",
+        "rank",
+        "tid",
+        "ts_ns",
+        "dur_ns",
+        pl.coalesce(
+            "bytes", pl.col("args").str.json_path_match("$['size(Byte)']").cast(pl.Int64)
+        ).alias("bytes"),
+        pl.col("args").str.json_path_match("$['transport type']").alias("transport"),
+        pl.col("args").str.json_path_match("$['link type']").alias("link"),
+    )
+    return t.filter(
+        (pl.col("transport").str.to_uppercase() == TRANSPORT)
+        & (pl.col("link").fill_null("").str.to_uppercase() != ON_CHIP)
+        & (pl.col("bytes") > MIN_BYTES)
+        & (pl.col("dur_ns") > 0)
+    ).with_columns((pl.col("bytes") % BASE_BYTES == 0).alias("aligned"))
+
+
+def _peer_rates(tasks: pl.DataFrame) -> dict[tuple[str | None, int], float]:
+    """Bytes per ns of aligned tasks of the same link and a similar size, per (link, size) of
+    the unaligned tasks (absent when fewer than ``MIN_PEERS``)."""
+    ok = tasks.filter(pl.col("aligned"))
+    out: dict[tuple[str | None, int], float] = {}
+    for link, size in tasks.filter(~pl.col("aligned")).select("link", "bytes").unique().rows():
+        peers = ok.filter(
+            (pl.col("link") == link)
+            & (pl.col("bytes") >= size / PEER_SIZE_RATIO)
+            & (pl.col("bytes") <= size * PEER_SIZE_RATIO)
+        )
+        if peers.height >= MIN_PEERS:
+            out[(link, size)] = float(peers.get_column("bytes").sum()) / float(
+                peers.get_column("dur_ns").sum()
+            )
+    return out
+
+
+def _collective_of(profile: Profile, tasks: pl.DataFrame) -> pl.DataFrame:
+    """``tasks`` with ``coll`` (the id of the collective whose time holds the task's start)."""
+    coll = (
+        profile.events.filter(pl.col("kind") == "communication")
+        .select(pl.col("id").alias("coll"), "rank", pl.col("ts_ns").alias("c_ts"), "dur_ns")
+        .with_columns((pl.col("c_ts") + pl.col("dur_ns")).alias("c_end"))
+        .drop("dur_ns")
+        .sort("c_ts")
+    )
+    j = tasks.sort("ts_ns").join_asof(
+        coll,
+        left_on="ts_ns",
+        right_on="c_ts",
+        by="rank",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return j.with_columns(
+        pl.when(pl.col("ts_ns") < pl.col("c_end")).then(pl.col("coll")).alias("coll")
+    )
+
+
+def _exposed(profile: Profile, colls: pl.DataFrame) -> dict[int, float]:
+    """Per collective id: its time with no compute kernel running on its rank (ns)."""
+    k = profile.events.filter(pl.col("kind") == "kernel").select("rank", "ts_ns", "dur_ns")
+    out: dict[int, float] = {}
+    for (rank,), grp in colls.group_by("rank"):
+        kr = k.filter(pl.col("rank") == rank).sort("ts_ns")
+        s = kr.get_column("ts_ns").to_numpy().astype(np.float64)
+        e = s + kr.get_column("dur_ns").to_numpy().astype(np.float64)
+        merged: list[tuple[float, float]] = []
+        for a, b in zip(s.tolist(), e.tolist(), strict=True):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        ms = np.array([m[0] for m in merged])
+        me = np.array([m[1] for m in merged])
+        for cid, ts, dur in grp.select("id", "ts_ns", "dur_ns").rows():
+            a, b = float(ts), float(ts + dur)
+            busy = float(np.clip(np.minimum(me, b) - np.maximum(ms, a), 0, None).sum())
+            out[int(cid)] = max(b - a - busy, 0.0)
+    return out
+
+
+class AscendCommByteAlignment:
+    """HCCL SDMA transfers whose size is not a multiple of 512 bytes."""
+
+    id = "ascend-comm-byte-alignment"
+    doc = (
+        "HCCL moves a collective's data in SDMA tasks (`Memcpy`, `Reduce_Inline` on each "
+        "link plane); a transfer whose size is not a multiple of 512 bytes runs off the DMA "
+        "engine's aligned path and at a lower rate. Like msprof-analyze's byte-alignment "
+        f"check, the rule takes the SDMA tasks off the chip larger than {MIN_BYTES} B and "
+        f"flags the collectives with a task whose size is not a multiple of {BASE_BYTES} B. "
+        "Saving: the unaligned tasks' time above their bytes at the rate of aligned SDMA "
+        "tasks of the same link type and a similar size in the same profile (peer rate), "
+        "the largest per-plane excess of each collective (planes run side by side), at most "
+        "the collective's exposed time (with no compute kernel running); unknown without "
+        "aligned peers. Fix: make the communicated tensors' sizes multiples of 512 bytes "
+        "(pad buckets, hidden sizes, or DDP `bucket_cap_mb` so that buckets split evenly)."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        if c.target_of(profile, results) != "ascend":
+            return []
+        tasks = _tasks(profile)
+        if tasks.height == 0 or "aligned" not in tasks.columns:
+            return []
+        if tasks.filter(~pl.col("aligned")).height == 0:
+            return []
+        rates = _peer_rates(tasks)
+        tasks = _collective_of(profile, tasks)
+        bad_colls = tasks.filter(~pl.col("aligned")).get_column("coll").drop_nulls().unique()
+        colls = profile.events.filter(pl.col("id").is_in(bad_colls.implode())).select(
+            "id", "rank", "name", "ts_ns", "dur_ns", "op_id"
+        )
+        exposed = _exposed(profile, colls)
+        steps = c.step_info(profile)
+        rows = []
+        for cid, name, op_id in colls.select("id", "name", "op_id").rows():
+            mine = tasks.filter(pl.col("coll") == cid)
+            bad = mine.filter(~pl.col("aligned"))
+            excess: dict[int, float] = {}
+            known = True
+            for tid, size, link, tdur in bad.select("tid", "bytes", "link", "dur_ns").rows():
+                rate = rates.get((link, size))
+                if rate is None:
+                    known = False
+                    continue
+                excess[tid] = excess.get(tid, 0.0) + max(float(tdur) - size / rate, 0.0)
+            rows.append(
+                {
+                    "coll": cid,
+                    "family": re.sub(r"_+\d+(_\d+)*$", "", str(name)),
+                    "op_id": op_id,
+                    "saving": min(max(excess.values(), default=0.0), exposed.get(cid, 0.0)),
+                    "known": known and bool(excess),
+                    "exposed": exposed.get(cid, 0.0),
+                    "sdma_ns": float(mine.get_column("dur_ns").sum()),
+                    "bad_ns": float(bad.get_column("dur_ns").sum()),
+                    "bad_tasks": bad.height,
+                    "sizes": sorted(set(bad.get_column("bytes").to_list())),
+                    "task_ids": bad.get_column("id").to_list(),
+                }
+            )
+        out = []
+        for family in sorted({r["family"] for r in rows}):
+            rs = [r for r in rows if r["family"] == family]
+            out.append(self._finding(profile, steps, family, rs))
+        return out
+
+    def _finding(
+        self, profile: Profile, steps: c.StepInfo, family: str, rs: list[dict[str, Any]]
+    ) -> Finding:
+        anchor = [r["op_id"] for r in rs if r["op_id"] is not None][:1] or [rs[0]["coll"]]
+        where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": anchor}))))
+        known = all(r["known"] for r in rs)
+        saving = float(sum(r["saving"] for r in rs)) if known else 0.0
+        exposed = float(sum(r["exposed"] for r in rs))
+        sdma = float(sum(r["sdma_ns"] for r in rs))
+        bad = float(sum(r["bad_ns"] for r in rs))
+        share = bad / sdma if sdma else 0.0
+        sizes = sorted({s for r in rs for s in r["sizes"]})
+        if known:
+            how = (
+                "the unaligned tasks' time above their bytes at the rate of aligned SDMA "
+                "tasks of the same link and a similar size (the largest per-plane excess of "
+                "each collective), at most each collective's exposed time"
+            )
+            method, sev = "peer-rate", None
+        else:
+            how = (
+                "unknown: no aligned SDMA tasks of the same link and a similar size to compare "
+                f"with; the unaligned tasks take {100 * share:.0f}% of these collectives' "
+                "SDMA time"
+            )
+            method, sev = "unknown", "low"
+        f: Finding = c.make_finding(
+            profile,
+            rule=self.id,
+            title=f"{family}: {sum(r['bad_tasks'] for r in rs)} SDMA transfers not a multiple "
+            f"of {BASE_BYTES} B in {len(rs)} collective{'s' if len(rs) != 1 else ''}",
+            where=where,
+            key=f"align:{family}",
+            saving_ns=saving,
+            saving_how=how,
+            fix="# pad what is communicated to a multiple of 512 bytes, e.g. a gradient bucket:\n"
+            "flat = torch.nn.functional.pad(flat, (0, (-flat.numel()) % (512 // "
+            "flat.element_size())))\n"
+            "dist.all_reduce(flat)  # and slice the padding off after",
+            evidence=c.evidence(
+                [family, *TASK_NAMES],
+                len(rs),
+                {
+                    "unaligned_tasks": sum(r["bad_tasks"] for r in rs),
+                    "unaligned_sizes_bytes": sizes[:10],
+                    "unaligned_share_of_sdma_time": round(share, 4),
+                    "unaligned_us_per_step": round(steps.per_step_us(bad), 3),
+                    "exposed_us_per_step": round(steps.per_step_us(exposed), 3),
+                },
+                [i for r in rs for i in r["task_ids"]],
+            ),
+            severity=sev,
+            steps=steps,
+            limit_ns=exposed,
+            limit_what="the collectives' exposed time",
+            method=method,
+        )
+        return f
+
+
+register(AscendCommByteAlignment())
