@@ -87,6 +87,26 @@ FREQ = [(0, 1800), (500, 1650)]  # (µs, MHz)
 NPU_MEM = [("app", 100, 0, 3 * MIB), ("device", 100, 0, 5 * MIB)]  # (type, µs, ddr, hbm bytes)
 ACC = [(200, 1, 2, 3, 4)]  # (µs, read bw, write bw, read ost, write ost levels)
 SOC = [(300, 5, 6)]  # (µs, mata level, l2 buffer level)
+# (µs, hbm id, direction, bytes/s) and (µs, llc id, mode, hit rate %, throughput bytes/s): the
+# database's units; the text holds MB/s (2^20 bytes) and the hit rate as a fraction.
+HBM = [
+    (150, 0, "read", 52_428_800),
+    (150, 0, "write", 1_000_000),
+    (150, 1, "read", 0),
+    (150, 1, "write", 7_340_032),
+]
+LLC = [(250, 0, "read", 87.5, 20_971_520), (250, 1, "read", 34.5, 1_048_577)]
+# The Overlap Analysis slices of this run, by hand: compute tasks 45-55 and 85-90, the
+# collective 610-690 (the memcpy and the collective's plane tasks are neither).
+OVERLAP = [
+    (0, 45, 55),
+    (0, 85, 90),
+    (1, 610, 690),
+    (2, 610, 690),
+    (3, 55, 85),
+    (3, 90, 610),
+]  # (type: Computing, Communication, Communication(Not Overlapped), Free; start µs; end µs)
+OVERLAP_NAMES = ["Computing", "Communication", "Communication(Not Overlapped)", "Free"]
 CANN_PREFIX = {"acl": "AscendCL", "hccl": "Hccl"}
 
 
@@ -171,6 +191,10 @@ def write_db(root: Path, rank: int = 0) -> Path:
             readOstLevel INTEGER, writeOstLevel INTEGER, timestampNs NUMERIC, deviceId INTEGER);
         CREATE TABLE SOC_BANDWIDTH_LEVEL (l2BufferBwLevel INTEGER, mataBwLevel INTEGER,
             timestampNs NUMERIC, deviceId INTEGER);
+        CREATE TABLE HBM (deviceId INTEGER, timestampNs INTEGER, bandwidth NUMERIC,
+            hbmId INTEGER, type INTEGER);
+        CREATE TABLE LLC (deviceId INTEGER, llcId INTEGER, timestampNs INTEGER, hitRate REAL,
+            throughput INTEGER, mode INTEGER);
         CREATE TABLE MEMORY_RECORD (component INTEGER, timestamp INTEGER,
             totalAllocated INTEGER, totalReserved INTEGER, totalActive INTEGER,
             streamPtr INTEGER, deviceId INTEGER);"""
@@ -288,6 +312,15 @@ def write_db(root: Path, rank: int = 0) -> Path:
         con.execute("INSERT INTO ACC_PMU VALUES (?,?,?,?,?,?,?)", (0, rb, wb, ro, wo, _ns(t), 0))
     for t, mata, l2 in SOC:
         con.execute("INSERT INTO SOC_BANDWIDTH_LEVEL VALUES (?,?,?,?)", (l2, mata, _ns(t), 0))
+    # Stored as the profiler orders them: per sample, all reads, then all writes.
+    for t, hbm_id, direction, bw in sorted(HBM, key=lambda h: (h[0], h[2], h[1])):
+        con.execute(
+            "INSERT INTO HBM VALUES (?,?,?,?,?)", (rank, _ns(t), bw, hbm_id, sid(direction))
+        )
+    for t, llc_id, mode, hit, tp in LLC:
+        con.execute(
+            "INSERT INTO LLC VALUES (?,?,?,?,?,?)", (rank, llc_id, _ns(t), hit, tp, sid(mode))
+        )
     con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(v, k) for k, v in strings.items()])
     con.commit()
     con.close()
@@ -321,6 +354,9 @@ def write_text(root: Path, rank: int = 0) -> Path:
     meta("process_name", PID_HCCL, 0, "HCCL")
     for pname, pid in CPID.items():
         meta("process_name", pid, 0, pname)
+    meta("process_name", ascend_db.PID_OVERLAP, 0, "Overlap Analysis")
+    for t, oname in enumerate(OVERLAP_NAMES):
+        meta("thread_name", ascend_db.PID_OVERLAP, t, oname)
     for tid in sorted({a[2] for a in API}):
         meta("thread_name", HOST, tid, f"Thread {tid}")
     for tid in sorted({c[2] for c in CANN}):
@@ -422,6 +458,18 @@ def write_text(root: Path, rank: int = 0) -> Path:
     for t, mata, l2 in SOC:
         counter("Stars Soc Info", "Mata Bw Level", t, {"Mata Bw Level": mata})
         counter("Stars Soc Info", "L2 Buffer Bw Level", t, {"L2 Buffer Bw Level": l2})
+    for t, hbm_id, direction, bw in HBM:
+        rw = direction.title()
+        counter("HBM", f"HBM {hbm_id}/{rw}", t, {f"{rw}(MB/s)": bw / MIB})
+    for t, llc_id, mode, hit, tp in LLC:
+        m = mode.title()
+        counter("LLC", f"LLC {llc_id} {m}/Throughput", t, {"Throughput(MB/s)": tp / MIB})
+        counter("LLC", f"LLC {llc_id} {m}/Hit Rate", t, {"Hit Rate(%)": hit / 100})
+    for typ, s, e in OVERLAP:
+        ev.append(
+            {"ph": "X", "name": OVERLAP_NAMES[typ], "pid": ascend_db.PID_OVERLAP, "tid": typ,
+             "ts": _ts(s), "dur": e - s}
+        )  # fmt: skip
     (out / "trace_view.json").write_text(json.dumps(ev))
 
     cols = ["Step Id", "Model ID", "Task ID", "Stream ID", "Name", "Type", "OP State"]
@@ -507,6 +555,8 @@ def test_text_and_db_give_equal_profiles(tmp_path: Path) -> None:
     text = read_ascend(write_text(tmp_path / "text"), cache=False)
     db = read_ascend(write_db(tmp_path / "db"), cache=False)
     assert db.meta["ascend"]["export"] == "db"
+    key = "skipped_overlap_analysis_slices"
+    assert text.meta["ascend"][key] == db.meta["ascend"][key] == len(OVERLAP)
     for name in TABLES:
         a, b = text.table(name), db.table(name)
         # Row order is not data for these (the flow resolver's order among flows leaving one
@@ -660,3 +710,58 @@ def test_wait_time_without_a_wait_column(tmp_path: Path) -> None:
     names = dict(zip(ids.get_column("id"), ids.get_column("name"), strict=True))
     w = p.kernel_metrics.filter(pl.col("metric") == "Wait Time(us)")
     assert {names[r["event_id"]]: r["value"] for r in w.iter_rows(named=True)} == want
+
+
+def test_hbm_and_llc_counters_in_the_text_units(tmp_path: Path) -> None:
+    """HBM bandwidth and LLC throughput: bytes/s in the database, MB/s (2^20 bytes) in the
+    Profile as in the text; the LLC hit rate: percent in the database, a fraction as the
+    text's "Hit Rate(%)" series holds it. Values by hand."""
+    c = read_ascend(write_db(tmp_path), cache=False).counters
+
+    def values(name: str) -> list[float]:
+        return c.filter(pl.col("name") == name).get_column("value").to_list()
+
+    assert values("HBM/HBM 0/Read") == [50.0]  # 52 428 800 B/s = 50 x 2^20
+    assert values("HBM/HBM 0/Write") == [0.95367431640625]  # 10^6 / 2^20
+    assert values("HBM/HBM 1/Read") == [0.0]
+    assert values("HBM/HBM 1/Write") == [7.0]
+    assert values("LLC/LLC 0 Read/Throughput") == [20.0]
+    assert values("LLC/LLC 1 Read/Throughput") == [1.0 + 2.0**-20]
+    assert values("LLC/LLC 0 Read/Hit Rate") == [0.875]
+    assert values("LLC/LLC 1 Read/Hit Rate") == [0.345]
+    hbm = c.filter(pl.col("name").str.starts_with("HBM/"))
+    assert hbm.get_column("ts_ns").unique().to_list() == [_ns(150)]
+    # Per sample each HBM's Read then Write, as the text export writes them.
+    assert hbm.get_column("name").to_list() == [
+        "HBM/HBM 0/Read",
+        "HBM/HBM 0/Write",
+        "HBM/HBM 1/Read",
+        "HBM/HBM 1/Write",
+    ]
+
+
+@pytest.mark.parametrize("level", ["level0", "level1", "level2"])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_real_hbm_and_llc_counters(level: str, rank: int) -> None:
+    """The AlexNet pairs are separate runs, so values differ; what must agree: the same HBM and
+    LLC series in db and text, hit rates as fractions in both, and every db LLC throughput a
+    3-decimal MB/s value (the profiler's own rounding) once divided by 2^20, as the text's
+    are: dividing by 10^6 fits none of them."""
+    db_dir = ASCEND_DATA / "db" / level / f"rank{rank}_ascend_pt"
+    text_dir = ASCEND_DATA / "text" / level / f"rank{rank}_ascend_pt"
+    if not db_dir.is_dir() or not text_dir.is_dir():
+        pytest.skip(f"msinsight AlexNet data not found under {ASCEND_DATA}")
+    db, text = read_ascend(db_dir, cache=False), read_ascend(text_dir, cache=False)
+    hw = pl.col("name").str.starts_with("HBM/") | pl.col("name").str.starts_with("LLC/")
+    series = [sorted(set(p.counters.filter(hw).get_column("name").to_list())) for p in (db, text)]
+    assert series[0] == series[1]
+    assert len(series[0]) == 12  # HBM 0-3 Read/Write, LLC 0-1 Read Throughput/Hit Rate
+    for p in (db, text):
+        hit = p.counters.filter(pl.col("name").str.ends_with("/Hit Rate")).get_column("value")
+        assert hit.len() > 0 and hit.min() >= 0.0 and hit.max() <= 1.0  # type: ignore[operator]
+    tp = db.counters.filter(
+        pl.col("name").str.ends_with("/Throughput") & (pl.col("value") > 0)
+    ).get_column("value")
+    assert tp.len() > 0
+    for v in tp.to_list():
+        assert 0.0 <= round(v, 3) - v < 2.0**-20, v

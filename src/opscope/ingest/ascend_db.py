@@ -39,6 +39,7 @@ import polars as pl
 
 from opscope.errors import InputError
 from opscope.ingest import ascend as A
+from opscope.ingest import ascend_overlap as OV
 from opscope.ingest.registry import Progress
 from opscope.model import Profile
 from opscope.redact import redact
@@ -53,7 +54,18 @@ COUNTER_PIDS = {
     "NPU MEM": PID_CANN + 4,
     "Acc PMU": PID_CANN + 5,
     "Stars Soc Info": PID_CANN + 6,
+    "HBM": PID_CANN + 7,
+    "LLC": PID_CANN + 8,
 }
+#: Pseudo pid of the "Overlap Analysis" process (tid = slice type, as the text export writes it).
+PID_OVERLAP = PID_CANN + 9
+#: Bytes per MB in the text export's MB/s: 2^20. The database stores bandwidth in bytes/s
+#: (msprof's description of its db format, "Units ... Bandwidth: Byte/s": hiascend.com, CANN
+#: docs, devaids/Profiling/atlasprofiling_16_1144), the text export in MB/s. The MB is 2^20:
+#: msprof's HBM model scales by KILOBYTE(1024.0) twice (analysis/msmodel/hardware/hbm_model.py),
+#: and each nonzero LLC throughput of the six AlexNet databases (103) is a 3-decimal MB/s value
+#: times 2^20 truncated to whole bytes (10^6 fits none of them).
+MB = 1024.0 * 1024.0
 _CANN_LEVEL = {"acl": "AscendCL", "node": "Node", "hccl": "Hccl", "runtime": "Runtime"}
 _LEVEL0_KERNEL_COLS = [
     "Step Id",
@@ -657,6 +669,13 @@ def _trace_frame(con: sqlite3.Connection, have: set[str]) -> pl.DataFrame:
         ("process_name", str(PID_HCCL), "0", "HCCL"),
     ]
     meta_rows += [("process_name", str(pid), "0", n) for n, pid in COUNTER_PIDS.items()]
+    overlap = _overlap_frame(con, have)
+    if overlap.height:
+        # Named as the text export names them, tid = type; the slices go through the same
+        # assembly as the text's (which keeps them off the events and counts them).
+        parts.append(_overlap_trace(overlap))
+        meta_rows.append(("process_name", str(PID_OVERLAP), "0", "Overlap Analysis"))
+        meta_rows += [("thread_name", str(PID_OVERLAP), str(t), n) for t, n in enumerate(OV.NAMES)]
     body = pl.concat([p for p in parts if p.height], how="diagonal_relaxed") if parts else None
     if body is not None:
         tracks = body.select("pid", "tid").unique().sort("pid", "tid")
@@ -747,9 +766,11 @@ def _counter(df: pl.DataFrame, track: str, name: pl.Expr, arg: str, value: pl.Ex
 
 
 def _counter_rows(con: sqlite3.Connection, have: set[str]) -> list[pl.DataFrame]:
-    """Sampled counters as the text export's ``C`` events, for the tables whose units the two
-    exports share: AI Core frequency (MHz), NPU memory (bytes -> KB), accelerator and SoC
-    bandwidth levels. HBM and LLC (bytes/s in the database, MB/s in the text) are not read."""
+    """Sampled counters as the text export's ``C`` events, in the text's units: AI Core
+    frequency (MHz), NPU memory (bytes -> KB), accelerator and SoC bandwidth levels, HBM
+    bandwidth and LLC throughput (bytes/s -> MB/s, :data:`MB`), LLC hit rate (percent -> the
+    fraction the text's "Hit Rate(%)" series holds: msprof's timeline divides by 100,
+    analysis/csrc/application/timeline/llc_assembler.cpp)."""
     i64, f64, st = pl.Int64, pl.Float64, pl.String
     out: list[pl.DataFrame] = []
 
@@ -817,7 +838,122 @@ def _counter_rows(con: sqlite3.Connection, have: set[str]) -> list[pl.DataFrame]
                 ]
             )
         )
+    if "HBM" in have:
+        df = _frame(
+            con,
+            """SELECT CAST(h.timestampNs AS INTEGER), h.hbmId, s.value, h.bandwidth FROM HBM h
+               LEFT JOIN STRING_IDS s ON s.id = h.type""",
+            {"t": i64, "id": i64, "dir": st, "v": f64},
+        )
+        # The text writes, per sample, each HBM's Read then Write ("HBM 0/Read", "HBM 0/Write").
+        d = pl.col("dir").str.to_titlecase()
+        df = df.with_columns(d.alias("dir")).sort("t", "id", pl.col("dir") != "Read")
+        read, write = pl.col("dir") == "Read", pl.col("dir") == "Write"
+        mbs = pl.col("v") / MB
+        out.append(
+            df.select(
+                pl.lit("C").alias("ph"),
+                (pl.lit("HBM ") + pl.col("id").cast(st) + pl.lit("/") + pl.col("dir")).alias(
+                    "name"
+                ),
+                pl.lit(str(COUNTER_PIDS["HBM"])).alias("pid"),
+                pl.lit("0").alias("tid"),
+                _us_text(pl.col("t")).alias("ts"),
+                pl.when(read).then(mbs).alias("a:Read(MB/s)"),
+                pl.when(write).then(mbs).alias("a:Write(MB/s)"),
+            )
+        )
+    if "LLC" in have:
+        df = _frame(
+            con,
+            # The hit rate divided here: SQLite divides exactly, Polars may multiply by 0.01.
+            """SELECT CAST(l.timestampNs AS INTEGER), l.llcId, s.value, l.hitRate / 100.0,
+                      l.throughput
+               FROM LLC l LEFT JOIN STRING_IDS s ON s.id = l.mode""",
+            {"t": i64, "id": i64, "mode": st, "hit": f64, "tp": f64},
+        ).sort("t", "id", "mode")
+        # Per sample and LLC: "LLC 0 Read/Throughput" then "LLC 0 Read/Hit Rate", as the text.
+        track = pl.lit("LLC ") + pl.col("id").cast(st) + pl.lit(" ")
+        track = track + pl.col("mode").str.to_titlecase() + pl.lit("/")
+        out.append(
+            _per_row(
+                [
+                    _counter(df, "LLC", track + pl.lit(label), arg, value)
+                    for label, arg, value in (
+                        ("Throughput", "Throughput(MB/s)", pl.col("tp") / MB),
+                        ("Hit Rate", "Hit Rate(%)", pl.col("hit")),
+                    )
+                ]
+            )
+        )
     return out
+
+
+def _overlap_frame(
+    con: sqlite3.Connection, have: set[str], *, computed: bool = False
+) -> pl.DataFrame:
+    """The Overlap Analysis slices (:data:`opscope.ingest.ascend_overlap.SCHEMA`): the
+    ``OVERLAP_ANALYSIS`` table when the export wrote it (and ``computed`` is False), else
+    rebuilt from the compute tasks and the collectives (:func:`ascend_overlap.overlap`)."""
+    i64 = pl.Int64
+    if not computed and "OVERLAP_ANALYSIS" in have:
+        df = _frame(
+            con,
+            """SELECT CAST(type AS INTEGER), CAST(startNs AS INTEGER), CAST(endNs AS INTEGER)
+               FROM OVERLAP_ANALYSIS""",
+            {"type": pl.Int32, "start_ns": i64, "end_ns": i64},
+        ).filter(pl.col("type").is_between(0, len(OV.NAMES) - 1))
+        if df.height:
+            names = dict(enumerate(OV.NAMES))
+            return df.select(
+                "type",
+                pl.col("type").replace_strict(names, return_dtype=pl.String).alias("name"),
+                "start_ns",
+                "end_ns",
+            ).sort("type", "start_ns")
+    compute: list[tuple[int, int]] = []
+    comm: list[tuple[int, int]] = []
+    if "TASK" in have and "COMPUTE_TASK_INFO" in have:
+        compute = con.execute(
+            """SELECT CAST(t.startNs AS INTEGER), CAST(t.endNs AS INTEGER)
+               FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId"""
+        ).fetchall()
+    if "COMMUNICATION_OP" in have:
+        comm = con.execute(
+            "SELECT CAST(startNs AS INTEGER), CAST(endNs AS INTEGER) FROM COMMUNICATION_OP"
+        ).fetchall()
+    return OV.overlap(compute, comm)
+
+
+def read_overlap(path: Path, *, computed: bool = False) -> pl.DataFrame:
+    """The Overlap Analysis slices of a database export (``path``: its rank folder): the
+    database's own ``OVERLAP_ANALYSIS`` table when it has one, else (or with ``computed``)
+    rebuilt from its tasks. Raises :class:`~opscope.errors.InputError` without a database."""
+    db = find_db(Path(path))
+    if db is None:
+        raise InputError("no ascend_pytorch_profiler*.db in the output folder", Path(path))
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise InputError(f"cannot open the database ({e})", db) from None
+    try:
+        return _overlap_frame(con, _tables(con), computed=computed)
+    except sqlite3.DatabaseError as e:
+        raise InputError(f"not a readable profiler database ({e})", db) from None
+    finally:
+        con.close()
+
+
+def _overlap_trace(ov: pl.DataFrame) -> pl.DataFrame:
+    """Overlap slices as the text trace's ``X`` events on the Overlap Analysis process."""
+    return ov.select(
+        pl.lit("X").alias("ph"),
+        "name",
+        pl.lit(str(PID_OVERLAP)).alias("pid"),
+        pl.col("type").cast(pl.String).alias("tid"),
+        _us_text(pl.col("start_ns")).alias("ts"),
+        _us_float(pl.col("end_ns") - pl.col("start_ns")).alias("dur"),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1072,4 +1208,4 @@ def _memory_frames(
     return (None if om is None else _as_csv(om)), (None if mr is None else _as_csv(mr))
 
 
-__all__ = ["find_db", "is_db_dir", "read_ascend_db"]
+__all__ = ["find_db", "is_db_dir", "read_ascend_db", "read_overlap"]
