@@ -19,6 +19,7 @@ import pytest
 from conftest import shared_trace
 from opscope.errors import InputError
 from opscope.ingest.ascend_comm import (
+    group_hash,
     is_summary_op,
     parallel_groups,
     read_communication,
@@ -355,3 +356,59 @@ def test_real_partial_output_run_reads_every_rank() -> None:
         assert st.get_column("computing_ns").to_list() == [
             round(float(s["Computing"]) * 1000) for s in steps
         ]
+
+
+# Group names as HCCL writes them in msinsight's st/level2 communication files, beside the
+# metadata ids they stand for (read off the run: the hash of the world group is in all four
+# ranks' files, that of dp_cp [2, 3] in ranks 2 and 3's).
+HASHED = {"group_name_0": "5862276093215481612", "group_name_7": "5862276123280252691"}
+
+
+def test_hash_named_groups_map_through_the_metadata(tmp_path: Path) -> None:
+    d = _write_rank(tmp_path, 3, {"group_name_0": [0, 1, 2, 3], "group_name_7": [2, 3]}, 4)
+    for name in ("communication.json", "communication_matrix.json"):
+        f = _out(d) / name
+        text = f.read_text()
+        for gid, h in HASHED.items():
+            text = text.replace(f"@{gid}", f"@{h}")
+        f.write_text(text)
+    assert {gid: str(group_hash(gid)) for gid in HASHED} == HASHED
+    groups = parallel_groups(d)
+    assert groups[HASHED["group_name_7"]]["id"] == "group_name_7"
+    assert groups[HASHED["group_name_7"]]["global_ranks"] == [2, 3]
+    links = read_communication(d)["links"]
+    # rank 3 is local 1 of group_name_7 ([2, 3]): its link "1-0" is 3 -> 2, not 1 -> 0.
+    dp = links.filter(pl.col("group") == HASHED["group_name_7"])
+    assert dp.select("src_rank", "dst_rank").rows() == [(3, 2)]
+    world = links.filter(pl.col("group") == HASHED["group_name_0"]).sort("dst_rank")
+    assert world.select("src_rank", "dst_rank").rows() == [(3, 0), (3, 1), (3, 2)]
+
+
+def test_real_hash_named_groups_of_the_megatron_run() -> None:
+    """Every group of the 4-rank run's communication files is named by a hash; each one is a
+    group of the rank's metadata, the p2p group is pp, and mapped through it every link leaves
+    the rank that wrote it (HCCL writes a rank's matrix from its own side) towards a member."""
+    if not ST_LEVEL2.is_dir():
+        pytest.skip(f"msinsight st/level2 not found at {ST_LEVEL2}")
+    seen: set[str] = set()
+    for r in range(4):
+        d = ST_LEVEL2 / f"rank_{r}_ascend_pt"
+        matrix = json.loads((_out(d) / "communication_matrix.json").read_text())
+        hashes = {
+            key.partition("@")[2]
+            for kinds in matrix.values()
+            for ops in kinds.values()
+            for key in ops
+            if "@" in key
+        }
+        groups = parallel_groups(d)
+        assert hashes and hashes <= set(groups), (r, hashes - set(groups))
+        seen |= hashes
+        p2p = {key.partition("@")[2] for key in matrix["step13"]["p2p"]}
+        assert {groups[h]["name"] for h in p2p} == {"pp"}
+        links = read_communication(d)["links"]
+        assert links.height > 0
+        assert set(links.get_column("src_rank").to_list()) == {r}
+        for g, dst in links.select("group", "dst_rank").iter_rows():
+            assert dst in groups[g]["global_ranks"], (r, g, dst)
+    assert len(seen) == 12

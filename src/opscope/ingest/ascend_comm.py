@@ -18,8 +18,9 @@ the group's rank list in ``profiler_metadata.json``::
     "parallel_group_info": {"<group>": {"group_name": "dp", "group_rank": 0,
                                         "global_ranks": [0, 2, 4, 6]}}
 
-(without it, or when the matrix names the group by a hash that the metadata's keys do not
-match, as in msinsight's level2 run, the ends stay as written: local index = global rank, which
+Newer exports name the group by a hash of its metadata id (``5862276123280252691`` for
+``group_name_7``, :func:`group_hash`); :func:`parallel_groups` lists each group under both. A
+group the metadata does not hold keeps its ends as written (local index = global rank, which
 holds for the world group; the cluster analysis maps such groups across ranks). Besides one
 entry per collective the matrix holds summary entries: ``allreduce-top1``, ``-middle``,
 ``-bottomN`` (each a copy of one real collective's links, named in ``Op Name``) and ``-total``
@@ -119,9 +120,26 @@ def metadata(path: Path) -> dict[str, Any]:
     return _json(_root(path) / "profiler_metadata.json")
 
 
+def group_hash(group_id: str) -> int:
+    """The id under which HCCL's communication files name a group: two 32-bit polynomial hashes
+    of the group id (``group_name_5``), multipliers 29 (high word) and 131 (low word). This is
+    msprof-analyze's ``double_hash`` (msprof-analyze 26.2.0,
+    ``cluster_analyse/common_func/utils.py``), by which its cluster analysis maps
+    ``parallel_group_info`` to the matrix's groups; it gives all 12 group hashes of msinsight's
+    4-rank Megatron level2 run."""
+    hi = lo = 0
+    for ch in group_id:
+        hi = (hi * 29 + ord(ch)) & 0xFFFFFFFF
+        lo = (lo * 131 + ord(ch)) & 0xFFFFFFFF
+    return (hi << 32) | lo
+
+
 def parallel_groups(path: Path) -> dict[str, dict[str, Any]]:
-    """Group id -> ``{"name": str | None, "global_ranks": [int, ...]}`` from the metadata's
-    ``parallel_group_info`` (empty when the metadata has none)."""
+    """Group id -> ``{"id": str, "name": str | None, "global_ranks": [int, ...]}`` from the
+    metadata's ``parallel_group_info`` (empty when the metadata has none). Each group is listed
+    under its id (``group_name_5``) and under :func:`group_hash` of it (``5862276114690318097``),
+    the name HCCL's communication files give it; ``global_ranks`` sorted (a group's local rank
+    i is its i-th lowest global rank, as torch assigns them and msprof-analyze maps them)."""
     info = metadata(path).get("parallel_group_info")
     out: dict[str, dict[str, Any]] = {}
     if not isinstance(info, dict):
@@ -130,9 +148,15 @@ def parallel_groups(path: Path) -> dict[str, dict[str, Any]]:
         if not isinstance(g, dict):
             continue
         ranks = g.get("global_ranks")
-        if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
+        if isinstance(ranks, list) and all(type(r) is int for r in ranks):
             name = g.get("group_name")
-            out[str(gid)] = {"name": name if isinstance(name, str) else None, "global_ranks": ranks}
+            entry = {
+                "id": str(gid),
+                "name": name if isinstance(name, str) else None,
+                "global_ranks": sorted(ranks),
+            }
+            out[str(gid)] = entry
+            out.setdefault(str(group_hash(str(gid))), entry)
     return out
 
 
@@ -418,7 +442,7 @@ def read_partial(path: Path) -> Profile:
     for name in ("step_trace_time.csv", "communication.json", "communication_matrix.json"):
         if (out / name).is_file():
             read.append(name)
-    groups = parallel_groups(path)
+    groups = {k: g for k, g in parallel_groups(path).items() if k == g["id"]}
     info = A._profiler_info(out)
     meta: dict[str, Any] = {
         "format": "ascend",
