@@ -114,3 +114,60 @@ def test_attention_found_across_many_pass_through_ops_and_claimed_once(tmp_path:
     assert truth.gap_us / 2 <= f.saving_us <= truth.gap_us * 2
     others = ("elementwise-bandwidth", "gemm-memory-bound", "gemm-tiles", "shape-alignment")
     assert [g.rule for g in found if g.rule in others] == []
+
+
+@pytest.mark.parametrize("device", planted.DEVICES)
+def test_one_op_claimed_by_two_rules_is_counted_once(device: str, tmp_path: Path) -> None:
+    """8x4097x8192 bf16: tall-skinny (gemm-memory-bound) and K misaligned (shape-alignment)
+    explain the same GEMM. The first keeps its saving; the other says it overlaps and keeps only
+    what is left under the tightest limit (the GEMM's gap), so the two never add past the
+    GEMM's own time, nor past its planted gap."""
+    path, truth = planted.write("skinny-misaligned", tmp_path, device=device)
+    doc = json.loads(path.read_text())
+    steps = sum(1 for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#"))
+    op_us = sum(e["dur"] for e in doc["traceEvents"] if e["name"] == "gemv_bf16_unaligned") / steps
+    results = {"target_name": NAMED[device]} if NAMED[device] else {}
+    found = advise(opscope.load(path), results)
+    (mem,) = found.by_rule("gemm-memory-bound")
+    (ali,) = found.by_rule("shape-alignment")
+    assert mem.evidence["op_groups"] == ali.evidence["op_groups"]
+    assert "overlaps" not in mem.evidence
+    assert ali.evidence["overlaps"] == [mem.id]
+    # without the overlap the two would claim more than the GEMM's own time
+    assert mem.saving_us + ali.evidence["saving_before_overlap_us"] > op_us
+    assert ali.saving_us == pytest.approx(max(mem.saving_limit_us - mem.saving_us, 0.0), abs=1e-3)
+    assert mem.saving_us + ali.saving_us <= op_us
+    assert mem.saving_us + ali.saving_us <= truth.gap_us * 1.0001
+    assert mem.id in ali.saving_how and "counted there" in ali.saving_how
+    assert found[0].id == mem.id
+
+
+def test_overlap_partial_and_unbounded() -> None:
+    """Hand-made findings: a finding explaining an op group of its own besides the shared one
+    loses only the first finding's saving; an unknown-method saving never wins over a bounded
+    one; findings without op groups are untouched."""
+    from opscope.advise.finding import Finding
+    from opscope.advise.overlap import resolve_overlaps
+
+    def f(fid: str, saving: float, limit: float, groups: list[int], method: str) -> Finding:
+        return Finding(
+            id=fid, rule=fid, severity="low", title=fid, saving_us=saving, saving_pct=saving / 10,
+            saving_limit_us=limit, saving_method=method, evidence={"op_groups": groups},
+        )  # fmt: skip
+
+    a = f("a", 30.0, 40.0, [1], "bound-gap")
+    b = f("b", 50.0, 80.0, [1, 2], "bound-gap")
+    u = f("u", 90.0, 100.0, [2, 3], "unknown")
+    v = f("v", 45.0, 100.0, [2], "bound-gap")
+    free = Finding(id="z", rule="z", severity="low", title="z", saving_us=5.0)
+    out = {x.id: x for x in resolve_overlaps([a, b, u, v, free])}
+    assert out["b"].saving_us == 50.0 and "overlaps" not in out["b"].evidence
+    # a's group 1 is all inside b's: the tightest limit (40) minus b's 50 leaves nothing
+    assert out["a"].saving_us == 0.0 and out["a"].evidence["overlaps"] == ["b"]
+    # v's group 2 is inside b's: min(limits 100, 80) - 50 = 30 left
+    assert out["v"].saving_us == pytest.approx(30.0)
+    # u (unknown) ranks last although largest; group 3 is its own: 90 - (50 + 30) = 10 left
+    assert out["u"].saving_us == pytest.approx(10.0)
+    assert out["u"].saving_pct == pytest.approx(9.0 * 10 / 90)
+    assert out["u"].evidence["overlaps"] == ["b", "v"]
+    assert out["z"] is free

@@ -47,6 +47,7 @@ CASES = (
     "comm",
     "moe",
     "sdpa-short",
+    "skinny-misaligned",
 )
 
 
@@ -221,6 +222,14 @@ def trace(
             ideal = _roof_us(f, b, peak, bw)
             dur = 3.0 * ideal
             t.op("aten::mm", [[8, 8192], [8192, 8192]], bf, [("gemv_bf16_splitk", dur)])
+            gap_total += dur - ideal
+        elif case == "skinny-misaligned":
+            # tall-skinny and K misaligned: gemm-memory-bound and shape-alignment both see it
+            rule = "gemm-memory-bound"
+            f, b = _bf16_mm(8, 4097, 8192)
+            ideal = _roof_us(f, b, peak, bw)
+            dur = 3.0 * ideal
+            t.op("aten::mm", [[8, 4097], [4097, 8192]], bf, [("gemv_bf16_unaligned", dur)])
             gap_total += dur - ideal
         elif case == "elementwise":
             rule = "elementwise-bandwidth"

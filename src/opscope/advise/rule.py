@@ -177,7 +177,10 @@ def advise(
         except Exception as e:
             # odd input (or a bug) in one rule must not cost the report the other rules' findings
             errors[rid] = f"{type(e).__name__}: {e}"
-    items = [_clamp(f, profile) for f in found.values()]
+    from opscope.advise.overlap import resolve_overlaps
+
+    # one op's time counted once when two rules explain the same ops (advise/overlap.py)
+    items = resolve_overlaps(_clamp(f, profile) for f in found.values())
     return Findings(tuple(sorted(items, key=_sort_key)), errors)
 
 

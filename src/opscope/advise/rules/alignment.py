@@ -155,6 +155,8 @@ class Alignment:
                 "rule_set": rs[0]["rule_set"],
                 "target": target,
                 "event_ids": [r["ids"][0] for r in rs][:10],
+                # the op groups explained here (first op id of each): see advise.overlap
+                "op_groups": sorted(r["ids"][0] for r in rs),
             }
             if bench:
                 ev["bench"] = bench

@@ -144,6 +144,8 @@ def _finding(
             **figures,
         },
         "event_ids": ids[:10],
+        # the op groups (first op id of each shape group) explained here: see advise.overlap
+        "op_groups": ids,
     }
     if bench:
         ev["bench"] = bench
