@@ -1,8 +1,7 @@
 """Helpers shared by the rules: device, steps, shapes and dtypes, op costs, source locations.
 
-Private to :mod:`opscope.advise`. The location walk here is a small stand-in for the analysis
-layer's attribution (it resolves only the few events a rule flags), kept private so the rules
-work from the Profile alone.
+Private to :mod:`opscope.advise`. Source locations are the report's attribution
+(:func:`opscope.analysis.attribution.resolve_ops`): a finding and the report name one line.
 """
 
 from __future__ import annotations
@@ -279,28 +278,6 @@ def kernels_of(profile: Profile, op_ids: Sequence[int]) -> pl.DataFrame:
 # Locations -----------------------------------------------------------------------------------
 
 
-def _first_up(profile: Profile, ids: pl.Series, column: str) -> pl.DataFrame:
-    """``[id, value]``: the first non-null ``column`` on the event or its nearest ancestor
-    (within ``MAX_WALK`` events). The walk is done once per profile and column, for every event
-    (the rules ask for a few ids at a time, dozens of times)."""
-    from opscope.analysis.tree import Forest, gather
-
-    ev = profile.events
-    forest: Forest = _forest(profile)
-    src: Any = _memo(
-        f"first_up:{column}",
-        profile,
-        lambda: forest.nearest_up(
-            ev.get_column(column).is_not_null().to_numpy(), max_depth=MAX_WALK - 1
-        ),
-    )
-    start = pl.DataFrame({"id": ids.cast(pl.Int64)}).unique()
-    pos = forest.positions(start.get_column("id"))
-    at = np.full(len(pos), -1, dtype=np.int64)
-    at[pos >= 0] = src[pos[pos >= 0]]
-    return start.with_columns(gather(ev.get_column(column), at).alias("value"))
-
-
 @dataclass(frozen=True)
 class Location:
     """Where an event came from in the user's code."""
@@ -312,50 +289,64 @@ class Location:
 
 
 def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
-    """The user's file, line, function and module for each event id.
+    """The user's file, line, function and module for each event id: the report's attribution
+    (:func:`opscope.analysis.attribution.resolve_ops`), so a finding names the line the report
+    charges its events to.
 
-    Kernels go to their launching op; backward ops go to the forward op they differentiate
-    (``fwd_id``, on the op or an enclosing op); then the innermost user frame (``is_user``) of
-    the op's stack (or an enclosing op's), and the op's module path.
+    A device event goes to the op that launched it (``op_id``; none without one, as in the
+    report), a host event to the nearest op at or above it (the op whose time the report
+    charges it in); the report's rule then takes a backward op to the forward op it
+    differentiates and that op to the innermost user frame of its stack. A host event under no
+    op (a runtime call made straight from Python, a Python frame) gets the innermost user frame
+    of its own stack, the same last step.
     """
     if not ids:
         return {}
-    ev = profile.events
-    base = pl.DataFrame({"id": list(ids)}, schema={"id": pl.Int64}).unique()
-    b = base.join(ev.select("id", "op_id", "kind", "is_backward"), on="id", how="left")
-    b = b.with_columns(
-        pl.when(pl.col("kind").cast(pl.String).is_in(kinds.DEVICE_WORK))
-        .then(pl.coalesce("op_id", "id"))
-        .otherwise(pl.col("id"))
-        .alias("op")
-    )
-    fwd = _first_up(profile, b.get_column("op"), "fwd_id").rename({"id": "op", "value": "fwd"})
-    b = b.join(fwd, on="op", how="left").with_columns(pl.coalesce("fwd", "op").alias("src"))
-    stk = _first_up(profile, b.get_column("src"), "stack_id").rename(
-        {"id": "src", "value": "stack"}
-    )
-    mod = _first_up(profile, b.get_column("src"), "module").rename({"id": "src", "value": "module"})
-    # A backward op's own module (if the reader gave one) is a fallback for the forward's.
-    b = b.join(stk, on="src", how="left").join(mod, on="src", how="left")
-    st = profile.stacks
-    if st.height:
-        user = (
-            st.filter(pl.col("is_user").fill_null(False))
-            .sort("stack_id", "depth")
-            .unique("stack_id", keep="first")
-            .select(pl.col("stack_id").alias("stack"), "file", "line", "function")
-        )
-        b = b.join(user, on="stack", how="left")
-    else:
-        b = b.with_columns(
-            pl.lit(None, pl.String).alias("file"),
-            pl.lit(None, pl.Int32).alias("line"),
-            pl.lit(None, pl.String).alias("function"),
-        )
+    table: pl.DataFrame = _memo("locations", profile, lambda: _locations(profile))
+    want = pl.DataFrame({"id": list(ids)}, schema={"id": pl.Int64}).unique()
     out: dict[int, Location] = {}
-    for r in b.iter_rows(named=True):  # one row per flagged event, not per profile event
+    for r in want.join(table, on="id", how="left").iter_rows(named=True):
         out[int(r["id"])] = Location(r["file"], r["line"], r["function"], r["module"])
     return out
+
+
+def _locations(profile: Profile) -> pl.DataFrame:
+    """``[id, file, line, function, module]`` for every event (see :func:`locate`)."""
+    from opscope.analysis.attribution import resolve_ops, user_frames
+    from opscope.analysis.tree import gather
+
+    ev = profile.events
+    forest = _forest(profile)
+    kind = ev.get_column("kind").cast(pl.String)
+    is_op = (kind == "cpu_op").fill_null(False).to_numpy()
+    is_dev = kind.is_in(kinds.DEVICE_KINDS).fill_null(False)
+    enclosing = gather(ev.get_column("id"), forest.nearest_up(is_op))
+    stack = ev.get_column("stack_id")
+    module = ev.get_column("module")
+    base = pl.DataFrame(
+        [
+            ev.get_column("id"),
+            pl.Series("dev", is_dev),
+            ev.get_column("op_id").alias("launcher"),
+            enclosing.alias("enclosing"),
+            gather(stack, forest.nearest_up(stack.is_not_null().to_numpy())).alias("own_stack"),
+            gather(module, forest.nearest_up(module.is_not_null().to_numpy())).alias("own_module"),
+        ]
+    ).with_columns(
+        pl.when(pl.col("dev")).then(pl.col("launcher")).otherwise(pl.col("enclosing")).alias("op")
+    )
+    keys = ["file", "line", "function", "module"]
+    charged = resolve_ops(profile).select(pl.col("id").alias("op"), *keys)
+    own = user_frames(profile).rename({"stack_id": "own_stack"})
+    j = base.join(charged, on="op", how="left").join(
+        own.rename({k: f"own_{k}" for k in keys[:3]}), on="own_stack", how="left"
+    )
+    # under no op: the event's own stack (device events without a launcher stay unplaced)
+    alone = pl.col("op").is_null() & ~pl.col("dev")
+    return j.select(
+        "id",
+        *(pl.when(alone).then(pl.col(f"own_{k}")).otherwise(pl.col(k)).alias(k) for k in keys),
+    )
 
 
 def op_parents(profile: Profile) -> pl.DataFrame:
