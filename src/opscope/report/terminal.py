@@ -15,6 +15,7 @@ from io import StringIO
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -54,12 +55,43 @@ def story_table(t: StoryTable, width: int) -> Table:
     room = _fit_width(width, fixed, len(flex))
     tab = _table(t, cells, widths, room)
     for _ in range(4):  # rich's own layout decides the last few columns: measure, then shrink
-        drawn = _drawn_width(tab)
+        # drawing the table to measure it is most of a small report's time: when rich's widest
+        # layout already fits, the drawn width (at most that) fits too, and the decision is made
+        drawn = _widest(tab)
+        if drawn > width:
+            drawn = _drawn_width(tab)
         if drawn <= width or room <= 8:
             break
         room = max(8, room - (drawn - width + len(flex) - 1) // max(1, len(flex)))
         tab = _table(t, cells, widths, room)
     return tab
+
+
+def _widest(tab: Table) -> int:
+    """An upper bound of :func:`_drawn_width` without drawing: rich's widths of an unexpanded
+    table (each column its longest cell plus padding, clamped to its min/max width), plus the
+    separators; the title and caption are wrapped to the table's width."""
+    n = len(tab.columns)
+    left, right = tab.padding[3], tab.padding[1]
+    total = n - 1 if tab.box else 0
+    for i, col in enumerate(tab.columns):
+        pad = (0 if i == 0 and not tab.pad_edge else left) + (
+            0 if i == n - 1 and not tab.pad_edge else right
+        )
+        texts = [col.header, *col.cells] if tab.show_header else list(col.cells)
+        longest = max((_cell_len(x) for x in texts), default=0) + pad
+        if col.min_width is not None:
+            longest = max(longest, col.min_width + pad)
+        if col.max_width is not None:
+            longest = min(longest, col.max_width + pad)
+        total += max(1, longest)
+    return total
+
+
+def _cell_len(x: object) -> int:
+    if isinstance(x, Text):
+        return x.cell_len
+    return cell_len(str(x))
 
 
 def _drawn_width(tab: Table) -> int:
