@@ -26,6 +26,7 @@ import polars as pl
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
+from opscope.analysis.tree import per_profile_args
 from opscope.model import Profile, kinds
 
 # A kernel launch costs ~2-5 µs of host/driver work and a few µs of ramp-up on the device; below
@@ -300,8 +301,14 @@ def _pmu(profile: Profile, kernels: pl.DataFrame, key: str) -> pl.DataFrame | No
 
 @analysis("roofline")
 def roofline(profile: Profile, options: Options) -> RooflineResult:
-    """Roofline figures of every outermost costed op call, and per group."""
-    spec, dev_name, note = device_of(profile, options)
+    """Roofline figures of every outermost costed op call, and per group (computed once per
+    profile and device name: the report and the performance model both need it)."""
+    return _roofline(profile, options.device_name)
+
+
+@per_profile_args
+def _roofline(profile: Profile, device_name: str | None) -> RooflineResult:
+    spec, dev_name, note = device_of(profile, Options(device_name=device_name))
     ev = profile.events
     ops = ev.filter(pl.col("kind") == "cpu_op")
     costs = host_op_costs(profile)

@@ -18,7 +18,7 @@ import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -182,8 +182,9 @@ def gather(series: pl.Series, at: IntArray) -> pl.Series:
 # Per-profile memoisation -------------------------------------------------------------------------
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
-_MEMO: dict[tuple[str, int], tuple[weakref.ref[Profile], Any]] = {}
+_MEMO: dict[tuple[Any, ...], tuple[weakref.ref[Profile], Any]] = {}
 _MEMO_MAX = 32
 
 
@@ -194,17 +195,35 @@ def per_profile(fn: Callable[[Profile], R]) -> Callable[[Profile], R]:
 
     @functools.wraps(fn)
     def wrapper(profile: Profile) -> R:
-        key = (name, id(profile))
-        hit = _MEMO.get(key)
-        if hit is not None and hit[0]() is profile:
-            val: R = hit[1]
-            return val
-        val = fn(profile)
-        for k in [k for k, (ref, _) in _MEMO.items() if ref() is None]:
-            del _MEMO[k]
-        while len(_MEMO) >= _MEMO_MAX:
-            _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = (weakref.ref(profile), val)
-        return val
+        return _memoised((name, id(profile)), profile, lambda: fn(profile))
 
     return wrapper
+
+
+def per_profile_args(
+    fn: Callable[Concatenate[Profile, P], R],
+) -> Callable[Concatenate[Profile, P], R]:
+    """:func:`per_profile` for a function of a Profile and more arguments, which must be
+    hashable: one result per Profile and arguments (roofline per device name)."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def wrapper(profile: Profile, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        key = (name, id(profile), args, tuple(sorted(kwargs.items())))
+        return _memoised(key, profile, lambda: fn(profile, *args, **kwargs))
+
+    return wrapper
+
+
+def _memoised(key: tuple[Any, ...], profile: Profile, compute: Callable[[], R]) -> R:
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0]() is profile:
+        val: R = hit[1]
+        return val
+    val = compute()
+    for k in [k for k, (ref, _) in _MEMO.items() if ref() is None]:
+        del _MEMO[k]
+    while len(_MEMO) >= _MEMO_MAX:
+        _MEMO.pop(next(iter(_MEMO)))
+    _MEMO[key] = (weakref.ref(profile), val)
+    return val
