@@ -87,11 +87,22 @@ class Layout:
         )
         names = o.select(pl.col("id").alias("op_parent"), pl.col("name").alias("parent_name"))
         o = o.join(names, on="op_parent", how="left")
-        grp = [pl.col("rank"), pl.col("tid"), pl.col("op_parent")]
-        # the row of the next two siblings, one window each, then every column gathered from it
-        # (a window per column cost 0.25 s on a 138k-op trace)
-        o = o.with_row_index("_row").with_columns(
-            pl.col("_row").shift(-k).over(grp).alias(f"_next{k}") for k in (1, 2)
+        # the row of the next two siblings (same rank, thread and parent op, in time), then
+        # every column gathered from it. Siblings are found by one stable sort on the group key
+        # (rows stay in time order within a group) and a shift where the key stays the same:
+        # a window per group (`shift().over(...)`) cost 0.15 s on a 40k-op trace, this 0.01 s.
+        key = ("rank", "tid", "op_parent")
+
+        def same(k: int) -> pl.Expr:
+            return pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-k)) for c in key)
+
+        o = (
+            o.with_row_index("_row")
+            .sort(key, maintain_order=True, nulls_last=True)
+            .with_columns(
+                pl.when(same(k)).then(pl.col("_row").shift(-k)).alias(f"_next{k}") for k in (1, 2)
+            )
+            .sort("_row")
         )
         o = o.with_columns(
             pl.when(pl.col(f"_next{k}").is_not_null())
