@@ -140,6 +140,10 @@ def render_html(report: Any, *, profile: Profile | None = None, title: str | Non
     story = _guarded_story(report, data, errors)
     if story is not None:
         data["_story"] = story
+    viewer = _guarded_viewer_links(report, prof, data, errors)
+    if viewer is not None:
+        data["_viewer"] = viewer
+    _comparison_text(data)
     _offsets_into_steps(data)
     if isinstance(prof, Profile):
         failed = len(errors)
@@ -192,6 +196,50 @@ def _guarded_story(report: Any, data: dict[str, Any], errors: list[Any]) -> Any:
         errors.append(SectionError.of("story", e).to_json())
         data["errors"] = errors
         return None
+
+
+def viewer_links(report: Any, profile: Profile, source: str | None) -> dict[str, Any] | None:
+    """Where each finding opens in the timeline viewer: ``{"command", "port", "links"}`` with
+    one ``{"url", "event_id", "why"}`` (or null) per finding, in the report's order; ``None``
+    when the report has no findings. The links work while ``command`` serves the same trace."""
+    from opscope.report.viewer.links import DEFAULT_PORT, finding_targets, view_command
+
+    found = list(getattr(report, "sections", {}).get("findings") or ())
+    if not found:
+        return None
+    links = [
+        None if t is None else {"url": t.url(source), "event_id": t.event_id, "why": t.why}
+        for t in finding_targets(found, profile)
+    ]
+    return {"command": view_command(source), "port": DEFAULT_PORT, "links": links}
+
+
+def _guarded_viewer_links(
+    report: Any, profile: Any, data: dict[str, Any], errors: list[Any]
+) -> dict[str, Any] | None:
+    if not isinstance(profile, Profile):
+        return None
+    try:
+        return viewer_links(report, profile, data.get("source"))
+    except Exception as e:
+        errors.append(SectionError.of("viewer links", e).to_json())
+        data["errors"] = errors
+        return None
+
+
+def _comparison_text(data: dict[str, Any]) -> None:
+    """The comparison's summary rows (numbers in the JSON) as the text the compare views print:
+    metric, before, after, change."""
+    comp = data.get("comparison")
+    if not isinstance(comp, dict):
+        return
+    rows = comp.get("summary")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "unit" in r for r in rows):
+        return
+    from opscope.report.compare_render import summary_cells
+
+    keys = ("metric", "before", "after", "change")
+    comp["summary"] = [dict(zip(keys, summary_cells(r), strict=True)) for r in rows]
 
 
 def _offsets_into_steps(data: dict[str, Any]) -> None:

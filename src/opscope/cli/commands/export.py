@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         """Export a profile as a Chrome trace with opscope's findings added."""
         from opscope.ingest import load
         from opscope.report.export import export_perfetto
-        from opscope.report.viewer.query import default_overlays
+        from opscope.report.viewer.overlays import default_overlays
 
         if not perfetto.name.endswith((".json.gz", ".json")):
             raise OpscopeError("the output must end in .json.gz (or .json)", perfetto)

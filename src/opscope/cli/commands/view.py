@@ -19,8 +19,13 @@ def register(app: typer.Typer) -> None:
     def view_cmd(
         path: Annotated[Path, typer.Argument(help="Trace file or profile directory.")],
         port: Annotated[
-            int, typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).")
-        ] = 0,
+            int | None,
+            typer.Option(
+                "--port",
+                help="Port on 127.0.0.1 (default 8642, where the HTML report's finding links "
+                "point, else a free one; 0: a free one).",
+            ),
+        ] = None,
         no_browser: Annotated[
             bool, typer.Option("--no-browser", help="Print the address; do not open a browser.")
         ] = False,
@@ -31,9 +36,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Open a profile in the timeline viewer (search, flows, call stacks, overlays)."""
         from opscope.ingest import load
-        from opscope.report.viewer import make_server
+        from opscope.report.viewer import DEFAULT_PORT, make_server
 
-        if not 0 <= port <= 65535:
+        if port is not None and not 0 <= port <= 65535:
             raise OpscopeError(f"port {port} is out of range", path)
         profile = load(path)
         try:
@@ -41,6 +46,9 @@ def register(app: typer.Typer) -> None:
         except OSError as e:
             raise OpscopeError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}", path) from e
         console.print(f"opscope viewer: {server.url}  (Ctrl+C to stop)", highlight=False)
+        if port is None and server.port != DEFAULT_PORT:
+            taken = f"port {DEFAULT_PORT} is taken"
+            err_console.print(f"{taken}: the HTML report's links will not reach this viewer")
         if not no_browser:
             try:
                 webbrowser.open(server.url)

@@ -329,10 +329,26 @@
       const saving = f.saving_us ? `saves ≈ ${fmtUs(f.saving_us)}/step (${fmtPct(f.saving_pct)} of the step)` : "saving not estimated";
       li.appendChild(el("div", [f.where, saving].filter((x) => x).join(" · "), "where"));
       if (f.fix) li.appendChild(el("code", f.fix, "fix"));
-      if (f.event_ids.length) li.appendChild(el("div", `timeline events ${f.event_ids.join(", ")} (opscope view, search the id)`, "muted"));
+      const v = D._viewer && D._viewer.links ? D._viewer.links[f.rank - 1] : null;
+      if (v) {
+        // Opens the viewer's tab (one, reused) at the slice; it needs `opscope view` running.
+        const a = el("a", `open ${v.why} in the timeline viewer (event ${v.event_id})`, "viewer");
+        a.href = v.url;
+        a.target = "opscope-viewer";
+        a.rel = "noopener noreferrer";
+        li.appendChild(a);
+      } else if (f.event_ids.length) {
+        li.appendChild(el("div", `timeline events ${f.event_ids.join(", ")}`, "muted"));
+      }
       ol.appendChild(li);
     }
     s.appendChild(ol);
+    if (D._viewer) {
+      const p = el("p", "Links open the timeline viewer of this trace; start it first: ", "muted");
+      p.appendChild(el("code", D._viewer.command));
+      p.id = "viewer-command";
+      s.appendChild(p);
+    }
     if (st.more_findings) {
       const a = el("a", `${st.more_findings} more in Findings`);
       a.href = "#findings";
@@ -509,7 +525,7 @@
   listSection("findings", "findings", "All findings");
   listSection("critical_path", "critical-path", "Critical path");
   if (D.comparison) listSection("comparison", "comparison", "Comparison");
-  const done = new Set(["summary", "_story", "source_blocks", "source", "warnings", "errors", "skipped", "oddities", "trend", "hotspots", "sources", "anomalies", "roofline", "breakdown", "memory", "findings", "comparison", "critical_path", "_notes", "_memory_curve", "load", "ranks"]);
+  const done = new Set(["summary", "_story", "source_blocks", "source", "warnings", "errors", "skipped", "oddities", "trend", "hotspots", "sources", "anomalies", "roofline", "breakdown", "memory", "findings", "comparison", "critical_path", "_notes", "_memory_curve", "_viewer", "load", "ranks"]);
   const oneRank = !(Array.isArray(D.ranks) && D.ranks.length > 1);
   for (const k of Object.keys(D)) if (!done.has(k) && !(k === "cluster" && oneRank) && D[k] && typeof D[k] === "object") listSection(k, "x-" + k.replace(/[^a-z0-9_-]/gi, ""), k);
   document.body.setAttribute("data-ready", "1");

@@ -415,6 +415,8 @@ class TimelineIndex:
         meta = self.profile.meta
         return {
             "origin_ns": self.origin_ns,
+            # exact, for links that give absolute trace times (a JS number is not, past 2**53)
+            "origin_text": str(self.origin_ns),
             "start_ns": 0,
             "end_ns": self.end_ns,
             "sources": [str(s) for s in meta.get("sources", [])],
@@ -708,6 +710,9 @@ class TimelineIndex:
         me = self.summary(event_id) or {}
         out["track"] = me.get("track")
         out["depth"] = me.get("depth", 0)
+        # the row it is drawn on while the track's Python stack is folded (-1: folded away);
+        # without it a selection on a folded track was outlined on the track's first row
+        out["fdepth"] = me.get("fdepth", out["depth"])
         # Ancestors on the same thread, outermost last: a loop over depth, not over events.
         ancestors = []
         parent = row.get("parent_id")
@@ -984,59 +989,3 @@ def _python_frames(ancestors: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return frames
-
-
-def default_overlays(profile: Profile) -> list[dict[str, Any]]:
-    """What the analyses registered say about ``profile``, as overlay items with event ids.
-
-    Uses the analyses registered as ``"anomalies"`` and ``"critical_path"`` and the advise rules
-    when they are importable; any of them missing (or failing) leaves its part out.
-    """
-    items: list[dict[str, Any]] = []
-    results: dict[str, Any] = {}
-    try:
-        import opscope.analysis  # noqa: F401  (registers the built-in analyses)
-        from opscope.analysis import registry
-    except ImportError:
-        return items
-    for name in ("anomalies", "critical_path"):
-        if name not in registry.names():
-            continue
-        try:
-            res = registry.run(name, profile)
-        except Exception:
-            continue
-        results[name] = res
-        for table_name, table in res.tables().items():
-            id_col = next((c for c in ("event_id", "id") if c in table.columns), None)
-            if id_col is None:
-                continue
-            kind = "critical_path" if name == "critical_path" else "anomaly"
-            if kind == "critical_path" and table_name != "path":
-                continue
-            # The critical path is drawn as bands, so all of it; the rest is listed, so a few.
-            limit = 1_000_000 if kind == "critical_path" else 2000
-            for r in table.head(limit).iter_rows(named=True):
-                if r[id_col] is None:
-                    continue
-                label_bits = [
-                    str(r[k]) for k in ("reason", "kind", "name", "op") if r.get(k) is not None
-                ]
-                if "step" in r and r["step"] is not None:
-                    label_bits.append(f"step {r['step']}")
-                label = " · ".join(dict.fromkeys(label_bits)) or name  # each bit once
-                items.append({"kind": kind, "id": int(r[id_col]), "label": label})
-    try:
-        from opscope.advise import advise
-
-        for f in advise(profile, results):
-            ids = list((f.evidence or {}).get("event_ids") or [])
-            label = f"[{f.severity}] {f.title} ({f.location})"
-            bits = {"kind": "finding", "rule": f.rule, "severity": str(f.severity)}
-            if not ids:
-                items.append({**bits, "id": None, "label": label})
-            for i in ids[:20]:
-                items.append({**bits, "id": int(i), "label": label})
-    except Exception:
-        pass
-    return items

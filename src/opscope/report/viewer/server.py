@@ -9,6 +9,8 @@ it was given.
 
 from __future__ import annotations
 
+import errno
+import functools
 import threading
 import time
 from http import HTTPStatus
@@ -20,7 +22,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import msgspec
 
 from opscope.model import Profile
-from opscope.report.viewer.query import TimelineIndex, default_overlays
+from opscope.report.viewer.links import DEFAULT_PORT
+from opscope.report.viewer.overlays import default_overlays
+from opscope.report.viewer.query import TimelineIndex
 
 _ASSETS = {
     "/": ("viewer.html", "text/html; charset=utf-8"),
@@ -70,10 +74,30 @@ class ViewerServer(ThreadingHTTPServer):
         return t
 
 
-def make_server(profile: Profile, port: int = 0, *, overlays: bool = True) -> ViewerServer:
-    """Index ``profile`` and bind a viewer server to 127.0.0.1:``port`` (0: a free port)."""
-    index = TimelineIndex(profile, overlays=default_overlays if overlays else None)
-    return ViewerServer(index, port)
+def make_server(
+    profile: Profile,
+    port: int | None = 0,
+    *,
+    overlays: bool = True,
+    device: str | None = None,
+) -> ViewerServer:
+    """Index ``profile`` and bind a viewer server to 127.0.0.1:``port`` (0: a free port;
+    ``None``: :data:`DEFAULT_PORT`, the port the HTML report's finding links open, else a free
+    one when that is taken).
+
+    ``overlays``: highlight what ``build_report(profile, device=device)`` finds (findings,
+    anomalies, critical path), computed on the page's first request for them.
+    """
+    fn = functools.partial(default_overlays, device=device) if overlays else None
+    index = TimelineIndex(profile, overlays=fn)
+    if port is not None:
+        return ViewerServer(index, port)
+    try:
+        return ViewerServer(index, DEFAULT_PORT)
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        return ViewerServer(index, 0)
 
 
 class _Handler(BaseHTTPRequestHandler):

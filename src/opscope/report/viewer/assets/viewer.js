@@ -22,10 +22,10 @@
     data: new Map(),          // track id -> {start, end, nsPerPx, folded, d: response}
     fetchTimer: 0, selected: null, selRange: null, range: null, flows: [],
     matches: [], total: 0, pageOff: 0, cur: -1,
-    overlays: [], bands: [], layers: [], layerOn: new Map(), origin: 0,
+    overlays: [], bands: [], layers: [], layerOn: new Map(), origin: 0, originText: "0", sources: [],
     mouse: null, width: 800, height: 600, dpr: 1,
   };
-  const stats = { frames: [], firstPaintMs: null, fetches: 0, lastSearchMs: null, ready: false,
+  const stats = { frames: [], firstPaintMs: null, fetches: 0, lastSearchMs: null, ready: false, linkApplied: null,
     ticks: [], labels: [], outlines: 0, bandRects: 0 };
 
   function api(path) {
@@ -962,6 +962,51 @@
     }).catch((e) => { $("ocount").textContent = "(unavailable)"; console.error(e); });
   }
 
+  // Links --------------------------------------------------------------------------------------
+  // The address's fragment opens a slice: #sel=<event id>&t=<start_ns>,<end_ns>&src=<file name>
+  // (opscope/report/viewer/links.py; the HTML report's findings link here). t is in the trace's
+  // own clock, absolute: BigInt keeps its digits exact past 2**53 before the origin is taken off.
+  function parseHash() {
+    const h = new URLSearchParams(location.hash.replace(/^#/, ""));
+    const out = {};
+    const sel = h.get("sel");
+    if (sel !== null && /^\d+$/.test(sel)) out.sel = Number(sel);
+    const m = /^(-?\d+),(-?\d+)$/.exec(h.get("t") || "");
+    if (m) out.t = [m[1], m[2]];
+    if (h.get("src")) out.src = h.get("src");
+    return out;
+  }
+
+  function showLinkNotes(notes) {
+    const box = $("linknote");
+    box.replaceChildren(...notes.map((n) => el("div", n)));
+    box.hidden = notes.length === 0;
+  }
+
+  function applyHash() {
+    const h = parseHash();
+    const notes = [];
+    // a report names its trace by file name, or by its run directory's name
+    const names = S.sources.map((x) => x.split(/[\\/]/).pop());
+    const parts = S.sources.flatMap((x) => x.split(/[\\/]/));
+    if (h.src && !parts.includes(h.src)) {
+      notes.push(`This link was made for ${h.src}; this viewer shows ${names.join(", ") || "another trace"}.`);
+    }
+    if (h.t) {
+      const a = Number(BigInt(h.t[0]) - BigInt(S.originText));
+      const b = Number(BigInt(h.t[1]) - BigInt(S.originText));
+      if (b > a) setView(a, b);
+    }
+    const done = h.sel === undefined ? Promise.resolve() : api(`/api/event/${h.sel}`).then((ev) => {
+      const e = { id: h.sel, track: ev.track, depth: ev.depth, fdepth: ev.fdepth, ts: ev.ts, dur: ev.dur };
+      if (!h.t) return jumpTo(e);
+      ensureVisible(e);
+      return select(h.sel);
+    }).catch(() => { notes.push(`Event ${h.sel} is not in this trace.`); });
+    return done.then(() => { showLinkNotes(notes); stats.linkApplied = location.hash; });
+  }
+  window.addEventListener("hashchange", () => { applyHash(); });
+
   // Input --------------------------------------------------------------------------------------
   let drag = null;
   canvas.addEventListener("mousedown", (e) => {
@@ -1052,12 +1097,14 @@
   blurAfter("showov", invalidate);
   window.addEventListener("resize", resize);
   window.__opscope = { S, stats, jumpTo, select, screenPos, hit, rowTop, otherEnd,
-    setView, draw: () => draw() };
+    setView, applyHash, draw: () => draw() };
 
   api("/api/tracks").then((r) => {
     S.tracks = r.tracks;
     S.end = Math.max(1, r.end_ns);
     S.origin = r.origin_ns;
+    S.originText = r.origin_text;
+    S.sources = r.sources || [];
     $("source").textContent = (r.sources && r.sources[0]) || "";
     $("source").title = (r.sources || []).join("\n");
     buildGroups();
@@ -1067,5 +1114,6 @@
     resize();
     stats.ready = true;
     loadOverlays();
+    if (location.hash.length > 1) applyHash();
   }).catch((e) => { $("details").textContent = "could not load the profile: " + e.message; });
 })();
