@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -259,18 +260,62 @@ def stage_imbalance(ranks: pl.DataFrame, stages: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def matrix_rows(links: pl.DataFrame) -> list[dict[str, Any]]:
+def profiled_ranks(links: pl.DataFrame, ranks: Iterable[int] = ()) -> set[int]:
+    """The ranks whose output was read: ``ranks`` (the cluster's) and every link's source (a
+    rank's matrix file holds the links it sent: the source wrote the row)."""
+    return {int(r) for r in ranks} | {int(r) for r in links.get_column("src_rank").drop_nulls()}
+
+
+def mark_profiled(links: pl.DataFrame, ranks: Iterable[int] = ()) -> pl.DataFrame:
+    """``links`` with ``dst_profiled`` (the destination's output was read) and ``dst_label``
+    ("rank 5", or "rank 5 (not profiled)"): a collective's matrix names every peer of the
+    group, profiled or not. msprof-analyze drops the links to ranks without output ("cannot be
+    mapped to the global rank"); opscope keeps them, marked, and :func:`matrix_totals` keeps the
+    figure comparable with msprof-analyze's apart."""
+    seen = sorted(profiled_ranks(links, ranks))
+    ok = pl.col("dst_rank").is_in(seen)
+    return links.with_columns(
+        ok.alias("dst_profiled"),
+        pl.when(ok)
+        .then(pl.format("rank {}", pl.col("dst_rank")))
+        .otherwise(pl.format("rank {} (not profiled)", pl.col("dst_rank")))
+        .alias("dst_label"),
+    )
+
+
+def matrix_totals(links: pl.DataFrame, ranks: Iterable[int] = ()) -> dict[str, Any]:
+    """Bytes of the matrix (self links excluded) between profiled ranks (``profiled_bytes``:
+    what msprof-analyze's matrix sums) and to ranks not profiled (``unprofiled_bytes``), with
+    those ranks (``unprofiled_ranks``)."""
+    m = mark_profiled(links.filter(pl.col("src_rank") != pl.col("dst_rank")), ranks)
+    ok = m.filter(pl.col("dst_profiled"))
+    off = m.filter(~pl.col("dst_profiled"))
+    return {
+        "profiled_bytes": int(ok.get_column("size_bytes").sum()),
+        "unprofiled_bytes": int(off.get_column("size_bytes").sum()),
+        "unprofiled_ranks": sorted({int(r) for r in off.get_column("dst_rank").drop_nulls()}),
+    }
+
+
+def matrix_rows(links: pl.DataFrame, ranks: Iterable[int] = ()) -> list[dict[str, Any]]:
     """The communication matrix: one row per (src rank, dst rank, transport) with bytes, time
-    (µs), bandwidth (GB/s) and the ops that used it (``links`` as :class:`Cluster` holds it)."""
-    return links.select(
-        "src_rank",
-        "dst_rank",
-        "transport",
-        "size_bytes",
-        (pl.col("time_ns") / 1000.0).alias("time_us"),
-        "bandwidth_gbps",
-        "ops",
-    ).to_dicts()
+    (µs), bandwidth (GB/s), the ops that used it (``links`` as :class:`Cluster` holds it), and
+    whether the destination was profiled (:func:`mark_profiled`)."""
+    return (
+        mark_profiled(links, ranks)
+        .select(
+            "src_rank",
+            "dst_rank",
+            "dst_profiled",
+            "dst_label",
+            "transport",
+            "size_bytes",
+            (pl.col("time_ns") / 1000.0).alias("time_us"),
+            "bandwidth_gbps",
+            "ops",
+        )
+        .to_dicts()
+    )
 
 
 # ------------------------------------------------------------------------------------ HTML
@@ -296,16 +341,19 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _heatmap(links: pl.DataFrame, transport: str) -> str:
+def _heatmap(links: pl.DataFrame, transport: str, profiled: set[int]) -> str:
     """src × dst grid of one transport: bandwidth in each cell, shaded by its share of the
-    transport's best link, bytes in the cell's title."""
+    transport's best link, bytes in the cell's title; a destination that was not profiled is
+    headed "N (not profiled)"."""
     t = links.filter(pl.col("transport") == transport)
     srcs = sorted(set(t.get_column("src_rank").to_list()))
     dsts = sorted(set(t.get_column("dst_rank").to_list()))
     best = t.get_column("bandwidth_gbps").max()
     top = float(best) if isinstance(best, (int, float)) and best > 0 else 1.0
     cell = {(r["src_rank"], r["dst_rank"]): r for r in t.iter_rows(named=True)}
-    head = "".join(f"<th>{d}</th>" for d in dsts)
+    head = "".join(
+        f"<th>{d}</th>" if d in profiled else f"<th>{d} (not profiled)</th>" for d in dsts
+    )
     out = [f"<table class='hm'><thead><tr><th>src \\ dst</th>{head}</tr></thead><tbody>"]
     for s in srcs:
         tds = []
@@ -355,9 +403,24 @@ def to_html(res: Cluster) -> str:
     parts += ["<h2>Pipeline stages</h2>", _table(res.stage_imbalance)]
     parts += ["<h2>Slow links</h2>", _table(res.slow_links)]
     parts.append("<h2>Communication matrix (GB/s; cell title: bytes and time)</h2>")
+    ranks = res.ranks.get_column("rank").to_list() if "rank" in res.ranks.columns else []
+    profiled = profiled_ranks(res.links, ranks)
+    if res.links.height:
+        tot = matrix_totals(res.links, ranks)
+        parts.append(
+            f"<p>Bytes between profiled ranks: {tot['profiled_bytes']:,} (what msprof-analyze's "
+            "matrix sums)"
+        )
+        if tot["unprofiled_ranks"]:
+            off = ", ".join(str(r) for r in tot["unprofiled_ranks"])
+            parts.append(
+                f"; to ranks not profiled ({html.escape(off)}): {tot['unprofiled_bytes']:,} "
+                "(kept and marked; msprof-analyze drops these links)"
+            )
+        parts.append(".</p>")
     for tr in sorted(set(res.links.get_column("transport").drop_nulls().to_list())):
         parts.append(f"<h3>{html.escape(tr)}</h3>")
-        parts.append(_heatmap(res.links, tr))
+        parts.append(_heatmap(res.links, tr, profiled))
     if not res.links.height:
         parts.append("<p>no communication_matrix.json links</p>")
     parts.append("</body></html>")
