@@ -5,11 +5,19 @@
 ``RUN_DIR`` holds the ranks' ``*_ascend_pt`` folders. msprof-analyze is never a dependency of
 opscope or its tests: install it in a separate venv (``python -m venv /work/msprof-venv &&
 /work/msprof-venv/bin/pip install msprof-analyze``) and pass its executable with ``--msprof``
-to run ``msprof-analyze cluster -d RUN_DIR -m all`` when ``RUN_DIR/cluster_analysis_output``
-is absent. Prints, per rank, msprof-analyze's and opscope's Computing, Communication,
-Communication(Not Overlapped), Free (cluster_step_trace_time.csv) and the Elapse / Wait sums of
-cluster_communication.json, with the largest difference; then opscope's slow ranks, slow stages
-and slow links, and msprof-analyze's per-rank bandwidth per transport.
+to run ``msprof-analyze cluster -d RUN_DIR -m all --export_type text`` when
+``RUN_DIR/cluster_analysis_output`` is absent. Prints, per rank, msprof-analyze's and opscope's
+Computing, Communication, Communication(Not Overlapped), Free and the Elapse / Wait sums of the
+ranks' communication, with the largest difference; then opscope's slow ranks, slow stages and
+slow links; the matrix link by link (a destination that was not profiled marked: msprof-analyze
+drops those links, opscope keeps them) with the bytes between profiled ranks on both sides; and
+msprof-analyze's per-rank bandwidth per transport.
+
+msprof-analyze writes one of two layouts: for text exports ``cluster_step_trace_time.csv``,
+``cluster_communication.json`` and ``cluster_communication_matrix.json``; for ranks with
+``analysis.db`` (database exports, and msinsight's st/level2) ``cluster_analysis.db``
+(``ClusterStepTraceTime``), ``CommunicationTimeSum/cluster_communication_time.csv`` /
+``_bandwidth.csv`` and ``CommMatrixSum/cluster_communication_matrix.csv``. Both are read.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import csv
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -31,15 +40,40 @@ _STEP_COLS = (
 )
 
 
+_DB_STEP_COLS = {
+    "Computing": "computing",
+    "Communication": "communication",
+    "Communication(Not Overlapped)": "communication_not_overlapped",
+    "Free": "free",
+}
+
+
 def _msprof_steps(out: Path) -> dict[int, dict[str, float]]:
     per: dict[int, dict[str, float]] = {}
-    with (out / "cluster_step_trace_time.csv").open() as f:
-        for row in csv.DictReader(f):
-            if row.get("Type") != "rank":
-                continue
-            r = per.setdefault(int(row["Index"]), {})
-            for col, _ in _STEP_COLS:
-                r[col] = r.get(col, 0.0) + float(row[col])
+    text = out / "cluster_step_trace_time.csv"
+    if text.is_file():
+        with text.open() as f:
+            for row in csv.DictReader(f):
+                if row.get("Type") != "rank":
+                    continue
+                r = per.setdefault(int(row["Index"]), {})
+                for col, _ in _STEP_COLS:
+                    r[col] = r.get(col, 0.0) + float(row[col])
+        return per
+    db = out / "cluster_analysis.db"
+    if not db.is_file():
+        return per
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        cols = ", ".join(_DB_STEP_COLS.values())
+        for row in con.execute(
+            f"SELECT \"index\", {cols} FROM ClusterStepTraceTime WHERE type = 'rank'"
+        ):
+            r = per.setdefault(int(row[0]), {})
+            for col, v in zip(_DB_STEP_COLS, row[1:], strict=True):
+                r[col] = r.get(col, 0.0) + float(v)
+    finally:
+        con.close()
     return per
 
 
@@ -49,6 +83,29 @@ def _msprof_comm(
     """Per rank: Σ Elapse / Wait (µs) and per transport [bytes MB, time ms] over all ops."""
     times: dict[int, dict[str, float]] = {}
     bw: dict[int, dict[str, list[float]]] = {}
+    sums = out / "CommunicationTimeSum"
+    if (sums / "cluster_communication_time.csv").is_file():
+        with (sums / "cluster_communication_time.csv").open() as f:
+            for row in csv.DictReader(f):
+                if row["hccl_op_name"] == "Total Op Info":
+                    continue
+                r = times.setdefault(int(row["rank_id"]), {"Elapse": 0.0, "Wait": 0.0})
+                r["Elapse"] += float(row["elapsed_time"]) * 1000
+                r["Wait"] += float(row["wait_time"]) * 1000
+        seen: set[tuple[str, ...]] = set()
+        with (sums / "cluster_communication_bandwidth.csv").open() as f:
+            for row in csv.DictReader(f):
+                # One row per packet-size bucket; the op's transport figures repeat on each.
+                key = (row["step"], row["rank_id"], row["hccl_op_name"], row["band_type"])
+                if row["hccl_op_name"] == "Total Op Info" or key in seen:
+                    continue
+                seen.add(key)
+                acc = bw.setdefault(int(row["rank_id"]), {}).setdefault(row["band_type"], [0, 0])
+                acc[0] += float(row["transit_size"])
+                acc[1] += float(row["transit_time"])
+        return times, bw
+    if not (out / "cluster_communication.json").is_file():
+        return times, bw
     data: dict[str, Any] = json.loads((out / "cluster_communication.json").read_text())
     for steps in data.values():
         for ops in steps.values():
@@ -73,8 +130,26 @@ def _msprof_matrix(out: Path) -> dict[tuple[int, int, str], float]:
     step the ``<op>-total`` entries (each the sum of that op type's calls) when it has them,
     else its per-op entries (older exports; "Total Op Info" and top/middle/bottom left out)."""
     links: dict[tuple[int, int, str], float] = {}
-    data: dict[str, Any] = json.loads((out / "cluster_communication_matrix.json").read_text())
     summary = re.compile(r"-(top\d*|middle\d*|bottom\d*)$|^Total Op Info$", re.IGNORECASE)
+    flat = out / "CommMatrixSum" / "cluster_communication_matrix.csv"
+    if flat.is_file():
+        with flat.open() as f:
+            rows = list(csv.DictReader(f))
+        totals = {
+            (r["step"], r["group_name"]) for r in rows if r["hccl_op_name"].endswith("-total")
+        }
+        for r in rows:
+            name = r["hccl_op_name"]
+            has_total = (r["step"], r["group_name"]) in totals
+            keep = name.endswith("-total") if has_total else not summary.search(name)
+            if not keep or r["src_rank"] == r["dst_rank"]:
+                continue
+            k = (int(r["src_rank"]), int(r["dst_rank"]), r["transport_type"])
+            links[k] = links.get(k, 0.0) + float(r["transit_size"]) * 1e6
+        return links
+    if not (out / "cluster_communication_matrix.json").is_file():
+        return links
+    data: dict[str, Any] = json.loads((out / "cluster_communication_matrix.json").read_text())
     for steps in data.values():
         for ops in steps.values():
             names = [op.partition("@")[0] for op in ops]
@@ -103,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         if not a.msprof:
             print(f"{out} is absent: pass --msprof to run msprof-analyze", file=sys.stderr)
             return 2
-        subprocess.run([a.msprof, "cluster", "-d", str(a.run_dir), "-m", "all"], check=True)
+        cmd = [a.msprof, "cluster", "-d", str(a.run_dir), "-m", "all", "--export_type", "text"]
+        subprocess.run(cmd, check=True)
 
     from opscope.cluster import run_cluster
 
@@ -138,10 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"opscope slow links: {slow_links}")
     theirs_m = _msprof_matrix(out)
     ours_m = {(m["src_rank"], m["dst_rank"], m["transport"]): m["size_bytes"] for m in js["matrix"]}
-    print("matrix link (src-dst transport)   msprof-analyze bytes     opscope bytes")
+    off = {(m["src_rank"], m["dst_rank"]) for m in js["matrix"] if not m["dst_profiled"]}
+    print("matrix link (src-dst transport)              msprof-analyze bytes     opscope bytes")
     for k in sorted(set(theirs_m) | set(ours_m)):
         t, o = theirs_m.get(k), ours_m.get(k)
-        print(f"{k[0]}-{k[1]} {k[2]:<28} {_f(t):>22} {_f(o):>17}")
+        mark = " (not profiled)" if (k[0], k[1]) in off else ""
+        print(f"{f'{k[0]}-{k[1]}{mark}':<20} {k[2]:<22} {_f(t):>22} {_f(o):>17}")
+    ours_on = sum(v for k, v in ours_m.items() if (k[0], k[1]) not in off)
+    ours_off = sum(v for k, v in ours_m.items() if (k[0], k[1]) in off)
+    print(
+        f"matrix bytes between profiled ranks: msprof-analyze {_f(sum(theirs_m.values()))}, "
+        f"opscope {_f(ours_on)}; opscope only, to ranks not profiled: {_f(ours_off)}"
+    )
     for rank, trs in sorted(bw.items()):
         figs = ", ".join(
             f"{tr} {mb / ms:.3f} GB/s" for tr, (mb, ms) in sorted(trs.items()) if ms > 0

@@ -24,8 +24,12 @@ exported both ways gives the same Profile. Tables used (names interned in ``STRI
 - ``STEP_TIME``, ``analysis.db:StepTraceTime``: steps; ``OP_MEMORY``, ``MEMORY_RECORD``: memory.
 - ``RANK_DEVICE_MAP``, ``NPU_INFO``: rank and device.
 
-Timestamps are integer ns in the database and stay exact. Not read yet: the hardware counters
-(``HBM``, ``LLC``, ``ACC_PMU``, ``NPU_MEM``, ``AICORE_FREQ``, ``SOC_BANDWIDTH_LEVEL``, QoS).
+- ``AICORE_FREQ``, ``NPU_MEM``, ``ACC_PMU``, ``SOC_BANDWIDTH_LEVEL``, ``HBM``, ``LLC``: the
+  sampled counters, in the text export's units (:func:`_counter_rows`).
+- ``OVERLAP_ANALYSIS``: the Overlap Analysis tracks, rebuilt from the tasks when absent
+  (:mod:`opscope.ingest.ascend_overlap`).
+
+Timestamps are integer ns in the database and stay exact. Not read: QoS (not in the database).
 """
 
 from __future__ import annotations
