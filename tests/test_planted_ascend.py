@@ -216,3 +216,68 @@ def test_real_alexnet_has_no_affinity_pattern(rel: str) -> None:
     found = advise(opscope.load(shared_trace(rel)))
     assert found.errors == {}
     assert found.by_rule("ascend-affinity-api") == []
+
+
+@pytest.mark.parametrize("rel", ["ascend/alexnet_ddp_910b/level0_rank0_ascend_pt"])
+def test_fusible_needs_the_pmu_columns(rel: str) -> None:
+    """Level0 has no PipeUtilization columns: no MTE time, no fusible-sequence finding."""
+    p = opscope.load(shared_trace(rel))
+    metrics = set(p.kernel_metrics.get_column("metric").to_list())
+    assert not metrics & {"aicore_time(us)", "aiv_time(us)", "aiv_mte2_time(us)"}
+    assert advise(p, NAMED).by_rule("ascend-fusible-sequence") == []
+
+
+def test_real_fusible_run_occurrences_match_the_kernel_table() -> None:
+    """The 4-rank LLaMA-like run (kernel table only): the top fusible run's occurrences, counted
+    here in the raw kernel_details.csv (in start order, non-overlapping), equal the finding's;
+    every kernel of it is a vector kernel (no cube time) with MTE over 80% of its core time."""
+    root = (
+        Path(__file__).resolve().parents[2] / "ascend_data" / "st" / "level2" / "rank_0_ascend_pt"
+    )
+    if not root.is_dir():
+        pytest.skip(f"{root} not found")
+    found = advise(opscope.load(root), NAMED).by_rule("ascend-fusible-sequence")
+    assert found, "no fusible run"
+    top = found[0]
+    assert top.saving_method == "bound-gap" and 0 < top.saving_us <= top.saving_limit_us
+    with (root / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").open() as f:
+        rows = sorted(csv.DictReader(f), key=lambda r: float(r["Start Time(us)"].strip()))
+    rows = [r for r in rows if r["Accelerator Core"] != "COMMUNICATION"]
+
+    def shapes(r: dict[str, str]) -> str:
+        parts = r["Input Shapes"].strip('"').split(";")
+        if not all(x.strip().isdigit() for p in parts for x in p.split(",") if x):
+            return "?"  # N/A: never one of a run's shapes
+        return json.dumps([[int(x) for x in p.split(",") if x] for p in parts]).replace(" ", "")
+
+    want = list(zip(top.evidence["operators"], top.evidence["shapes"], strict=True))
+    n, i, hits = len(want), 0, 0
+    while i + n <= len(rows):
+        if [(r["Type"], shapes(r)) for r in rows[i : i + n]] == want:
+            for r in rows[i : i + n]:
+                mte = max(float(r["aic_mte2_time(us)"]), float(r["aiv_mte2_time(us)"])) + max(
+                    float(r["aic_fixpipe_time(us)"]), float(r["aiv_mte3_time(us)"])
+                )
+                busy = float(r["aicore_time(us)"]) + float(r["aiv_time(us)"])
+                assert float(r["aic_mac_time(us)"]) == 0 and mte / busy > 0.8
+            hits += 1
+            i += n
+        else:
+            i += 1
+    assert hits == top.evidence["calls"] > 5
+
+
+def test_affinity_matcher_skips_views_and_stops_at_other_ops() -> None:
+    from opscope.advise.rules.ascend_affinity import _matches
+
+    names = [
+        "aten::add_", "aten::view", "aten::layer_norm",  # in-place add, a view between
+        "aten::silu", "aten::mul",  # fusion-ascend-affinity's SwiGLU: not this rule's
+        "aten::add", "Optimizer.step#AdamW.step", "aten::layer_norm",  # a non-aten op between
+        "aten::chunk", "aten::gelu", "aten::mul",  # GeGLU
+    ]  # fmt: skip
+    got = [(p.api, pos) for p, pos in _matches(names)]
+    assert got == [
+        ("torch_npu.npu_geglu", [8, 9, 10]),
+        ("torch_npu.npu_add_layer_norm", [0, 2]),
+    ]

@@ -26,6 +26,10 @@ opscope:
   on the task-queue thread before its kernel can start; the device waits. Gap: the compile
   time per step (the kernel starts 3 µs after the compile ends, the device was idle from the
   compile's start).
+- ``fusible-sequence``: ``relu(x * s + r)`` on [8192, 2048] bf16, eight times a step, as three
+  vector kernels (Muls, Add, Relu) each at 1.15x its own bound with 90% of its time in memory
+  transfers (the PMU columns). Gap: their time minus one fused kernel per occurrence reading x
+  and r and writing the output (3·|x| bytes at the bandwidth, one 3 µs launch floor).
 - ``clean``: the clean work alone.
 
 ``write(case, dir)`` writes ``<case>/rank0_ascend_pt`` and ``<case>.truth.json`` under ``dir``
@@ -49,6 +53,7 @@ CASES = (
     "affinity-add-layer-norm",
     "comm-alignment",
     "dynamic-shape",
+    "fusible-sequence",
 )
 RULES = {
     "clean": None,
@@ -56,6 +61,7 @@ RULES = {
     "affinity-add-layer-norm": "ascend-affinity-api",
     "comm-alignment": "ascend-comm-byte-alignment",
     "dynamic-shape": "ascend-dynamic-shape",
+    "fusible-sequence": "ascend-fusible-sequence",
 }
 DEVICE = "ascend910b2"
 LAUNCH_FLOOR_US = 3.0  # Ascend AI-core task scheduling (CANN tuning guide), as in the model
@@ -72,7 +78,8 @@ KERNEL_COLUMNS = [
     "Step Id", "Model ID", "Task ID", "Stream ID", "Name", "Type", "OP State",
     "Accelerator Core", "Start Time(us)", "Duration(us)", "Wait Time(us)", "Block Dim",
     "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes", "Output Data Types",
-    "Output Formats",
+    "Output Formats", "aicore_time(us)", "aic_mte2_time(us)", "aic_fixpipe_time(us)",
+    "aiv_time(us)", "aiv_mte2_time(us)", "aiv_mte3_time(us)",
 ]  # fmt: skip
 
 
@@ -95,6 +102,21 @@ class _Kernel:
     out: list[int] | None = None
     core: str = "AI_VECTOR_CORE"
     state: str = "dynamic"
+    mte: float = 0.9  # share of the kernel's time in memory transfers (PMU columns)
+
+    def pmu(self) -> dict[str, str]:
+        """The PipeUtilization columns: two thirds of the MTE time reading, a third writing."""
+        d, rd, wr = self.dur_us, self.dur_us * self.mte * 2 / 3, self.dur_us * self.mte / 3
+        cube = self.core == "AI_CORE"
+        z = "0.000"
+        return {
+            "aicore_time(us)": f"{d:.3f}" if cube else z,
+            "aic_mte2_time(us)": f"{rd:.3f}" if cube else z,
+            "aic_fixpipe_time(us)": f"{wr:.3f}" if cube else z,
+            "aiv_time(us)": z if cube else f"{d:.3f}",
+            "aiv_mte2_time(us)": z if cube else f"{rd:.3f}",
+            "aiv_mte3_time(us)": z if cube else f"{wr:.3f}",
+        }
 
 
 class _Output:
@@ -171,6 +193,7 @@ class _Output:
                     "Input Formats": ";".join("ND" for _ in k.shapes),
                     "Output Shapes": ",".join(map(str, out)),
                     "Output Data Types": k.dtype.removeprefix("DT_"), "Output Formats": "ND",
+                    **k.pmu(),
                 }
             )  # fmt: skip
             self.dev = kts + _ns(k.dur_us)
@@ -221,7 +244,7 @@ def _clean(o: _Output) -> None:
     bf = ["c10::BFloat16", "c10::BFloat16"]
     o.op("aten::mm", [[n, n], [n, n]], bf,
          [_Kernel("MatMulV2", "MatMulV2", mm_us, [[n, n], [n, n]], out=[n, n],
-                  core="AI_CORE")], line=20)  # fmt: skip
+                  core="AI_CORE", mte=0.35)], line=20)  # fmt: skip
     add_us = 1.1 * _roof_us(0, 3 * 2 * n * n, ASCEND_BF16, ASCEND_BW)
     o.op("aten::add", [[n, n], [n, n], []], [*bf, "Scalar"],
          [_Kernel("Add", "Add", add_us, [[n, n], [n, n]])], line=21)  # fmt: skip
@@ -268,6 +291,23 @@ def _add_layer_norm(o: _Output) -> float:
          [_Kernel("LayerNormV3", "LayerNormV3", ln_us, [x, w, w])], line=72)  # fmt: skip
     fused = _roof_us(0, 2 * _bytes(x), ASCEND_BF16, ASCEND_BW) + LAUNCH_FLOOR_US
     return add_us + ln_us - fused
+
+
+def _fusible(o: _Output) -> float:
+    """relu(x * s + r), eight times: Muls, Add, Relu kernels; returns the gap."""
+    x = [8192, 2048]
+    bf = "c10::BFloat16"
+    gap = 0.0
+    for _ in range(8):
+        muls, add = _elt_us(x, x, factor=1.15), _elt_us(x, x, x, factor=1.15)
+        relu = _elt_us(x, x, factor=1.15)
+        o.op("aten::mul", [x, []], [bf, "Scalar"], [_Kernel("Muls", "Muls", muls, [x])], line=80)
+        o.op("aten::add", [x, x, []], [bf, bf, "Scalar"], [_Kernel("Add", "Add", add, [x, x])],
+             line=81)  # fmt: skip
+        o.op("aten::relu", [x], [bf], [_Kernel("Relu", "Relu", relu, [x])], line=82)
+        fused = _roof_us(0, 3 * _bytes(x), ASCEND_BF16, ASCEND_BW) + LAUNCH_FLOOR_US
+        gap += muls + add + relu - fused
+    return gap
 
 
 def _allreduce(o: _Output, step: int) -> float:
@@ -346,6 +386,8 @@ def build(case: str, steps: int = 3) -> tuple[list[dict[str, Any]], list[dict[st
             gap += _add_layer_norm(o)
         elif case == "comm-alignment":
             gap += _allreduce(o, s)
+        elif case == "fusible-sequence":
+            gap += _fusible(o)
         o.end_step(start)
         step_us += o.ev[-1]["dur"]
     truth = Truth(case, RULES[case], gap / steps, step_us / steps, DEVICE)

@@ -1,3 +1,8 @@
 """The built-in rules, one module per family; importing a module registers its rules."""
 
-from opscope.advise.rules import ascend_affinity, ascend_comm_alignment, ascend_dynamic_shape  # noqa: F401
+from opscope.advise.rules import (  # noqa: F401
+    ascend_affinity,
+    ascend_comm_alignment,
+    ascend_dynamic_shape,
+    ascend_fusible,
+)

@@ -203,37 +203,10 @@ class AscendAffinityApi:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":
             return []
-        ops = c.user_level_ops(profile)
-        if ops.height == 0:
-            return []
-        spec = c.perf_model(profile, results).spec
-        hits: list[dict[str, Any]] = []
-        for _, grp in ops.group_by("rank", "tid", maintain_order=True):
-            names = grp.get_column("name").to_list()
-            if not any(n.startswith("aten::") for n in names):
-                continue
-            ids = grp.get_column("id").to_list()
-            cost = grp.get_column("cost_ns").fill_null(0).to_list()
-            dims = grp.get_column("input_dims").to_list()
-            types = grp.get_column("input_types").to_list()
-            for pat, pos in _matches(names):
-                span = float(sum(cost[i] for i in pos))
-                fused = _fused_bound_ns(spec, [dims[i] for i in pos], [types[i] for i in pos])
-                hits.append(
-                    {
-                        "pat": pat,
-                        "id": ids[pos[0]],
-                        "ids": [ids[i] for i in pos],
-                        "ops": [names[i] for i in pos],
-                        "span": span,
-                        "keep": max((cost[i] for i in pos), default=0.0),
-                        "fused": fused,
-                        "dims": dims[pos[0]],
-                    }
-                )
+        hits = _hits(profile, results)
         if not hits:
             return []
-        hits = _outside_attention(profile, hits)
+        spec = c.perf_model(profile, results).spec
         steps = c.step_info(profile)
         by_id = {h["id"]: h for h in hits}
         out = []
@@ -304,6 +277,48 @@ class AscendAffinityApi:
             method=method,
         )
         return f
+
+
+def affinity_op_ids(profile: Profile, results: Mapping[str, Any]) -> list[int]:
+    """The host ops of every pattern match (what this rule claims; other rules leave them)."""
+    return [i for h in _hits(profile, results) for i in h["ids"]]
+
+
+def _hits(profile: Profile, results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every pattern match outside attention spans, computed once per profile and device."""
+    name = f"ascend_affinity:{c.device_option(results)}"
+    hits: list[dict[str, Any]] = c._memo(name, profile, lambda: _find(profile, results))
+    return hits
+
+
+def _find(profile: Profile, results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    ops = c.user_level_ops(profile)
+    if ops.height == 0:
+        return []
+    spec = c.perf_model(profile, results).spec
+    hits: list[dict[str, Any]] = []
+    for _, grp in ops.group_by("rank", "tid", maintain_order=True):
+        names = grp.get_column("name").to_list()
+        if not any(n.startswith("aten::") for n in names):
+            continue
+        ids = grp.get_column("id").to_list()
+        cost = grp.get_column("cost_ns").fill_null(0).to_list()
+        dims = grp.get_column("input_dims").to_list()
+        types = grp.get_column("input_types").to_list()
+        for pat, pos in _matches(names):
+            hits.append(
+                {
+                    "pat": pat,
+                    "id": ids[pos[0]],
+                    "ids": [ids[i] for i in pos],
+                    "ops": [names[i] for i in pos],
+                    "span": float(sum(cost[i] for i in pos)),
+                    "keep": max((cost[i] for i in pos), default=0.0),
+                    "fused": _fused_bound_ns(spec, [dims[i] for i in pos], [types[i] for i in pos]),
+                    "dims": dims[pos[0]],
+                }
+            )
+    return _outside_attention(profile, hits) if hits else hits
 
 
 def _outside_attention(profile: Profile, hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
