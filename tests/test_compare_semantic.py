@@ -151,7 +151,12 @@ def test_the_rows_that_explain_the_step_sum_to_its_change() -> None:
     e = c.explain
     assert e.get_column("delta_us").sum() == pytest.approx(change, abs=1e-6)
     first = e.row(0, named=True)
-    assert first["label"] == fwd_key(GemmSide("linear", "", 0.0))
+    assert (first["key"], first["side"]) == (fwd_key(GemmSide("linear", "", 0.0)), "both")
+    assert e.get_column("kind").to_list()[-3:] == ["other_matched", "other_one_side", "residual"]
+    from opscope.report.compare_render import explain_label
+
+    assert explain_label(first) == first["key"]
+    assert explain_label({"kind": "row", "key": "k", "side": "after"}) == "k (only after)"
     assert first["delta_us"] == pytest.approx(
         (sum(b.fwd_kernel_us) - sum(a.fwd_kernel_us)) / 6, abs=1e-3
     )

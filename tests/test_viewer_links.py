@@ -105,6 +105,9 @@ def test_the_comparison_section_of_the_page_is_text() -> None:
     assert rows[0]["metric"].startswith("step time")
     assert set(rows[0]) == {"metric", "before", "after", "change"}
     assert all(isinstance(r["before"], str) for r in rows)
+    explain = data["comparison"]["explain"]
+    assert [set(r) for r in explain] == [{"row", "delta_us"}] * len(explain)
+    assert explain[-1]["row"].startswith("not in any row")
 
 
 # The viewer on build_report ------------------------------------------------------------------

@@ -94,6 +94,20 @@ def summary_cells(r: dict[str, Any]) -> list[str]:
     return [r["metric"], _figure(unit, x), _figure(unit, y), change]
 
 
+_EXPLAIN_REST = {
+    "other_matched": "other matched rows",
+    "other_one_side": "other rows on one side only",
+    "residual": "not in any row (idle gaps, overlap, host time, median vs mean)",
+}
+
+
+def explain_label(r: dict[str, Any]) -> str:
+    """What one ``Comparison.explain`` row stands for, in words."""
+    if r["kind"] != "row":
+        return _EXPLAIN_REST.get(r["kind"], str(r["kind"]))
+    return str(r["key"]) + ("" if r["side"] == "both" else f" (only {r['side']})")
+
+
 def _short(key: str) -> str:
     return key if len(key) <= _KEY_MAX else key[: _KEY_MAX - 1] + "…"
 
@@ -180,7 +194,7 @@ def render_rich(comp: Comparison, top: int = 15) -> RenderableType:
         for r in comp.explain.iter_rows(named=True):
             tone = "green" if r["delta_us"] < 0 else "red" if r["delta_us"] > 0 else ""
             t.add_row(
-                Text(_short(r["label"]), overflow="fold"),
+                Text(_short(explain_label(r)), overflow="fold"),
                 Text(_signed(r["delta_us"]), style=tone if r["kind"] == "row" else "dim"),
             )
         parts.append(t)
@@ -338,7 +352,10 @@ def render_markdown(comp: Comparison, top: int = 15) -> str:
         lines += ["What changed the step (per step; the rows sum to the step change):", ""]
         lines += _md_table(
             ["row", "Δ per step"],
-            [[r["label"], _signed(r["delta_us"])] for r in comp.explain.iter_rows(named=True)],
+            [
+                [explain_label(r), _signed(r["delta_us"])]
+                for r in comp.explain.iter_rows(named=True)
+            ],
             {1},
         )
         lines.append("")
@@ -480,7 +497,10 @@ def render_html(comp: Comparison, top: int = 15) -> str:
         parts.append(
             _html_table(
                 ["row", "Δ per step"],
-                [[r["label"], _signed(r["delta_us"])] for r in comp.explain.iter_rows(named=True)],
+                [
+                    [explain_label(r), _signed(r["delta_us"])]
+                    for r in comp.explain.iter_rows(named=True)
+                ],
                 {1},
             )
         )

@@ -228,18 +228,20 @@ def _guarded_viewer_links(
 
 
 def _comparison_text(data: dict[str, Any]) -> None:
-    """The comparison's summary rows (numbers in the JSON) as the text the compare views print:
-    metric, before, after, change."""
+    """The comparison's summary and explain rows (numbers and codes in the JSON) as the text the
+    compare views print: metric, before, after, change; row, delta_us."""
     comp = data.get("comparison")
     if not isinstance(comp, dict):
         return
-    rows = comp.get("summary")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "unit" in r for r in rows):
-        return
-    from opscope.report.compare_render import summary_cells
+    from opscope.report.compare_render import explain_label, summary_cells
 
-    keys = ("metric", "before", "after", "change")
-    comp["summary"] = [dict(zip(keys, summary_cells(r), strict=True)) for r in rows]
+    rows = comp.get("summary")
+    if isinstance(rows, list) and all(isinstance(r, dict) and "unit" in r for r in rows):
+        keys = ("metric", "before", "after", "change")
+        comp["summary"] = [dict(zip(keys, summary_cells(r), strict=True)) for r in rows]
+    rows = comp.get("explain")
+    if isinstance(rows, list) and all(isinstance(r, dict) and "side" in r for r in rows):
+        comp["explain"] = [{"row": explain_label(r), "delta_us": r["delta_us"]} for r in rows]
 
 
 def _offsets_into_steps(data: dict[str, Any]) -> None:

@@ -147,10 +147,10 @@ class Comparison(Result):
       match, before_us, after_us, speedup, verdict, before_gbps, after_gbps, before_tflops,
       after_tflops, before_flops_util, after_flops_util, before_bw_util, after_bw_util``
       (utilisation null: no peak for that side's device).
-    - ``explain``: the step-time change split into the rows that explain it — ``label, kind,
-      delta_us`` per step; the top gains and losses among semantic rows, then the other matched
-      rows, the rows on one side only, and the rest (idle gaps, overlap, host time): the
-      ``delta_us`` sum to ``step_after_us - step_before_us`` exactly.
+    - ``explain``: the step-time change split into the rows that explain it — ``key, side,
+      kind, delta_us`` per step; the top gains and losses among semantic rows, then the other
+      matched rows, the rows on one side only, and the rest (idle gaps, overlap, host time):
+      the ``delta_us`` sum to ``step_after_us - step_before_us`` exactly.
 
     Scalars: ``names``, ``basis`` (``"device"``/``"host"``), ``normalisation``, the step-time
     figures ``step_before_us, step_after_us, step_speedup, step_significant, step_noise_us,
@@ -1246,8 +1246,9 @@ def heavy_rows(
 
 
 _EXPLAIN_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
-    "label": pl.String,
-    "kind": pl.String,
+    "key": pl.String,  # the semantic row's key; null for the aggregate rows
+    "side": pl.String,  # "both" (matched), "before" / "after" (one side only); null: aggregate
+    "kind": pl.String,  # "row", "other_matched", "other_one_side", "residual"
     "delta_us": pl.Float64,
 }
 
@@ -1263,38 +1264,35 @@ def explain_step(
     """The median step's change split over what explains it (per step, µs).
 
     The :data:`EXPLAIN_TOP` semantic rows (matched, added or removed) with the largest change
-    per step come first (``kind`` ``row``), then ``other matched rows``, ``other rows on one
-    side only`` and ``not in any row`` (the rest: idle gaps, overlap between streams, the
-    difference between a median step and the mean of the rows): the sum is the step change.
+    per step come first (``kind`` ``row``, with its ``key`` and ``side``), then the other
+    matched rows (``other_matched``), the other rows on one side only (``other_one_side``) and
+    the rest (``residual``: idle gaps, overlap between streams, the difference between a median
+    step and the mean of the rows): the sum is the step change.
     """
     na, nb = float(n_steps[0]), float(n_steps[1])
     sem = rows.filter(pl.col("kind") == "semantic")
-    per: list[tuple[str, float]] = []
+    # (key, side, delta per step)
+    per: list[tuple[str, str, float]] = []
     for r in sem.iter_rows(named=True):
         d = r["after_us"] / nb - r["before_us"] / na if totals else r["after_us"] - r["before_us"]
-        per.append((r["key"], d))
-    one_sided: list[tuple[str, float]] = []
-    for df, sign, n in ((added, 1.0, nb), (removed, -1.0, na)):
+        per.append((r["key"], "both", d))
+    one_sided: list[tuple[str, str, float]] = []
+    for df, side, sign, n in ((added, "after", 1.0, nb), (removed, "before", -1.0, na)):
         for r in df.filter(pl.col("kind") == "semantic").iter_rows(named=True):
-            where = "only after" if sign > 0 else "only before"
-            one_sided.append((f"{r['key']} ({where})", sign * r["us"] / (n if totals else 1.0)))
-    ranked = sorted(per + one_sided, key=lambda x: (-abs(x[1]), x[0]))
-    top = [x for x in ranked[:EXPLAIN_TOP] if x[1] != 0.0]
-    shown = {k for k, _ in top}
-    out: list[dict[str, Any]] = [{"label": k, "kind": "row", "delta_us": d} for k, d in top]
-    rest_m = sum(d for k, d in per if k not in shown)
-    rest_o = sum(d for k, d in one_sided if k not in shown)
-    out.append({"label": "other matched rows", "kind": "rest", "delta_us": rest_m})
-    out.append({"label": "other rows on one side only", "kind": "rest", "delta_us": rest_o})
+            one_sided.append((r["key"], side, sign * r["us"] / (n if totals else 1.0)))
+    ranked = sorted(per + one_sided, key=lambda x: (-abs(x[2]), x[0], x[1]))
+    top = [x for x in ranked[:EXPLAIN_TOP] if x[2] != 0.0]
+    shown = {(k, s) for k, s, _ in top}
+    out: list[dict[str, Any]] = [
+        {"key": k, "side": s, "kind": "row", "delta_us": d} for k, s, d in top
+    ]
+    rest_m = sum(d for k, s, d in per if (k, s) not in shown)
+    rest_o = sum(d for k, s, d in one_sided if (k, s) not in shown)
+    out.append({"key": None, "side": None, "kind": "other_matched", "delta_us": rest_m})
+    out.append({"key": None, "side": None, "kind": "other_one_side", "delta_us": rest_o})
     total = step.after_us - step.before_us
     covered = sum(float(r["delta_us"]) for r in out)
-    out.append(
-        {
-            "label": "not in any row (idle gaps, overlap, host time, median vs mean)",
-            "kind": "residual",
-            "delta_us": total - covered,
-        }
-    )
+    out.append({"key": None, "side": None, "kind": "residual", "delta_us": total - covered})
     return pl.DataFrame(out, schema=_EXPLAIN_SCHEMA)
 
 
