@@ -34,6 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED_CASES = (
     "misaligned",
+    "non-pow2",
+    "skinny-misaligned",
     "tall-skinny",
     "gemm-few-tiles",
     "gemm-wave",

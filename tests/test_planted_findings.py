@@ -171,3 +171,22 @@ def test_overlap_partial_and_unbounded() -> None:
     assert out["u"].saving_pct == pytest.approx(9.0 * 10 / 90)
     assert out["u"].evidence["overlaps"] == ["b", "v"]
     assert out["z"] is free
+
+
+def test_non_pow2_saving_is_time_minus_the_padded_bound(tmp_path: Path) -> None:
+    """4104³ bf16 on the H100 trace: saving = its time - the bound of 4224³ (padded to whole
+    128-element tiles) from the datasheet peaks typed in the generator, plus one launch floor
+    (1.5 µs) per call; the misaligned 4097³ and the clean 4096³ are not this rule's."""
+    path, truth = planted.write("non-pow2", tmp_path, clean_work=False)
+    doc = json.loads(path.read_text())
+    steps = sum(1 for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#"))
+    op_us = sum(e["dur"] for e in doc["traceEvents"] if e["name"] == "gemm_bf16_tn_edge") / steps
+    padded = 2.0 * 4224**3 / planted.H100_BF16 * 1e6 + 1.5
+    (f,) = advise(opscope.load(path)).by_rule("gemm-non-pow2")
+    assert f.saving_us == pytest.approx(op_us - padded, rel=0.02)
+    assert f.evidence["figures"]["non_tile_dims"] == [4104]
+    assert f.evidence["bench"]["padded_shape"] == [4224, 4224, 4224]
+    assert truth.gap_us / 2 <= f.saving_us <= truth.gap_us
+    for case in ("misaligned", "clean"):
+        other, _ = planted.write(case, tmp_path)
+        assert advise(opscope.load(other)).by_rule("gemm-non-pow2") == []

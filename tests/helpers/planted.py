@@ -48,6 +48,7 @@ CASES = (
     "moe",
     "sdpa-short",
     "skinny-misaligned",
+    "non-pow2",
 )
 
 
@@ -230,6 +231,15 @@ def trace(
             ideal = _roof_us(f, b, peak, bw)
             dur = 3.0 * ideal
             t.op("aten::mm", [[8, 4097], [4097, 8192]], bf, [("gemv_bf16_unaligned", dur)])
+            gap_total += dur - ideal
+        elif case == "non-pow2":
+            # 4104 = 8 x 513: aligned for the tensor cores, 33 tiles of 128 where 32.06 would do;
+            # Ascend's cube rule is 128 already (shape-alignment's finding there)
+            rule = "shape-alignment" if device == "ascend910b2" else "gemm-non-pow2"
+            f, b = _bf16_mm(4104, 4104, 4104)
+            ideal = _roof_us(f, b, peak, bw)
+            dur = 1.5 * ideal  # a partly empty last row/column of tiles and a less tuned kernel
+            t.op("aten::mm", [[4104, 4104], [4104, 4104]], bf, [("gemm_bf16_tn_edge", dur)])
             gap_total += dur - ideal
         elif case == "elementwise":
             rule = "elementwise-bandwidth"

@@ -401,4 +401,99 @@ class Alignment:
         return bad_inner | bad_outer, mult, rule_set, kernel_mkn(dims)
 
 
+# The output tile of the big GEMM kernels (CUTLASS / cuBLAS sm80-sm90 bf16 128x128 threadblock,
+# hipBLASLt MT128x128; gemm.py's TILE_M/TILE_N): a dim that is a multiple of 8 but not of 128
+# leaves its last row/column of tiles partly empty. Powers of two from 128 up are always whole.
+TILE: int = 128
+
+
+class NonPow2:
+    """GEMM dims aligned for the tensor cores but not a whole number of 128-element tiles."""
+
+    id = "gemm-non-pow2"
+    doc = (
+        "GEMM kernels compute the output in tiles of 128×128 (CUTLASS/cuBLAS sm80-sm90 and "
+        "hipBLASLt's big-GEMM tiles) and step through K in chunks of 32-64: a dimension that "
+        "is a multiple of 8 (so shape-alignment is satisfied) but not of 128 — a "
+        "non-power-of-two size such as 4104, 1000 or 3080 — leaves the last row or column of "
+        "tiles partly empty and often gets a less tuned kernel. Flagged on NVIDIA/AMD targets "
+        "(Ascend's cube rule is already 128: shape-alignment covers it) for compute-side GEMMs "
+        "with M, N or K ≥ 128 and not a multiple of 128 whose time is at least "
+        "25% above the performance model's bound (gap ≥ 0.5% of the step). Saving: the "
+        "measured time minus the bound of the shape padded to whole tiles (padded FLOPs and "
+        "bytes at the peaks, one launch floor per call), never more than the gap. Fix: pick "
+        "sizes that are multiples of 128 (hidden sizes, vocabularies, batch×tokens), or pad "
+        "and slice; `opscope verify` times the padded shape."
+    )
+
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        from opscope.advise.rules.gemm import (
+            _finding,
+            _gemm_calls,
+            _significant,
+            _torch_dtype,
+            gemm_dims,
+        )
+        from opscope.analysis.model import bound_ns
+
+        target = c.target_of(profile, results)
+        if target not in ("nvidia", "amd"):
+            return []
+        model, g = _gemm_calls(profile, results)
+        spec = model.spec
+        if g.height == 0 or spec is None:
+            return []
+        steps = c.step_info(profile)
+        out = []
+        for r in g.iter_rows(named=True):
+            bmnk = gemm_dims(r["name"], r["dims"] or [])
+            if bmnk is None or not _significant(r, steps):
+                continue
+            if (r["memory_ns"] or 0) > (r["compute_ns"] or 0):
+                continue  # memory-side: gemm-memory-bound explains it
+            batch, m, n, k = bmnk
+            dtype = _torch_dtype(r["dtype"])  # the model's short name (bf16) as torch's
+            mult = NVIDIA_MULTIPLE.get(dtype, 8)
+            bad = sorted({d for d in (m, n, k) if d >= TILE and d % TILE and d % mult == 0})
+            if not bad or any(d >= mult and d % mult for d in (m, n, k)):
+                continue  # nothing to pad, or misaligned: shape-alignment's finding
+            pm, pn, pk = (c.pad_up(d, TILE) if d in bad else d for d in (m, n, k))
+            size = c.DTYPE_BYTES.get(dtype, 2)
+            flops = 2.0 * batch * pm * pn * pk
+            nbytes = float(batch * (pm * pk + pk * pn + pm * pn) * size)
+            b = bound_ns(spec, flops, nbytes, r["dtype"], "matrix")
+            if b is None:
+                continue
+            time_ns = float(r["time_ns"])
+            saving = min(time_ns - b * r["calls"], float(r["gap_ns"] or 0.0))
+            if saving <= 0:
+                continue
+            pads = ", ".join(f"{d} → {c.pad_up(d, TILE)}" for d in bad)
+            tiles_used = math.prod(d / c.pad_up(d, TILE) for d in bad)
+            bench = None
+            if batch == 1:
+                bench = {"op": "matmul", "m": m, "k": k, "n": n, "fix": "padded",
+                         "dtype": dtype, "pad_to": TILE, "padded_shape": [pm, pk, pn]}  # fmt: skip
+            out.append(
+                _finding(
+                    profile,
+                    self.id,
+                    [r],
+                    saving,
+                    f"GEMM {m}x{n}x{k}: dims {', '.join(map(str, bad))} not a multiple of "
+                    f"the {TILE}-element tile",
+                    f"measured minus the bound of the shape padded to whole {TILE}-element tiles "
+                    f"({pads}) on {spec.label}, capped at the gap",
+                    f"# pad to whole {TILE}-element tiles ({pads}), then slice\n"
+                    f"layer = nn.Linear(in_features, {c.pad_up(bad[0], TILE)})  # was {bad[0]}\n"
+                    f"y = layer(x)[..., :{bad[0]}]",
+                    {"tile": TILE, "non_tile_dims": bad, "tile_fill": round(tiles_used, 4)},
+                    steps,
+                    bench,
+                )
+            )
+        return out
+
+
 register(Alignment())
+register(NonPow2())
