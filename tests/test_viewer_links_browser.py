@@ -112,6 +112,11 @@ def test_report_link_selects_the_findings_slice(browser: Any, setup: dict[str, A
     anchor = rep.locator(f"#finding-{i + 1} a.viewer")
     assert anchor.get_attribute("href") == link["url"]
     assert anchor.get_attribute("target") == "opscope-viewer"
+    # the same link in the All findings table, on the finding's row
+    cells = rep.locator("#findings table tbody tr").nth(i).locator("a.viewer")
+    assert cells.get_attribute("href") == link["url"]
+    hrefs = rep.locator("#findings a.viewer").evaluate_all("(a) => a.map((x) => x.href)")
+    assert len(hrefs) == sum(1 for x in links if x)
     assert (
         "opscope view tracelens_h100_bert_small.json.gz"
         in rep.locator("#viewer-command").inner_text()

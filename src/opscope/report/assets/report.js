@@ -109,6 +109,18 @@
         const row = el("tr");
         for (const c of cols) {
           const v = r[c];
+          if ((opts.links || []).includes(c)) {  // a viewer link (made by the report, not the trace)
+            const td = el("td");
+            if (v) {
+              const a = el("a", "open", "viewer");
+              a.href = v;
+              a.target = "opscope-viewer";
+              a.rel = "noopener noreferrer";
+              td.appendChild(a);
+            }
+            row.appendChild(td);
+            continue;
+          }
           const td = el("td", fmtCol(c, v), typeof v === "number" ? "num" : "");
           if (typeof v === "number") td.setAttribute("data-v", String(v));
           if (c === "severity" && typeof v === "string") td.className = "sev-" + v.toLowerCase();
@@ -356,6 +368,15 @@
     }
   }
 
+  // Every finding, each row with its link into the timeline viewer (the top ones have theirs above).
+  function allFindings() {
+    if (empty(D.findings) || !isRows(D.findings)) { listSection("findings", "findings", "All findings"); return; }
+    const links = (D._viewer && D._viewer.links) || [];
+    const rows = D.findings.map((f, i) => links[i] ? { ...f, timeline: links[i].url } : { ...f });
+    const s = section("findings", "All findings");
+    s.appendChild(table(rows, { links: ["timeline"] }));
+  }
+
   function sourceView() {
     const blocks = D.source_blocks;
     if (!Array.isArray(blocks) || !blocks.length) return;
@@ -522,7 +543,7 @@
   listSection("anomalies", "anomalies", "Anomalies");
   roofline();
   memory();
-  listSection("findings", "findings", "All findings");
+  allFindings();
   listSection("critical_path", "critical-path", "Critical path");
   if (D.comparison) listSection("comparison", "comparison", "Comparison");
   const done = new Set(["summary", "_story", "source_blocks", "source", "warnings", "errors", "skipped", "oddities", "trend", "hotspots", "sources", "anomalies", "roofline", "breakdown", "memory", "findings", "comparison", "critical_path", "_notes", "_memory_curve", "_viewer", "load", "ranks"]);
