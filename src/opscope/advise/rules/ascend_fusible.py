@@ -213,11 +213,33 @@ class AscendFusibleSequence:
         blocked = np.array([r["op_id"] in claimed or not _memory_bound(r) for r in rows])
         n = len(rows)
         runs: dict[tuple[int, ...], list[int]] = {}
+        cl = codes.tolist()
+        nb = np.concatenate([[0], np.cumsum(blocked)]).tolist()  # blocked kernels before i
+        # level by level, extending only runs that occur often enough (a run occurs at most
+        # as often as its prefix): the search stays near-linear on real and random traces
+        level: dict[tuple[int, ...], list[int]] = {}
+        for i in range(n):
+            if not blocked[i]:
+                level.setdefault((cl[i],), []).append(i)
         for length in range(MIN_LEN, MAX_LEN + 1):
-            for i in range(n - length + 1):
-                if blocked[i : i + length].any():
+            nxt: dict[tuple[int, ...], list[int]] = {}
+            for key, starts in level.items():
+                if len(starts) <= MIN_COUNT:
                     continue
-                runs.setdefault(tuple(codes[i : i + length].tolist()), []).append(i)
+                for i in starts:
+                    j = i + length - 1
+                    if j < n and nb[j + 1] == nb[i]:
+                        nxt.setdefault((*key, cl[j]), []).append(i)
+            level = {k: v for k, v in nxt.items() if len(v) > MIN_COUNT}
+            runs.update(level)
+            if not level:
+                break
+
+        def prefix(col: str) -> Any:
+            return np.concatenate([[0.0], np.cumsum([float(r[col]) for r in rows])])
+
+        p_mte, p_busy, p_dur = prefix("mte_ns"), prefix("busy_ns"), prefix("dur_ns")
+        dur = np.array([float(r["dur_ns"]) for r in rows])
         cands = []
         for key, all_starts in runs.items():
             length = len(key)
@@ -226,24 +248,25 @@ class AscendFusibleSequence:
             starts = _non_overlapping(all_starts, length)
             if len(starts) <= MIN_COUNT:
                 continue
-            mte = sum(rows[i + j]["mte_ns"] for i in starts for j in range(length))
-            busy = sum(rows[i + j]["busy_ns"] for i in starts for j in range(length))
+            st = np.asarray(starts)
+            mte = float((p_mte[st + length] - p_mte[st]).sum())
+            busy = float((p_busy[st + length] - p_busy[st]).sum())
             if busy <= 0 or mte / busy <= MTE_SHARE:
                 continue
-            run = rows[starts[0] : starts[0] + length]
-            exec_ns = float(sum(rows[i + j]["dur_ns"] for i in starts for j in range(length)))
-            nbytes = _fused_bytes(run)
+            exec_ns = float((p_dur[st + length] - p_dur[st]).sum())
+            if steps.pct(exec_ns) < MIN_STEP_PCT:
+                continue  # the saving is at most the run's time
+            nbytes = _fused_bytes(rows[starts[0] : starts[0] + length])
             fused = None
             if spec is not None and nbytes:
                 fused = bound_ns(spec, None, nbytes, None, "memory")
             if fused is not None:
                 saving = max(exec_ns - fused * len(starts), 0.0)
-            else:
-                saving = exec_ns - sum(
-                    max(rows[i + j]["dur_ns"] for j in range(length)) for i in starts
-                )
+            else:  # all but the costliest kernel of each occurrence
+                costliest = dur[st[:, None] + np.arange(length)].max(axis=1).sum()
+                saving = exec_ns - float(costliest)
             cands.append((saving, key, starts, exec_ns, fused, mte / busy))
-        # longest saving first; each kernel in one run
+        # largest saving first; each kernel in one run
         cands.sort(key=lambda x: (-x[0], -len(x[1])))
         taken = np.zeros(n, dtype=bool)
         out = []
