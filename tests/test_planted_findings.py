@@ -190,3 +190,34 @@ def test_non_pow2_saving_is_time_minus_the_padded_bound(tmp_path: Path) -> None:
     for case in ("misaligned", "clean"):
         other, _ = planted.write(case, tmp_path)
         assert advise(opscope.load(other)).by_rule("gemm-non-pow2") == []
+
+
+def test_small_messages_saving_bounded_by_the_exposed_comm(tmp_path: Path) -> None:
+    """32 all-reduces of 8 µs per step, nothing to hide them: the small-message finding counts
+    them per step and saves their exposed time (all of it here: the kernels summed from the raw
+    JSON), never more than the exposed communication (its limit); the exposed-communication
+    finding does not claim the same time again."""
+    path, truth = planted.write("comm-small", tmp_path)
+    doc = json.loads(path.read_text())
+    steps = sum(1 for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#"))
+    nccl = [e for e in doc["traceEvents"] if e["name"].startswith("ncclDevKernel")]
+    small_us = sum(e["dur"] for e in nccl if e["dur"] < 20.0) / steps
+    assert small_us == planted.SMALL_MSGS * planted.SMALL_MSG_US == truth.gap_us
+    found = advise(opscope.load(path))
+    comm = found.by_rule("comm-exposed")
+    (small,) = [f for f in comm if "latency-bound" in f.title]
+    (exposed,) = [f for f in comm if f.title.startswith("exposed communication")]
+    assert small.title.startswith(f"{planted.SMALL_MSGS} collectives per step under 20 µs")
+    assert small.evidence["calls"] == planted.SMALL_MSGS * steps
+    assert small.evidence["figures"]["small_us_per_step"] == pytest.approx(small_us)
+    assert exposed.evidence["figures"]["exposed_us_per_step"] == pytest.approx(small_us, rel=1e-3)
+    assert small.saving_us == pytest.approx(small_us, rel=1e-3)
+    assert small.saving_limit_us == pytest.approx(
+        exposed.evidence["figures"]["exposed_us_per_step"]
+    )
+    assert small.saving_us <= small.saving_limit_us + 1e-6
+    assert small.saving_method == "device-idle"
+    # the exposed finding keeps only the rest of the exposed time: nothing here
+    assert exposed.saving_us == pytest.approx(0.0, abs=1e-3)
+    assert exposed.evidence["overlaps"] == [small.id] and small.id in exposed.saving_how
+    assert found[0].id == small.id

@@ -49,7 +49,10 @@ CASES = (
     "sdpa-short",
     "skinny-misaligned",
     "non-pow2",
+    "comm-small",
 )
+SMALL_MSGS = 32  # comm-small: all-reduces per step
+SMALL_MSG_US = 8.0  # each: latency-bound (a 8 KB message; NCCL's in-node latency ~5-20 µs)
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,14 @@ def trace(
             t.op("c10d::allreduce_", [[16 * 1024 * 1024]], [bf[0]],
                  [("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", dur)])  # fmt: skip
             gap_total += dur
+        elif case == "comm-small":
+            rule = "comm-exposed"
+            # one all-reduce per small gradient, nothing to hide them: bucketing removes all but
+            # one message's latency, so their exposed time bounds the saving
+            for _ in range(SMALL_MSGS):
+                t.op("c10d::allreduce_", [[4096]], [bf[0]],
+                     [("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", SMALL_MSG_US)])  # fmt: skip
+                gap_total += SMALL_MSG_US
         elif case == "sync":
             rule = "overhead-host-sync"
             f, b = _bf16_mm(8192, 8192, 8192)

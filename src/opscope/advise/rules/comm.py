@@ -49,8 +49,10 @@ class CommExposed:
         f"step's critical path. Flagged when it is ≥ {EXPOSED_MIN_PCT:g}% of the step (the "
         "breakdown's communication_not_overlapped_ns, first rank); and separately when ≥ "
         f"{SMALL_MSG_MIN_PER_STEP} collectives per step are shorter than {SMALL_MSG_US:g} µs "
-        "(latency-bound small messages). Saving: the exposed time (an upper bound: overlap "
-        "needs independent compute), for small messages the exposed part of their time. Fix: "
+        "(latency-bound small messages). Saving: for small messages the exposed part of their "
+        "time (their share of the communication times the exposed communication), for the "
+        "exposed finding the rest of the exposed time (an upper bound: overlap needs "
+        "independent compute): the same exposed time is never claimed twice. Fix: "
         "overlap (DDP bucket_cap_mb / gradient_as_bucket_view, FSDP forward/backward prefetch, "
         "async_op=True with the wait later), bucket small tensors into one collective "
         "(torch.cat / DDP buckets), fewer parameter groups."
@@ -64,7 +66,50 @@ class CommExposed:
         comm, exposed = _exposed(profile)
         out: list[Finding] = []
         names = comm_k.group_by("name").len().sort("len", descending=True).head(5)
+        small_f: Finding | None = None
+        small_saving = 0.0
+        small = comm_k.filter(pl.col("dur_ns") < SMALL_MSG_US * 1000)
+        if small.height / max(steps.n, 1) >= SMALL_MSG_MIN_PER_STEP and comm > 0:
+            # the small messages' share of the exposed time: what bucketing can remove
+            small_ns = float(small.get_column("dur_ns").sum())
+            small_saving = exposed * small_ns / comm
+            small_f = c.make_finding(
+                profile,
+                rule=self.id,
+                title=(
+                    f"{small.height / max(steps.n, 1):.0f} collectives per step under "
+                    f"{SMALL_MSG_US:g} µs (latency-bound messages)"
+                ),
+                where=(None, None, None),
+                key="small",
+                saving_ns=small_saving,
+                saving_how="the small collectives' share of the exposed communication",
+                fix="# bucket small tensors into one collective\n"
+                "flat = torch.cat([t.flatten() for t in tensors]); dist.all_reduce(flat)",
+                evidence=c.evidence(
+                    small.group_by("name").len().sort("len").get_column("name").to_list()[:5],
+                    small.height,
+                    {"small_us_per_step": round(steps.per_step_us(small_ns), 3)},
+                    small.get_column("id").to_list(),
+                ),
+                steps=steps,
+                limit_ns=exposed,
+                limit_what="the exposed communication time",
+                method="device-idle",
+            )
+            out.append(small_f)
         if exposed > 0 and steps.pct(exposed) >= EXPOSED_MIN_PCT:
+            # the small messages' share is the small-message finding's (bucketing removes it):
+            # counted there, so that the two never claim the same exposed time twice
+            rest = max(exposed - small_saving, 0.0)
+            how = "the communication time with no compute kernel running (upper bound: " + (
+                "overlapping it needs independent compute)"
+            )
+            if small_f:
+                how += (
+                    f", less the small messages' {steps.per_step_us(small_saving):.1f} µs/step "
+                    f"counted in finding {small_f.id}"
+                )
             out.append(
                 c.make_finding(
                     profile,
@@ -72,51 +117,22 @@ class CommExposed:
                     title=f"exposed communication: {steps.pct(exposed):.0f}% of the step",
                     where=(None, None, None),
                     key="exposed",
-                    saving_ns=exposed,
-                    saving_how="the communication time with no compute kernel running (upper "
-                    "bound: overlapping it needs independent compute)",
+                    saving_ns=rest,
+                    saving_how=how,
                     fix="model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
                     "# FSDP: backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch",
-                    evidence=c.evidence(
-                        names.get_column("name").to_list(),
-                        comm_k.height,
-                        {
-                            "comm_us_per_step": round(steps.per_step_us(comm), 3),
-                            "exposed_us_per_step": round(steps.per_step_us(exposed), 3),
-                        },
-                        comm_k.get_column("id").to_list(),
-                    ),
-                    steps=steps,
-                    limit_ns=exposed,
-                    limit_what="the exposed communication time",
-                    method="device-idle",
-                )
-            )
-        small = comm_k.filter(pl.col("dur_ns") < SMALL_MSG_US * 1000)
-        if small.height / max(steps.n, 1) >= SMALL_MSG_MIN_PER_STEP and comm > 0:
-            # the small messages' share of the exposed time: what bucketing can remove
-            small_ns = float(small.get_column("dur_ns").sum())
-            saving = exposed * small_ns / comm
-            out.append(
-                c.make_finding(
-                    profile,
-                    rule=self.id,
-                    title=(
-                        f"{small.height / max(steps.n, 1):.0f} collectives per step under "
-                        f"{SMALL_MSG_US:g} µs (latency-bound messages)"
-                    ),
-                    where=(None, None, None),
-                    key="small",
-                    saving_ns=saving,
-                    saving_how="the small collectives' share of the exposed communication",
-                    fix="# bucket small tensors into one collective\n"
-                    "flat = torch.cat([t.flatten() for t in tensors]); dist.all_reduce(flat)",
-                    evidence=c.evidence(
-                        small.group_by("name").len().sort("len").get_column("name").to_list()[:5],
-                        small.height,
-                        {"small_us_per_step": round(steps.per_step_us(small_ns), 3)},
-                        small.get_column("id").to_list(),
-                    ),
+                    evidence={
+                        **c.evidence(
+                            names.get_column("name").to_list(),
+                            comm_k.height,
+                            {
+                                "comm_us_per_step": round(steps.per_step_us(comm), 3),
+                                "exposed_us_per_step": round(steps.per_step_us(exposed), 3),
+                            },
+                            comm_k.get_column("id").to_list(),
+                        ),
+                        **({"overlaps": [small_f.id]} if small_f else {}),
+                    },
                     steps=steps,
                     limit_ns=exposed,
                     limit_what="the exposed communication time",
