@@ -5,7 +5,8 @@ Each output is the text layout the Ascend PyTorch profiler writes and opscope's 
 accepts: ``rank0_ascend_pt/profiler_info_0.json`` and ``ASCEND_PROFILER_OUTPUT/`` holding
 ``trace_view.json`` (host ops with shapes and call stacks on the Python thread, CANN calls,
 ``async_npu`` flows from each op to its kernels, the HCCL group slice and its per-plane tasks)
-and ``kernel_details.csv`` (one row per device kernel: op type, OP State, shapes). A few steps
+and ``kernel_details.csv`` (one row per device kernel: op type, OP State, shapes and the
+PipeUtilization PMU columns of a Level1 profile: core and MTE times). A few steps
 of clean work that runs close to its bound (a 4096³ bf16 MatMul and a 4096² Add at 1.1× their
 bound, the figures of :mod:`helpers.planted`) plus one planted issue whose extra time (the
 *planted gap*, µs per step: what a perfect fix removes) follows from the plan here, not from
