@@ -153,13 +153,6 @@ def test_alexnet_910b_item_syncs_match_trace(alexnet: tuple[Profile, Path]) -> N
     assert got == len(items) > 0
 
 
-def _kineto_ready() -> None:
-    try:
-        import opscope.ingest.kineto  # noqa: F401
-    except Exception as e:  # the Kineto reader is another engineer's, maybe not there yet
-        pytest.skip(f"Kineto reader not available: {e}")
-
-
 def _kineto_events(path: Path) -> list[dict[str, Any]]:
     import gzip
 
@@ -171,7 +164,6 @@ def _kineto_events(path: Path) -> list[dict[str, Any]]:
 
 
 def test_h100_bert_launch_bound_matches_kernel_durations() -> None:
-    _kineto_ready()
     path = shared_trace("gpu/tracelens_h100_bert_small.json.gz")
     kern = [e for e in _kineto_events(path) if e.get("cat") == "kernel"]
     short = [e for e in kern if float(e["dur"]) < 5.0]
@@ -186,7 +178,6 @@ def test_h100_bert_launch_bound_matches_kernel_durations() -> None:
 
 
 def test_a100_alexnet_device_idle_matches_kernel_gaps() -> None:
-    _kineto_ready()
     path = shared_trace("gpu/hta_alexnet_a100_cuda_sync.json.gz")
     evs = _kineto_events(path)
     kern = sorted(

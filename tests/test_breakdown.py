@@ -84,7 +84,6 @@ def test_step_spread() -> None:
 
 
 def test_ascend_steps_equal_step_trace_time_csv() -> None:
-    pytest.importorskip("opscope.ingest.ascend", reason="Ascend reader not importable")
     from opscope.ingest import load
 
     d = shared_trace("ascend/alexnet_ddp_910b/level1_rank0_ascend_pt")

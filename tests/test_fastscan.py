@@ -26,7 +26,9 @@ from opscope.ingest import fastscan, gz, jsonscan
 from opscope.ingest.kineto import _TOP, _find_array, _first_char
 from opscope.model import schema
 
-pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
+pytestmark = pytest.mark.skipif(
+    not fastscan.available(), reason="the compiled scanner is switched off (OPSCOPE_SCANNER)"
+)
 
 
 def _array(data: bytes) -> tuple[int, int]:

@@ -140,7 +140,6 @@ def test_self_time_and_device_time_on_synthetic_profile() -> None:
 def test_ascend_kernel_type_totals_equal_op_statistic_csv(rel: str) -> None:
     import csv
 
-    pytest.importorskip("opscope.ingest.ascend", reason="Ascend reader not importable")
     from opscope.ingest import load
 
     d = shared_trace(rel)

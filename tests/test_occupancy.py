@@ -91,7 +91,8 @@ def test_ascend_blocks_vs_ai_cores_and_pipes() -> None:
 
 def test_h100_trace_blocks_per_sm_match_kineto() -> None:
     path = shared_trace("gpu/tracelens_h100_bert_small.json.gz")
-    kineto = pytest.importorskip("opscope.ingest.kineto")
+    from opscope.ingest import kineto
+
     profile = kineto.read_kineto(path, cache=False)
     res = utilisation(profile, Options())
     data = json.loads(gzip.decompress(path.read_bytes()))

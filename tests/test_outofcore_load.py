@@ -19,7 +19,9 @@ from conftest import SHARED_TRACES
 from opscope.ingest import fastscan, kineto, outofcore
 from test_scanner_differential import assert_same_profile
 
-pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
+pytestmark = pytest.mark.skipif(
+    not fastscan.available(), reason="the compiled scanner is switched off (OPSCOPE_SCANNER)"
+)
 
 SHARED = sorted(
     str(p.relative_to(SHARED_TRACES))

@@ -26,7 +26,9 @@ from helpers.shared_traces import kineto_shared_traces
 from opscope.errors import CorruptArchiveError
 from opscope.ingest import fastscan, gz
 
-pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
+pytestmark = pytest.mark.skipif(
+    not fastscan.available(), reason="the compiled scanner is switched off (OPSCOPE_SCANNER)"
+)
 
 
 def _streamed(path: Path, window: int) -> tuple[dict[str, Any], fastscan.Scanned] | None:

@@ -113,7 +113,8 @@ def test_short_calls_are_latency_bound_and_unknown_device_has_no_peak() -> None:
 
 def test_h100_trace_matmul_group_against_raw_json() -> None:
     path = shared_trace("gpu/tracelens_h100_bert_small.json.gz")
-    ingest = pytest.importorskip("opscope.ingest.kineto")
+    from opscope.ingest import kineto as ingest
+
     profile = ingest.read_kineto(path, cache=False)
     res = roofline(profile, Options())
     # independent: sum the kernels launched (correlation -> External id) under every
@@ -159,7 +160,8 @@ def test_ascend_matmul_kernels_against_kernel_details_csv() -> None:
     import csv
 
     root = shared_trace("ascend/alexnet_ddp_910b/level1_rank0_ascend_pt")
-    ascend = pytest.importorskip("opscope.ingest.ascend")
+    from opscope.ingest import ascend
+
     profile = ascend.read_ascend(root, cache=False)
     res = roofline(profile, Options())
     # independent: every MatMulV2 row of kernel_details.csv, FLOPs from the output [M, N] and
@@ -190,8 +192,9 @@ def test_ascend_matmul_kernels_against_kernel_details_csv() -> None:
 
 def test_training_step_backward_costs_from_the_ops_it_runs(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    kineto = pytest.importorskip("opscope.ingest.kineto")
     from torch.profiler import ProfilerActivity, profile
+
+    from opscope.ingest import kineto
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(

@@ -34,7 +34,9 @@ from helpers.shared_traces import kineto_shared_traces
 from opscope.ingest import fastscan, kineto
 from opscope.model import Profile, schema
 
-pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
+pytestmark = pytest.mark.skipif(
+    not fastscan.available(), reason="the compiled scanner is switched off (OPSCOPE_SCANNER)"
+)
 
 
 @contextlib.contextmanager

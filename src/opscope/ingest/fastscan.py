@@ -13,8 +13,7 @@ Its output is the reference decoder's, column for column (tests/test_fastscan.py
 trace we hold). It reads only what the reference reads without complaint; anything else — a
 field of an unexpected type, an escaped key, nesting deeper than the stack, invalid JSON — makes
 :func:`scan` return ``None`` and the caller runs the reference decoder, which reports the error or
-takes its lenient path. ``OPSCOPE_SCANNER=reference`` forces that path; without numba it is the
-only one.
+takes its lenient path. ``OPSCOPE_SCANNER=reference`` forces that path.
 
 Times come out as exact int64 ns: a decimal of up to three fraction digits (what Kineto writes) is
 converted from its digits; other numbers follow the reference rules (float64 rounding, or the
@@ -51,14 +50,9 @@ Buffer = bytes | mmap.mmap
 
 
 def available() -> bool:
-    """True when the compiled scanner can run (numba importable, not switched off)."""
-    if os.environ.get("OPSCOPE_SCANNER", "").lower() == "reference":
-        return False
-    try:
-        import numba  # noqa: F401
-    except ImportError:  # pragma: no cover - numba is a dependency; a platform may lack it
-        return False
-    return True
+    """True unless the compiled scanner is switched off (``OPSCOPE_SCANNER=reference``: the
+    msgspec reference decoder reads instead). numba is a dependency, not an option."""
+    return os.environ.get("OPSCOPE_SCANNER", "").lower() != "reference"
 
 
 # --------------------------------------------------------------------------------------------------

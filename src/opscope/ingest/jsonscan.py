@@ -25,7 +25,6 @@ from decimal import Decimal
 from typing import Any
 
 import msgspec
-import numpy as np
 import polars as pl
 from msgspec.structs import astuple
 
@@ -179,13 +178,6 @@ class Columns:
         if len(self.frames) == 1:
             return self.frames[0]
         return pl.concat(self.frames, how="vertical_relaxed", rechunk=False)
-
-
-def _raw_str(v: msgspec.Raw) -> str | None:
-    if not len(v):
-        return None
-    b = bytes(v)
-    return None if b == b"null" else b.decode("utf-8", "replace")
 
 
 def _mixed_series(name: str, values: list[Any]) -> tuple[pl.Series, pl.Series | None]:
@@ -518,8 +510,3 @@ def needs_exact_times(ts: pl.Series, dur: pl.Series, data: bytes, start: int, en
     if all(m is None or float(m) < EXACT_FLOAT_US for m in peaks):  # type: ignore[arg-type]
         return False
     return _BIG_FRACTION.search(data, start, end) is not None
-
-
-def ns_array(values: pl.Series) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """Int64 numpy view of a ns Series with nulls as the minimum int (for sorting)."""
-    return values.fill_null(np.iinfo(np.int64).min).to_numpy()

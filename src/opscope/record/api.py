@@ -539,8 +539,3 @@ def step() -> None:
     """
     if _ACTIVE:
         _ACTIVE[-1].step(source="user")
-
-
-def active_recorder() -> Recorder | None:
-    """The innermost running recorder, if any."""
-    return _ACTIVE[-1] if _ACTIVE else None
