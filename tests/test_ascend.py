@@ -8,6 +8,7 @@ import re
 from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -40,6 +41,15 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 def _ns(text: str) -> int:
     return int(Decimal(text.strip(' \t"')) * 1000)
+
+
+def _frames_of(p: Any) -> dict[int, list[str]]:
+    """Stack id -> its frames as "file(line): function" texts, innermost first."""
+    out: dict[int, list[str]] = {}
+    rows = p.stacks.sort("stack_id", "depth").select("stack_id", "file", "line", "function")
+    for sid, f, ln, fn in rows.iter_rows():
+        out.setdefault(sid, []).append(f"{f}({ln}): {fn}")
+    return out
 
 
 _cache: dict[str, object] = {}
@@ -200,23 +210,40 @@ def test_host_events_stacks_flows_and_counters() -> None:
     assert kinds["cpu_op"] + kinds["step"] == cat["cpu_op"]
     assert kinds["step"] == steps == 1
     assert kinds["python_function"] == cat["python_function"]
-    # Distinct "Call stack" texts -> stack ids; each op keeps its own stack.
-    stacks = {
-        e["args"]["Call stack"]
-        for e in trace
-        if e.get("cat") == "cpu_op" and e.get("args", {}).get("Call stack", "").strip("; \r\n")
+    # Each op with a "Call stack" has that stack, frame for frame (innermost first), as the
+    # shared linker interns it; the stacks of the rest come from python frames or enclosing ops.
+    frames = _frames_of(p)
+    op_stack = {
+        (n, ts): sid
+        for n, ts, sid in p.events.filter(pl.col("kind").is_in(["cpu_op", "step"]))
+        .select("name", "ts_ns", "stack_id")
+        .iter_rows()
     }
-    assert p.stacks.get_column("stack_id").n_unique() == len(stacks)
-    ops_with_stack = sum(
-        1
+    with_stack = [
+        e
         for e in trace
         if e.get("cat") == "cpu_op" and e.get("args", {}).get("Call stack", "").strip("; \r\n")
-    )
-    host_ops = p.events.filter(pl.col("kind").is_in(["cpu_op", "step"]))
-    assert ops_with_stack <= host_ops.get_column("stack_id").is_not_null().sum()
-    # fwdbwd pairs -> fwd_id
+    ]
+    assert len(with_stack) > 100
+    for e in with_stack:
+        want = [t.strip() for t in e["args"]["Call stack"].split(";") if t.strip()]
+        assert frames[op_stack[(e["name"], _ns(e["ts"]))]] == want, e["name"]
+    # fwd_id: every backward op with a sequence number -> the forward op of that number (the
+    # fwdbwd flows' pairs among them), as the shared linker links Kineto's.
     fb = Counter(e["ph"] for e in trace if e.get("cat") == "fwdbwd")
-    assert p.events.get_column("fwd_id").is_not_null().sum() == fb["f"]
+    ev = p.events
+    bwd = ev.filter(
+        (pl.col("kind") == "cpu_op") & pl.col("is_backward") & pl.col("seq").is_not_null()
+    )
+    linked = ev.filter(pl.col("fwd_id").is_not_null())
+    assert sorted(linked.get_column("id").to_list()) == sorted(bwd.get_column("id").to_list())
+    pairs = linked.select("seq", "fwd_id").join(
+        ev.select(pl.col("id").alias("fwd_id"), pl.col("seq").alias("fseq"), "is_backward"),
+        on="fwd_id",
+    )
+    assert (pairs.get_column("seq") == pairs.get_column("fseq")).all()
+    assert not pairs.get_column("is_backward").any()
+    assert linked.height > fb["f"] > 20
     # Counters: one row per "C" event with a value.
     nc = sum(1 for e in trace if e.get("ph") == "C")
     mem_rows = _rows(_out(d) / "memory_record.csv")

@@ -14,8 +14,11 @@ Rules (also in docs/loading.md):
   ``gpu_annotation`` ranges. Computed by pointer jumping over sorted arrays, no per-event loop.
 - **Launch** (``launch_id``): a device event's runtime/driver call with the same
   ``(rank, correlation)``; else the source of its ``ac2g`` flow.
-- **Op** (``op_id``): a runtime/driver event's innermost enclosing ``cpu_op``; a device event's
-  launch's op; if none, the ``cpu_op`` with the same ``(rank, external_id)``.
+- **Device events**: the device kinds, and any row a reader places on a device (``device`` set:
+  Ascend's hardware syncs and HCCL sub-tasks, kind ``other``); see :func:`on_device`.
+- **Op** (``op_id``): a host event's innermost enclosing ``cpu_op``; a device event's op as its
+  ``async_npu`` flow names it (Ascend), else its launch's op; if none, the ``cpu_op`` with the
+  same ``(rank, external_id)``.
 - **Backward** (``is_backward``): ``autograd::engine::evaluate_function*`` ops, autograd node ops
   (names ending in ``Backward`` + digits, how 2021 traces record them) and everything nested in
   them; device events inherit from their op.
@@ -24,11 +27,13 @@ Rules (also in docs/loading.md):
   ``evaluate_function`` wrapper and the node op inside it); without flows, the deepest forward op
   with the same ``(rank, seq)`` (and ``fwd_tid`` when both sides have one).
 - **Step** (``step``): the ProfilerStep#N (kind ``step``) whose time range holds the event's start,
-  per rank; device events take their op's step (their launch's, else their own time).
-- **Stacks** (``stack_id``, ``module``): an event's innermost enclosing ``python_function`` frame
-  (interned as a path of frames, ``nn.Module`` frames left out) or its ``call_stack`` string; the
-  module path is the chain of enclosing ``nn.Module: X`` frames joined by ``/`` (or the source's
-  "Module Hierarchy"). Device events take their op's.
+  per rank; device events take their op's step (their launch's; without either, the step the
+  source recorded, else their own time).
+- **Stacks** (``stack_id``, ``module``): the innermost of an event's own ``call_stack`` string,
+  that of the nearest enclosing event with one, and its nearest enclosing ``python_function``
+  frame (interned as a path of frames, ``nn.Module`` frames left out); the module path is the
+  chain of enclosing ``nn.Module: X`` frames joined by ``/`` (or the source's "Module
+  Hierarchy"). Device events take their op's.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ IntArray = np.ndarray[Any, np.dtype[np.int64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 
 #: Extra input columns link_events understands (dropped from its output).
-HELPER_COLUMNS: tuple[str, ...] = ("call_stack", "module_hierarchy")
+HELPER_COLUMNS: tuple[str, ...] = ("call_stack", "module_hierarchy", "frame_text")
 
 #: Raw flow endpoints as readers produce them (one row per ``s``/``f``/``t`` record).
 RAW_FLOWS: dict[str, pl.DataType | type[pl.DataType]] = {
@@ -127,6 +132,16 @@ def kind_mask(events: pl.DataFrame, *kinds: str) -> BoolArray:
         out: BoolArray = table[codes]
         return out
     return kind.cast(pl.String).is_in(list(kinds)).fill_null(False).to_numpy()
+
+
+def on_device(events: pl.DataFrame) -> BoolArray:
+    """Rows that run on a device: the device kinds, and any row a reader placed on a device
+    (``device`` set: Ascend's hardware syncs and HCCL sub-tasks, kind ``other``). Kineto sets
+    ``device`` on the device kinds only, so there this is the kind test."""
+    mask = kind_mask(events, *_DEVICE_KINDS)
+    if "device" in events.columns:
+        mask = mask | events.get_column("device").is_not_null().to_numpy()
+    return mask
 
 
 def _priority(events: pl.DataFrame) -> pl.Series:
@@ -458,7 +473,7 @@ def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     parent = _np(events.get_column("parent_id"))
     is_op = kind_mask(events, "cpu_op")
     is_launch = kind_mask(events, "runtime", "driver")
-    is_dev = kind_mask(events, *_DEVICE_KINDS)
+    is_dev = on_device(events)
     # op of host events: innermost enclosing cpu_op (runtime calls, python frames inside ops...)
     op = nearest_ancestor(parent, is_op)
     op[is_op] = -1
@@ -484,6 +499,14 @@ def link_launches(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
         launch[dst[need]] = src[need]
     has_l = launch >= 0
     op[has_l] = op[launch[has_l]]
+    # A device task's own op -> task flow (Ascend's async_npu) names its op outright.
+    if flows.height:
+        an = flows.filter(pl.col("kind") == "async_npu").unique("dst_id", keep="first")
+        dst = _np(an.get_column("dst_id"))
+        src = _np(an.get_column("src_id"))
+        ok = (dst >= 0) & (src >= 0)
+        ok[ok] = is_dev[dst[ok]]
+        op[dst[ok]] = src[ok]
     # External id fallback for launches and device events without an enclosing op
     need = (op < 0) & (is_launch | is_dev)
     if need.any():
@@ -653,12 +676,21 @@ def step_of_times(steps: pl.DataFrame, rank: pl.Series, ts: pl.Series) -> pl.Ser
 
 
 def assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Fill ``step`` (needs :func:`link_launches`)."""
+    """Fill ``step`` (needs :func:`link_launches`): the one rule, for every reader.
+
+    Host events: the step holding their start. Device events: their op's step, else their
+    launch's; without either, the step the source recorded for them (Ascend's
+    ``kernel_details.csv`` "Step Id"; Kineto records none), else the step holding their start.
+    """
     st = _np(step_of_times(steps, events.get_column("rank"), events.get_column("ts_ns")))
-    is_dev = kind_mask(events, *_DEVICE_KINDS)
+    is_dev = on_device(events)
     op = _np(events.get_column("op_id"))
     la = _np(events.get_column("launch_id"))
     via = np.where(op >= 0, op, la)
+    if "step" in events.columns:
+        own = _np(events.get_column("step"))
+        keep = is_dev & (via < 0) & (own >= 0)
+        st[keep] = own[keep]
     use = is_dev & (via >= 0)
     st[use] = st[via[use]]
     return events.with_columns(_nullable("step", st, pl.Int32))
@@ -736,7 +768,11 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
     Python frames are interned by path: two calls through the same chain of frames share a
     stack id. A ``call_stack`` column (``"file(line): func;..."``, innermost first) is interned
-    the same way for the events that carry it.
+    the same way for the events that carry it. A ``frame_text`` column, where a reader gives
+    one, is the text a frame is interned by instead of its name (Ascend: without the object
+    address of a built-in method, which differs from run to run).
+    An event's stack is the innermost of: its own call stack, the call stack of the nearest
+    enclosing event that has one, its nearest enclosing frame.
     """
     n = events.height
     name = events.get_column("name").fill_null("")
@@ -749,12 +785,15 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     next_id = 0
     # --- python frames: trie by levels
     if is_frame.any():
+        frame_text = name
+        if "frame_text" in events.columns:
+            frame_text = events.select(pl.coalesce("frame_text", "name").fill_null("")).to_series()
         fpar = nearest_ancestor(parent, is_frame)
         fidx = np.nonzero(is_frame)[0]
         lvl_parent = np.where(is_frame, fpar, -1)
         depth = _depths(lvl_parent)
         fr = pl.DataFrame(
-            {"i": fidx, "par": fpar[fidx], "d": depth[fidx], "text": name.gather(fidx)}
+            {"i": fidx, "par": fpar[fidx], "d": depth[fidx], "text": frame_text.gather(fidx)}
         )
         for d in range(int(depth[fidx].max()) + 1):
             lv = fr.filter(pl.col("d") == d)
@@ -770,7 +809,10 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             next_id += keys.height
         # every event: nearest enclosing non-module frame
         anc = fpar  # the same climb
+        own_sid = stack.copy()  # each frame's own stack id (-1 elsewhere)
         stack = np.where(is_frame, stack, np.where(anc >= 0, stack[np.maximum(anc, 0)], -1))
+    else:
+        own_sid = stack.copy()
     # --- call stack strings
     if "call_stack" in events.columns:
         cs = events.get_column("call_stack")
@@ -801,8 +843,14 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                 )
             )
             mapped = _np(cs.replace_strict(sid_of, default=None, return_dtype=pl.Int64))
-            use = (mapped >= 0) & (stack < 0)
-            stack[use] = mapped[use]
+            # The innermost record wins: an event's own call stack, else that of the nearest
+            # enclosing event that has one or the nearest enclosing frame, whichever is nearer.
+            # (A frame's name carries one line for its whole run; the call stack recorded
+            # by an op inside it names the line that called the op.)
+            src = (mapped >= 0) | (own_sid >= 0)
+            own_sid = np.where(mapped >= 0, mapped, own_sid)
+            near = nearest_ancestor(parent, src, include_self=True)
+            stack = np.where(near >= 0, own_sid[np.maximum(near, 0)], -1)
     # --- modules from nn.Module frames, one level of nesting at a time
     path = pl.repeat(None, n, dtype=pl.String, eager=True).alias("module")
     if is_mod.any():
@@ -833,12 +881,7 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         module = pl.DataFrame({"a": module, "b": mh}).select(pl.coalesce("a", "b")).to_series()
     # device / launch events take their op's stack and module
     op = _np(events.get_column("op_id"))
-    dev = kind_mask(
-        events,
-        *_DEVICE_KINDS,
-        "runtime",
-        "driver",
-    )
+    dev = on_device(events) | kind_mask(events, "runtime", "driver")
     use = dev & (op >= 0) & (stack < 0)
     stack[use] = stack[op[use]]
     from_op = _gather(module, np.where(dev, op, -1))

@@ -57,7 +57,7 @@ from opscope.ingest.ascend.layout import (
     is_ascend_dir,
     rank_of,
 )
-from opscope.ingest.ascend.linking import _link, parse_stacks
+from opscope.ingest.ascend.linking import _link
 from opscope.ingest.ascend.memory import _memory_from_frames, _memory_links
 from opscope.ingest.ascend.reader import read_ascend, read_communication
 from opscope.ingest.ascend.steps import _steps_from_frame
@@ -85,7 +85,6 @@ __all__ = [
     "cache_anchor",
     "find_output_dir",
     "is_ascend_dir",
-    "parse_stacks",
     "rank_of",
     "read_ascend",
     "read_communication",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
+from opscope.ingest import link
 from opscope.ingest.ascend.convert import us_text_to_ns
 from opscope.ingest.ascend.csvfile import _col, read_csv
 from opscope.model import schema as S
@@ -89,21 +90,14 @@ def _memory_from_frames(
 
 
 def _memory_links(memory: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
-    """Step of each allocation: the ProfilerStep slice holding its timestamp."""
-    steps = (
-        events.filter(pl.col("kind") == "step")
-        .select(
-            pl.col("ts_ns").alias("_sts"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("_send"),
-            pl.col("step").alias("_step"),
-        )
-        .sort("_sts")
-    )
-    if memory.height == 0 or steps.height == 0:
+    """Step of each allocation: the ProfilerStep holding its timestamp, by the shared linker's
+    rule (:func:`opscope.ingest.link.step_of_times`, as for Kineto's memory rows)."""
+    if memory.height == 0:
         return memory
-    m = memory.with_row_index("_r").sort("ts_ns")
-    m = m.join_asof(steps, left_on="ts_ns", right_on="_sts", strategy="backward")
-    m = m.with_columns(
-        pl.when(pl.col("ts_ns") < pl.col("_send")).then(pl.col("_step")).alias("step")
+    steps = link.step_numbers(events)
+    rank = events.get_column("rank")[0] if events.height else 0
+    return memory.with_columns(
+        link.step_of_times(
+            steps, pl.repeat(rank, memory.height, dtype=pl.Int32, eager=True), memory["ts_ns"]
+        )
     )
-    return m.sort("_r").drop("_r", "_sts", "_send", "_step")

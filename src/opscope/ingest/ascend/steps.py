@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from opscope.ingest import link
 from opscope.ingest.ascend.convert import _us_float_to_ns
 from opscope.ingest.ascend.csvfile import _col, read_csv
 from opscope.model import schema as S
@@ -25,15 +26,8 @@ def _read_steps(
 
 def _steps_from_frame(df: pl.DataFrame | None, events: pl.DataFrame) -> pl.DataFrame:
     """Steps from a step_trace_time table (strings, the CSV's columns; None: from the events)."""
-    marks = (
-        events.filter(pl.col("kind") == "step")
-        .select(
-            pl.col("name").str.extract(r"#(\d+)").cast(pl.Int32, strict=False).alias("step"),
-            "ts_ns",
-            "dur_ns",
-        )
-        .unique("step", keep="first")
-    )
+    # the ProfilerStep#N slices, read as the shared linker reads them
+    marks = link.step_numbers(events).select("step", "ts_ns", "dur_ns")
     dev = (
         events.filter(pl.col("device").is_not_null() & pl.col("step").is_not_null())
         .group_by("step")
