@@ -271,7 +271,9 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
 @per_profile
 def _breakdown(profile: Profile) -> Breakdown:
     # Once per Profile: the report's "breakdown" and the cluster analysis both ask for it.
-    ev = profile.events
+    # the columns used, before any filter (filtering every column of the events was the cost);
+    # ``step`` too: the host parts keep the event's own step (the window's is ``step_right``)
+    ev = profile.events.select("rank", "step", "kind", "name", "ts_ns", "dur_ns")
     win = _windows(profile)
     dev = _device_work(profile)
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
