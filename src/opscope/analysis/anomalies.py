@@ -35,14 +35,10 @@ from typing import Any
 
 import polars as pl
 
-from opscope.analysis.hotspots import (
-    DEVICE_WORK,
-    ancestor_pairs,
-    markdown_table,
-    op_times,
-    rows,
-)
+from opscope.analysis.flops import host_op_costs
+from opscope.analysis.hotspots import DEVICE_WORK, markdown_table, op_times, rows
 from opscope.analysis.registry import Options, Result, analysis
+from opscope.analysis.tree import Forest
 from opscope.model import Profile
 
 #: Robust z-score above which a call is far outside its group (5 MADs: ~1e-6 for a normal).
@@ -196,9 +192,16 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         & (pl.col("dur_ns") - pl.col("med") >= MIN_EXCESS_NS)
     ).with_columns((pl.col("dur_ns") - pl.col("med")).alias("excess"))
     if out.height and not profile.has_device:
-        # Drop outliers explained by a nested outlier.
-        host = profile.events.filter(pl.col("kind") != "kernel")
-        pairs = ancestor_pairs(host)
+        # Drop outliers explained by a nested outlier: walk up from the outliers only (every
+        # (event, ancestor) pair of the host tree was 0.14 s on a 138k-event trace)
+        host = profile.events.filter(pl.col("kind") != "kernel").select("id", "parent_id")
+        forest = Forest.of(host)
+        out_ids = out.get_column("id")
+        idx, anc, _ = forest.ancestor_pairs(forest.positions(out_ids))
+        pairs = pl.DataFrame(
+            {"id": out_ids.to_numpy()[idx], "anc_id": forest.ids[anc]},
+            schema={"id": pl.Int64, "anc_id": pl.Int64},
+        )
         inner = (
             pairs.join(out.select("id", "excess"), on="id")
             .join(out.select(pl.col("id").alias("anc_id")), on="anc_id")
@@ -260,10 +263,6 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
 def _costs(profile: Profile) -> pl.DataFrame:
     """(id, flops, bytes) per op: the roofline engineer's formulas, else the trace's flops."""
     ops = profile.events.filter(pl.col("kind") == "cpu_op")
-    try:
-        from opscope.analysis.flops import host_op_costs
-    except ImportError:
-        return ops.select("id", "flops", pl.lit(None, pl.Int64).alias("bytes"))
     c = host_op_costs(profile).select("id", "flops", "bytes")
     return c.join(ops.select("id", pl.col("flops").alias("f0")), on="id", how="left").select(
         "id", pl.coalesce("flops", "f0").alias("flops"), "bytes"
