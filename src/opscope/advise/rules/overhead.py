@@ -341,12 +341,18 @@ class LaunchBound:
 
 
 def _idle_ns(profile: Profile) -> float:
-    """Time between kernels when none runs on any stream (per rank and device), counted only
-    inside steps when the kernels carry their step (gaps between steps are not the step's)."""
+    """Time between kernels when none runs on any stream, counted only inside steps when the
+    kernels carry their step (gaps between steps are not the step's), on the rank whose steps
+    :func:`~opscope.advise._common.step_info` measures (the first) and, of its devices, the
+    most idle one: a total over ranks or devices set against one rank's step would read as
+    more than the whole step (two ranks idle 54% each is not "107% of the step")."""
     k = profile.kernels.select("rank", "device", "step", "ts_ns", "dur_ns").drop_nulls(["ts_ns"])
     if k.height == 0:
         return 0.0
-    by = ["rank", "device"]
+    r0 = k.get_column("rank").min()
+    if r0 is not None:
+        k = k.filter(pl.col("rank") == r0)
+    by = ["device"]
     if k.get_column("step").drop_nulls().len():
         k = k.filter(pl.col("step").is_not_null())
         by.append("step")
@@ -354,10 +360,13 @@ def _idle_ns(profile: Profile) -> float:
     k = k.sort([*by, "ts_ns"]).with_columns(
         pl.col("end").cum_max().shift(1).over(by).alias("prev_end")
     )
-    gaps = k.select(
-        (pl.col("ts_ns") - pl.col("prev_end")).clip(lower_bound=0).fill_null(0).sum()
-    ).item()
-    return float(gaps or 0)
+    per_device = k.group_by("device").agg(
+        (pl.col("ts_ns") - pl.col("prev_end")).clip(lower_bound=0).fill_null(0).sum().alias("idle")
+    )
+    if per_device.height == 0:
+        return 0.0
+    top = per_device.get_column("idle").max()
+    return float(top) if isinstance(top, int | float) else 0.0
 
 
 class DeviceIdle:
@@ -368,7 +377,8 @@ class DeviceIdle:
         "Time inside a step when no kernel runs on any stream of the device is time the "
         "device waits for the host (Python, data, syncs, launches). The rule sums the gaps "
         "between kernels (union of all streams, per device, within each step when kernels "
-        "carry their step) and fires when they are ≥ "
+        "carry their step; of a multi-rank profile the first rank, whose steps are the step "
+        "time, and its most idle device) and fires when they are ≥ "
         f"{IDLE_MIN_PCT:g}% of step time. Saving: the idle time (an upper bound: some host "
         "work cannot be overlapped). Fix: overlap the host work (prefetch data, avoid syncs, "
         "`torch.compile`, CUDA graphs); see the launch-bound and host-sync findings for the "
