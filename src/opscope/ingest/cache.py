@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,18 @@ def store(
             evict(parent, keep=saved)
         return saved
     return None
+
+
+def spill_folder(path: Path) -> Path:
+    """A new empty folder for the Parquet files of an out-of-core load of ``path``
+    (:mod:`opscope.ingest.spill`; the loader removes it): under the user cache folder, else the
+    system's temporary folder when that is not writable."""
+    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in path.name)[:60]
+    root = user_cache_root() / "spill"
+    with contextlib.suppress(OSError):
+        root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=root))
+    return Path(tempfile.mkdtemp(prefix=f"opscope-spill-{stem}-"))
 
 
 def _size(d: Path) -> int:

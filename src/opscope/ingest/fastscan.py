@@ -804,17 +804,24 @@ def scan_stream(
     *,
     window: int | None = None,
     progress: Callable[[int], None] | None = None,
+    sink: Callable[[int, Scanned], None] | None = None,
 ) -> tuple[dict[str, Any], Scanned] | None:
     """:func:`scan_document` on a text read forward by ``read(n)`` (a file, or a gzip inflated
     on the fly: :class:`opscope.ingest.gz.Stream`), holding at most a window of ``window`` bytes
     (default :data:`WINDOW_BYTES`; grown to hold an event that does not fit, up to
     ``_WINDOW_GROWTH`` times) instead of the whole text. Same result as :func:`scan_document` on
-    the whole text; ``None`` likewise. ``progress(pos)``: text bytes read so far."""
+    the whole text; ``None`` likewise. ``progress(pos)``: text bytes read so far.
+
+    With ``sink`` the events are not held: at the end of each window, ``sink(first_row,
+    window_events)`` receives that window's rows (a :class:`Scanned` of the window alone; its
+    string codes are already those of the whole scan, its ``exact`` is False: ns of numbers
+    left as text are float-derived) and the returned :class:`Scanned` keeps only the count,
+    the counters, ``exact`` and the ``ts``/``dur`` number texts (for an exact-time patch)."""
     if not available():
         return None
     win = _Window(read, max(64, window or WINDOW_BYTES))
     try:
-        return _document_stream(win, progress)
+        return _document_stream(win, progress, sink)
     except (_Bail, msgspec.DecodeError):
         return None
     finally:
@@ -822,7 +829,9 @@ def scan_stream(
 
 
 def _document_stream(
-    win: _Window, progress: Callable[[int], None] | None
+    win: _Window,
+    progress: Callable[[int], None] | None,
+    sink: Callable[[int, Scanned], None] | None = None,
 ) -> tuple[dict[str, Any], Scanned]:
     k = _kernels()
     ctl = np.zeros(k.C_SLOTS, dtype=np.int64)
@@ -844,7 +853,7 @@ def _document_stream(
     p = win.ws(0)
     c = win.mm[p : p + 1]
     if p < win.n and c == b"[":
-        scanned, stop = _scan_stream(win, p, progress)
+        scanned, stop = _scan_stream(win, p, progress, sink)
         if win.ws(stop) != win.n:
             raise _Bail
         return {}, scanned
@@ -866,7 +875,7 @@ def _document_stream(
         if key == "traceEvents":
             if events is not None or win.mm[p : p + 1] != b"[":
                 raise _Bail
-            events, p = _scan_stream(win, p, progress)
+            events, p = _scan_stream(win, p, progress, sink)
         else:
             header[key], p = value(p)
         p = win.ws(p)
@@ -880,7 +889,10 @@ def _document_stream(
 
 
 def _scan_stream(
-    win: _Window, start: int, progress: Callable[[int], None] | None
+    win: _Window,
+    start: int,
+    progress: Callable[[int], None] | None,
+    sink: Callable[[int, Scanned], None] | None = None,
 ) -> tuple[Scanned, int]:
     """:func:`_scan` over a sliding window: the array at ``win.mm[start]``, read window by
     window; returns (events, position in the window after the closing bracket).
@@ -906,6 +918,8 @@ def _scan_stream(
     n_total = 0
     pos, first, done = start + 1, True, False
     cur = 0
+    flushed = 0  # rows handed to ``sink`` so far
+    starts: dict[str, int] = {}  # field -> the row its held pieces begin at (sink only)
 
     def run(
         b: _ChunkBuf, addr: int, lim: int, at: int, first: bool, most: int = chunk
@@ -999,6 +1013,9 @@ def _scan_stream(
                 counters += [
                     c for c in jsonscan._counter_decoder.decode(b"[" + text + b"]") if c.ph == "C"
                 ]
+            if sink is not None and n_total > flushed:
+                sink(flushed, _window_rows(fields, starts, flushed, n_total, strings, raw_texts))
+                flushed = n_total
             if progress is not None:
                 progress(win.off + stop)
             if done:
@@ -1022,3 +1039,35 @@ def _scan_stream(
         big = max([ts.max_abs_us] + [abs(float(x)) for x in ts.texts.values()])
         exact = big >= jsonscan.EXACT_FLOAT_US
     return Scanned(n_total, fields, strings, raw_texts, exact, counters), stop
+
+
+def _window_rows(
+    fields: dict[str, _Field],
+    starts: dict[str, int],
+    lo: int,
+    hi: int,
+    strings: list[str | None],
+    raws: list[str | None],
+) -> Scanned:
+    """Rows ``[lo, hi)`` of the scan as a :class:`Scanned` of their own, taken out of ``fields``
+    (whose pieces then hold nothing; ``starts`` records where the next pieces begin). A field
+    first seen in this window holds a null piece from row 0: its rows before ``lo`` are cut off.
+    The ``ts``/``dur`` number texts stay in ``fields`` too (the exact-time patch needs them)."""
+    out: dict[str, _Field] = {}
+    for nm, f in fields.items():
+        w = _Field(nm, f.kind, seen=f.seen, rows=hi - lo, max_abs_us=f.max_abs_us)
+        if f.seen:
+            cut = lo - starts.get(nm, 0)
+            if f.nums:
+                w.nums = [pl.concat(f.nums, rechunk=False).slice(cut)]
+            if f.ns:
+                w.ns = [pl.concat(f.ns, rechunk=False).slice(cut)]
+            if f.codes:
+                w.codes = [np.concatenate(f.codes)[cut:]]
+            f.nums, f.ns, f.codes = [], [], []
+            starts[nm] = hi
+            w.texts = {i - lo: t for i, t in f.texts.items() if i >= lo}
+            if nm not in ("ts", "dur"):
+                f.texts = {}
+        out[nm] = w
+    return Scanned(hi - lo, out, strings, raws, False, [])

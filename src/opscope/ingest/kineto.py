@@ -139,13 +139,17 @@ def _parse_fast(
 
     An uncompressed file is memory-mapped and the pages the scanner has passed are dropped from
     this process (they stay in the page cache): the text never adds its size to the peak.
-    With ``stream`` a ``.json.gz`` is inflated through a bounded window instead of in full
-    (:func:`fastscan.scan_stream`; a trace over the memory budget).
+    With ``stream`` (a trace over the memory budget) the text is read through a bounded window
+    and each window's slices are spilled to Parquet (:mod:`opscope.ingest.spill`); where that
+    steps aside, a ``.json.gz`` is still inflated through the window (:func:`_parse_stream`).
     """
     if not fastscan.available():
         return None
-    if stream and gz.is_gzip(path):
-        return _parse_stream(path, progress, rank)
+    if stream:
+        from opscope.ingest import spill  # (imports this module)
+
+        spilled = spill.load(path, progress, rank)
+        return spilled if spilled is not None else _parse_stream(path, progress, rank)
 
     def scan_progress(done: int, total: int) -> None:
         if progress is not None:
@@ -539,7 +543,36 @@ def _build_profile(
     mem = _memory_rows(raw[0], rk)
     names = _thread_names(raw[0])
     notes = _format_notes(raw[0])
-    events = _events_table(raw, rk, oddities)
+    # (no local name for the events: _linked_profile frees them once linked)
+    return _linked_profile(
+        [_events_table(raw, rk, oddities)],
+        raw_flows,
+        mem,
+        names,
+        notes,
+        counters,
+        header,
+        path,
+        oddities,
+        rk,
+    )
+
+
+def _linked_profile(
+    held: list[pl.DataFrame],
+    raw_flows: pl.DataFrame,
+    mem: pl.DataFrame,
+    names: pl.DataFrame,
+    notes: list[str],
+    counters: list[jsonscan.CounterEvent],
+    header: dict[str, Any],
+    path: Path,
+    oddities: dict[str, int],
+    rk: int,
+) -> Profile:
+    """The Profile of the unlinked events table ``held.pop()`` (in time order, ids 0..n-1) and
+    the small tables selected beside it (the in-memory and the spilled load's common end)."""
+    events = held.pop()
     linked = link.link_events(events, raw_flows)
     del events
     n_flow_pairs = raw_flows.filter(pl.col("phase") == "s").height

@@ -1,0 +1,262 @@
+"""Out-of-core load, phase 2 (issue 24; design: docs/out-of-core.md): each scanned window's
+slices go to a Parquet file of the spill folder as soon as the window is read, so the wide
+decoded frame (about 1.2 GB per GB of text) exists one window at a time, never whole.
+
+What :func:`fastscan.scan_stream` hands over per window (its rows, with string codes of the
+whole scan's string table) is turned here into what the in-memory load selects from the whole
+frame (:func:`opscope.ingest.kineto._build_profile`):
+
+- the slices, as unlinked EVENTS rows (``kineto._events_table`` on the window): one Parquet file
+  per window, in window order;
+- the small subsets, kept in memory: flow records, ``[memory]`` instants, thread and process
+  names, the range-profiler rows' durations, the oddity counts.
+
+What the in-memory load computes over the whole trace is carried across windows:
+
+- a non-numeric ``pid``/``tid`` ("Spans") gets ``-1 - its dense rank among the trace's distinct
+  non-numeric values``: each window gives each new string a provisional id
+  (:data:`PROVISIONAL_BASE` + first-seen order) and the final ids replace them once all are known;
+- the events' ids are the row numbers of a stable sort of all slices by ``ts_ns``: each window's
+  file is already sorted stably, and the files are read back in window order, so one more
+  stable sort gives the whole trace's order;
+- exact times: whether ``ts``/``dur`` numbers the kernel left as text are read as decimal or
+  float-derived ns depends on the largest ``ts`` of the trace. Windows use float-derived ns; in
+  the rare trace that turns out to need the decimal reading of such a number, :func:`load`
+  returns None and the caller loads it the phase-1 way.
+
+Then the events are read back whole, sorted and linked in memory (phase 3 links per window):
+the peak is the events table and the linking, not the wide frame.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from opscope.ingest import cache, fastscan, gz, kineto
+from opscope.model import Profile
+
+WINDOW_BYTES = 64 * 1024**2
+"""Text scanned per window when spilling (or ``fastscan.WINDOW_BYTES`` when smaller): each
+window's decoded frame is about 1.2 bytes per byte of text, so the scan's peak is a few windows
+(0.67 GB for a 1 GB trace at 64 MB; 1.23 GB at 256 MB), and the time is the same."""
+
+PROVISIONAL_BASE = -(2**31)
+"""Provisional ids of non-numeric tracks while the scan runs: ``PROVISIONAL_BASE + i`` for the
+i-th distinct string met (Int32, as the ``device`` column that a device slice's pid fills)."""
+
+_TRACK_COLUMNS: dict[str, tuple[str, ...]] = {"pid": ("pid", "device"), "tid": ("tid", "stream")}
+"""Columns of the events table that hold a pid or a tid (a device slice's ``device`` and
+``stream`` default to its pid and tid)."""
+
+# The in-memory load's order of first bumps (kineto._build_profile): _raw_flows, then
+# _events_table; the oddities dict is kept in that order.
+_ODDITY_ORDER = (
+    "flow without id (dropped)",
+    "unsupported phase",
+    "slice without ts (dropped)",
+    "slice without dur (0 used)",
+    "negative duration (clamped to 0)",
+    "slice without name",
+    "slice without pid/tid",
+)
+
+
+@dataclass
+class _Provisional:
+    """Provisional ids of one column's non-numeric track names, in first-seen order."""
+
+    ids: dict[str, int] = field(default_factory=dict)
+
+    def assign(self, raw: pl.DataFrame, c: str) -> pl.DataFrame:
+        """``raw`` with ``{c}_n`` filled for non-numeric names (provisional ids)."""
+        bad = pl.col(f"{c}_n").is_null() & pl.col(f"{c}_str").is_not_null()
+        new = raw.filter(bad).get_column(f"{c}_str").unique(maintain_order=True).to_list()
+        if not new:
+            return raw
+        for s in new:
+            self.ids.setdefault(s, PROVISIONAL_BASE + len(self.ids))
+        keys = pl.Series(list(self.ids), dtype=pl.String)
+        vals = pl.Series(list(self.ids.values()), dtype=pl.Int64)
+        return raw.with_columns(
+            pl.when(bad)
+            .then(pl.col(f"{c}_str").replace_strict(keys, vals, default=None))
+            .otherwise(pl.col(f"{c}_n"))
+            .alias(f"{c}_n")
+        )
+
+    def final(self) -> tuple[list[int], list[int]]:
+        """(provisional ids, final ids): ``-1 - dense rank`` of each name among all names."""
+        order = {s: i for i, s in enumerate(sorted(self.ids))}
+        old = list(self.ids.values())
+        return old, [-2 - order[s] for s in self.ids]
+
+
+class Spill:
+    """The sink of :func:`fastscan.scan_stream`: one window at a time to ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.files: list[Path] = []
+        self.flows: list[pl.DataFrame] = []
+        self.memory: list[pl.DataFrame] = []
+        self.names: list[pl.DataFrame] = []
+        self.ranges: list[pl.DataFrame] = []  # cuda_profiler_range rows' dur_ns
+        self.oddities: dict[str, int] = {}
+        self.tracks = {"pid": _Provisional(), "tid": _Provisional()}
+        self.rows = 0
+
+    def __call__(self, first_row: int, window: fastscan.Scanned) -> None:
+        cols, (ts_ns, dur_ns) = window.columns()
+        del window
+        raw = cols.frame()
+        cols.frames.clear()
+        raw = self._times_and_tracks(raw, ts_ns, dur_ns)
+        # rank 0 here: the header (which may follow the events) gives the rank at the end
+        self.flows.append(kineto._raw_flows(raw, 0, self.oddities))
+        self.memory.append(kineto._memory_rows(raw, 0))
+        self.names.append(kineto._thread_names(raw))
+        self.ranges.append(raw.filter(pl.col("cat_l") == "cuda_profiler_range").select("dur_ns"))
+        events = kineto._events_table([raw], 0, self.oddities)
+        file = self.folder / f"events-{len(self.files):05d}.parquet"
+        events.drop("id").write_parquet(file, compression="lz4", statistics=False)
+        self.files.append(file)
+        self.rows += events.height
+
+    def _times_and_tracks(
+        self, raw: pl.DataFrame, ts_ns: pl.Series, dur_ns: pl.Series
+    ) -> pl.DataFrame:
+        """``kineto._with_times_and_tracks`` for one window (non-numeric tracks: provisional)."""
+        raw = raw.with_columns(
+            ts_ns.alias("ts_ns"),
+            dur_ns.alias("dur_ns"),
+            kineto._track_ids(pl.col("pid"), pl.col("pid_str")).alias("pid_n"),
+            kineto._track_ids(pl.col("tid"), pl.col("tid_str")).alias("tid_n"),
+        )
+        cat_l = kineto._per_distinct(raw.get_column("cat"), lambda e: e.str.to_lowercase())
+        raw = raw.with_columns(cat_l.alias("cat_l"))
+        for c, prov in self.tracks.items():
+            raw = prov.assign(raw, c)
+        return raw
+
+    def finish(
+        self,
+        header: dict[str, Any],
+        scanned: fastscan.Scanned,
+        path: Path,
+        rank: int | None,
+    ) -> Profile:
+        """The Profile: the windows' events read back, renumbered, sorted and linked."""
+        rk = kineto._rank_of(header, rank)
+        oddities: dict[str, int] = {}
+        for key in _ODDITY_ORDER + tuple(k for k in self.oddities if k not in _ODDITY_ORDER):
+            kineto._bump(oddities, key, self.oddities.get(key, 0))
+        maps = {c: prov.final() for c, prov in self.tracks.items()}
+        rank_col = pl.lit(rk, pl.Int32).alias("rank")
+
+        def small(parts: list[pl.DataFrame]) -> pl.DataFrame:
+            df = pl.concat(parts, how="vertical_relaxed")
+            parts.clear()
+            return _renumbered(df, maps, {"pid": ("pid",), "tid": ("tid",)})
+
+        flows = small(self.flows).with_columns(rank_col)
+        memory = small(self.memory).with_columns(rank_col)
+        names = small(self.names).unique(["pid", "tid", "_proc"], keep="first", maintain_order=True)
+        notes = _range_notes(pl.concat(self.ranges, how="vertical_relaxed").get_column("dur_ns"))
+        self.ranges.clear()
+        events = self._sorted_events(maps, rk)
+        return kineto._linked_profile(
+            [events], flows, memory, names, notes, scanned.counters, header, path, oddities, rk
+        )
+
+    def _read(self, columns: list[str]) -> pl.DataFrame:
+        """``columns`` of every window's file, in window order (relaxed: a column that no row
+        of a window has is all null, typed by the scanner's default, in that window's file)."""
+        parts = [pl.read_parquet(f, columns=columns) for f in self.files]
+        return pl.concat(parts, how="vertical_relaxed", rechunk=False)
+
+    def _sorted_events(self, maps: dict[str, tuple[list[int], list[int]]], rk: int) -> pl.DataFrame:
+        """``kineto._sorted_by_time`` of the windows' events read back: the order from the
+        ``ts_ns`` column alone, then a few columns at a time read, renumbered and gathered, so
+        the unsorted table is never held beside the sorted one."""
+        order = (
+            self._read(["ts_ns"])
+            .select(pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts_ns", maintain_order=True))
+            .to_series()
+        )
+        parts = [pl.int_range(order.len(), dtype=pl.Int64, eager=True).alias("id").to_frame()]
+        names = list(pl.read_parquet_schema(self.files[0]))
+        for i in range(0, len(names), kineto._SORT_BATCH):
+            batch = self._read(names[i : i + kineto._SORT_BATCH])
+            batch = _renumbered(batch, maps, _TRACK_COLUMNS)
+            if "rank" in batch.columns:
+                batch = batch.with_columns(pl.lit(rk, pl.Int32).alias("rank"))
+            parts.append(batch[order])
+        for f in self.files:
+            f.unlink(missing_ok=True)
+        return pl.concat(parts, how="horizontal")
+
+
+def _renumbered(
+    df: pl.DataFrame,
+    maps: dict[str, tuple[list[int], list[int]]],
+    columns: dict[str, tuple[str, ...]],
+) -> pl.DataFrame:
+    """``df`` with the provisional track ids replaced by the final ones."""
+    exprs = []
+    for c, (old, new) in maps.items():
+        if old:
+            exprs += [pl.col(col).replace(old, new) for col in columns[c] if col in df.columns]
+    return df.with_columns(exprs) if exprs else df
+
+
+def _range_notes(durs: pl.Series) -> list[str]:
+    """``kineto._format_notes`` from the range-profiler rows' durations of every window."""
+    if not durs.len():
+        return []
+    distinct = durs.drop_nulls().unique()
+    same = f", all {distinct.item() / 1000:g} us long" if distinct.len() == 1 else ""
+    return [
+        f"CUPTI range-profiler trace: {durs.len()} kernels recorded as hardware-counter "
+        f"ranges (cuda_profiler_range{same}), not timed; not read as kernels"
+    ]
+
+
+def needs_decimal_times(scanned: fastscan.Scanned) -> bool:
+    """True when the trace's exact (decimal) ns differ from what the windows used: its times
+    are large enough for the exact reading and some ``ts``/``dur`` number was left as text."""
+    return scanned.exact and any(scanned.fields[c].texts for c in ("ts", "dur"))
+
+
+def load(
+    path: Path,
+    progress: Callable[[str, int, int], None] | None,
+    rank: int | None,
+) -> Profile | None:
+    """The Profile of ``path`` read window by window through the spill folder; None when the
+    byte scanner steps aside (or decimal times are needed: see the module doc)."""
+    folder = cache.spill_folder(path)
+    try:
+        spill = Spill(folder)
+        with gz.Stream(path) as st:
+
+            def stream_progress(_: int) -> None:
+                if progress is not None:
+                    progress("parse", st.consumed, st.size)
+
+            window = min(WINDOW_BYTES, fastscan.WINDOW_BYTES)
+            got = fastscan.scan_stream(st.read, window=window, progress=stream_progress, sink=spill)
+        if got is None or not spill.files or needs_decimal_times(got[1]):
+            return None
+        header, scanned = got
+        return spill.finish(header, scanned, path, rank)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the spill root too, unless another load uses it
+            folder.parent.rmdir()

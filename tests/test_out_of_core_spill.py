@@ -1,0 +1,172 @@
+"""Out-of-core load, phase 2: each window's slices spilled to Parquet (opscope.ingest.spill).
+
+A tiny budget forces the out-of-core path and tiny windows make every trace many windows; every
+Profile table must equal the in-memory load's (the reference), the spill folder must be gone
+afterwards, and what the spill carries across windows (non-numeric track ids, oddity counts,
+the rank from a header after the events) is checked against hand-computed values.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from conftest import SHARED_TRACES
+from opscope.ingest import fastscan, kineto, outofcore, spill
+from opscope.model import Profile
+from test_scanner_differential import assert_same_profile
+
+pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
+
+SHARED = sorted(
+    str(p.relative_to(SHARED_TRACES))
+    for sub in ("gpu", "compare", "multi_rank")
+    for p in (SHARED_TRACES / sub).glob("**/*.json*")
+    if SHARED_TRACES.is_dir() and not any(part.startswith(".") for part in p.parts)
+)
+
+
+class Spied:
+    """What the spill did during a load: windows handed over, files written, loads that
+    stepped aside (None)."""
+
+    def __init__(self) -> None:
+        self.windows: list[int] = []  # rows per window
+        self.files: list[Path] = []
+        self.results: list[bool] = []
+
+
+@pytest.fixture
+def spied(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Spied]:
+    monkeypatch.delenv(outofcore.ENV, raising=False)
+    monkeypatch.setenv("OPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    s = Spied()
+    real_call, real_load = spill.Spill.__call__, spill.load
+
+    def call(self: spill.Spill, first_row: int, window: fastscan.Scanned) -> None:
+        s.windows.append(window.n)
+        real_call(self, first_row, window)
+        s.files.append(self.files[-1])
+        assert self.files[-1].is_file(), "the window's rows are on disk once it is handed over"
+
+    def load(*a: Any, **kw: Any) -> Profile | None:
+        got = real_load(*a, **kw)
+        s.results.append(got is not None)
+        return got
+
+    monkeypatch.setattr(spill.Spill, "__call__", call)
+    monkeypatch.setattr(spill, "load", load)
+    yield s
+    spill_root = tmp_path / "cache" / "spill"
+    assert not spill_root.exists(), "spill folder left behind"
+
+
+def _spilled(path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> Profile:
+    monkeypatch.setattr(fastscan, "WINDOW_BYTES", window)
+    return kineto.parse_kineto(path, memory_budget=1)
+
+
+@pytest.mark.parametrize("rel", SHARED or ["(none)"])
+def test_shared_trace_spilled_equals_in_memory(
+    rel: str, spied: Spied, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = SHARED_TRACES / rel
+    if not path.is_file():
+        pytest.skip(f"shared trace not found: {path}")
+    ref = kineto.parse_kineto(path)
+    got = _spilled(path, monkeypatch, 1 << 16)
+    assert spied.results == [True], "spilled, not the phase-1 fallback"
+    assert sum(spied.windows) >= ref.events.height > 0
+    if path.stat().st_size > 200_000:  # (compressed: its text is several 64 KiB windows)
+        assert len(spied.windows) > 3
+    assert all(not f.exists() for f in spied.files), "window files removed after the load"
+    assert_same_profile(got, ref)
+
+
+def _write(path: Path, doc: dict[str, Any]) -> Path:
+    text = json.dumps(doc, indent=1).encode()
+    path.write_bytes(gzip.compress(text) if path.name.endswith(".gz") else text)
+    return path
+
+
+def _planted(n: int = 600) -> dict[str, Any]:
+    """Host slices on numeric threads, and slices on non-numeric tracks first met in the order
+    Zeta (early), Mid, Alpha (late), plus a GPU kernel on a track named "gpu stream" (pid
+    "Spans": a device slice's device/stream default to its pid/tid), flows, memory rows, an
+    unsupported phase and a slice without dur. The rank comes from a header key after the
+    events."""
+    evs: list[dict[str, Any]] = []
+    for i in range(n):
+        evs.append(
+            {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 5}", "pid": 7, "tid": 1 + i % 2}
+            | {"ts": 100 * i, "dur": 40, "args": {"External id": i, "Sequence number": i}}
+        )
+    for i, name in ((5, "Zeta"), (n // 2, "Mid"), (n - 5, "Alpha")):
+        evs.insert(
+            i,
+            {"ph": "X", "cat": "user_annotation", "name": f"on {name}"}
+            | {"pid": name, "tid": name, "ts": 100 * i + 1, "dur": 2},
+        )
+    evs.append(
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": "Spans", "tid": "gpu stream"}
+        | {"ts": 100 * n // 2 + 3, "dur": 5, "args": {"correlation": 9}}
+    )
+    evs.append({"ph": "X", "cat": "cpu_op", "name": "nodur", "pid": 7, "tid": 1, "ts": 55})
+    evs.append({"ph": "Q", "name": "odd", "pid": 7, "tid": 1, "ts": 5})
+    evs.append(
+        {"ph": "i", "name": "[memory]", "pid": 7, "tid": 2, "ts": 150, "s": "t"}
+        | {"args": {"Bytes": 64, "Addr": 1, "Total Allocated": 64, "Total Reserved": 128}}
+    )
+    evs.append({"ph": "s", "id": 3, "cat": "ac2g", "pid": 7, "tid": 1, "ts": 210, "name": "f"})
+    evs.append(
+        {"ph": "f", "id": 3, "cat": "ac2g", "pid": 7, "tid": 2, "ts": 305, "name": "f", "bp": "e"}
+    )
+    return {"traceEvents": evs, "distributedInfo": {"rank": 3}}
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_planted_tracks_rank_and_oddities_carried_across_windows(
+    name: str, tmp_path: Path, spied: Spied, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / name, _planted())
+    ref = kineto.parse_kineto(path)
+    got = _spilled(path, monkeypatch, 4096)
+    assert spied.results == [True]
+    assert len(spied.windows) > 10
+    assert_same_profile(got, ref)
+    # by hand: -1 - dense rank among the trace's non-numeric pids (Alpha, Mid, Spans, Zeta) and
+    # tids (Alpha, Mid, Zeta, gpu stream), whichever window met them first
+    ev = got.events
+    tracks = dict(
+        ev.filter(pl.col("name").str.starts_with("on ")).select("name", "pid").iter_rows()
+    )
+    assert tracks == {"on Zeta": -5, "on Mid": -3, "on Alpha": -2}
+    k = ev.filter(pl.col("name") == "k").select("pid", "tid", "device", "stream").row(0)
+    assert k == (-4, -5, -4, -5)
+    assert set(ev.get_column("rank").to_list()) == {3}
+    odd = got.meta["oddities"]
+    assert odd["unsupported phase"] == 1
+    assert odd["slice without dur (0 used)"] == 1
+    # the flow pair was carried (it binds to no launch/kernel pair, so it is counted as such)
+    assert odd["flow not bound to events"] == 1
+    assert got.memory.height == 1
+
+
+def test_empty_events_fall_back(tmp_path: Path, spied: Spied) -> None:
+    path = _write(tmp_path / "e.json", {"traceEvents": [], "x": 1})
+    ref = kineto.parse_kineto(path)
+    got = kineto.parse_kineto(path, memory_budget=1)
+    assert spied.results == [False], "no window: nothing spilled, the phase-1 path loads it"
+    assert_same_profile(got, ref)
+
+
+def test_under_the_budget_nothing_is_spilled(tmp_path: Path, spied: Spied) -> None:
+    path = _write(tmp_path / "t.json", _planted(50))
+    kineto.parse_kineto(path)
+    assert spied.results == [] and spied.windows == []
