@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     for k in sorted(set(theirs_m) | set(ours_m)):
         t, o = theirs_m.get(k), ours_m.get(k)
         mark = " (not profiled)" if (k[0], k[1]) in off else ""
-        print(f"{f'{k[0]}-{k[1]}{mark}':<20} {k[2]:<22} {_f(t):>22} {_f(o):>17}")
+        dst = "?" if k[1] == -1 else k[1]  # cluster_ascend.UNKNOWN_RANK
+        print(f"{f'{k[0]}-{dst}{mark}':<20} {k[2]:<22} {_f(t):>22} {_f(o):>17}")
     ours_on = sum(v for k, v in ours_m.items() if (k[0], k[1]) not in off)
     ours_off = sum(v for k, v in ours_m.items() if (k[0], k[1]) in off)
     print(

@@ -95,3 +95,42 @@ def test_real_partly_profiled_run_equals_msprof_analyze(two_of_four: Any) -> Non
         "unprofiled_bytes": 1_127_447_136 + 96 + 96 + 1_127_450_208,
         "unprofiled_ranks": [1, 3],
     }
+
+
+def test_group_indices_without_metadata_map_through_self_links() -> None:
+    """No parallel_group_info: a group's index i is the rank that wrote the self link "i-i" in
+    it. Rank 1 writes self links (in group W) but none in group H, so index 1 of H is not
+    rank 1: that end is an unknown unprofiled rank. Index 5 of W, which no profiled rank
+    claims, is taken as written (the world group: local = global)."""
+    from opscope.analysis.cluster import aggregate
+    from opscope.analysis.cluster_ascend import UNKNOWN_RANK, to_html
+
+    def row(rank: int, group: str, src: int, dst: int, tr: str = "HCCS") -> dict[str, Any]:
+        return _link(src, dst, tr, 20.0) | {"rank": rank, "group": group, "mapped": False}
+
+    links = pl.DataFrame(
+        [
+            row(0, "W", 0, 0, "LOCAL"),
+            row(0, "W", 0, 1),
+            row(0, "W", 0, 5),
+            row(1, "W", 1, 1, "LOCAL"),
+            row(1, "W", 1, 0),
+            row(0, "H", 0, 0, "LOCAL"),
+            row(0, "H", 0, 1, "RDMA"),
+            row(1, "K", 0, 0, "LOCAL"),  # rank 1 is index 0 of K: its "0-1" leaves rank 1
+            row(1, "K", 0, 1, "RDMA"),
+        ]
+    )
+    res = aggregate(_steps({0: 1.0, 1: 1.0}), _no_colls(), links)
+    got = {
+        (m["src_rank"], m["dst_rank"], m["transport"]): m["dst_label"]
+        for m in res.to_json()["matrix"]
+    }
+    assert got == {
+        (0, 1, "HCCS"): "rank 1",
+        (0, 5, "HCCS"): "rank 5 (not profiled)",
+        (1, 0, "HCCS"): "rank 0",
+        (0, UNKNOWN_RANK, "RDMA"): "unknown rank (not profiled)",
+        (1, UNKNOWN_RANK, "RDMA"): "unknown rank (not profiled)",
+    }
+    assert "<th>? (not profiled)</th>" in to_html(res)

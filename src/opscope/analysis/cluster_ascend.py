@@ -42,6 +42,10 @@ import polars as pl
 if TYPE_CHECKING:
     from opscope.analysis.cluster import Cluster
 
+UNKNOWN_RANK: Final = -1
+"""A link's far end whose global rank the files do not give (an unprofiled member of a group
+without metadata): such links are kept, marked "unknown rank (not profiled)"."""
+
 STAGE_IMBALANCE: Final = 0.1
 """A pipeline stage whose compute exceeds the median of the other stages by this share is slow."""
 
@@ -133,7 +137,14 @@ def matrix_links(lk: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
       does not map them (``mapped``), the group's ranks are the ranks whose communication.json
       holds an op of that group (msprof-analyze's communication_group.json), in order; the
       ends are mapped through them when that set covers every index seen in the group (all
-      its ranks were profiled), else they are kept as written (local = global).
+      its ranks were profiled). Otherwise an index is mapped through the self links ("i-i")
+      the profiled ranks wrote in that group (index i is the writer: msprof-analyze's
+      rule), else kept as written (local = global, true of the world group), except an index
+      equal to a rank whose files write self links but none as index i in this group: that
+      rank is not the group's member i, so the end is an unknown, unprofiled rank
+      (:data:`UNKNOWN_RANK`).
+      msprof-analyze drops the links it cannot map; opscope keeps them, marked
+      (:func:`mark_profiled`).
     """
     total = pl.col("total").fill_null(False)
     summed = lk.filter(total).select("rank", "step", "group").unique()
@@ -153,16 +164,42 @@ def matrix_links(lk: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
     )
     m = lk.join(sets, on="group", how="left").join(span, on="group", how="left")
     remap = unmapped & pl.col("_set").is_not_null() & (pl.col("_top") < pl.col("_set").list.len())
+    selfmap = (
+        lk.filter(
+            unmapped & pl.col("group").is_not_null() & (pl.col("src_rank") == pl.col("dst_rank"))
+        )
+        .select("group", pl.col("src_rank").alias("_i"), pl.col("rank").alias("_w"))
+        .unique(["group", "_i"], keep="first")
+    )
+    # Ranks whose files write self links: one of them absent from a group's self links is not
+    # that group's member of its own number.
+    writers = sorted({int(r) for r in selfmap.get_column("_w").drop_nulls()})
+
+    def through_self(c: str) -> pl.DataFrame:
+        return selfmap.rename({"_i": c, "_w": f"_{c}_w"})
+
+    m = m.join(through_self("src_rank"), on=["group", "src_rank"], how="left").join(
+        through_self("dst_rank"), on=["group", "dst_rank"], how="left"
+    )
+    by_self = unmapped & ~remap & pl.col("group").is_not_null()
     return m.with_columns(
-        *[
-            pl.when(remap)
-            .then(pl.col("_set").list.get(pl.col(c), null_on_oob=True))
-            .otherwise(pl.col(c))
-            .cast(pl.Int32)
-            .alias(c)
-            for c in ("src_rank", "dst_rank")
-        ]
-    ).drop("_set", "_top")
+        pl.when(remap)
+        .then(pl.col("_set").list.get(pl.col("src_rank"), null_on_oob=True))
+        .when(by_self)
+        .then(pl.coalesce("_src_rank_w", "src_rank"))
+        .otherwise(pl.col("src_rank"))
+        .cast(pl.Int32)
+        .alias("src_rank"),
+        pl.when(remap)
+        .then(pl.col("_set").list.get(pl.col("dst_rank"), null_on_oob=True))
+        .when(by_self & pl.col("_dst_rank_w").is_not_null())
+        .then(pl.col("_dst_rank_w"))
+        .when(by_self & pl.col("dst_rank").is_in(writers))
+        .then(pl.lit(UNKNOWN_RANK))
+        .otherwise(pl.col("dst_rank"))
+        .cast(pl.Int32)
+        .alias("dst_rank"),
+    ).drop("_set", "_top", "_src_rank_w", "_dst_rank_w")
 
 
 def hccl_per_rank(hccl: pl.DataFrame) -> pl.DataFrame:
@@ -278,6 +315,8 @@ def mark_profiled(links: pl.DataFrame, ranks: Iterable[int] = ()) -> pl.DataFram
         ok.alias("dst_profiled"),
         pl.when(ok)
         .then(pl.format("rank {}", pl.col("dst_rank")))
+        .when(pl.col("dst_rank") == UNKNOWN_RANK)
+        .then(pl.lit("unknown rank (not profiled)"))
         .otherwise(pl.format("rank {} (not profiled)", pl.col("dst_rank")))
         .alias("dst_label"),
     )
@@ -352,7 +391,10 @@ def _heatmap(links: pl.DataFrame, transport: str, profiled: set[int]) -> str:
     top = float(best) if isinstance(best, (int, float)) and best > 0 else 1.0
     cell = {(r["src_rank"], r["dst_rank"]): r for r in t.iter_rows(named=True)}
     head = "".join(
-        f"<th>{d}</th>" if d in profiled else f"<th>{d} (not profiled)</th>" for d in dsts
+        f"<th>{d}</th>"
+        if d in profiled
+        else f"<th>{'?' if d == UNKNOWN_RANK else d} (not profiled)</th>"
+        for d in dsts
     )
     out = [f"<table class='hm'><thead><tr><th>src \\ dst</th>{head}</tr></thead><tbody>"]
     for s in srcs:
