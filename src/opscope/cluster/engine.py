@@ -1,23 +1,27 @@
 """Engines for the cluster analysis: each rank is summarised on its own, the parent aggregates.
 
 :func:`rank_summary` loads ONE rank (through the columnar cache: a second run is near-instant),
-computes its summary tables (:func:`opscope.analysis.cluster.rank_tables`) and returns them as
-Parquet bytes; the events never leave the worker. Engines:
+computes its summary tables (:func:`opscope.analysis.cluster.rank_tables`: a row per step and per
+collective call) and returns them as Parquet bytes, a few KB; the events never leave the worker.
+Engines:
 
 - ``"local"``: a process pool started with ``spawn`` (forking after Polars has started its
-  threads can deadlock). Each worker writes its rank's Parquet files into a work folder and
-  returns only the folder's path: nothing is pickled back but a string.
+  threads can deadlock); results are taken as they complete.
 - ``"ray"`` (optional extra ``opscope[ray]``): the same function as Ray tasks, on the cluster at
-  ``address`` or on a local ``ray.init(num_cpus=workers)``. A task returns the Parquet bytes
-  through Ray's object store (the parent may be on another machine than the task), and the
-  parent writes them to the same work folder. The trace paths must be readable by every node.
+  ``address`` (or ``$RAY_ADDRESS``) or on a local ``ray.init(num_cpus=workers)``. Results come
+  back through Ray's object store, taken in batches with ``ray.wait`` as they are ready (the
+  parent may be on another machine than the tasks). The trace paths must be readable by every
+  node.
+
+Python modules are imported once per worker process (Ray and the pool reuse their workers), not
+per rank. The parent gathers the summaries as they arrive and writes them every
+:data:`GATHER_BATCH` ranks as one Parquet file per table, so it holds at most a batch of
+summaries; it then scans those files lazily (``pl.scan_parquet``) and aggregates them
+(:func:`opscope.analysis.cluster.aggregate`): its memory is the summaries', never all events.
 
 A rank that cannot be read (a corrupt file, a missing folder, a worker that died) is reported
 and skipped, never fatal: the result lists it in ``failed`` with the reason, and the analysis
 runs on the ranks that were read. Only when no rank could be read is it an error.
-
-The parent then scans the small Parquet files lazily (``pl.scan_parquet``) and aggregates them
-(:func:`opscope.analysis.cluster.aggregate`): its memory is the summaries', never all events.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Final
@@ -66,28 +70,51 @@ def rank_summary(rank: int, path: str, fmt: str, cache: bool = True) -> dict[str
     return out
 
 
-def _write(work: Path, rank: int, blobs: dict[str, bytes]) -> str:
-    d = work / f"rank{rank}"
-    d.mkdir(parents=True, exist_ok=True)
-    for name, data in blobs.items():
-        tmp = d / f".{name}.parquet.tmp"
-        tmp.write_bytes(data)
-        tmp.replace(d / f"{name}.parquet")
-    return str(d)
+GATHER_BATCH: Final = 64
+"""Ranks whose summaries the parent holds before it writes them out as one Parquet part."""
+
+
+class _Gather:
+    """Collects per-rank summaries as they arrive and writes every :data:`GATHER_BATCH` ranks
+    one Parquet file per table (``work/partK/TABLE.parquet``): the parent holds at most a batch
+    of summaries and the work folder a few files, not five per rank."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.parts = 0
+        self.pending: dict[str, list[pl.DataFrame]] = {t: [] for t in _TABLES}
+        self.held = 0
+
+    def add(self, blobs: dict[str, bytes]) -> None:
+        for name in _TABLES:
+            self.pending[name].append(pl.read_parquet(io.BytesIO(blobs[name])))
+        self.held += 1
+        if self.held >= GATHER_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.held == 0:
+            return
+        d = self.work / f"part{self.parts}"
+        d.mkdir(parents=True, exist_ok=True)
+        for name, frames in self.pending.items():
+            pl.concat(frames, how="vertical").write_parquet(d / f"{name}.parquet")
+            frames.clear()
+        self.parts += 1
+        self.held = 0
 
 
 def _failure(e: BaseException) -> str:
     return str(e) if isinstance(e, OpscopeError) else f"{type(e).__name__}: {e}"
 
 
-def _local_job(job: tuple[int, str, str, bool, str]) -> tuple[int, str | None]:
-    """(rank, None) when summarised, (rank, reason) when the rank could not be read."""
-    rank, path, fmt, cache, work = job
+def _local_job(job: tuple[int, str, str, bool]) -> tuple[int, dict[str, bytes] | str]:
+    """(rank, its summary) or (rank, reason) when the rank could not be read."""
+    rank, path, fmt, cache = job
     try:
-        _write(Path(work), rank, rank_summary(rank, path, fmt, cache))
+        return rank, rank_summary(rank, path, fmt, cache)
     except Exception as e:  # one bad rank must not stop the others (reported by the caller)
         return rank, _failure(e)
-    return rank, None
 
 
 def run_cluster(
@@ -117,37 +144,37 @@ def run_cluster(
     n = workers if workers is not None else min(4, os.cpu_count() or 1, len(items))
     n = max(0, min(n, len(items)))
     work = Path(tempfile.mkdtemp(prefix="opscope-cluster-"))
+    gather = _Gather(work)
     failed: dict[int, str] = {}
-    try:
-        jobs = [(r, str(p), fmt, cache, str(work)) for r, p, fmt in items]
-        if engine == "ray":
-            failed = _run_ray(jobs, work, max(1, n), address, progress)
-        elif n == 0:
-            for i, job in enumerate(jobs):
-                rank, err = _local_job(job)
-                if err is not None:
-                    failed[rank] = err
-                if progress is not None:
-                    progress(i + 1, len(jobs))
+    done = 0
+
+    def record(rank: int, out: dict[str, bytes] | str) -> None:
+        nonlocal done
+        if isinstance(out, str):
+            failed[rank] = out
         else:
-            with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
-                futures = [pool.submit(_local_job, job) for job in jobs]
-                for i, (job, fut) in enumerate(zip(jobs, futures, strict=True)):
-                    try:
-                        rank, err = fut.result()
-                    except Exception as e:  # the worker process itself died
-                        rank, err = job[0], _failure(e)
-                    if err is not None:
-                        failed[rank] = err
-                    if progress is not None:
-                        progress(i + 1, len(jobs))
+            gather.add(out)
+        done += 1
+        if progress is not None:
+            progress(done, len(items))
+
+    try:
+        jobs = [(r, str(p), fmt, cache) for r, p, fmt in items]
+        if engine == "ray":
+            _run_ray(jobs, max(1, n), address, record)
+        elif n == 0:
+            for job in jobs:
+                record(*_local_job(job))
+        else:
+            _run_pool(jobs, n, record)
+        gather.flush()
         if len(failed) == len(jobs):
             first = min(failed)
             raise InputError(
                 f"no rank could be read ({len(failed)} failed; rank {first}: {failed[first]})",
                 Path(path),
             )
-        scans = {t: pl.scan_parquet(str(work / "rank*" / f"{t}.parquet")) for t in _TABLES}
+        scans = {t: pl.scan_parquet(str(work / "part*" / f"{t}.parquet")) for t in _TABLES}
         return aggregate(
             scans["steps"],
             scans["collectives"],
@@ -162,19 +189,33 @@ def run_cluster(
         shutil.rmtree(work, ignore_errors=True)
 
 
+_Record = Callable[[int, "dict[str, bytes] | str"], None]
+
+
+def _run_pool(jobs: list[tuple[int, str, str, bool]], n: int, record: _Record) -> None:
+    """The jobs on ``n`` spawned processes; each result is recorded as soon as it arrives."""
+    with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(_local_job, job): job[0] for job in jobs}
+        for fut in as_completed(futures):
+            try:
+                record(*fut.result())
+            except Exception as e:  # the worker process itself died
+                record(futures[fut], _failure(e))
+
+
+RAY_BATCH: Final = 64
+"""Results the parent takes from Ray per ``ray.wait`` (it does not wait for all of them)."""
+
+
 def _run_ray(
-    jobs: list[tuple[int, str, str, bool, str]],
-    work: Path,
-    n: int,
-    address: str | None,
-    progress: Callable[[int, int], None] | None,
-) -> dict[int, str]:
-    """Run the jobs as Ray tasks; returns the ranks that failed with their reasons."""
-    failed: dict[int, str] = {}
+    jobs: list[tuple[int, str, str, bool]], n: int, address: str | None, record: _Record
+) -> None:
+    """The jobs as Ray tasks; each result (or failure) is recorded as soon as it is ready."""
     try:
         import ray
     except ImportError as e:
         raise OpscopeError("the ray engine needs Ray: pip install 'opscope[ray]'") from e
+    address = address or os.environ.get("RAY_ADDRESS") or None
     started = False
     if not ray.is_initialized():
         try:
@@ -187,23 +228,24 @@ def _run_ray(
         started = True
     try:
         task: Any = ray.remote(num_cpus=1, max_retries=0)(rank_summary)
-        refs = {task.remote(r, p, fmt, cache): r for r, p, fmt, cache, _ in jobs}
+        refs = {task.remote(r, p, fmt, cache): r for r, p, fmt, cache in jobs}
         pending = list(refs)
-        done_n = 0
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            # Whatever is ready, up to a batch, with a short timeout: results stream in and
+            # the progress bar moves without one wait per task over the whole pending list.
+            ready, pending = ray.wait(
+                pending, num_returns=min(RAY_BATCH, len(pending)), timeout=0.2
+            )
+            if not ready:
+                ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
                 try:
-                    _write(work, refs[ref], ray.get(ref))
+                    out: dict[str, bytes] | str = ray.get(ref)
                 except ray.exceptions.RayTaskError as e:
-                    cause = e.as_instanceof_cause()  # type: ignore[no-untyped-call]
-                    failed[refs[ref]] = _failure(cause)
+                    out = _failure(e.as_instanceof_cause())  # type: ignore[no-untyped-call]
                 except ray.exceptions.RayError as e:  # a worker or node lost
-                    failed[refs[ref]] = _failure(e)
-                done_n += 1
-                if progress is not None:
-                    progress(done_n, len(jobs))
+                    out = _failure(e)
+                record(refs[ref], out)
     finally:
         if started:
             ray.shutdown()
-    return failed
