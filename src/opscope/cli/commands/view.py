@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from opscope.cli.options import PeakDevice
 from opscope.cli.output import console, err_console
 from opscope.errors import OpscopeError
 
@@ -33,6 +34,7 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--overlays/--no-overlays", help="Run the analyses for the overlay list."),
         ] = True,
+        device: PeakDevice = None,
     ) -> None:
         """Open a profile in the timeline viewer (search, flows, call stacks, overlays)."""
         from opscope.ingest import load
@@ -40,9 +42,15 @@ def register(app: typer.Typer) -> None:
 
         if port is not None and not 0 <= port <= 65535:
             raise OpscopeError(f"port {port} is out of range", path)
+        if device is not None:
+            from opscope.analysis.devices import check_device_name
+
+            # an unknown name is the user's error now, not on the page's first overlay request
+            check_device_name(device)
         profile = load(path)
         try:
-            server = make_server(profile, port, overlays=overlays)
+            # the overlays' findings (roofline, GEMM/attention/conv efficiency) use its peaks
+            server = make_server(profile, port, overlays=overlays, device=device)
         except OSError as e:
             raise OpscopeError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}", path) from e
         console.print(f"opscope viewer: {server.url}  (Ctrl+C to stop)", highlight=False)
