@@ -109,7 +109,7 @@ class Profile:
 
     # Convenience views --------------------------------------------------------------------------
 
-    @property
+    @cached_property  # as kernels: the rules and analyses ask for it a dozen times a report
     def ops(self) -> pl.DataFrame:
         """Host operators (``kind == "cpu_op"``)."""
         return self._rows("events", pl.col("kind") == "cpu_op")
