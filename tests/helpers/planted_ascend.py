@@ -18,6 +18,9 @@ opscope:
   the output once (2·|q| bytes at the bandwidth, one 3 µs launch floor).
 - ``affinity-add-layer-norm``: a residual add then ``layer_norm`` on [16, 2048, 4096] bf16, at
   1.2× their bounds. Gap: their time minus one fused kernel moving 2·|x| bytes.
+- ``affinity-slow-add-layer-norm``: the same at 4x their bounds (25% of the bandwidth):
+  ``elementwise-bandwidth`` finds the add and the layer_norm too, on the same op groups. Gap:
+  as above (one fused kernel removes more than either op's own gap).
 - ``comm-alignment``: an all-reduce with nothing to hide it; on each of 4 HCCS planes two SDMA
   tasks of 4 MiB (aligned to 512 B) at 20 GB/s and two of 4 MiB + 100 B at a third of that
   rate. Gap: per collective, one plane's unaligned tasks' time minus their bytes at 20 GB/s
@@ -52,6 +55,7 @@ CASES = (
     "clean",
     "affinity-rotary",
     "affinity-add-layer-norm",
+    "affinity-slow-add-layer-norm",
     "comm-alignment",
     "dynamic-shape",
     "fusible-sequence",
@@ -60,6 +64,7 @@ RULES = {
     "clean": None,
     "affinity-rotary": "ascend-affinity-api",
     "affinity-add-layer-norm": "ascend-affinity-api",
+    "affinity-slow-add-layer-norm": "ascend-affinity-api",
     "comm-alignment": "ascend-comm-byte-alignment",
     "dynamic-shape": "ascend-dynamic-shape",
     "fusible-sequence": "ascend-fusible-sequence",
@@ -279,13 +284,13 @@ def _rotary(o: _Output) -> float:
     return total - fused
 
 
-def _add_layer_norm(o: _Output) -> float:
-    """x = x + residual; y = layer_norm(x); returns the gap."""
+def _add_layer_norm(o: _Output, factor: float = 1.2) -> float:
+    """x = x + residual; y = layer_norm(x), each at ``factor`` x its bound; returns the gap."""
     x = [16, 2048, 4096]
     w = [4096]
     bf = "c10::BFloat16"
-    add_us = _elt_us(x, x, x)
-    ln_us = _elt_us(x, x)
+    add_us = _elt_us(x, x, x, factor=factor)
+    ln_us = _elt_us(x, x, factor=factor)
     o.op("aten::add", [x, x, []], [bf, bf, "Scalar"], [_Kernel("Add", "Add", add_us, [x, x])],
          line=71)  # fmt: skip
     o.op("aten::layer_norm", [x, [], w, w, [], []], [bf, "ScalarList", bf, bf, "Scalar", ""],
@@ -385,6 +390,8 @@ def build(case: str, steps: int = 3) -> tuple[list[dict[str, Any]], list[dict[st
             gap += _rotary(o)
         elif case == "affinity-add-layer-norm":
             gap += _add_layer_norm(o)
+        elif case == "affinity-slow-add-layer-norm":
+            gap += _add_layer_norm(o, factor=4.0)
         elif case == "comm-alignment":
             gap += _allreduce(o, s)
         elif case == "fusible-sequence":

@@ -10,6 +10,13 @@ larger) and leaves the others what is left: the most any fix on those ops can re
 smallest limit among the findings claiming them (the op's gap to its bound, or its time), and
 what the first finding claims is counted there. The others keep their place in the list with
 ``evidence["overlaps"]`` naming the finding their saving was counted in.
+
+A rule whose ops are a part of what another rule's findings explain without listing op groups
+(the Ascend rules inside ``comm-exposed``'s exposed communication or ``overhead-recompile``'s
+compile calls) names that rule in ``evidence["part_of"]``: a finding of the named rule that
+lists no op groups of its own is taken to claim the naming findings' groups plus a remainder of
+its own (its other events), and is counted after them: the specific explanation keeps its
+saving, the general one what is left of its own.
 """
 
 from __future__ import annotations
@@ -29,18 +36,44 @@ def _rank(f: Finding) -> tuple[bool, float, str]:
     return (f.saving_method == "unknown", -f.saving_us, f.id)
 
 
+def _implied(items: list[Finding]) -> dict[int, frozenset[int]]:
+    """The groups of findings that list none but whose rule another finding names in
+    ``evidence["part_of"]``: the naming findings' groups plus a remainder group of the
+    finding's own (a negative number, unique per finding)."""
+    named: dict[str, set[int]] = {}
+    for f in items:
+        for rule in f.evidence.get("part_of") or ():
+            named.setdefault(str(rule), set()).update(_groups(f))
+    return {
+        i: frozenset({*named[f.rule], -(i + 1)})
+        for i, f in enumerate(items)
+        if f.rule in named and not _groups(f)
+    }
+
+
 def resolve_overlaps(findings: Iterable[Finding]) -> list[Finding]:
     """The findings with each op group's saving counted once (see the module doc); findings
     that claim no op groups are returned unchanged, in their order."""
     items = list(findings)
-    claimed = [(i, f, _groups(f)) for i, f in enumerate(items) if _groups(f)]
-    # kept: (finding as counted, its groups)
-    kept: list[tuple[Finding, frozenset[int]]] = []
+    implied = _implied(items)
+    claimed = [
+        (i, f, implied.get(i) or _groups(f))
+        for i, f in enumerate(items)
+        if i in implied or _groups(f)
+    ]
+    # kept: (index, finding as counted, its groups)
+    kept: list[tuple[int, Finding, frozenset[int]]] = []
     out = dict(enumerate(items))
-    for i, f, groups in sorted(claimed, key=lambda t: _rank(t[1])):
-        winners = [(w, g) for w, g in kept if g & groups]
+    # a finding whose groups are implied (the general explanation) after the ones naming it;
+    # two implied findings of one rule settled their shares in the rule, not here
+    for i, f, groups in sorted(claimed, key=lambda t: (t[0] in implied, *_rank(t[1]))):
+        winners = [
+            (w, g)
+            for j, w, g in kept
+            if g & groups and not (i in implied and j in implied and w.rule == f.rule)
+        ]
         if not winners:
-            kept.append((f, groups))
+            kept.append((i, f, groups))
             continue
         counted = sum(w.saving_us for w, _ in winners)
         covered = frozenset().union(*(g for _, g in winners))
@@ -55,7 +88,7 @@ def resolve_overlaps(findings: Iterable[Finding]) -> list[Finding]:
             left = max(f.saving_us - counted, 0.0)
         new = _overlapped(f, [w for w, _ in winners], left)
         out[i] = new
-        kept.append((new, groups))
+        kept.append((i, new, groups))
     return [out[i] for i in range(len(items))]
 
 

@@ -44,6 +44,7 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
+from opscope.advise.rules.ascend_groups import op_groups
 from opscope.model import Profile
 
 
@@ -216,7 +217,9 @@ class AscendAffinityApi:
                 continue
             frame = pl.DataFrame({"id": [h["id"] for h in mine]})
             for where, ids in c.group_by_location(profile, frame).items():
-                f = self._finding(profile, steps, spec, pat, where, [by_id[i] for i in ids])
+                mine_hs = [by_id[i] for i in ids]
+                groups = op_groups(profile, results, [i for h in mine_hs for i in h["ids"]])
+                f = self._finding(profile, steps, spec, pat, where, mine_hs, groups)
                 if f is not None:
                     out.append(f)
         return out
@@ -229,6 +232,7 @@ class AscendAffinityApi:
         pat: Pattern,
         where: tuple[str | None, int | None, str | None],
         hs: list[dict[str, Any]],
+        groups: list[int],
     ) -> Finding | None:
         span = float(sum(h["span"] for h in hs))
         if all(h["fused"] is not None for h in hs):
@@ -270,6 +274,9 @@ class AscendAffinityApi:
                     "ops_per_match": len(ops),
                 },
                 "event_ids": [i for h in hs for i in h["ids"]][:10],
+                # the op groups of the matched ops (see advise.overlap): an
+                # elementwise-bandwidth finding on the same ops is counted once
+                "op_groups": groups,
             },
             steps=steps,
             limit_ns=span,

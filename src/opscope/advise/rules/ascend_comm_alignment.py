@@ -246,18 +246,24 @@ class AscendCommByteAlignment:
             "flat = torch.nn.functional.pad(flat, (0, (-flat.numel()) % (512 // "
             "flat.element_size())))\n"
             "dist.all_reduce(flat)  # and slice the padding off after",
-            evidence=c.evidence(
-                [family, *TASK_NAMES],
-                len(rs),
-                {
-                    "unaligned_tasks": sum(r["bad_tasks"] for r in rs),
-                    "unaligned_sizes_bytes": sizes[:10],
-                    "unaligned_share_of_sdma_time": round(share, 4),
-                    "unaligned_us_per_step": round(steps.per_step_us(bad), 3),
-                    "exposed_us_per_step": round(steps.per_step_us(exposed), 3),
-                },
-                [i for r in rs for i in r["task_ids"]],
-            ),
+            evidence={
+                **c.evidence(
+                    [family, *TASK_NAMES],
+                    len(rs),
+                    {
+                        "unaligned_tasks": sum(r["bad_tasks"] for r in rs),
+                        "unaligned_sizes_bytes": sizes[:10],
+                        "unaligned_share_of_sdma_time": round(share, 4),
+                        "unaligned_us_per_step": round(steps.per_step_us(bad), 3),
+                        "exposed_us_per_step": round(steps.per_step_us(exposed), 3),
+                    },
+                    [i for r in rs for i in r["task_ids"]],
+                ),
+                # the collectives (see advise.overlap): their exposed time is also
+                # comm-exposed's, which counts what is left after this finding
+                "op_groups": sorted(int(r["coll"]) for r in rs),
+                "part_of": ["comm-exposed"],
+            },
             severity=sev,
             steps=steps,
             limit_ns=exposed,

@@ -238,6 +238,10 @@ class AscendDynamicShape:
                 "calls": grp.height,
                 "figures": figures,
                 "event_ids": grp.get_column("id").to_list()[:10],
+                # the compile calls (see advise.overlap): overhead-recompile reports the same
+                # calls' host time and counts what is left after this finding
+                "op_groups": sorted(grp.get_column("id").to_list()),
+                "part_of": ["overhead-recompile"],
             },
             steps=steps,
             limit_ns=cost,

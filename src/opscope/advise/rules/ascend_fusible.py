@@ -32,6 +32,7 @@ all but the costliest kernel of each run. A run counts from ``MIN_STEP_PCT`` of 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 import numpy as np
@@ -40,6 +41,7 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
+from opscope.advise.rules.ascend_groups import op_groups
 from opscope.model import Profile
 
 # msprof-analyze's fusible-operator rule file: runs of 2 to 10 kernels, more than 5 times.
@@ -186,12 +188,13 @@ class AscendFusibleSequence:
         steps = c.step_info(profile)
         out = []
         for _, grp in k.group_by("rank", maintain_order=True):
-            out += self._rank(profile, steps, spec, grp, claimed)
+            out += self._rank(profile, results, steps, spec, grp, claimed)
         return out
 
     def _rank(
         self,
         profile: Profile,
+        results: Mapping[str, Any],
         steps: c.StepInfo,
         spec: Any,
         k: pl.DataFrame,
@@ -278,9 +281,12 @@ class AscendFusibleSequence:
                 continue
             for i in starts:
                 taken[i : i + length] = True
-            out.append(
-                self._finding(profile, steps, rows, key, starts, exec_ns, fused, share, saving)
-            )
+            f = self._finding(profile, steps, rows, key, starts, exec_ns, fused, share, saving)
+            # the op groups of the run's host ops (see advise.overlap): an elementwise-bandwidth
+            # finding on the same ops is counted once
+            ops = [rows[i + j]["op_id"] for i in starts for j in range(length)]
+            groups = op_groups(profile, results, [o for o in ops if o is not None])
+            out.append(replace(f, evidence={**f.evidence, "op_groups": groups}))
         return out
 
     def _finding(
