@@ -150,3 +150,19 @@ def test_frames_interned_by_frame_text() -> None:
     assert "frame_text" not in keyed.events.columns
     # the events keep their names
     assert keyed.events.sort("id").get_column("name").to_list()[1] == a
+
+
+def test_negative_sequence_numbers_are_none() -> None:
+    # torch_npu writes "Sequence number": -1 on ops without one; only real numbers pair.
+    ev = _events(
+        [
+            _host("cpu_op", "aten::addmm", 0, 10, seq=5),  # 0 forward, seq 5
+            _host("cpu_op", "aten::max_pool2d", 20, 10, seq=-1),  # 1 forward, no seq
+            _host("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 40, 30, seq=-1),
+            _host("cpu_op", "AddmmBackward0", 41, 20, seq=5),  # 3 node op: pairs with 0
+            _host("cpu_op", "aten::mm", 42, 5, seq=-1),  # 4 inside: no pair
+        ]
+    )
+    out = link.link_events(ev, _flows([])).events.sort("id")
+    assert out.get_column("is_backward").to_list() == [False, False, True, True, True]
+    assert out.get_column("fwd_id").to_list() == [None, None, None, 0, None]

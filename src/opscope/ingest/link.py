@@ -593,9 +593,12 @@ def link_fwd_bwd(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
     """Fill ``fwd_id`` on backward ops (needs :func:`mark_backward`; see the module doc)."""
     n = events.height
     fwd = np.full(n, -1, dtype=np.int64)
+    # A negative sequence number is none: torch_npu writes -1 on every op without one (as
+    # PyTorch's own "no sequence number"), and pairing those would tie every such backward op
+    # to one forward op.
     ops = events.select(
         "id", "rank", "kind", "seq", "fwd_tid", "is_backward", "depth", "ts_ns"
-    ).filter((pl.col("kind") == "cpu_op") & pl.col("seq").is_not_null())
+    ).filter((pl.col("kind") == "cpu_op") & (pl.col("seq") >= 0))
     bwd = ops.filter(pl.col("is_backward"))
     fw = ops.filter(~pl.col("is_backward"))
     if flows.height:
@@ -608,7 +611,7 @@ def link_fwd_bwd(events: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
                 fb.join(
                     events.select("id", "rank", "seq", "fwd_tid"), left_on="dst_id", right_on="id"
                 )
-                .filter(pl.col("seq").is_not_null())
+                .filter(pl.col("seq") >= 0)
                 .select("rank", "seq", pl.col("fwd_tid").fill_null(-1), "src_id")
                 .unique(["rank", "seq", "fwd_tid"], keep="first")
             )
