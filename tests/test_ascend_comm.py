@@ -380,6 +380,7 @@ def test_hash_named_groups_map_through_the_metadata(tmp_path: Path) -> None:
     # rank 3 is local 1 of group_name_7 ([2, 3]): its link "1-0" is 3 -> 2, not 1 -> 0.
     dp = links.filter(pl.col("group") == HASHED["group_name_7"])
     assert dp.select("src_rank", "dst_rank").rows() == [(3, 2)]
+    assert dp.get_column("parallel_group").to_list() == ["g1"]  # _write_rank's names
     world = links.filter(pl.col("group") == HASHED["group_name_0"]).sort("dst_rank")
     assert world.select("src_rank", "dst_rank").rows() == [(3, 0), (3, 1), (3, 2)]
 
@@ -406,7 +407,15 @@ def test_real_hash_named_groups_of_the_megatron_run() -> None:
         seen |= hashes
         p2p = {key.partition("@")[2] for key in matrix["step13"]["p2p"]}
         assert {groups[h]["name"] for h in p2p} == {"pp"}
-        links = read_communication(d)["links"]
+        comm = read_communication(d)
+        links = comm["links"]
+        assert set(links.filter(pl.col("kind") == "p2p").get_column("parallel_group")) == {"pp"}
+        assert (
+            comm["collectives"]
+            .filter(pl.col("group").is_in(list(hashes)))["parallel_group"]
+            .null_count()
+            == 0
+        )
         assert links.height > 0
         assert set(links.get_column("src_rank").to_list()) == {r}
         for g, dst in links.select("group", "dst_rank").iter_rows():

@@ -208,6 +208,10 @@ def read_communication(path: Path) -> dict[str, pl.DataFrame]:
     - ``"link_totals"``: the matrix's ``-total`` / ``Total Op Info`` rows, ends global, op_name
       the summary's name.
 
+    Each table also has ``parallel_group``: the group's name in the metadata's
+    ``parallel_group_info`` (``dp``, ``pp``, ``tp``...; groups named by id or by its hash),
+    null when the metadata does not hold the group.
+
     Either file may be absent (its tables are then empty). Raises
     :class:`~opscope.errors.InputError` naming a file that is not valid JSON.
     """
@@ -260,11 +264,21 @@ def read_communication(path: Path) -> dict[str, pl.DataFrame]:
                         }
                     )
     links, totals = _matrix(matrix_src, rank_id, groups)
+    names = {g: v["name"] for g, v in groups.items() if v["name"] is not None}
+
+    def named(df: pl.DataFrame) -> pl.DataFrame:
+        # The group's parallel name from the metadata ("dp", "pp", "tp"...), null when unknown.
+        return df.with_columns(
+            pl.col("group")
+            .replace_strict(names, default=None, return_dtype=st)
+            .alias("parallel_group")
+        )
+
     return {
-        "collectives": pl.DataFrame(coll, schema=COLLECTIVES_SCHEMA),
-        "bandwidth": pl.DataFrame(bw, schema=BANDWIDTH_SCHEMA),
-        "links": pl.DataFrame(links, schema=LINKS_SCHEMA),
-        "link_totals": pl.DataFrame(totals, schema=LINKS_SCHEMA),
+        "collectives": named(pl.DataFrame(coll, schema=COLLECTIVES_SCHEMA)),
+        "bandwidth": named(pl.DataFrame(bw, schema=BANDWIDTH_SCHEMA)),
+        "links": named(pl.DataFrame(links, schema=LINKS_SCHEMA)),
+        "link_totals": named(pl.DataFrame(totals, schema=LINKS_SCHEMA)),
     }
 
 
