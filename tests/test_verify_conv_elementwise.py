@@ -159,7 +159,9 @@ def test_planted_elementwise_trace_verified_end_to_end(
     assert timed == []
     spec = derived_bench(f)
     assert spec is not None and spec["shapes"] == [[8192, 8192], [8192, 8192]]
-    monkeypatch.setattr(verify_mod, "derived_bench", lambda _f: {**spec, "shapes": [[32, 32]] * 2})
+    monkeypatch.setattr(
+        verify_mod, "derived_bench", lambda _f, _s=None: {**spec, "shapes": [[32, 32]] * 2}
+    )
     out = verify(profile, found, device="cpu", budget_s=0.2).by_rule("elementwise-bandwidth")
     ver = out[0].verification or {}
     assert ver["status"] in ("measured", "skipped")
@@ -167,3 +169,63 @@ def test_planted_elementwise_trace_verified_end_to_end(
         assert ver["baseline"] == "eager" and len(timed) == 1
         assert ver["estimated_saving_us"] == f.saving_us
     json.dumps(out[0].to_json())  # JSON-ready
+
+
+def _g(rule: str, title: str, ops: list[str], shapes: str, calls: int, **figs: Any) -> Finding:
+    return Finding(
+        id="fedcba987654", rule=rule, severity="medium", title=title,
+        evidence={"operators": ops, "shapes": [shapes], "dtypes": ["fp32"], "calls": calls,
+                  "figures": {"time_us_per_step": 40.0, **figs}},
+        saving_us=10.0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("title", "q", "fix", "ratio"),
+    [
+        ("aten::scaled_dot_product_attention (L=16, d=40): head dim 40 runs the 64 kernel",
+         [1, 2, 16, 40], "headdim:64", 64 / 40),
+        ("aten::scaled_dot_product_attention (L=8, d=32): sequence 8: 3.0 µs per call, "
+         "launch-bound", [1, 2, 8, 32], "batch:5", 5.0),
+    ],
+)  # fmt: skip
+def test_attention_efficiency_compared_by_rate(
+    title: str, q: list[int], fix: str, ratio: float, timed: list[dict[str, b.Timing]]
+) -> None:
+    """Head-dim padding: SDPA at the kernel's own step vs at the model's d; short calls: 5 per
+    step (15 calls, 3 steps) packed into one. The fix does `ratio` times the work, so its time
+    is taken per the original's work: speedup = ratio of rates from the timed runs."""
+    f = _g("attention-efficiency", title, ["aten::scaled_dot_product_attention"],
+           json.dumps([q, q, q]), 15)  # fmt: skip
+    v = verify_finding(f, "cpu", budget_s=0.2, trace={"kind": "nvidia", "steps": 3})
+    ver = v.verification or {}
+    assert ver["status"] == "measured" and ver["fix"] == fix
+    assert ver["work_ratio"] == pytest.approx(ratio)
+    (t,) = timed
+    assert ver["original_us"] == pytest.approx(t["original"].median_ns / 1e3)
+    assert ver["fix_us"] == pytest.approx(t["fix"].median_ns / ratio / 1e3)
+    assert v.verified_speedup == pytest.approx(t["original"].median_ns * ratio / t["fix"].median_ns)
+    assert "(rate)" in ver["summary"]
+
+
+def test_gemm_wave_compared_by_rate(timed: list[dict[str, b.Timing]]) -> None:
+    """7 x 19 = 133 tiles of 128 on 132 SMs: one tile in the last wave; N less one tile (2304)
+    makes one whole wave. The rate of each shape from the timed runs gives the speedup."""
+    f = _g("gemm-tiles", "GEMM 896x2432x64: 1.01 waves", ["aten::mm"],
+           "[[896,64],[64,2432]]", 3, tiles=133, sms=132, waves=1.008)  # fmt: skip
+    assert derived_bench(f) == {
+        "op": "matmul", "m": 896, "k": 64, "n": 2432, "dtype": "float32", "fix": "wave",
+        "padded_shape": [896, 64, 2304], "compare": "rate",
+    }  # fmt: skip
+    ver = verify_finding(f, "cpu", budget_s=0.2).verification or {}
+    assert ver["status"] == "measured" and ver["fix_shape"] == [896, 64, 2304]
+    (t,) = timed
+    ratio = 2304 / 2432
+    assert ver["work_ratio"] == pytest.approx(ratio)
+    assert ver["fix_us"] == pytest.approx(t["fix"].median_ns / ratio / 1e3)
+    assert ver["original_us"] == pytest.approx(t["original"].median_ns / 1e3)
+
+
+def test_gemm_few_tiles_keeps_its_split_k_bench_and_one_wave_gets_none() -> None:
+    f = _g("gemm-tiles", "GEMM", ["aten::mm"], "[[128,64],[64,128]]", 3, tiles=1, sms=132)
+    assert derived_bench(f) is None  # fewer tiles than SMs: no wave to fill

@@ -540,3 +540,36 @@ def conv_variants(
         "original": build(torch.contiguous_format),
         "channels_last": build(torch.channels_last),
     }
+
+
+def sdpa_variants(
+    shape: Sequence[int], dtype: str, device: str, fix: str
+) -> tuple[dict[str, Callable[[], Any]], float]:
+    """``F.scaled_dot_product_attention`` on q = k = v of ``shape`` [..., L, d] (``original``)
+    and a variant (``fix``) doing a known multiple of its work: ``headdim:D`` (the head dim D,
+    the step the kernel computes anyway) or ``batch:N`` (N calls packed into one, along the
+    first axis). Returns the callables and the fix's work over the original's (to compare
+    rates, not times)."""
+    torch = b.torch_mod()
+    dt = b.torch_dtype(dtype)
+    dims = [int(x) for x in shape]
+    if len(dims) < 3 or min(dims) <= 0:
+        raise b.BenchError(f"not an attention input shape: {dims}")
+    kind, _, arg = fix.partition(":")
+    if kind == "headdim":
+        fdims, ratio = [*dims[:-1], int(arg)], int(arg) / dims[-1]
+    elif kind == "batch":
+        fdims, ratio = [dims[0] * int(arg), *dims[1:]], float(int(arg))
+    else:
+        raise b.BenchError(f"unknown attention variant {fix!r} (headdim:D, batch:N)")
+    work = 4.0 * math.prod(fdims[:-2]) * fdims[-2] ** 2 * fdims[-1]
+    if device == "cpu" and work > CPU_MAX_FLOPS:
+        raise b.BenchError(f"attention of {work:.2g} FLOP is too large for a CPU micro-benchmark")
+    gen = torch.Generator().manual_seed(0)
+    F = torch.nn.functional
+
+    def build(ds: list[int]) -> Callable[[], Any]:
+        q, k, v = (torch.randn(*ds, generator=gen).to(device=device, dtype=dt) for _ in range(3))
+        return lambda: F.scaled_dot_product_attention(q, k, v)
+
+    return {"original": build(dims), "fix": build(fdims)}, ratio

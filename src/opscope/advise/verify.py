@@ -34,7 +34,10 @@ FIX_LABELS = {
     "identity": "identical variant",
     "channels_last": "channels-last memory format",
     "compiled": "torch.compile'd (fused, vectorised) kernel",
+    "wave": "N changed by whole tiles to fill the last wave (rate)",
 }
+# Packed attention calls per benchmark call at most (a launch-bound finding's fix).
+MAX_PACK = 64
 # The present benchmark device for each trace device kind (opscope's target names).
 KIND_OF_DEVICE = {"cuda": ("nvidia", "amd"), "npu": ("ascend",), "cpu": ("cpu",)}
 
@@ -51,16 +54,19 @@ def _shapes(raw: Any) -> list[list[int]]:
     return [[int(x) for x in d] if isinstance(d, list) else [] for d in raw]
 
 
-def derived_bench(finding: Finding) -> dict[str, Any] | None:
+def derived_bench(finding: Finding, steps: int | None = None) -> dict[str, Any] | None:
     """The micro-benchmark spec of a finding whose rule sets none but whose evidence holds the
-    shape: conv-efficiency (NCHW vs channels-last) and elementwise-bandwidth (eager vs
-    compiled, and vs the trace's own time)."""
+    shape: conv-efficiency (NCHW vs channels-last), elementwise-bandwidth (eager vs compiled,
+    and vs the trace's own time), attention-efficiency (the head dim the kernel pads to, or
+    the short calls packed into one: compared by rate) and gemm-tiles waves (N changed by
+    whole tiles: by rate). ``steps``: the trace's step count (calls per step to pack)."""
     ev = finding.evidence
     shapes = ev.get("shapes") or []
     dims = _shapes(shapes[0]) if shapes else []
     dtypes = [str(d) for d in ev.get("dtypes") or [] if d]
     dtype = b.TORCH_DTYPES.get(dtypes[0].lower(), "float32") if dtypes else "float32"
     ops = [str(o) for o in ev.get("operators") or []]
+    figs = ev.get("figures") or {}
     if finding.rule == "conv-efficiency" and len(dims) >= 2:
         x, w = dims[0], dims[1]
         if len(x) == 4 and len(w) == 4:
@@ -68,6 +74,34 @@ def derived_bench(finding: Finding) -> dict[str, Any] | None:
     if finding.rule == "elementwise-bandwidth" and ops and dims:
         return {"op": "elementwise", "name": ops[0], "shapes": dims, "dtype": dtype,
                 "fix": "compiled"}  # fmt: skip
+    if finding.rule == "attention-efficiency" and ops == ["aten::scaled_dot_product_attention"]:
+        q = dims[0] if dims else []
+        if len(q) != 4:
+            return None
+        d, step = q[-1], 32
+        if d % step and d < 256:
+            fix = f"headdim:{-(-d // step) * step}"
+        elif "launch-bound" in finding.title:
+            calls = int(ev.get("calls") or 1)
+            fix = f"batch:{max(min(calls // max(steps or 1, 1), MAX_PACK), 2)}"
+        else:
+            return None
+        return {"op": "sdpa", "shape": q, "dtype": dtype, "fix": fix, "compare": "rate"}
+    if finding.rule == "gemm-tiles" and figs.get("tiles") and figs.get("sms") and ops and dims:
+        from opscope.advise.rules.gemm import TILE_N, gemm_dims
+
+        bmnk = gemm_dims(ops[0], dims)
+        tiles, sms = int(figs["tiles"]), int(figs["sms"])
+        if bmnk is None or bmnk[0] != 1 or tiles <= sms:
+            return None
+        _, m, n, k = bmnk
+        rows = -(-m // 128)
+        extra = tiles - (-(-tiles // sms) - 1) * sms  # tiles in the last wave
+        n_fix = n - TILE_N * -(-extra // rows)
+        if n_fix <= 0:
+            return None
+        return {"op": "matmul", "m": m, "k": k, "n": n, "dtype": dtype, "fix": "wave",
+                "padded_shape": [m, k, n_fix], "compare": "rate"}  # fmt: skip
     return None
 
 
@@ -77,6 +111,8 @@ def _fns(spec: dict[str, Any], device: str) -> tuple[dict[str, Callable[[], Any]
     if op == "matmul":
         m, k, n = int(spec["m"]), int(spec["k"]), int(spec["n"])
         dtype = str(spec.get("dtype") or "float32")
+        if fix == "wave":
+            fix = "padded"  # the padded variant runs padded_shape: here N less whole tiles
         v = sweep.matmul_variants(
             m,
             k,
@@ -97,6 +133,9 @@ def _fns(spec: dict[str, Any], device: str) -> tuple[dict[str, Callable[[], Any]
             "fix_shape": list(v[fix][1]),
             "fix_dtype": v[fix][2],
         }
+        if spec.get("compare") == "rate":
+            fm, fk, fn = v[fix][1]
+            shape["work_ratio"] = (fm * fk * fn) / (m * k * n)
         return {"original": v["original"][0], "fix": v[fix][0]}, shape
     if op == "attention":
         fns = sweep.attention_variants(
@@ -112,6 +151,11 @@ def _fns(spec: dict[str, Any], device: str) -> tuple[dict[str, Callable[[], Any]
             str(spec["optimizer"]), shapes, str(spec.get("dtype") or "float32"), device
         )
         return {"original": fns["original"], "fix": fns["foreach"]}, {"params": len(shapes)}
+    if op == "sdpa":
+        fns, ratio = sweep.sdpa_variants(
+            spec["shape"], str(spec.get("dtype") or "float32"), device, fix
+        )
+        return fns, {"shape": list(spec["shape"]), "work_ratio": ratio}
     if op == "conv":
         fns = sweep.conv_variants(spec["x"], spec["w"], str(spec.get("dtype") or "float32"), device)
         return {"original": fns["original"], "fix": fns["channels_last"]}, {
@@ -148,7 +192,10 @@ def verify_finding(
     ``trace`` (``{"kind": "nvidia", "steps": 3}``: the trace's device kind and step count)
     lets an elementwise finding compare the trace's per-call time with the op run here, when
     the present device is of the trace's kind."""
-    spec = finding.evidence.get("bench") or derived_bench(finding)
+    steps = (trace or {}).get("steps")
+    spec = finding.evidence.get("bench") or derived_bench(
+        finding, steps if isinstance(steps, int) else None
+    )
     if not spec:
         return dataclasses.replace(
             finding,
@@ -166,7 +213,12 @@ def verify_finding(
     compile_error = shape.pop("compile_error", None)
     t = b.time_variants(fns, dev, budget_s)
     orig, fix = t["original"], t["fix"]
-    label = FIX_LABELS.get(str(spec.get("fix")), str(spec.get("fix")))
+    ratio = shape.get("work_ratio")
+    if spec.get("compare") == "rate" and isinstance(ratio, int | float) and ratio > 0:
+        # the fix does `ratio` times the work: its time per original's work, so that the
+        # speedup is the ratio of rates (the same kernel at a whole tile / head-dim step)
+        fix = b.Timing(tuple(x / ratio for x in fix.samples_ns), fix.inner)
+    label = _label(str(spec.get("fix")))
     extra: dict[str, Any] = {}
     if spec.get("op") == "elementwise":
         try:
@@ -224,6 +276,15 @@ def verify_finding(
     )
 
 
+def _label(fix: str) -> str:
+    kind, _, arg = fix.partition(":")
+    if kind == "headdim":
+        return f"the kernel's own head-dim step d={arg} (rate)"
+    if kind == "batch":
+        return f"{arg} calls packed into one (rate)"
+    return FIX_LABELS.get(fix, fix)
+
+
 def _skipped(finding: Finding, dev: str, e: b.BenchError) -> Finding:
     return dataclasses.replace(
         finding,
@@ -257,7 +318,8 @@ def verify(
     pick = [
         f for f in fs if wanted is None or f.id in wanted or any(f.id.startswith(w) for w in wanted)
     ]
-    n_bench = sum(1 for f in pick if f.evidence.get("bench") or derived_bench(f)) or 1
+    n_steps = trace["steps"] if trace else None
+    n_bench = sum(1 for f in pick if f.evidence.get("bench") or derived_bench(f, n_steps)) or 1
     per = max(budget_s / n_bench, 0.05)
     done = {f.id: verify_finding(f, device, per, trace=trace) for f in pick}
     return fs.replace_items(done.get(f.id, f) for f in fs)
