@@ -41,6 +41,7 @@ PLANTED_CASES = (
     "gemm-wave",
     "attention",
     "sdpa-headdim",
+    "sdpa-short",
     "elementwise",
     "conv",
 )
