@@ -172,3 +172,25 @@ def test_device_rows_all_have_a_step(loaded: tuple[list[dict[str, Any]], Any]) -
             pl.col("launch_id").is_null() & ((pl.col("ts_ns") < s0) | (pl.col("ts_ns") >= s1))
         ).height
     )
+
+
+def test_one_user_code_rule_for_both_path_forms(loaded: tuple[list[dict[str, Any]], Any]) -> None:
+    # One profile holds the same files in both forms: relative to sys.path in the python frames
+    # (as Kineto writes them), absolute in the ops' "Call stack" strings. The one rule
+    # (opscope.model.usercode.is_model_file) must call each file the same in both.
+    _, p = loaded
+    frames = p.stacks.select("file", "function", "is_user").unique()
+    absolute = frames.filter(pl.col("file").str.starts_with("/"))
+    relative = frames.filter(
+        ~pl.col("file").str.starts_with("/") & ~pl.col("file").str.starts_with("<")
+    )
+    pairs = [
+        (a, r, ua, ur)
+        for a, fn, ua in absolute.iter_rows()
+        for r, fn2, ur in relative.iter_rows()
+        if fn == fn2 and a.endswith("/" + r)
+    ]
+    assert len(pairs) > 50
+    assert [x for x in pairs if x[2] != x[3]] == []
+    user = {r for _, r, ua, _ in pairs if ua}
+    assert user == {"main.py", "torchvision/models/alexnet.py"}
