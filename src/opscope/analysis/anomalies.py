@@ -36,7 +36,7 @@ from typing import Any
 import polars as pl
 
 from opscope.analysis.flops import host_op_costs
-from opscope.analysis.hotspots import DEVICE_WORK, markdown_table, op_times, rows
+from opscope.analysis.hotspots import markdown_table, op_times, rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import Forest
 from opscope.model import Profile
@@ -148,19 +148,17 @@ def _binom_tail(k: int, n: int, p: float) -> float:
 
 def _calls(profile: Profile) -> pl.DataFrame:
     """The calls judged: id, what, name, input_dims, input_types, step, ts_ns, dur_ns."""
-    ev = profile.events
+    # Profile.ops and Profile.kernels are filtered once per profile (a filter of the events
+    # copies all their columns)
     if profile.has_device:
-        ops = ev.filter(pl.col("kind") == "cpu_op").select(
-            pl.col("id").alias("op_id"), "input_dims", "input_types"
-        )
+        ops = profile.ops.select(pl.col("id").alias("op_id"), "input_dims", "input_types")
         return (
-            ev.filter(pl.col("kind").is_in(DEVICE_WORK))
-            .select("id", "name", "op_id", "step", "ts_ns", "dur_ns")
+            profile.kernels.select("id", "name", "op_id", "step", "ts_ns", "dur_ns")
             .join(ops, on="op_id", how="left")
             .with_columns(pl.lit("kernel").alias("what"))
             .drop("op_id")
         )
-    return ev.filter(pl.col("kind") == "cpu_op").select(
+    return profile.ops.select(
         "id",
         pl.lit("op").alias("what"),
         "name",
@@ -262,7 +260,7 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _costs(profile: Profile) -> pl.DataFrame:
     """(id, flops, bytes) per op: the roofline engineer's formulas, else the trace's flops."""
-    ops = profile.events.filter(pl.col("kind") == "cpu_op")
+    ops = profile.ops
     c = host_op_costs(profile).select("id", "flops", "bytes")
     return c.join(ops.select("id", pl.col("flops").alias("f0")), on="id", how="left").select(
         "id", pl.coalesce("flops", "f0").alias("flops"), "bytes"

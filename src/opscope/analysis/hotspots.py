@@ -210,9 +210,9 @@ def _op_times(profile: Profile) -> pl.DataFrame:
 def _op_table(
     ev: pl.DataFrame, child: pl.DataFrame, dev_self: pl.DataFrame, dev_incl: pl.DataFrame
 ) -> pl.DataFrame:
-    ops = ev.filter(pl.col("kind") == "cpu_op").select(
-        "id", "rank", "name", "input_dims", "input_types", "step", "ts_ns", "dur_ns"
-    )
+    cols = ("id", "rank", "name", "input_dims", "input_types", "step", "ts_ns", "dur_ns")
+    # the columns first: a filter copies every column it keeps
+    ops = ev.select(*cols, "kind").filter(pl.col("kind") == "cpu_op").select(cols)
     return (
         ops.join(child, on="id", how="left")
         .join(dev_self, on="id", how="left")

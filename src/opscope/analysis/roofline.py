@@ -310,7 +310,7 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
 def _roofline(profile: Profile, device_name: str | None) -> RooflineResult:
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
     ev = profile.events
-    ops = ev.filter(pl.col("kind") == "cpu_op")
+    ops = profile.ops
     costs = host_op_costs(profile)
     ops = ops.join(costs.rename({"flops": "our_flops", "bytes": "our_bytes"}), on="id", how="left")
     costed = ops.get_column("our_flops").is_not_null() | ops.get_column("our_bytes").is_not_null()
