@@ -25,6 +25,9 @@ opscope:
   tasks of 4 MiB (aligned to 512 B) at 20 GB/s and two of 4 MiB + 100 B at a third of that
   rate. Gap: per collective, one plane's unaligned tasks' time minus their bytes at 20 GB/s
   (the planes run side by side).
+- ``comm-packet``: per step one exposed all-reduce of 64 MiB and ten of 1 MiB (msprof-analyze's
+  small packet: under 16 MB over SDMA), each a 40 µs fixed cost then its bytes over 4 HCCS
+  planes at 20 GB/s. Gap: the ten small ones' fixed cost (bucketed, they pay it once).
 - ``dynamic-shape``: a matmul whose M changes every step (sequence lengths 1000, 1500, 2000:
   three shapes), each time compiled by ``aclopCompileAndExecute`` (2 ms, ``opCompile`` inside)
   on the task-queue thread before its kernel can start; the device waits. Gap: the compile
@@ -57,6 +60,7 @@ CASES = (
     "affinity-add-layer-norm",
     "affinity-slow-add-layer-norm",
     "comm-alignment",
+    "comm-packet",
     "dynamic-shape",
     "fusible-sequence",
 )
@@ -66,6 +70,7 @@ RULES = {
     "affinity-add-layer-norm": "ascend-affinity-api",
     "affinity-slow-add-layer-norm": "ascend-affinity-api",
     "comm-alignment": "ascend-comm-byte-alignment",
+    "comm-packet": "ascend-comm-packet",
     "dynamic-shape": "ascend-dynamic-shape",
     "fusible-sequence": "ascend-fusible-sequence",
 }
@@ -74,6 +79,7 @@ LAUNCH_FLOOR_US = 3.0  # Ascend AI-core task scheduling (CANN tuning guide), as 
 KERNEL_GAP_US = 2.0  # kernels follow each other on the stream with this gap
 SDMA_ALIGNED_GBPS = 20.0  # HCCS per-plane SDMA rate of aligned tasks (real 910B traces: 15-30)
 UNALIGNED_SLOWDOWN = 3.0
+HCCL_FIXED_US = 40.0  # a collective's fixed cost (launch, notifies) whatever its size
 BASE_US = 1_700_000_000_000  # profiler clocks are µs since the epoch
 
 PY_PID, CANN_PID, HW_PID, HCCL_PID = 1000, 2000, 3000, 4000
@@ -348,6 +354,24 @@ def _allreduce(o: _Output, step: int) -> float:
     return gap
 
 
+def _packets(o: _Output, step: int) -> float:
+    """One exposed 64 MiB all-reduce and ten of 1 MiB (under msprof-analyze's 16 MB), each
+    ``HCCL_FIXED_US`` then its bytes split over 4 HCCS planes at 20 GB/s. Returns the gap: the
+    fixed cost of the ten small ones (one bucketed collective pays it once, in the large one)."""
+    rate = SDMA_ALIGNED_GBPS * 1e3  # bytes per µs
+    for i, size in enumerate([64 * 1024 * 1024] + [1024 * 1024] * 10):
+        start = max(o.host, o.dev) + 5_000
+        t0 = start + _ns(HCCL_FIXED_US)
+        dur = _ns(size / 4 / rate)
+        for plane in range(1, 5):
+            _sdma(o, "Notify_Wait", plane, start, _ns(HCCL_FIXED_US) - 500, 0, "INVALID_TYPE")
+            _sdma(o, "Memcpy", plane, t0, dur, size // 4, "HCCS")
+        group = {"data_type": "BF16", "count": size // 2, "alg_type": "MESH", "connection_id": 0}
+        o.x(f"hcom_allReduce__{step}_{i}_1", HCCL_PID, 0, start, t0 + dur - start, **group)
+        o.dev = o.host = t0 + dur
+    return 10 * HCCL_FIXED_US
+
+
 def _sdma(o: _Output, name: str, plane: int, ts: int, dur: int, size: int, link: str) -> None:
     """One HCCL task on a plane track (the args the HCCL process carries in trace_view)."""
     args = {"transport type": "SDMA", "link type": link, "size(Byte)": size, "src rank": 0}
@@ -394,6 +418,8 @@ def build(case: str, steps: int = 3) -> tuple[list[dict[str, Any]], list[dict[st
             gap += _add_layer_norm(o, factor=4.0)
         elif case == "comm-alignment":
             gap += _allreduce(o, s)
+        elif case == "comm-packet":
+            gap += _packets(o, s)
         elif case == "fusible-sequence":
             gap += _fusible(o)
         o.end_step(start)
