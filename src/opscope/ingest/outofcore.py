@@ -1,9 +1,11 @@
 """Loading a trace larger than the memory budget (issue 24; design: docs/out-of-core.md).
 
-Phase 1: a trace whose estimated in-memory load peak exceeds the budget has its text read
-through a bounded sliding window (:func:`opscope.ingest.fastscan.scan_stream`; a ``.json.gz`` is
-inflated on the fly by :class:`opscope.ingest.gz.Stream`) instead of being inflated in full. The
-tables are still built and linked in memory: the text no longer adds to the peak, the tables do.
+A trace whose estimated in-memory load peak exceeds the budget has its text read through a
+bounded sliding window (:func:`opscope.ingest.fastscan.scan_stream`; a ``.json.gz`` is inflated
+on the fly by :class:`opscope.ingest.gz.Stream`) and each window's slices spilled to Parquet
+(:mod:`opscope.ingest.spill`), so neither the text nor the decoded frame is ever whole in
+memory. The events are then read back and linked in memory: the peak is the events table and
+its linking (phase 3, windowed linking, is the next step).
 
 The budget: ``memory_budget`` (bytes) passed to the loader, else ``OPSCOPE_MEMORY_BUDGET`` in the
 environment (what ``--memory-budget`` sets, so rank worker processes see it too), else
