@@ -17,7 +17,8 @@ from conftest import shared_trace
 from helpers import planted, planted_ascend
 from opscope.advise import advise
 
-PLANTED = [c for c in planted_ascend.CASES if c != "clean"]
+# optimizer-loop: fusion-optimizer-foreach estimates no saving from the profile (its own test)
+PLANTED = [c for c in planted_ascend.CASES if c not in ("clean", "optimizer-loop")]
 # The classes whose fix is on the host or the network: ranked among every finding. Another
 # rule may describe the same events under a different fix; those are named here and checked
 # for consistency instead (the planted class keeps its saving, theirs is what is left: see
@@ -210,6 +211,25 @@ def test_packet_without_large_collectives_is_unknown(tmp_path: Path) -> None:
     (f,) = advise(opscope.load(root), NAMED).by_rule("ascend-comm-packet")
     assert f.saving_method == "unknown" and f.saving_us == 0.0 and f.severity == "low"
     assert f.evidence["figures"]["small_collectives"] == 33
+
+
+def test_optimizer_loop_gets_the_torch_npu_fused_optimizer(tmp_path: Path) -> None:
+    """AdamW one tensor at a time on Ascend: fusion-optimizer-foreach names
+    torch_npu.optim.NpuFusedAdamW (msprof-analyze's advice), the portable foreach fix on
+    another target; the fusible run of its per-parameter kernels names the same fix."""
+    found, _, root = _run("optimizer-loop", tmp_path)
+    (f,) = [f for f in found if f.rule == "fusion-optimizer-foreach"]
+    assert f.fix.startswith("opt = torch_npu.optim.NpuFusedAdamW(model.parameters()")
+    assert "foreach=True" in f.fix
+    assert f.evidence["calls"] == 16 * 3 * 3  # parameters x ops x steps
+    (run,) = [f for f in found if f.rule == "ascend-fusible-sequence"]
+    assert run.evidence["operators"] == ["Muls", "Add", "Addcdiv"]
+    assert run.evidence["calls"] == 16 * 3  # per parameter, over the three steps
+    assert "torch_npu.optim.NpuFusedAdamW" in run.fix
+    other = advise(opscope.load(root), {"target": "nvidia"}).by_rule("fusion-optimizer-foreach")
+    assert [g.fix for g in other] == [
+        "opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=True)  # or fused=True on CUDA"
+    ]
 
 
 def test_dynamic_shape_names_the_op_and_its_shapes(tmp_path: Path) -> None:

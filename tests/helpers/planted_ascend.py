@@ -37,6 +37,11 @@ opscope:
   vector kernels (Muls, Add, Relu) each at 1.15x its own bound with 90% of its time in memory
   transfers (the PMU columns). Gap: their time minus one fused kernel per occurrence reading x
   and r and writing the output (3·|x| bytes at the bandwidth, one 3 µs launch floor).
+- ``optimizer-loop``: AdamW without ``foreach``: 16 parameters of [1024, 1024] fp32, three
+  per-parameter ops (mul_, add_, addcdiv_) of one kernel each inside
+  ``Optimizer.step#AdamW.step``. Gap: the launch floors one op per kind would not pay,
+  (48 - 3) x 3 µs (``fusion-optimizer-foreach`` gives no saving from the profile: only its
+  fix, ``torch_npu.optim.NpuFusedAdamW``, is checked).
 - ``clean``: the clean work alone.
 
 ``write(case, dir)`` writes ``<case>/rank0_ascend_pt`` and ``<case>.truth.json`` under ``dir``
@@ -63,6 +68,7 @@ CASES = (
     "comm-packet",
     "dynamic-shape",
     "fusible-sequence",
+    "optimizer-loop",
 )
 RULES = {
     "clean": None,
@@ -73,6 +79,7 @@ RULES = {
     "comm-packet": "ascend-comm-packet",
     "dynamic-shape": "ascend-dynamic-shape",
     "fusible-sequence": "ascend-fusible-sequence",
+    "optimizer-loop": "fusion-optimizer-foreach",
 }
 DEVICE = "ascend910b2"
 LAUNCH_FLOOR_US = 3.0  # Ascend AI-core task scheduling (CANN tuning guide), as in the model
@@ -398,6 +405,30 @@ def _dynamic(o: _Output, m: int) -> float:
     return compile_us
 
 
+def _optimizer(o: _Output) -> float:
+    """AdamW without foreach: 16 parameters of [1024, 1024] fp32, each updated by three ops
+    (mul_, add_, addcdiv_) of one small kernel each, inside ``Optimizer.step#AdamW.step``.
+    Returns the launch floors a fused optimizer saves (one op per kind instead of one per
+    parameter): (48 - 3) x 3 µs."""
+    p = [1024, 1024]
+    f32 = "float"
+    start = o.host
+    o.host += 1_000
+    for _ in range(16):
+        for name, ktype in (("aten::mul_", "Muls"), ("aten::add_", "Add"),
+                            ("aten::addcdiv_", "Addcdiv")):  # fmt: skip
+            dur = _roof_us(0, 3 * _bytes(p, 4), ASCEND_BF16, ASCEND_BW) + LAUNCH_FLOOR_US
+            o.op(name, [p, p], [f32, f32],
+                 [_Kernel(ktype, ktype, dur, [p, p], dtype="DT_FLOAT")], line=120)  # fmt: skip
+    o.ev.append(
+        {"ph": "X", "cat": "cpu_op", "name": "Optimizer.step#AdamW.step", "pid": PY_PID,
+         "tid": MAIN_TID, "ts": _us(start), "dur": (o.host - start) / 1000,
+         "args": {"Sequence number": -1, "Fwd thread id": 0}}
+    )  # fmt: skip
+    o.host += 1_000
+    return (48 - 3) * LAUNCH_FLOOR_US
+
+
 def build(case: str, steps: int = 3) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Truth]:
     """The trace_view events, kernel rows and truth of ``case``."""
     if case not in CASES:
@@ -422,6 +453,8 @@ def build(case: str, steps: int = 3) -> tuple[list[dict[str, Any]], list[dict[st
             gap += _packets(o, s)
         elif case == "fusible-sequence":
             gap += _fusible(o)
+        elif case == "optimizer-loop":
+            gap += _optimizer(o)
         o.end_step(start)
         step_us += o.ev[-1]["dur"]
     truth = Truth(case, RULES[case], gap / steps, step_us / steps, DEVICE)

@@ -65,13 +65,10 @@ def resolve_overlaps(findings: Iterable[Finding]) -> list[Finding]:
     kept: list[tuple[int, Finding, frozenset[int]]] = []
     out = dict(enumerate(items))
     # a finding whose groups are implied (the general explanation) after the ones naming it;
-    # two implied findings of one rule settled their shares in the rule, not here
+    # two implied findings do not count against each other (they shared no op groups before
+    # the naming finding, and their rules settle what they share, e.g. comm-exposed's two)
     for i, f, groups in sorted(claimed, key=lambda t: (t[0] in implied, *_rank(t[1]))):
-        winners = [
-            (w, g)
-            for j, w, g in kept
-            if g & groups and not (i in implied and j in implied and w.rule == f.rule)
-        ]
+        winners = [(w, g) for j, w, g in kept if g & groups and not (i in implied and j in implied)]
         if not winners:
             kept.append((i, f, groups))
             continue

@@ -241,7 +241,7 @@ class AscendDynamicShape:
                 # the compile calls (see advise.overlap): overhead-recompile reports the same
                 # calls' host time and counts what is left after this finding
                 "op_groups": sorted(grp.get_column("id").to_list()),
-                "part_of": ["overhead-recompile"],
+                "part_of": ["overhead-recompile", "overhead-device-idle"],
             },
             steps=steps,
             limit_ns=cost,

@@ -42,6 +42,7 @@ from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
 from opscope.advise.rules.ascend_groups import op_groups
+from opscope.advise.rules.ascend_optimizer import npu_fix
 from opscope.model import Profile
 
 # msprof-analyze's fusible-operator rule file: runs of 2 to 10 kernels, more than 5 times.
@@ -306,6 +307,15 @@ class AscendFusibleSequence:
         types = [str(r["op_type"]) for r in run]
         anchor = [r["op_id"] for r in run if r["op_id"] is not None][:1] or [run[0]["id"]]
         where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": anchor}))))
+        fix = (
+            "# one fused op instead of the run, e.g. a torch_npu fused API, or graph mode:\n"
+            "import torchair\n"
+            "model = torch.compile(model, backend=torchair.get_npu_backend())"
+        )
+        opt = _optimizer_of(profile, anchor[0])
+        if opt is not None:
+            # a per-parameter update inside the optimizer step: the fused optimizer is the fix
+            fix = f"# the run is {opt}'s per-parameter update\n" + npu_fix(opt)
         if fused is not None:
             method = "bound-gap"
             how = (
@@ -325,9 +335,7 @@ class AscendFusibleSequence:
             key="seq:" + "|".join(f"{r['op_type']}:{r['input_dims']}" for r in run),
             saving_ns=saving,
             saving_how=how,
-            fix="# one fused op instead of the run, e.g. a torch_npu fused API, or graph mode:\n"
-            "import torchair\n"
-            "model = torch.compile(model, backend=torchair.get_npu_backend())",
+            fix=fix,
             evidence={
                 "operators": types,
                 "shapes": [str(r["input_dims"]) for r in run],
@@ -349,6 +357,19 @@ class AscendFusibleSequence:
             method=method,
         )
         return f
+
+
+def _optimizer_of(profile: Profile, op_id: int) -> str | None:
+    """The optimizer class whose ``Optimizer.step#<Name>.step`` range holds ``op_id``."""
+    from opscope.advise.rules.fusion import OPT_PREFIX
+
+    anc = c.ancestors(profile, pl.Series([op_id], dtype=pl.Int64)).join(
+        profile.events.select(pl.col("id").alias("anc_id"), "name"), on="anc_id"
+    )
+    names = anc.filter(pl.col("name").str.starts_with(OPT_PREFIX)).get_column("name")
+    if names.len() == 0:
+        return None
+    return str(names[0]).removeprefix(OPT_PREFIX).split(".")[0]
 
 
 def _memory_bound(r: dict[str, Any]) -> bool:

@@ -500,6 +500,8 @@ class Foreach:
         loops = per.filter((pl.col("n") >= FOREACH_MIN_OPS) & ~pl.col("vectorised"))
         if loops.height == 0:
             return []
+        from opscope.advise.rules.ascend_optimizer import npu_fix
+
         steps = c.step_info(profile)
         names = ann.filter(pl.col("id").is_in(loops.get_column("anc_id").implode()))
         opt = names.get_column("name").to_list()[0].removeprefix(OPT_PREFIX).split(".")[0]
@@ -526,7 +528,9 @@ class Foreach:
                     f"{steps.per_step_us(total / max(names.height, 1) * steps.n):.1f} µs; "
                     "`opscope verify` times foreach vs the loop"
                 ),
-                fix=f"opt = torch.optim.{opt}(model.parameters(), lr=lr, foreach=True)  "
+                fix=npu_fix(opt)
+                if c.target_of(profile, results) == "ascend"
+                else f"opt = torch.optim.{opt}(model.parameters(), lr=lr, foreach=True)  "
                 "# or fused=True on CUDA",
                 evidence={
                     "operators": [f"{OPT_PREFIX}{opt}.step"],
