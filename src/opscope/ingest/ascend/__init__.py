@@ -32,8 +32,11 @@ Modules (this package re-exports the names other readers use):
 - :mod:`.convert`: text values -> columns (exact ns, shapes and dtypes as JSON);
 - :mod:`.csvfile`: tolerant CSV reading;
 - :mod:`.trace_view`: decoding (and salvaging) ``trace_view.json``;
-- :mod:`.kernels`: ``kernel_details.csv`` and its hardware metrics;
-- :mod:`.assemble`: records -> raw events, raw flows, counters, track names;
+- :mod:`.trace_events`: trace records -> raw events, flow records, track names;
+- :mod:`.counters`: the trace's counter records;
+- :mod:`.kernels`: ``kernel_details.csv``, its rows as events matched to their trace tasks, its
+  hardware metrics;
+- :mod:`.assemble`: all of it -> raw events (ids in time order) and raw flow records, HCCL lanes;
 - :mod:`.linking`: the raw tables through the shared linker (:mod:`opscope.ingest.link`);
 - :mod:`.steps`, :mod:`.memory`: the steps table, allocations and allocator counters;
 - :mod:`.reader`: one rank -> :class:`~opscope.model.Profile`.
