@@ -59,8 +59,10 @@ def resolve_ops(profile: Profile) -> pl.DataFrame:
     ``stack_id``, ``module``, ``file``, ``line``, ``function``, ``top_level``. Computed once per
     Profile (hotspots, attribution, memory and the rules all need it).
     """
-    ev = profile.events
-    host = ev.filter(~pl.col("kind").is_in(kinds.DEVICE_KINDS))
+    # the columns used, then the filter (a filter copies every column it keeps)
+    host = profile.events.select(
+        "id", "parent_id", "kind", "fwd_id", "is_backward", "stack_id", "module"
+    ).filter(~pl.col("kind").is_in(kinds.DEVICE_KINDS))
     forest = Forest.of(host)
     is_op = (host.get_column("kind") == "cpu_op").to_numpy()
     fwd = host.get_column("fwd_id")
@@ -140,8 +142,11 @@ def charges(profile: Profile) -> pl.DataFrame:
     ev = profile.events
     cols = ["is_backward", "file", "line", "function", "module"]
     dev = (
-        ev.filter(pl.col("kind").is_in(DEVICE_WORK))
-        .select(pl.col("id").alias("event_id"), "op_id", pl.col("dur_ns").alias("time_ns"))
+        ev.select(
+            "kind", pl.col("id").alias("event_id"), "op_id", pl.col("dur_ns").alias("time_ns")
+        )
+        .filter(pl.col("kind").is_in(DEVICE_WORK))
+        .drop("kind")
         .join(res.select(pl.col("id").alias("op_id"), *cols), on="op_id", how="left")
         .with_columns(pl.lit(True).alias("device"), pl.col("is_backward").fill_null(False))
     )

@@ -175,7 +175,9 @@ def op_times(profile: Profile, pairs: pl.DataFrame | None = None) -> pl.DataFram
 
 def _device_self(ev: pl.DataFrame) -> pl.DataFrame:
     """(id, device_self_ns): the device time of the work each op launched itself."""
-    kern = ev.filter(pl.col("kind").is_in(DEVICE_WORK) & pl.col("op_id").is_not_null())
+    kern = ev.select("kind", "op_id", "dur_ns").filter(
+        pl.col("kind").is_in(DEVICE_WORK) & pl.col("op_id").is_not_null()
+    )
     return (
         kern.group_by("op_id")
         .agg(pl.col("dur_ns").sum().alias("device_self_ns"))
@@ -186,7 +188,10 @@ def _device_self(ev: pl.DataFrame) -> pl.DataFrame:
 @per_profile
 def _op_times(profile: Profile) -> pl.DataFrame:
     ev = profile.events
-    tree = ev.filter(~pl.col("kind").is_in(_DEVICE_KINDS))
+    # the columns used, then the filter (a filter copies every column it keeps)
+    tree = ev.select("id", "parent_id", "kind", "dur_ns").filter(
+        ~pl.col("kind").is_in(_DEVICE_KINDS)
+    )
     forest = Forest.of(tree)
     n = len(forest)
     not_py = (tree.get_column("kind") != "python_function").fill_null(True).to_numpy()

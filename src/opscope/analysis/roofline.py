@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import per_profile_args
+from opscope.analysis.tree import Forest, gather, per_profile_args
 from opscope.model import Profile, kinds
 
 # A kernel launch costs ~2-5 µs of host/driver work and a few µs of ramp-up on the device; below
@@ -155,53 +157,55 @@ def device_of(profile: Profile, options: Options) -> tuple[DeviceSpec | None, st
     return spec, name, note
 
 
+def _op_parents(ops: pl.DataFrame) -> npt.NDArray[np.int64]:
+    """For each op (by position), its parent's position when the parent is an op one or more
+    nesting levels up (``depth``, null read as 0), else -1: the links the roofline follows."""
+    forest = Forest.of(ops)
+    depth = ops.get_column("depth").fill_null(0).to_numpy().astype(np.int64)
+    par = forest.parent
+    ok = par >= 0
+    ok[ok] = depth[par[ok]] < depth[ok]
+    return np.where(ok, par, -1)
+
+
 def _owners(ops: pl.DataFrame, costed: pl.Series) -> pl.DataFrame:
     """``id -> owner``: the outermost costed op among each op and its op ancestors."""
-    base = ops.select("id", "parent_id", pl.col("depth").fill_null(0)).with_columns(
-        costed.alias("costed")
+    # up the parent links as arrays (one step per nesting level for every op at once); each
+    # costed ancestor found overwrites the nearer one, so the outermost wins
+    par = _op_parents(ops)
+    is_costed = costed.to_numpy().astype(bool)
+    n = len(par)
+    owner = np.where(is_costed, np.arange(n), -1)
+    idx = np.arange(n)
+    cur = par.copy()
+    while True:
+        live = cur >= 0
+        idx, cur = idx[live], cur[live]
+        if not len(idx):
+            break
+        hit = is_costed[cur]
+        owner[idx[hit]] = cur[hit]
+        cur = par[cur]
+    ids = ops.get_column("id")
+    return pl.DataFrame(
+        [ids, gather(ids, owner).alias("owner")], schema={"id": pl.Int64, "owner": pl.Int64}
     )
-    known = pl.DataFrame(schema={"id": pl.Int64, "owner": pl.Int64})
-    parts: list[pl.DataFrame] = []
-    # one join per nesting level (tens), not per op: parents are always one level up
-    for d in sorted(base.get_column("depth").unique().to_list()):
-        level = base.filter(pl.col("depth") == d)
-        level = level.join(
-            known.rename({"id": "parent_id", "owner": "p_owner"}), on="parent_id", how="left"
-        ).with_columns(
-            pl.coalesce(
-                "p_owner", pl.when(pl.col("costed")).then(pl.col("id")).otherwise(None)
-            ).alias("owner")
-        )
-        part = level.select("id", "owner")
-        parts.append(part)
-        known = pl.concat([known, part])
-    return pl.concat(parts) if parts else known
 
 
 def _with_direct_descendant(ops: pl.DataFrame, direct: pl.Series) -> pl.Series:
     """For each op: does any op below it have a direct (shape-based) formula?"""
-    base = ops.select("id", "parent_id", pl.col("depth").fill_null(0)).with_columns(
-        direct.alias("direct"), pl.lit(False).alias("below")
-    )
-    flags = pl.DataFrame(schema={"id": pl.Int64, "below": pl.Boolean})
-    # one group-by per nesting level, deepest first: a parent learns from its children
-    for d in sorted(base.get_column("depth").unique().to_list(), reverse=True):
-        level = base.filter(pl.col("depth") == d).join(flags, on="id", how="left", suffix="_c")
-        level = level.with_columns(pl.col("below_c").fill_null(False).alias("below"))
-        up = (
-            level.filter(pl.col("parent_id").is_not_null())
-            .group_by("parent_id")
-            .agg((pl.col("direct") | pl.col("below")).any().alias("below"))
-            .rename({"parent_id": "id"})
-        )
-        flags = pl.concat([flags, up]).group_by("id").agg(pl.col("below").any())
-    return (
-        ops.select("id")
-        .join(flags, on="id", how="left")
-        .get_column("below")
-        .fill_null(False)
-        .alias("below")
-    )
+    par = _op_parents(ops)
+    below = np.zeros(len(par), dtype=bool)
+    # from every op with a direct formula up its ancestors (each visited once per level)
+    cur = np.unique(par[direct.to_numpy().astype(bool)])
+    while True:
+        cur = cur[cur >= 0]
+        cur = cur[~below[cur]]  # already marked: its ancestors are too
+        if not len(cur):
+            break
+        below[cur] = True
+        cur = np.unique(par[cur])
+    return pl.Series("below", below)
 
 
 def _metrics(
