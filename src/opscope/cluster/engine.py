@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -131,7 +133,8 @@ def run_cluster(
 
     ``workers``: processes (local) or CPUs of a local Ray instance (default: up to 4, never more
     than the CPUs or the ranks); ``0`` runs the ranks one after the other in this process.
-    ``address``: an existing Ray cluster (``engine="ray"`` only).
+    ``address``: an existing Ray cluster (``engine="ray"`` only; default ``$RAY_ADDRESS``, else
+    a local Ray instance).
     """
     from opscope.analysis.cluster import aggregate
     from opscope.ingest.multirank import list_ranks
@@ -139,7 +142,7 @@ def run_cluster(
     if engine not in ENGINES:
         raise OpscopeError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
     if address is not None and engine != "ray":
-        raise OpscopeError("--address needs --engine ray")
+        raise OpscopeError("--ray-address needs --engine ray")
     items = list_ranks(Path(path))
     n = workers if workers is not None else min(4, os.cpu_count() or 1, len(items))
     n = max(0, min(n, len(items)))
@@ -203,6 +206,23 @@ def _run_pool(jobs: list[tuple[int, str, str, bool]], n: int, record: _Record) -
                 record(futures[fut], _failure(e))
 
 
+RAY_CONNECT_TIMEOUT_S: Final = 10.0
+"""How long to try a HOST:PORT Ray address before giving up (Ray itself retries for minutes)."""
+
+
+def _reachable(address: str) -> None:
+    """A one-line error when ``HOST:PORT`` (or ``ray://HOST:PORT``) does not accept a TCP
+    connection; ``auto`` and other forms are left to Ray."""
+    m = re.fullmatch(r"(?:ray://)?\[?([^\[\]]+?)\]?:(\d+)", address)
+    if m is None:
+        return
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise OpscopeError(f"cannot reach the Ray cluster at {address}: {why}") from e
+
+
 RAY_BATCH: Final = 64
 """Results the parent takes from Ray per ``ray.wait`` (it does not wait for all of them)."""
 
@@ -216,6 +236,8 @@ def _run_ray(
     except ImportError as e:
         raise OpscopeError("the ray engine needs Ray: pip install 'opscope[ray]'") from e
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        _reachable(address)
     started = False
     if not ray.is_initialized():
         try:

@@ -25,7 +25,11 @@ def register(app: typer.Typer) -> None:
             None, "--workers", min=0, help="Processes (local) or CPUs of a local Ray instance."
         ),
         address: str | None = typer.Option(
-            None, "--address", help="Address of an existing Ray cluster (with --engine ray)."
+            None,
+            "--ray-address",
+            "--address",
+            help="An existing Ray cluster (HOST:6379 or auto; default $RAY_ADDRESS, else a local "
+            "Ray) with --engine ray.",
         ),
         json_out: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
         md: bool = typer.Option(False, "--md", help="Print Markdown."),
