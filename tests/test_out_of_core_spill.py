@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import polars as pl
 import pytest
 
 from conftest import SHARED_TRACES
-from opscope.ingest import fastscan, kineto, outofcore, spill
+from opscope.ingest import cache, fastscan, kineto, outofcore, spill
 from opscope.model import Profile
 from test_scanner_differential import assert_same_profile
 
@@ -170,3 +171,25 @@ def test_under_the_budget_nothing_is_spilled(tmp_path: Path, spied: Spied) -> No
     path = _write(tmp_path / "t.json", _planted(50))
     kineto.parse_kineto(path)
     assert spied.results == [] and spied.windows == []
+
+
+def test_spill_folders_of_dead_loads_are_removed(tmp_path: Path) -> None:
+    root = tmp_path / "spill"
+    root.mkdir()
+    dead = 1
+    while True:  # a pid no process has (pid 1 always runs: start above it)
+        dead += 7919
+        try:
+            os.kill(dead, 0)
+        except ProcessLookupError:
+            break
+        except OSError:
+            continue
+    stale = root / f"{dead}-t.json-abcd"
+    live = root / f"{os.getpid()}-t.json-efgh"
+    other = root / "notes"
+    for d in (stale, live, other):
+        d.mkdir()
+        (d / "events-00000.parquet").write_bytes(b"x")
+    assert cache.remove_dead_spills(root) == [stale]
+    assert not stale.exists() and live.exists() and other.exists()

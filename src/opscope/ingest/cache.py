@@ -159,13 +159,37 @@ def store(
 def spill_folder(path: Path) -> Path:
     """A new empty folder for the Parquet files of an out-of-core load of ``path``
     (:mod:`opscope.ingest.spill`; the loader removes it): under the user cache folder, else the
-    system's temporary folder when that is not writable."""
+    system's temporary folder when that is not writable. Named ``<pid>-<trace>-XXXX``: the
+    folders of loads whose process is gone (killed mid-load) are removed first."""
     stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in path.name)[:60]
     root = user_cache_root() / "spill"
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=root))
-    return Path(tempfile.mkdtemp(prefix=f"opscope-spill-{stem}-"))
+        remove_dead_spills(root)
+        return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{stem}-", dir=root))
+    return Path(tempfile.mkdtemp(prefix=f"opscope-spill-{os.getpid()}-{stem}-"))
+
+
+def remove_dead_spills(root: Path) -> list[Path]:
+    """Remove the spill folders under ``root`` whose loading process no longer runs."""
+    removed = []
+    for d in root.iterdir():
+        pid = d.name.split("-", 1)[0]
+        if not (d.is_dir() and pid.isdigit()) or _alive(int(pid)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def _size(d: Path) -> int:
