@@ -341,11 +341,13 @@ class LaunchBound:
 
 
 def _idle_ns(profile: Profile) -> float:
-    """Time between kernels when none runs on any stream, counted only inside steps when the
-    kernels carry their step (gaps between steps are not the step's), on the rank whose steps
-    :func:`~opscope.advise._common.step_info` measures (the first) and, of its devices, the
-    most idle one: a total over ranks or devices set against one rank's step would read as
-    more than the whole step (two ranks idle 54% each is not "107% of the step")."""
+    """Time between kernels when none runs on any stream, on the rank whose steps
+    :func:`~opscope.advise._common.step_info` measures (the first), of its devices the most
+    idle one. When the kernels carry their step, only the gaps between a step's kernels count,
+    clipped to the step's window (the host-side ProfilerStep range): never more than the
+    steps' time. (A sum over ranks set against one rank's step read "device idle 107% of the
+    step" on a two-rank run; the gaps of an asynchronous run's kernels, past the end of a
+    short host-side window, read 215%.)"""
     k = profile.kernels.select("rank", "device", "step", "ts_ns", "dur_ns").drop_nulls(["ts_ns"])
     if k.height == 0:
         return 0.0
@@ -353,16 +355,28 @@ def _idle_ns(profile: Profile) -> float:
     if r0 is not None:
         k = k.filter(pl.col("rank") == r0)
     by = ["device"]
+    k = k.with_columns(pl.col("device").fill_null(0), end=pl.col("ts_ns") + pl.col("dur_ns"))
     if k.get_column("step").drop_nulls().len():
         k = k.filter(pl.col("step").is_not_null())
         by.append("step")
-    k = k.with_columns(pl.col("device").fill_null(0), end=pl.col("ts_ns") + pl.col("dur_ns"))
     k = k.sort([*by, "ts_ns"]).with_columns(
         pl.col("end").cum_max().shift(1).over(by).alias("prev_end")
     )
-    per_device = k.group_by("device").agg(
-        (pl.col("ts_ns") - pl.col("prev_end")).clip(lower_bound=0).fill_null(0).sum().alias("idle")
-    )
+    lo, hi = pl.col("prev_end"), pl.col("ts_ns")
+    st = profile.steps
+    if "step" in by and st.height:
+        win = st.filter(pl.col("rank") == r0) if r0 is not None else st
+        win = win.select(
+            pl.col("step").cast(k.schema["step"]),
+            pl.col("ts_ns").alias("w0"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("w1"),
+        ).unique("step")
+        k = k.join(win, on="step", how="left")
+        lo = pl.max_horizontal(lo, pl.col("w0").fill_null(lo))
+        hi = pl.min_horizontal(hi, pl.col("w1").fill_null(hi))
+    # a step's first kernel has no gap before it (null prev_end): nothing to count
+    gap = pl.when(pl.col("prev_end").is_null()).then(0).otherwise((hi - lo).clip(lower_bound=0))
+    per_device = k.group_by("device").agg(gap.fill_null(0).sum().alias("idle"))
     if per_device.height == 0:
         return 0.0
     top = per_device.get_column("idle").max()
@@ -377,8 +391,9 @@ class DeviceIdle:
         "Time inside a step when no kernel runs on any stream of the device is time the "
         "device waits for the host (Python, data, syncs, launches). The rule sums the gaps "
         "between kernels (union of all streams, per device, within each step when kernels "
-        "carry their step; of a multi-rank profile the first rank, whose steps are the step "
-        "time, and its most idle device) and fires when they are ≥ "
+        "carry their step, clipped to the step's window; of a multi-rank profile the first "
+        "rank, whose steps are the step time, and its most idle device) and fires when they "
+        "are ≥ "
         f"{IDLE_MIN_PCT:g}% of step time. Saving: the idle time (an upper bound: some host "
         "work cannot be overlapped). Fix: overlap the host work (prefetch data, avoid syncs, "
         "`torch.compile`, CUDA graphs); see the launch-bound and host-sync findings for the "
