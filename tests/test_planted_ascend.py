@@ -232,6 +232,31 @@ def test_optimizer_loop_gets_the_torch_npu_fused_optimizer(tmp_path: Path) -> No
     ]
 
 
+def test_host_bound_run_saving_is_the_idle_inside_the_runs(tmp_path: Path) -> None:
+    """msprof-analyze's host-bound half: the run's kernels busy under 40% of its wall time; the
+    saving is the idle between its kernels, computed here from kernel_details.csv; the device
+    idle finding keeps the rest and names it."""
+    found, _, root = _run("fusible-host-bound", tmp_path)
+    (f,) = [f for f in found if f.rule == "ascend-fusible-sequence"]
+    assert f.saving_method == "device-idle"
+    assert f.evidence["operators"] == ["Muls", "Add", "Relu"]
+    rows = [r for r in _kernel_rows(root) if r["Input Shapes"] == "256,256"]
+    assert len(rows) == 3 * 8 * 3  # steps x occurrences x kernels
+    idle = 0.0
+    for i in range(0, len(rows), 3):
+        run = rows[i : i + 3]
+        assert [r["Type"] for r in run] == ["Muls", "Add", "Relu"]
+        t0 = float(run[0]["Start Time(us)"])
+        t1 = float(run[-1]["Start Time(us)"]) + float(run[-1]["Duration(us)"])
+        busy = sum(float(r["Duration(us)"]) for r in run)
+        assert busy / (t1 - t0) < 0.4
+        idle += t1 - t0 - busy
+    assert f.saving_us == pytest.approx(idle / 3, abs=1e-3)
+    assert f.evidence["calls"] == 24
+    (idle_f,) = [g for g in found if g.rule == "overhead-device-idle"]
+    assert idle_f.evidence["overlaps"] == [f.id]
+
+
 def test_dynamic_shape_names_the_op_and_its_shapes(tmp_path: Path) -> None:
     found, _, root = _run("dynamic-shape", tmp_path)
     (f,) = [f for f in found if f.rule == "ascend-dynamic-shape"]
@@ -361,19 +386,23 @@ def test_fusible_needs_the_pmu_columns(rel: str) -> None:
     assert advise(p, NAMED).by_rule("ascend-fusible-sequence") == []
 
 
-def test_real_fusible_run_occurrences_match_the_kernel_table() -> None:
-    """The 4-rank LLaMA-like run (kernel table only): the top fusible run's occurrences, counted
-    here in the raw kernel_details.csv (in start order, non-overlapping), equal the finding's;
-    every kernel of it is a vector kernel (no cube time) with MTE over 80% of its core time."""
+@pytest.mark.parametrize("method", ["bound-gap", "device-idle"])
+def test_real_fusible_run_occurrences_match_the_kernel_table(method: str) -> None:
+    """The 4-rank LLaMA-like run (kernel table only): the top fusible run of each half, its
+    occurrences counted here in the raw kernel_details.csv (in start order, non-overlapping),
+    equal the finding's. MTE-bound (bound-gap): every kernel a vector kernel (no cube time)
+    with MTE over 80% of its core time. Host-bound (device-idle): no cube time, the kernels
+    busy under 40% of the runs' wall time, and the saving is the idle inside the runs."""
     root = (
         Path(__file__).resolve().parents[2] / "ascend_data" / "st" / "level2" / "rank_0_ascend_pt"
     )
     if not root.is_dir():
         pytest.skip(f"{root} not found")
     found = advise(opscope.load(root), NAMED).by_rule("ascend-fusible-sequence")
+    found = [f for f in found if f.saving_method == method]
     assert found, "no fusible run"
     top = found[0]
-    assert top.saving_method == "bound-gap" and 0 < top.saving_us <= top.saving_limit_us
+    assert 0 < top.saving_us <= top.saving_limit_us
     with (root / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").open() as f:
         rows = sorted(csv.DictReader(f), key=lambda r: float(r["Start Time(us)"].strip()))
     rows = [r for r in rows if r["Accelerator Core"] != "COMMUNICATION"]
@@ -386,19 +415,30 @@ def test_real_fusible_run_occurrences_match_the_kernel_table() -> None:
 
     want = list(zip(top.evidence["operators"], top.evidence["shapes"], strict=True))
     n, i, hits = len(want), 0, 0
+    wall = busy_sum = 0.0
     while i + n <= len(rows):
-        if [(r["Type"], shapes(r)) for r in rows[i : i + n]] == want:
-            for r in rows[i : i + n]:
+        run = rows[i : i + n]
+        if [(r["Type"], shapes(r)) for r in run] == want:
+            for r in run:
                 mte = max(float(r["aic_mte2_time(us)"]), float(r["aiv_mte2_time(us)"])) + max(
                     float(r["aic_fixpipe_time(us)"]), float(r["aiv_mte3_time(us)"])
                 )
                 busy = float(r["aicore_time(us)"]) + float(r["aiv_time(us)"])
-                assert float(r["aic_mac_time(us)"]) == 0 and mte / busy > 0.8
+                assert float(r["aic_mac_time(us)"]) == 0
+                if method == "bound-gap":
+                    assert mte / busy > 0.8
+            t0 = float(run[0]["Start Time(us)"])
+            wall += max(float(r["Start Time(us)"]) + float(r["Duration(us)"]) for r in run) - t0
+            busy_sum += sum(float(r["Duration(us)"]) for r in run)
             hits += 1
             i += n
         else:
             i += 1
     assert hits == top.evidence["calls"] > 5
+    if method == "device-idle":
+        assert busy_sum / wall < 0.4
+        steps = len({r["Step Id"] for r in rows})
+        assert top.saving_us == pytest.approx((wall - busy_sum) / steps, rel=1e-3)
 
 
 def test_affinity_matcher_skips_views_and_stops_at_other_ops() -> None:

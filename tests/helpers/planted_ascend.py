@@ -37,6 +37,10 @@ opscope:
   vector kernels (Muls, Add, Relu) each at 1.15x its own bound with 90% of its time in memory
   transfers (the PMU columns). Gap: their time minus one fused kernel per occurrence reading x
   and r and writing the output (3·|x| bytes at the bandwidth, one 3 µs launch floor).
+- ``fusible-host-bound``: ``relu(x * s + r)`` on a small [256, 256] bf16 tensor, eight times a
+  step, as three ops of 20 µs host time each launching one 2 µs vector kernel (not
+  memory-bound): the device waits for the host between them. Gap: the host periods (20 + 2 µs)
+  of the two ops one fused op does not issue, per occurrence.
 - ``optimizer-loop``: AdamW without ``foreach``: 16 parameters of [1024, 1024] fp32, three
   per-parameter ops (mul_, add_, addcdiv_) of one kernel each inside
   ``Optimizer.step#AdamW.step``. Gap: the launch floors one op per kind would not pay,
@@ -68,6 +72,7 @@ CASES = (
     "comm-packet",
     "dynamic-shape",
     "fusible-sequence",
+    "fusible-host-bound",
     "optimizer-loop",
 )
 RULES = {
@@ -79,6 +84,7 @@ RULES = {
     "comm-packet": "ascend-comm-packet",
     "dynamic-shape": "ascend-dynamic-shape",
     "fusible-sequence": "ascend-fusible-sequence",
+    "fusible-host-bound": "ascend-fusible-sequence",
     "optimizer-loop": "fusion-optimizer-foreach",
 }
 DEVICE = "ascend910b2"
@@ -169,11 +175,13 @@ class _Output:
         *,
         line: int = 42,
         not_before_ns: int = 0,
+        host_ns: int | None = None,
     ) -> int:
         """A host op on the Python thread launching ``kernels`` back to back; returns the
-        first kernel's start (ns). ``not_before_ns``: no kernel starts earlier (a compile)."""
+        first kernel's start (ns). ``not_before_ns``: no kernel starts earlier (a compile);
+        ``host_ns``: the op's host time (default 4 µs + 3 µs per kernel)."""
         ts = self.host
-        dur = 4_000 + 3_000 * len(kernels)
+        dur = host_ns if host_ns is not None else 4_000 + 3_000 * len(kernels)
         self.ev.append(
             {
                 "ph": "X", "cat": "cpu_op", "name": name, "pid": PY_PID, "tid": MAIN_TID,
@@ -329,6 +337,26 @@ def _fusible(o: _Output) -> float:
     return gap
 
 
+def _host_bound(o: _Output) -> float:
+    """relu(x * s + r) on a small [256, 256] bf16 tensor, eight times: three ops of 20 µs host
+    time each (Python between them), each launching one 2 µs vector kernel (MTE half of its
+    time: not memory-bound). The device waits for the host between the kernels. Returns the
+    gap: the host periods (op + 2 µs) of the two ops a single fused op does not issue."""
+    x = [256, 256]
+    bf = "c10::BFloat16"
+    host = 20_000
+    o.host = max(o.host, o.dev)  # the device has drained: from here it waits for the host
+    for _ in range(8):
+        for name, ktype, dims, types in (
+            ("aten::mul", "Muls", [x, []], [bf, "Scalar"]),
+            ("aten::add", "Add", [x, x, []], [bf, bf, "Scalar"]),
+            ("aten::relu", "Relu", [x], [bf]),
+        ):
+            o.op(name, dims, types, [_Kernel(ktype, ktype, 2.0, [x], mte=0.5)], line=90,
+                 host_ns=host)  # fmt: skip
+    return 8 * 2 * (host + 2_000) / 1000
+
+
 def _allreduce(o: _Output, step: int) -> float:
     """An exposed all-reduce: 4 planes of 2 aligned + 2 unaligned SDMA tasks. Returns the gap
     (one plane's unaligned tasks' time minus their bytes at the aligned rate)."""
@@ -453,6 +481,8 @@ def build(case: str, steps: int = 3) -> tuple[list[dict[str, Any]], list[dict[st
             gap += _packets(o, s)
         elif case == "fusible-sequence":
             gap += _fusible(o)
+        elif case == "fusible-host-bound":
+            gap += _host_bound(o)
         elif case == "optimizer-loop":
             gap += _optimizer(o)
         o.end_step(start)

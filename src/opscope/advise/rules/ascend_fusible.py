@@ -9,25 +9,32 @@ its AI-core time (``mte_threshold``: MTE-bound) or its kernels fill under 40% of
 (``sequence_duration_threshold``). Its MTE time is max(aic_mte2, aiv_mte2) + max(aic_fixpipe,
 aiv_mte3). It gives no saving.
 
-opscope's rule keeps the MTE-bound half (host-bound runs are ``overhead-launch-bound`` and
-``overhead-device-idle``'s): runs of ``MIN_LEN``..``MAX_LEN`` kernels keyed by op type and input
-shapes, with no kernel (type and shapes) twice in a run (a repeat marks the next turn of the
-loop the run sits in), occurring more than ``MIN_COUNT`` times, whose MTE time is over
-``MTE_SHARE`` of their AI-core + AI-vector time; unlike msprof-analyze, every kernel of a run
-must itself be MTE-bound and use no cube time (``aic_mac_time``): a matmul or attention
-kernel keeps its MTE pipes busy while it computes (mac and mte2 ratios both ~0.8 on real
-910B GEMMs), it is compute and stays a kernel of its own. The MTE time adds the read and
-write pipes, which overlap, so the share can pass 100%. It needs the PMU columns of a
-Level1/Level2 profile (``aic_metrics=PipeUtilization``, the default). Runs are taken largest
-saving first, each kernel in one run at most; kernels of ops another fusion rule already
-claims (``ascend-affinity-api`` matches, materialised attention spans) are left out.
+opscope's rule takes both halves. MTE-bound: runs of ``MIN_LEN``..``MAX_LEN`` kernels keyed by
+op type and input shapes, with no kernel (type and shapes) twice in a run (a repeat marks the
+next turn of the loop the run sits in), occurring more than ``MIN_COUNT`` times, whose MTE time
+is over ``MTE_SHARE`` of their AI-core + AI-vector time; unlike msprof-analyze, every kernel of
+a run must itself be MTE-bound and use no cube time (``aic_mac_time``): a matmul or attention
+kernel keeps its MTE pipes busy while it computes (mac and mte2 ratios both ~0.8 on real 910B
+GEMMs), it is compute and stays a kernel of its own. The MTE time adds the read and write
+pipes, which overlap, so the share can pass 100%. It needs the PMU columns of a Level1/Level2
+profile (``aic_metrics=PipeUtilization``, the default). Runs are taken largest saving first,
+each kernel in one run at most; kernels of ops another fusion rule already claims
+(``ascend-affinity-api`` matches, materialised attention spans) are left out.
 
-Saving, with device peaks: the run's kernel time minus the bound of one fused kernel that
-reads the run's external inputs and writes its last output (an input of a kernel that has the
-shape of the previous kernel's output is taken as that output, read again: internal), at the
-memory bandwidth, plus one launch floor; never above the run's kernel time. Without peaks:
-all but the costliest kernel of each run. A run counts from ``MIN_STEP_PCT`` of the step.
-"""
+Host-bound (msprof-analyze's ``host_threshold``): runs of vector kernels (no cube time, not
+AICPU, no PMU columns needed) occurring more than ``MIN_COUNT`` times whose kernels are busy
+under ``HOST_SHARE`` of the run's wall time (first kernel's start to last kernel's end): the
+device waits for the host to launch each kernel. Saving: that idle inside the runs (wall time
+less kernel time), which one launch for the run does not have, method ``device-idle``; the
+same idle is ``overhead-device-idle``'s and ``overhead-launch-bound``'s, which count what is
+left (``evidence.part_of``, :mod:`opscope.advise.overlap`).
+
+Saving of an MTE-bound run, with device peaks: the run's kernel time minus the bound of one
+fused kernel that reads the run's external inputs and writes its last output (an input of a
+kernel that has the shape of the previous kernel's output is taken as that output, read again:
+internal), at the memory bandwidth, plus one launch floor; never above the run's kernel time.
+Without peaks: all but the costliest kernel of each run. A run counts from ``MIN_STEP_PCT`` of
+the step."""
 
 from __future__ import annotations
 
@@ -54,6 +61,9 @@ MTE_SHARE: Final = 0.8
 # A run counts when its saving is at least this share of the step (opscope's heuristic, as
 # ascend-affinity-api: below it the bound's own error decides).
 MIN_STEP_PCT: Final = 0.5
+# The same file's host-bound threshold: the run's kernels busy under 40% of its wall time
+# (first kernel's start to last kernel's end): the device waits for the host between them.
+HOST_SHARE: Final = 0.4
 _MTE_IN = ("aic_mte2_time(us)", "aiv_mte2_time(us)")
 _MTE_OUT = ("aic_fixpipe_time(us)", "aiv_mte3_time(us)")
 _BUSY = ("aicore_time(us)", "aiv_time(us)")
@@ -168,20 +178,26 @@ class AscendFusibleSequence:
         "Saving, with device peaks: the run's time minus the bound of one fused kernel reading "
         "the run's external inputs and writing its last output at the memory bandwidth, never "
         "above the run's time; without peaks, "
-        f"all but the costliest kernel. A run counts from {MIN_STEP_PCT}% of the step."
+        f"all but the costliest kernel. A run counts from {MIN_STEP_PCT}% of the step. "
+        "Host-bound runs (msprof-analyze's other half: vector kernels, no PMU columns needed, "
+        f"busy under {HOST_SHARE:.0%} of the run's wall time, the device waiting for the host "
+        "to launch each) are flagged too; saving: the device idle inside the runs, which one "
+        "launch for the run does not have."
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend" or not profile.has_device:
             return []
         pmu = _pmu(profile)
-        if pmu is None:
-            return []
-        k = (
-            profile.kernels.filter((pl.col("kind") == "kernel") & pl.col("op_type").is_not_null())
-            .join(pmu, on="id", how="left")
-            .sort("rank", "ts_ns")
-        )
+        k = profile.kernels.filter(
+            (pl.col("kind") == "kernel") & pl.col("op_type").is_not_null()
+        ).sort("rank", "ts_ns")
+        if pmu is not None:
+            k = k.join(pmu, on="id", how="left")
+        else:  # no PMU columns: no MTE-bound runs, the host-bound ones still show
+            k = k.with_columns(
+                *[pl.lit(None, pl.Float64).alias(x) for x in ("mte_ns", "busy_ns", "cube_ns")]
+            )
         if k.height < MIN_LEN * (MIN_COUNT + 1):
             return []
         claimed = _claimed(profile, results, k.get_column("op_id").drop_nulls())
@@ -204,7 +220,8 @@ class AscendFusibleSequence:
         from opscope.analysis.model import bound_ns
 
         rows = k.select(
-            "id", "op_id", "op_type", "input_dims", "input_types", "args", "dur_ns",
+            "id", "op_id", "op_type", "input_dims", "input_types", "args", "dur_ns", "ts_ns",
+            pl.col("core_type").fill_null(""),
             pl.col("mte_ns").fill_null(0.0), pl.col("busy_ns").fill_null(0.0),
             pl.col("cube_ns").fill_null(0.0),
         ).to_dicts()  # fmt: skip
@@ -216,28 +233,8 @@ class AscendFusibleSequence:
         # own), and none another fusion rule already claims
         blocked = np.array([r["op_id"] in claimed or not _memory_bound(r) for r in rows])
         n = len(rows)
-        runs: dict[tuple[int, ...], list[int]] = {}
         cl = codes.tolist()
-        nb = np.concatenate([[0], np.cumsum(blocked)]).tolist()  # blocked kernels before i
-        # level by level, extending only runs that occur often enough (a run occurs at most
-        # as often as its prefix): the search stays near-linear on real and random traces
-        level: dict[tuple[int, ...], list[int]] = {}
-        for i in range(n):
-            if not blocked[i]:
-                level.setdefault((cl[i],), []).append(i)
-        for length in range(MIN_LEN, MAX_LEN + 1):
-            nxt: dict[tuple[int, ...], list[int]] = {}
-            for key, starts in level.items():
-                if len(starts) <= MIN_COUNT:
-                    continue
-                for i in starts:
-                    j = i + length - 1
-                    if j < n and nb[j + 1] == nb[i]:
-                        nxt.setdefault((*key, cl[j]), []).append(i)
-            level = {k: v for k, v in nxt.items() if len(v) > MIN_COUNT}
-            runs.update(level)
-            if not level:
-                break
+        runs = _find_runs(cl, blocked)
 
         def prefix(col: str) -> Any:
             return np.concatenate([[0.0], np.cumsum([float(r[col]) for r in rows])])
@@ -285,9 +282,102 @@ class AscendFusibleSequence:
             f = self._finding(profile, steps, rows, key, starts, exec_ns, fused, share, saving)
             # the op groups of the run's host ops (see advise.overlap): an elementwise-bandwidth
             # finding on the same ops is counted once
-            ops = [rows[i + j]["op_id"] for i in starts for j in range(length)]
-            groups = op_groups(profile, results, [o for o in ops if o is not None])
+            groups = _run_groups(profile, results, rows, starts, length)
             out.append(replace(f, evidence={**f.evidence, "op_groups": groups}))
+        out += self._host_bound(profile, results, steps, rows, cl, claimed, taken)
+        return out
+
+    def _host_bound(
+        self,
+        profile: Profile,
+        results: Mapping[str, Any],
+        steps: c.StepInfo,
+        rows: list[dict[str, Any]],
+        cl: list[int],
+        claimed: set[int],
+        taken: Any,
+    ) -> list[Finding]:
+        """msprof-analyze's host-bound half: repeated runs of vector kernels (no cube time, not
+        AICPU) busy under ``HOST_SHARE`` of the run's wall time; kernels of MTE-bound runs and
+        of ops other fusion rules claim are left out. Saving: the device idle inside the runs
+        (wall time minus kernel time), which one launch for the run does not have."""
+        blocked = taken | np.array(
+            [
+                r["op_id"] in claimed or r["cube_ns"] > 0 or "AI_CPU" in str(r["core_type"])
+                for r in rows
+            ],
+            dtype=bool,
+        )
+        runs = _find_runs(cl, blocked)
+        ts = np.array([float(r["ts_ns"]) for r in rows])
+        end = ts + np.array([float(r["dur_ns"]) for r in rows])
+        p_dur = np.concatenate([[0.0], np.cumsum(end - ts)])
+        cands = []
+        for key, all_starts in runs.items():
+            length = len(key)
+            if len(set(key)) < length:
+                continue
+            starts = _non_overlapping(all_starts, length)
+            if len(starts) <= MIN_COUNT:
+                continue
+            st = np.asarray(starts)
+            last = end[st[:, None] + np.arange(length)].max(axis=1)
+            wall = float((last - ts[st]).sum())
+            busy = float((p_dur[st + length] - p_dur[st]).sum())
+            if wall <= 0 or busy / wall >= HOST_SHARE:
+                continue
+            cands.append((wall - busy, key, starts, wall, busy))
+        cands.sort(key=lambda x: (-x[0], -len(x[1])))
+        used = np.zeros(len(rows), dtype=bool)
+        out = []
+        for idle, key, starts, wall, busy in cands:
+            length = len(key)
+            if any(used[i : i + length].any() for i in starts) or steps.pct(idle) < MIN_STEP_PCT:
+                continue
+            for i in starts:
+                used[i : i + length] = True
+            run = rows[starts[0] : starts[0] + length]
+            types = [str(r["op_type"]) for r in run]
+            anchor = [r["op_id"] for r in run if r["op_id"] is not None][:1] or [run[0]["id"]]
+            where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": anchor}))))
+            f: Finding = c.make_finding(
+                profile,
+                rule=self.id,
+                title=f"{' → '.join(types)} runs {len(starts)}×, host-bound (kernels busy "
+                f"{busy / wall:.0%} of the run's time): launch one op instead",
+                where=where,
+                key="host:" + "|".join(f"{r['op_type']}:{r['input_dims']}" for r in run),
+                saving_ns=idle,
+                saving_how="the device idle inside the runs (first kernel's start to last "
+                "kernel's end, less the kernels' time): the device waits for the host to "
+                "launch each kernel, and one fused op launches once",
+                fix="# the host launches these kernels slower than the device runs them: one op\n"
+                "# (a torch_npu fused API, or graph mode, which launches no op per call)\n"
+                "import torchair\n"
+                "model = torch.compile(model, backend=torchair.get_npu_backend())",
+                evidence={
+                    "operators": types,
+                    "shapes": [str(r["input_dims"]) for r in run],
+                    "dtypes": [],
+                    "calls": len(starts),
+                    "figures": {
+                        "run_wall_us_per_step": round(steps.per_step_us(wall), 3),
+                        "kernel_us_per_step": round(steps.per_step_us(busy), 3),
+                        "busy_share": round(busy / wall, 4),
+                        "kernels_per_run": length,
+                    },
+                    "event_ids": [rows[i]["id"] for i in starts][:10],
+                    # see advise.overlap: the op groups, and the device idle that
+                    # overhead-device-idle / overhead-launch-bound count too
+                    "op_groups": _run_groups(profile, results, rows, starts, length),
+                    "part_of": ["overhead-device-idle", "overhead-launch-bound"],
+                },
+                steps=steps,
+                limit_ns=wall,
+                limit_what="the runs' wall time",
+                method="device-idle",
+            )
+            out.append(f)
         return out
 
     def _finding(
@@ -370,6 +460,48 @@ def _optimizer_of(profile: Profile, op_id: int) -> str | None:
     if names.len() == 0:
         return None
     return str(names[0]).removeprefix(OPT_PREFIX).split(".")[0]
+
+
+def _run_groups(
+    profile: Profile,
+    results: Mapping[str, Any],
+    rows: list[dict[str, Any]],
+    starts: list[int],
+    length: int,
+) -> list[int]:
+    """The op groups of a run's host ops (see advise.overlap), or, with no host ops (a kernel
+    table alone), the run's kernels themselves."""
+    ks = [rows[i + j] for i in starts for j in range(length)]
+    ops = [r["op_id"] for r in ks if r["op_id"] is not None]
+    return op_groups(profile, results, ops) if ops else sorted(int(r["id"]) for r in ks)
+
+
+def _find_runs(cl: list[int], blocked: Any) -> dict[tuple[int, ...], list[int]]:
+    """Every run of ``MIN_LEN``..``MAX_LEN`` unblocked kernels (by key code) occurring more than
+    ``MIN_COUNT`` times, with its start positions. Level by level, extending only runs that
+    occur often enough (a run occurs at most as often as its prefix): near-linear on real and
+    random traces."""
+    n = len(cl)
+    nb = np.concatenate([[0], np.cumsum(blocked)]).tolist()  # blocked kernels before i
+    runs: dict[tuple[int, ...], list[int]] = {}
+    level: dict[tuple[int, ...], list[int]] = {}
+    for i in range(n):
+        if not blocked[i]:
+            level.setdefault((cl[i],), []).append(i)
+    for length in range(MIN_LEN, MAX_LEN + 1):
+        nxt: dict[tuple[int, ...], list[int]] = {}
+        for key, starts in level.items():
+            if len(starts) <= MIN_COUNT:
+                continue
+            for i in starts:
+                j = i + length - 1
+                if j < n and nb[j + 1] == nb[i]:
+                    nxt.setdefault((*key, cl[j]), []).append(i)
+        level = {k: v for k, v in nxt.items() if len(v) > MIN_COUNT}
+        runs.update(level)
+        if not level:
+            break
+    return runs
 
 
 def _memory_bound(r: dict[str, Any]) -> bool:
