@@ -17,7 +17,8 @@ Prints one table row per finding (source, rule, estimated µs/step, measured µs
 status) and writes everything (findings, verification dicts, stage times, truth of the planted
 traces) as JSON to ``--out`` after each trace, so a run cut short still leaves its rows. Every
 stage is guarded: one failing trace or finding is recorded as an error, the run goes on. Never
-uses the network. Exit 0 on success or skip, 1 when a stage failed.
+uses the network. Exit 0 on success or skip, 1 when a stage failed or a finding claims more
+than the step (the sanity list: a saving or a title above 100% of the step).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def _rows(source: str, found: Any, truth: dict[str, Any] | None) -> list[dict[st
                 "rule": f.rule,
                 "title": f.title,
                 "estimated_saving_us": f.saving_us,
+                "saving_pct": f.saving_pct,
                 "saving_method": f.saving_method,
                 "measured_saving_us": ver.get("measured_saving_us"),
                 "speedup": ver.get("speedup"),
@@ -189,17 +191,35 @@ def _record(tmp: Path) -> Path:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'source':<16} {'rule':<22} {'est µs':>9} {'meas µs':>9} {'speedup':>8}  status"
+    head = (
+        f"{'source':<18} {'rule':<22} {'planted µs':>10} {'est µs':>9} {'meas µs':>9} "
+        f"{'speedup':>8}  status"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        meas = r["measured_saving_us"]
-        sp = r["speedup"]
+        meas, sp, gap = r["measured_saving_us"], r["speedup"], r["planted_gap_us"]
+        planted = f"{gap:.1f}" if gap is not None and r["rule"] == r["planted_rule"] else ""
         lines.append(
-            f"{r['source']:<16} {r['rule']:<22} {r['estimated_saving_us']:>9.1f} "
+            f"{r['source']:<18} {r['rule']:<22} {planted:>10} {r['estimated_saving_us']:>9.1f} "
             f"{'—' if meas is None else f'{meas:.1f}':>9} {'—' if sp is None else f'{sp:.2f}':>8}"
             f"  {r['status']}"
         )
     return "\n".join(lines)
+
+
+def _sanity(rows: list[dict[str, Any]]) -> list[str]:
+    """Claims no finding may make: a saving above 100% of the step, a percentage of the step
+    above 100 in a title."""
+    import re
+
+    bad = []
+    for r in rows:
+        if r["saving_pct"] > 100.0 + 1e-6:
+            bad.append(f"{r['source']}: {r['rule']} saves {r['saving_pct']:.1f}% of the step")
+        for pct in re.findall(r"(\d+(?:\.\d+)?)% of the step", r["title"]):
+            if float(pct) > 100.0:
+                bad.append(f"{r['source']}: {r['rule']} title {r['title']!r}")
+    return bad
 
 
 def main() -> int:
@@ -283,10 +303,13 @@ def main() -> int:
             save()
     print()
     print(_table(doc["rows"]))
+    doc["sanity"] = _sanity(doc["rows"])
+    for line in doc["sanity"]:
+        print(f"SANITY: {line}")
     save()
     print(f"\nwrote {out_path} ({len(doc['rows'])} findings, {len(doc['errors'])} errors, "
           f"{doc['elapsed_s']} s)")  # fmt: skip
-    return 1 if doc["errors"] else 0
+    return 1 if doc["errors"] or doc["sanity"] else 0
 
 
 if __name__ == "__main__":
