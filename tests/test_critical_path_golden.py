@@ -124,9 +124,32 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
             if e["_c"] in OPS and e["_s"] >= cover:
                 nodes.append([step_at(e["_s"]), "h", tid, e["_s"], e["_e"], None, None])
             cover = max(cover, e["_e"]) if e["_c"] in OPS else cover
+
+    # work queued before profiling (docs/analysis.md, Steps): no launch in the trace, started
+    # before the first work with one on its device, unless a launch call whose work is missing
+    # was issued before that (then it may be their own launch, its correlation lost)
+    def dev_id(d: dict[str, Any]) -> int:
+        return int(d.get("args", {}).get("device", -1) or 0)
+
+    first: dict[int, int] = {}
+    for d in dev:
+        if d.get("args", {}).get("correlation") in launch_step:
+            first[dev_id(d)] = min(first.get(dev_id(d), d["_s"]), d["_s"])
+    worked = {d.get("args", {}).get("correlation") for d in dev}
+    lost = [
+        c["_s"]
+        for cs in calls_of.values()
+        for c in cs
+        if re.search(r"(?i)launch|memcpy|memset", c["name"])
+        and c.get("args", {}).get("correlation") is not None
+        and c["args"]["correlation"] not in worked
+    ]
+    doubtful = bool(first) and any(s < min(first.values()) for s in lost)
     for d in dev:
         corr = d.get("args", {}).get("correlation")
         st = launch_step.get(corr, step_at(d["_s"]))
+        if corr not in launch_step and not doubtful and d["_s"] < first.get(dev_id(d), -(10**30)):
+            st = -1
         nodes.append([st, "d", _lane(d), d["_s"], d["_e"], None, ("dev", corr)])
     out = {}
     graphs: dict[int, list[list[Any]]] = defaultdict(list)

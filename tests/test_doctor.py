@@ -504,10 +504,17 @@ def test_mi300x_kernels_without_launch_match_raw() -> None:
     }
     dev = [e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     orphans = [e for e in dev if e.get("args", {}).get("correlation") not in launch_corr]
+    # the warm-up step's work still running when profiling began: no launch, before every
+    # linked kernel (the device runs ~30 ms behind the host here)
+    first = min(e["ts"] for e in dev if e.get("args", {}).get("correlation") in launch_corr)
+    queued = [e for e in orphans if e["ts"] < first]
+    assert len(queued) == 968
     chk = _by_id(diagnose(p))["incomplete.flows"]
     assert chk.evidence["kernels"] == len(dev)
-    assert chk.evidence["kernels_without_launch"] == len(orphans)
-    assert chk.status == ("warning" if len(orphans) / len(dev) > 0.05 else "ok")
+    assert chk.evidence["queued_before_profiling"] == len(queued)
+    assert chk.evidence["kernels_without_launch"] == len(orphans) - len(queued)
+    rest = (len(orphans) - len(queued)) / len(dev)
+    assert chk.status == ("warning" if rest > 0.05 else "ok")
 
 
 def test_mi250_last_step_without_device_work() -> None:

@@ -315,9 +315,7 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
     base = step_ns or span_ns
     ops = op_times(profile)
     device = profile.has_device
-    kern = profile.events.filter(pl.col("kind").is_in(DEVICE_WORK)).with_columns(
-        pl.col("dur_ns").alias("self_ns")
-    )
+    kern = profile.kernels.with_columns(pl.col("dur_ns").alias("self_ns"))  # cached filter
     op_tab = _agg(ops, ["name"], base, span_ns, device)
     shape_tab = _agg(ops, ["name", "input_dims", "input_types"], base, span_ns, device)
     kern_tab = _agg(kern, ["name"], base, span_ns, False)

@@ -392,16 +392,42 @@ def check_kernel_origins(profile: Profile) -> list[Check]:
     k = profile.kernels
     if k.is_empty():
         return []
-    orphans = int(k.get_column("launch_id").is_null().sum())
+    no_launch = k.get_column("launch_id").is_null()
+    # queued before the profiler's window (link.queued_before_profiling): no step, no launch
+    # to expect; the warm-up step's kernels on a device that lags the host
+    early = int(
+        (
+            no_launch
+            & k.get_column("step").is_null()
+            & (k.get_column("ts_ns") < (k.filter(~no_launch).get_column("ts_ns").min() or 0))
+        ).sum()
+    )
+    orphans = int(no_launch.sum()) - early
     frac = orphans / k.height
     ev = {
         "kernels": k.height,
         "kernels_without_launch": orphans,
+        "queued_before_profiling": early,
         "fraction": round(frac, 4),
         "ac2g_flows": int((profile.flows.get_column("kind").cast(pl.String) == "ac2g").sum()),
     }
+    if early:
+        notes = [
+            Check(
+                "queued.before.profiling",
+                "ok",
+                f"{early} kernels ran before the first profiled kernel with no launch in the "
+                "trace: work queued before profiling began (the warm-up step), left out of steps",
+                ev,
+                "Nothing to do: the device ran behind the host when the profiler's active window "
+                "opened. They count in device-wide kernel totals, in no step.",
+            )
+        ]
+    else:
+        notes = []
     if frac > UNLINKED_LAUNCH_WARN:
         return [
+            *notes,
             Check(
                 "incomplete.flows",
                 "warning",
@@ -410,9 +436,9 @@ def check_kernel_origins(profile: Profile) -> list[Check]:
                 "Record host and device together (activities=[CPU, CUDA] or [CPU, NPU]); on "
                 "Ascend keep trace_view.json (export_type text). Unlinked kernels count in device "
                 "totals but not in per-operator or per-line attribution.",
-            )
+            ),
         ]
-    return [Check("incomplete.flows", "ok", "kernels are linked to their launches", ev)]
+    return [*notes, Check("incomplete.flows", "ok", "kernels are linked to their launches", ev)]
 
 
 def check_ranks(profile: Profile) -> list[Check]:

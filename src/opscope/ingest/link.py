@@ -683,20 +683,73 @@ def assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
     Host events: the step holding their start. Device events: their op's step, else their
     launch's; without either, the step the source recorded for them (Ascend's
-    ``kernel_details.csv`` "Step Id"; Kineto records none), else the step holding their start.
+    ``kernel_details.csv`` "Step Id"; Kineto records none), else the step holding their start,
+    except :func:`queued_before_profiling` work, which is no profiled step's.
     """
     st = _np(step_of_times(steps, events.get_column("rank"), events.get_column("ts_ns")))
     is_dev = on_device(events)
     op = _np(events.get_column("op_id"))
     la = _np(events.get_column("launch_id"))
     via = np.where(op >= 0, op, la)
-    if "step" in events.columns:
-        own = _np(events.get_column("step"))
-        keep = is_dev & (via < 0) & (own >= 0)
-        st[keep] = own[keep]
+    own = _np(events.get_column("step")) if "step" in events.columns else np.full(len(st), -1)
+    keep = is_dev & (via < 0) & (own >= 0)
+    st[keep] = own[keep]
+    early = queued_before_profiling(events, is_dev, via) & (own < 0)
+    st[early] = -1
     use = is_dev & (via >= 0)
     st[use] = st[via[use]]
     return events.with_columns(_nullable("step", st, pl.Int32))
+
+
+# Host calls that put work on a device queue (CUDA/HIP kernel launches, async copies and fills).
+_LAUNCH_CALL = r"(?i)launch|memcpy|memset"
+
+
+def queued_before_profiling(
+    events: pl.DataFrame, is_dev: BoolArray | None = None, via: IntArray | None = None
+) -> BoolArray:
+    """Device work with no launch in the trace that ran before the first device work launched
+    in it, per (rank, device): work queued before the profiler's active window (the warm-up
+    step's kernels, which Kineto keeps while it drops their launches; a device that lags the
+    host runs them well inside the first profiled step's time range). Charging them to that
+    step by time would mix two steps' kernels; they belong to no profiled step."""
+    if is_dev is None:
+        is_dev = on_device(events)
+    if via is None:
+        op = _np(events.get_column("op_id"))
+        via = np.where(op >= 0, op, _np(events.get_column("launch_id")))
+    launched = is_dev & (via >= 0)
+    if not launched.any() or not (is_dev & (via < 0)).any():
+        return np.zeros(events.height, dtype=bool)
+    keys = events.select(
+        "rank", pl.col("device").fill_null(-1), "ts_ns", pl.Series("launched", launched)
+    )
+    first = (
+        keys.filter("launched")
+        .group_by("rank", "device")
+        .agg(pl.col("ts_ns").min().alias("first_ns"))
+    )
+    t0 = keys.join(first, on=["rank", "device"], how="left", maintain_order="left")
+    before = (t0.get_column("ts_ns") < t0.get_column("first_ns")).fill_null(False).to_numpy()
+    # A launch call in the trace whose device work is missing, issued before the first linked
+    # work ran, may be these events' own launch with its correlation lost: then they are not
+    # known to predate profiling.
+    la = _np(events.get_column("launch_id"))
+    used = np.unique(la[is_dev & (la >= 0)])
+    is_launch = (
+        (pl.col("kind") == "runtime")
+        & pl.col("correlation").is_not_null()
+        & pl.col("name").str.contains(_LAUNCH_CALL)
+    )
+    calls = events.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "rank", "ts_ns")
+    calls = calls.filter(events.select(is_launch).to_series())
+    lost = calls.filter(~pl.col("row").is_in(used.tolist())).join(
+        first.group_by("rank").agg(pl.col("first_ns").min()), on="rank", how="inner"
+    )
+    doubtful = set(lost.filter(pl.col("ts_ns") < pl.col("first_ns")).get_column("rank").to_list())
+    if doubtful:
+        before &= ~events.get_column("rank").is_in(list(doubtful)).to_numpy()
+    return is_dev & (via < 0) & before
 
 
 # --------------------------------------------------------------------------------------------------
