@@ -749,7 +749,8 @@ def queued_before_profiling(
     doubtful = set(lost.filter(pl.col("ts_ns") < pl.col("first_ns")).get_column("rank").to_list())
     if doubtful:
         before &= ~events.get_column("rank").is_in(list(doubtful)).to_numpy()
-    return is_dev & (via < 0) & before
+    out: BoolArray = is_dev & (via < 0) & before
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
