@@ -24,7 +24,10 @@ from opscope.model import kinds
 #    communication lanes, communication events of partial-output ranks; database exports.
 # 4: Ascend flows bound by the shared linker (a HostToDevice start inside a CANN call binds to
 #    it; ids past 64 bits kept apart); Kineto host tracks named "PROCESS · THREAD".
-SCHEMA_VERSION: Final = 4
+# 5: device work queued before profiling has no step; Ascend .db HBM/LLC counters and Overlap
+#    Analysis tracks; the Ascend reader through the shared linker; negative sequence numbers
+#    are none.
+SCHEMA_VERSION: Final = 5
 
 # What a row of ``events`` is. One table holds host and device slices alike, so that nesting,
 # step assignment and the timeline treat them the same way (Perfetto's ``slice`` table).
