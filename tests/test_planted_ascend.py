@@ -68,11 +68,16 @@ def test_planted_class_is_top_with_saving_near_the_gap(case: str, tmp_path: Path
 
 def _claimed_time_us(case: str, root: Path, steps: int) -> float:
     """The time, per step, of the events the overlapping findings of ``case`` explain, from the
-    raw files: the slow add + layer_norm kernels, the exposed all-reduces (nothing runs beside
-    them), the compile calls."""
-    if case == "affinity-slow-add-layer-norm":
-        rows = [r for r in _kernel_rows(root) if r["Input Shapes"].startswith("16,2048,4096")]
-        assert sorted({r["Type"] for r in rows}) == ["Add", "LayerNormV3"]
+    raw files: the slow add + layer_norm (or mul, add, relu) kernels, the exposed all-reduces
+    (nothing runs beside them), the compile calls."""
+    if case.endswith("-slow-add-layer-norm") or case == "fusible-slow-sequence":
+        x, types = (
+            ("16,2048,4096", ["Add", "LayerNormV3"])
+            if case.startswith("affinity")
+            else ("8192,2048", ["Add", "Muls", "Relu"])
+        )
+        rows = [r for r in _kernel_rows(root) if r["Input Shapes"].startswith(x)]
+        assert sorted({r["Type"] for r in rows}) == types
         return sum(float(r["Duration(us)"]) for r in rows) / steps
     events = json.loads((root / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
     want = "hcom_" if case.startswith("comm-") else "AscendCL@aclopCompileAndExecute"
@@ -86,6 +91,7 @@ OVERLAPPING = {
     "comm-alignment": ("ascend-comm-byte-alignment", "comm-exposed"),
     "comm-packet": ("ascend-comm-packet", "comm-exposed"),
     "dynamic-shape": ("ascend-dynamic-shape", "overhead-recompile"),
+    "fusible-slow-sequence": ("ascend-fusible-sequence", "elementwise-bandwidth"),
 }
 
 

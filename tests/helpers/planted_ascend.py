@@ -37,6 +37,8 @@ opscope:
   vector kernels (Muls, Add, Relu) each at 1.15x its own bound with 90% of its time in memory
   transfers (the PMU columns). Gap: their time minus one fused kernel per occurrence reading x
   and r and writing the output (3·|x| bytes at the bandwidth, one 3 µs launch floor).
+- ``fusible-slow-sequence``: the same at 4x their bounds (25% of the bandwidth):
+  ``elementwise-bandwidth`` finds the mul, add and relu too, on the same op groups.
 - ``fusible-host-bound``: ``relu(x * s + r)`` on a small [256, 256] bf16 tensor, eight times a
   step, as three ops of 20 µs host time each launching one 2 µs vector kernel (not
   memory-bound): the device waits for the host between them. Gap: the host periods (20 + 2 µs)
@@ -72,6 +74,7 @@ CASES = (
     "comm-packet",
     "dynamic-shape",
     "fusible-sequence",
+    "fusible-slow-sequence",
     "fusible-host-bound",
     "optimizer-loop",
 )
@@ -84,6 +87,7 @@ RULES = {
     "comm-packet": "ascend-comm-packet",
     "dynamic-shape": "ascend-dynamic-shape",
     "fusible-sequence": "ascend-fusible-sequence",
+    "fusible-slow-sequence": "ascend-fusible-sequence",
     "fusible-host-bound": "ascend-fusible-sequence",
     "optimizer-loop": "fusion-optimizer-foreach",
 }
@@ -320,14 +324,15 @@ def _add_layer_norm(o: _Output, factor: float = 1.2) -> float:
     return add_us + ln_us - fused
 
 
-def _fusible(o: _Output) -> float:
-    """relu(x * s + r), eight times: Muls, Add, Relu kernels; returns the gap."""
+def _fusible(o: _Output, factor: float = 1.15) -> float:
+    """relu(x * s + r), eight times: Muls, Add, Relu kernels at ``factor`` x their bounds;
+    returns the gap."""
     x = [8192, 2048]
     bf = "c10::BFloat16"
     gap = 0.0
     for _ in range(8):
-        muls, add = _elt_us(x, x, factor=1.15), _elt_us(x, x, x, factor=1.15)
-        relu = _elt_us(x, x, factor=1.15)
+        muls, add = _elt_us(x, x, factor=factor), _elt_us(x, x, x, factor=factor)
+        relu = _elt_us(x, x, factor=factor)
         o.op("aten::mul", [x, []], [bf, "Scalar"], [_Kernel("Muls", "Muls", muls, [x])], line=80)
         o.op("aten::add", [x, x, []], [bf, bf, "Scalar"], [_Kernel("Add", "Add", add, [x, x])],
              line=81)  # fmt: skip
@@ -481,6 +486,8 @@ def build(case: str, steps: int = 3) -> tuple[list[dict[str, Any]], list[dict[st
             gap += _packets(o, s)
         elif case == "fusible-sequence":
             gap += _fusible(o)
+        elif case == "fusible-slow-sequence":
+            gap += _fusible(o, factor=4.0)
         elif case == "fusible-host-bound":
             gap += _host_bound(o)
         elif case == "optimizer-loop":
