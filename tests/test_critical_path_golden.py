@@ -126,8 +126,8 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
             cover = max(cover, e["_e"]) if e["_c"] in OPS else cover
 
     # work queued before profiling (docs/analysis.md, Steps): no launch in the trace, started
-    # before the first work with one on its device, unless a launch call whose work is missing
-    # was issued before that (then it may be their own launch, its correlation lost)
+    # before the first work with one on its device, unless as many launch calls whose work is
+    # missing were issued before that (then they may be their own launches, correlation lost)
     def dev_id(d: dict[str, Any]) -> int:
         return int(d.get("args", {}).get("device", -1) or 0)
 
@@ -144,7 +144,13 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
         and c.get("args", {}).get("correlation") is not None
         and c["args"]["correlation"] not in worked
     ]
-    doubtful = bool(first) and any(s < min(first.values()) for s in lost)
+    cand = [
+        d
+        for d in dev
+        if d.get("args", {}).get("correlation") not in launch_step
+        and d["_s"] < first.get(dev_id(d), -(10**30))
+    ]
+    doubtful = bool(first) and sum(s < min(first.values()) for s in lost) >= len(cand)
     for d in dev:
         corr = d.get("args", {}).get("correlation")
         st = launch_step.get(corr, step_at(d["_s"]))
