@@ -428,7 +428,8 @@ def _roofline(profile: Profile, device_name: str | None) -> RooflineResult:
 
 def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     """Ascend kernels that carry their own shapes, grouped by (type, shapes, dtypes)."""
-    k = profile.events.filter(
+    # from the cached device work (the same rows in the same order as filtering the events)
+    k = profile.kernels.filter(
         (pl.col("kind") == "kernel") & pl.col("input_dims").is_not_null()
         & pl.col("op_type").is_not_null()
     )  # fmt: skip
