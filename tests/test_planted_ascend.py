@@ -324,6 +324,29 @@ def test_real_alignment_counts_the_raw_unaligned_tasks(rel: str) -> None:
 
 
 @pytest.mark.parametrize("rel", REAL)
+def test_real_exposed_communication_is_counted_once(rel: str) -> None:
+    """comm-exposed and ascend-comm-byte-alignment on the same collectives sum to the exposed
+    communication msprof writes in step_trace_time.csv (Communication(Not Overlapped));
+    overhead-recompile and ascend-dynamic-shape to the compile calls' time in trace_view."""
+    out = shared_trace(rel) / "ASCEND_PROFILER_OUTPUT"
+    with (out / "step_trace_time.csv").open() as f:
+        st = list(csv.DictReader(f))
+    exposed = sum(float(r["Communication(Not Overlapped)"]) for r in st) / len(st)
+    found = advise(opscope.load(shared_trace(rel)))
+    (ce,) = [f for f in found.by_rule("comm-exposed") if f.title.startswith("exposed")]
+    (al,) = found.by_rule("ascend-comm-byte-alignment")
+    assert ce.evidence["overlaps"] == [al.id]
+    assert al.saving_us > 0 and ce.saving_us + al.saving_us == pytest.approx(exposed, abs=0.01)
+    compile_us = sum(
+        e["dur"] for e in _trace(rel) if e.get("name") == "AscendCL@aclopCompileAndExecute"
+    ) / len(st)
+    (rc,) = found.by_rule("overhead-recompile")
+    dyn = found.by_rule("ascend-dynamic-shape")
+    assert set(rc.evidence["overlaps"]) == {f.id for f in dyn}
+    assert rc.saving_us + sum(f.saving_us for f in dyn) == pytest.approx(compile_us, abs=0.01)
+
+
+@pytest.mark.parametrize("rel", REAL)
 def test_real_dynamic_shape_counts_compiles_per_op_type(rel: str) -> None:
     trace = _trace(rel)
     x = [e for e in trace if e.get("ph") == "X"]
