@@ -470,6 +470,22 @@ def test_real_fusible_run_occurrences_match_the_kernel_table(method: str) -> Non
         assert top.saving_us == pytest.approx((wall - busy_sum) / steps, rel=1e-3)
 
 
+def test_real_host_bound_run_with_nonzero_is_a_sync() -> None:
+    """The 4-rank run's Greater -> MemSet -> NonZero -> Slice runs are host-bound because the
+    host reads NonZero's output size back: the fix avoids the data-dependent shape."""
+    root = (
+        Path(__file__).resolve().parents[2] / "ascend_data" / "st" / "level2" / "rank_0_ascend_pt"
+    )
+    if not root.is_dir():
+        pytest.skip(f"{root} not found")
+    found = advise(opscope.load(root), NAMED).by_rule("ascend-fusible-sequence")
+    (f,) = [f for f in found if "NonZero" in f.evidence["operators"]]
+    assert f.saving_method == "device-idle" and "NonZero syncs with the host" in f.title
+    assert "torch.where" in f.fix and "torchair" not in f.fix
+    others = [g for g in found if g is not f and g.saving_method == "device-idle"]
+    assert others and all("torchair" in g.fix for g in others)
+
+
 def test_affinity_matcher_skips_views_and_stops_at_other_ops() -> None:
     from opscope.advise.rules.ascend_affinity import _matches
 

@@ -64,6 +64,11 @@ MIN_STEP_PCT: Final = 0.5
 # The same file's host-bound threshold: the run's kernels busy under 40% of its wall time
 # (first kernel's start to last kernel's end): the device waits for the host between them.
 HOST_SHARE: Final = 0.4
+# Kernels whose output size depends on the data: the host reads it back before the next op can
+# be issued, so the idle around them is a sync, which fusing the run does not remove.
+DATA_DEPENDENT: Final = frozenset(
+    {"NonZero", "MaskedSelect", "Unique", "UniqueV2", "UniqueWithCountsAndSorting"}
+)
 _MTE_IN = ("aic_mte2_time(us)", "aiv_mte2_time(us)")
 _MTE_OUT = ("aic_fixpipe_time(us)", "aiv_mte3_time(us)")
 _BUSY = ("aicore_time(us)", "aiv_time(us)")
@@ -340,21 +345,33 @@ class AscendFusibleSequence:
             types = [str(r["op_type"]) for r in run]
             anchor = [r["op_id"] for r in run if r["op_id"] is not None][:1] or [run[0]["id"]]
             where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": anchor}))))
+            sync = sorted(DATA_DEPENDENT.intersection(types))
+            fix = (
+                "# the host launches these kernels slower than the device runs them: one op\n"
+                "# (a torch_npu fused API, or graph mode, which launches no op per call)\n"
+                "import torchair\n"
+                "model = torch.compile(model, backend=torchair.get_npu_backend())"
+            )
+            if sync:
+                # the host waits for the data-dependent size: a sync, not launches
+                fix = (
+                    f"# {', '.join(sync)} has a data-dependent output size: the host reads it "
+                    "back (a sync) before the next op\n"
+                    "y = torch.where(mask, x, torch.zeros_like(x))  # was: x[mask] / nonzero"
+                )
             f: Finding = c.make_finding(
                 profile,
                 rule=self.id,
                 title=f"{' → '.join(types)} runs {len(starts)}×, host-bound (kernels busy "
-                f"{busy / wall:.0%} of the run's time): launch one op instead",
+                f"{busy / wall:.0%} of the run's time): "
+                + (f"{sync[0]} syncs with the host" if sync else "launch one op instead"),
                 where=where,
                 key="host:" + "|".join(f"{r['op_type']}:{r['input_dims']}" for r in run),
                 saving_ns=idle,
                 saving_how="the device idle inside the runs (first kernel's start to last "
                 "kernel's end, less the kernels' time): the device waits for the host to "
                 "launch each kernel, and one fused op launches once",
-                fix="# the host launches these kernels slower than the device runs them: one op\n"
-                "# (a torch_npu fused API, or graph mode, which launches no op per call)\n"
-                "import torchair\n"
-                "model = torch.compile(model, backend=torchair.get_npu_backend())",
+                fix=fix,
                 evidence={
                     "operators": types,
                     "shapes": [str(r["input_dims"]) for r in run],
