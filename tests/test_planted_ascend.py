@@ -263,6 +263,29 @@ def test_host_bound_run_saving_is_the_idle_inside_the_runs(tmp_path: Path) -> No
     assert idle_f.evidence["overlaps"] == [f.id]
 
 
+@pytest.mark.parametrize(("small_bytes", "fires"), [(1024 * 1024, False), (512 * 1024, True)])
+def test_packet_over_rdma_uses_msprofs_1_mb(tmp_path: Path, small_bytes: int, fires: bool) -> None:
+    """The same collectives over RDMA: 1 MiB collectives are not small (msprof-analyze's RDMA
+    size is 1 MB), 512 KiB ones are."""
+    root, _ = planted_ascend.write("comm-packet", tmp_path)
+    tv = root / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    events = json.loads(tv.read_text())
+    for e in events:
+        a = e.get("args") or {}
+        if e.get("name") == "Memcpy":
+            a["transport type"], a["link type"] = "RDMA", "ROCE"
+            if a["size(Byte)"] == 1024 * 1024 // 4:  # a small collective's plane share
+                a["size(Byte)"] = small_bytes // 4
+    tv.write_text(json.dumps(events))
+    found = advise(opscope.load(root), NAMED).by_rule("ascend-comm-packet")
+    if not fires:
+        assert found == []
+        return
+    (f,) = found
+    assert "RDMA" in f.title and f.evidence["figures"]["min_bytes"] == 1_000_000
+    assert f.evidence["figures"]["small_collectives"] == 30
+
+
 def test_dynamic_shape_names_the_op_and_its_shapes(tmp_path: Path) -> None:
     found, _, root = _run("dynamic-shape", tmp_path)
     (f,) = [f for f in found if f.rule == "ascend-dynamic-shape"]
