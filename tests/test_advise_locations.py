@@ -29,6 +29,9 @@ def _report(profile: Profile) -> dict[int, Where]:
         r["id"]: (r["file"], r["line"], r["module"])
         for r in resolve_ops(profile).iter_rows(named=True)
     }
+    # device work charged to no line (queued before profiling: no op, no step) is unplaced
+    dev = profile.events.filter(pl.col("kind").cast(pl.String).is_in(list(kinds.DEVICE_WORK)))
+    out.update(dict.fromkeys(dev.get_column("id").to_list(), (None, None, None)))
     for r in charges(profile).iter_rows(named=True):
         out[r["event_id"]] = (r["file"], r["line"], r["module"])
     return out

@@ -141,12 +141,23 @@ def charges(profile: Profile) -> pl.DataFrame:
     res = resolve_ops(profile)
     ev = profile.events
     cols = ["is_backward", "file", "line", "function", "module"]
+    in_steps = (
+        # device work of no op and no step: queued before profiling (the warm-up step's
+        # kernels, ingest.link.queued_before_profiling) or run after it; no line of the steps
+        pl.col("op_id").is_not_null() | pl.col("step").is_not_null()
+        if profile.steps.height
+        else pl.lit(True)
+    )
     dev = (
         ev.select(
-            "kind", pl.col("id").alias("event_id"), "op_id", pl.col("dur_ns").alias("time_ns")
+            "kind",
+            pl.col("id").alias("event_id"),
+            "op_id",
+            "step",
+            pl.col("dur_ns").alias("time_ns"),
         )
-        .filter(pl.col("kind").is_in(DEVICE_WORK))
-        .drop("kind")
+        .filter(pl.col("kind").is_in(DEVICE_WORK) & in_steps)
+        .drop("kind", "step")
         .join(res.select(pl.col("id").alias("op_id"), *cols), on="op_id", how="left")
         .with_columns(pl.lit(True).alias("device"), pl.col("is_backward").fill_null(False))
     )

@@ -492,30 +492,35 @@ def main_tables(
     lines = lines if lines is not None else per_line(_rows(data.get("sources")))
     if lines:
         code = _code_by_line(data)
+        dev = any(_f(r.get("kernels")) for r in lines)
+        # Device time is the work launched in the steps; a device that runs behind the host
+        # finishes it after the host's step ends (a recorded H200 run: 108% "of the step"):
+        # its share is of all the device time charged to lines, which is what it is part of.
+        line_total = sum(_f(r.get("total_us")) for r in lines) if dev else step_total_us
         shown = []
         for r in lines[:rows]:
             f = r.get("file")
             where = f"{f}:{r.get('line')}" if f else "(no user frame)"
             text = code.get((str(f), int(_f(r.get("line"))))) if f else None
-            share = 100.0 * _f(r.get("total_us")) / step_total_us if step_total_us else None
+            share = 100.0 * _f(r.get("total_us")) / line_total if line_total else None
             what = text or r.get("function") or ""
             if _f(r.get("modules")) > 1:
                 what = f"{what} ({r['modules']} modules)"
             shown.append({**r, "where": where, "code": what, "share": share})
-        dev = any(_f(r.get("kernels")) for r in lines)
         what = "device" if dev else "host"
+        basis = "% of the device time charged to lines" if dev else step_basis
         out.append(
             StoryTable(
                 "lines",
                 "Top source lines",
                 f"{what} time charged to the user's line (backward to its forward line), "
-                f"summed over the modules that ran it; {step_basis}",
+                f"summed over the modules that ran it; {basis}",
                 (
                     Column("where", "line", "path"),
                     Column("code", "code" if code else "function", "code"),
                     Column("fwd_us", "fwd", "us"),
                     Column("bwd_us", "bwd", "us"),
-                    Column("share", "% step", "pct"),
+                    Column("share", "% device" if dev else "% step", "pct"),
                 ),
                 tuple(shown),
                 max(0, len(lines) - rows),
