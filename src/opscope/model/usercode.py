@@ -85,6 +85,9 @@ FRAMEWORK_PACKAGES: frozenset[str] = frozenset(
 _STDLIB = frozenset(sys.stdlib_module_names)
 _SITE = re.compile(r"(?:^|/)(?:site|dist)-packages/")
 _LIBDIR = re.compile(r"/lib/python\d+(?:\.\d+)?/")
+# Inductor's generated modules (TORCHINDUCTOR_CACHE_DIR, default /tmp/torchinductor_<user>/),
+# seen as "/tmp/torchinductor_root/s4/cs46...nuhmg.py(798): call" in a recorded H200 trace
+_GENERATED = re.compile(r"(?:^|/)torchinductor_[^/]*/|(?:^|/)inductor_cache/|/fx_graph_cache/")
 
 
 def _env(name: str) -> frozenset[str]:
@@ -124,6 +127,8 @@ def _is_model(file: str, _model_env: str, _framework_env: str) -> bool:
         return True
     if f.startswith("<") or f.startswith("built-in"):
         return False
+    if _GENERATED.search(f):
+        return False  # code torch.compile wrote: the user's line is the compiled call's
     model, framework = model_packages(), framework_packages()
     site = list(_SITE.finditer(f))
     if site:
