@@ -1,14 +1,20 @@
 """Out-of-core load (issue 24): peak RSS and time of a budgeted cold load, against today's path.
 
 For each size (default 1000 MB of text; ``--big`` adds 10000) it generates a ``.json.gz`` trace
-with gen_trace.py and loads it cold (no cache), each load in a fresh process:
+with gen_trace.py (once: an existing file in ``--dir`` is reused) and runs, each in a fresh
+process:
 
-- ``in-memory``: ``opscope.load(path, cache=False)`` with no budget (today's path);
-- ``budget``: the same with ``OPSCOPE_MEMORY_BUDGET`` (default 1 byte: always out-of-core).
+- ``in_memory``: ``parse_kineto(path)`` with no budget (today's path; skipped above
+  ``--skip-in-memory-above`` MB, where it does not fit this machine);
+- ``budget``: ``parse_kineto(path)`` with ``OPSCOPE_MEMORY_BUDGET`` (default 1 byte: always
+  out-of-core, phase 2: windows spilled to Parquet, read back and linked in memory); then the
+  Profile is written to the columnar cache (a private ``OPSCOPE_CACHE_DIR``), timed apart;
+- ``cached``: a fresh process opens the cache entry (``opscope.load``, lazy) and runs
+  ``hotspots`` + ``breakdown`` (the issue's target: <= 5 s for 10 GB).
 
-It prints time, peak RSS (``ru_maxrss`` of the child) and events of each, and the budgeted load's
-time over the in-memory load of the smallest size (linearity). Phase 1 streams the text only; the
-tables are still built in memory (docs/out-of-core.md), so the peak is the tables'.
+Each child is watched: over ``--rss-cap`` (default 16G) it is killed and reported as such, so a
+run never pushes a shared machine out of memory. Peak RSS is the child's ``ru_maxrss``.
+It prints one JSON row per size, then the ratios against the smallest in-memory load.
 
     python benchmarks/out_of_core.py [--sizes 1000 3000] [--big] [--budget 1] [--dir DIR] [--keep]
 """
@@ -21,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,29 +35,85 @@ HERE = Path(__file__).resolve().parent
 COLD = r"""
 import resource, sys, time
 t = time.perf_counter()
-import opscope
-p = opscope.load(sys.argv[1], cache=False)
+from pathlib import Path
+from opscope.ingest import cache, kineto
+path = Path(sys.argv[1])
+p = kineto.parse_kineto(path)
+load_s = time.perf_counter() - t
+n = p.events.height
+store_s = None
+if sys.argv[2] == "store":
+    t = time.perf_counter()
+    cache.store(path, p)
+    store_s = time.perf_counter() - t
 r = resource.getrusage(resource.RUSAGE_SELF)
-print(time.perf_counter() - t, r.ru_maxrss * 1024, p.events.height)
+print(load_s, r.ru_maxrss * 1024, n, store_s)
+"""
+
+CACHED = r"""
+import resource, sys, time
+t = time.perf_counter()
+import opscope
+from opscope.analysis.breakdown import breakdown
+from opscope.analysis.hotspots import hotspots
+from opscope.analysis.registry import Options
+p = opscope.load(sys.argv[1])
+assert p.meta.get("from_cache"), "no cache entry"
+h = hotspots(p, Options())
+b = breakdown(p, Options())
+r = resource.getrusage(resource.RUSAGE_SELF)
+print(time.perf_counter() - t, r.ru_maxrss * 1024, 0, None)
 """
 
 
-def run(path: Path, budget: str | None) -> dict[str, float]:
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run(
+    script: str, path: Path, env_extra: dict[str, str], cap: int, *args: str
+) -> dict[str, object]:
     env = dict(os.environ)
     env.pop("OPSCOPE_MEMORY_BUDGET", None)
-    if budget is not None:
-        env["OPSCOPE_MEMORY_BUDGET"] = budget
-    out = subprocess.run(
-        [sys.executable, "-c", COLD, str(path)],
+    env.update(env_extra)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(path), *args],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
     )
-    if out.returncode:
-        raise SystemExit(out.stderr)
-    t, rss, n = out.stdout.split()
-    return {"s": round(float(t), 2), "peak_rss_gb": round(int(rss) / 1e9, 3), "events": int(n)}
+    high = 0
+    while proc.poll() is None:
+        high = max(high, _rss(proc.pid))
+        if high > cap:
+            proc.kill()
+            proc.wait()
+            return {"killed_over_rss_gb": round(cap / 1e9, 1)}
+        time.sleep(0.5)
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(err)
+    t, rss, n, store = out.split()
+    row: dict[str, object] = {"s": round(float(t), 2), "peak_rss_gb": round(int(rss) / 1e9, 3)}
+    if int(n):
+        row["events"] = int(n)
+    if store != "None":
+        row["cache_write_s"] = round(float(store), 2)
+    return row
+
+
+def _bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().rstrip("b")
+    return int(float(t[:-1]) * units[t[-1]]) if t[-1] in units else int(t)
 
 
 def main() -> None:
@@ -58,17 +121,19 @@ def main() -> None:
     ap.add_argument("--sizes", type=float, nargs="+", default=[1000.0])
     ap.add_argument("--big", action="store_true", help="also 10000 MB (long on 2 cores)")
     ap.add_argument("--budget", default="1", help="OPSCOPE_MEMORY_BUDGET for the budgeted load")
-    ap.add_argument("--skip-in-memory-above", type=float, default=1000.0)
+    ap.add_argument("--skip-in-memory-above", type=float, default=3000.0)
+    ap.add_argument("--rss-cap", default="16G", help="kill a child whose RSS passes this")
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
     from gen_trace import generate
 
+    cap = _bytes(a.rss_cap)
     sizes = sorted(set(a.sizes + ([10000.0] if a.big else [])))
     tmp = Path(a.dir or tempfile.mkdtemp(prefix="opscope-ooc-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    base: float | None = None
+    base: dict[str, object] | None = None
     for mb in sizes:
         path = tmp / f"gen_{int(mb)}mb.json.gz"
         if not path.exists():
@@ -76,14 +141,21 @@ def main() -> None:
             print(f"# generated {path} ({text / 1e6:.0f} MB text)", flush=True)
         row: dict[str, object] = {"mb": mb, "gz_mb": round(path.stat().st_size / 1e6, 1)}
         if mb <= a.skip_in_memory_above:
-            mem = run(path, None)
+            mem = run(COLD, path, {}, cap, "no")
             row["in_memory"] = mem
-            if base is None:
-                base = mem["s"]
-        got = run(path, a.budget)
-        row["budget"] = got
-        if base:
-            row["time_vs_smallest_in_memory"] = round(got["s"] / base, 2)
+            if base is None and "s" in mem:
+                base = {"mb": mb, **mem}
+        with tempfile.TemporaryDirectory(prefix="opscope-ooc-cache-", dir=tmp) as cdir:
+            env = {"OPSCOPE_CACHE_DIR": cdir, "OPSCOPE_CACHE_MAX_BYTES": str(1 << 40)}
+            got = run(COLD, path, {**env, "OPSCOPE_MEMORY_BUDGET": a.budget}, cap, "store")
+            row["budget"] = got
+            if "s" in got:
+                row["cached_hotspots_breakdown"] = run(CACHED, path, env, cap)
+        if base and "s" in got:
+            scale = mb / float(base["mb"])  # type: ignore[arg-type]
+            row["time_vs_smallest_in_memory"] = round(float(got["s"]) / float(base["s"]), 2)  # type: ignore[arg-type]
+            row["size_ratio"] = round(scale, 2)
+            row["peak_rss_gb_per_text_gb"] = round(float(got["peak_rss_gb"]) / (mb / 1000), 2)  # type: ignore[arg-type]
         print(json.dumps(row), flush=True)
         if not a.keep:
             path.unlink()
