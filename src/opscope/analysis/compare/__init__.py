@@ -50,7 +50,7 @@ import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import polars as pl
 
@@ -69,6 +69,7 @@ from opscope.analysis.compare.stats import (
 )
 from opscope.analysis.registry import Result
 from opscope.errors import AnalysisError
+from opscope.ingest import link
 from opscope.model import Profile, kinds
 
 HEAVY_TOP: Final = 10
@@ -157,6 +158,10 @@ class Comparison(Result):
     step_p_value, step_verdict``, ``steps_per_epoch`` (when known), ``warnings`` (the sides ran
     on different devices) and ``notes`` (what was omitted and why).
     """
+
+    #: In a report (the demo's) its JSON is the tables' top rows; :meth:`to_json` is the
+    #: ``opscope compare --json`` document.
+    generic_json: ClassVar[bool] = True
 
     sides: pl.DataFrame
     rows: pl.DataFrame
@@ -854,29 +859,9 @@ def _assign_steps(ev: pl.DataFrame, windows: pl.DataFrame, source: str) -> pl.Da
         return ev.with_columns(pl.lit(0, dtype=pl.Int64).alias("step"))
     if ev.get_column("step").null_count() < ev.height:
         return ev.with_columns(pl.col("step").cast(pl.Int64))
-    w = windows.select(
-        "rank",
-        pl.col("ts_ns").alias("w_ts"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("w_end"),
-        pl.col("step").alias("w_step"),
-    ).sort("w_ts")
-    host = (
-        ev.drop("step")
-        .sort("ts_ns")
-        # both sides are sorted by time above; within a rank that is what the join needs
-        .join_asof(
-            w,
-            left_on="ts_ns",
-            right_on="w_ts",
-            by="rank",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .with_columns(
-            pl.when(pl.col("ts_ns") < pl.col("w_end")).then(pl.col("w_step")).alias("step")
-        )
-        .drop("w_ts", "w_end", "w_step")
-    )
+    # the step holding each event's start: the linker's one rule (ingest.link.step_of_times)
+    step = link.step_of_times(windows, ev.get_column("rank"), ev.get_column("ts_ns"))
+    host = ev.with_columns(step.cast(pl.Int64).alias("step"))
     # device events run on another clock domain: take the step of the op that launched them
     op_step = host.select(pl.col("id").alias("op_id"), pl.col("step").alias("op_step"))
     return (
