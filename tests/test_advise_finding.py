@@ -5,6 +5,7 @@ from __future__ import annotations
 from opscope.advise import REPORT_KEYS, Finding, Findings, advise, rules
 from opscope.advise.finding import finding_id
 from opscope.model import Profile
+from opscope.report.sections_md import findings_md
 
 DOCS = __import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "rules"
 
@@ -42,10 +43,10 @@ def test_report_json_keys_and_order() -> None:
 
 
 def test_markdown_has_rows_and_fixes() -> None:
-    md = Findings((_f("a", 1.0),)).to_markdown()
+    md = findings_md(Findings((_f("a", 1.0),)))
     assert md.startswith("## Findings")
     assert "a \\| x" in md and "a.py:3" in md and "```python\ny = f(x)\n```" in md
-    assert "No findings." in Findings().to_markdown()
+    assert "No findings." in findings_md(Findings())
 
 
 def test_every_rule_has_doc_and_docs_page() -> None:

@@ -253,7 +253,7 @@ def test_slow_link_per_transport_on_planted_links() -> None:
 
 def test_html_page_escapes_and_is_offline() -> None:
     from opscope.analysis.cluster import aggregate
-    from opscope.analysis.cluster_ascend import to_html
+    from opscope.report.cluster_html import to_html
 
     links = pl.DataFrame([_link(0, 1, "<script>x</script>", 10.0), _link(1, 0, "HCCS", 9.0)])
     res = aggregate(_steps({0: 1.0, 1: 2.0}), _no_colls(), links)

@@ -21,7 +21,8 @@ MB64 = 64 << 20
 
 def test_planted_links_to_unprofiled_ranks_are_kept_and_marked() -> None:
     from opscope.analysis.cluster import aggregate
-    from opscope.analysis.cluster_ascend import matrix_totals, to_html
+    from opscope.analysis.cluster_ascend import matrix_totals
+    from opscope.report.cluster_html import to_html
 
     # Ranks 0 and 1 profiled (they have steps and wrote the links); 5 and 7 only named as peers.
     links = pl.DataFrame(
@@ -103,7 +104,8 @@ def test_group_indices_without_metadata_map_through_self_links() -> None:
     rank 1: that end is an unknown unprofiled rank. Index 5 of W, which no profiled rank
     claims, is taken as written (the world group: local = global)."""
     from opscope.analysis.cluster import aggregate
-    from opscope.analysis.cluster_ascend import UNKNOWN_RANK, to_html
+    from opscope.analysis.cluster_ascend import UNKNOWN_RANK
+    from opscope.report.cluster_html import to_html
 
     def row(rank: int, group: str, src: int, dst: int, tr: str = "HCCS") -> dict[str, Any]:
         return _link(src, dst, tr, 20.0) | {"rank": rank, "group": group, "mapped": False}

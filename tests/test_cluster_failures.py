@@ -15,6 +15,7 @@ import pytest
 from conftest import shared_trace
 from opscope.cluster import run_cluster
 from opscope.errors import InputError
+from opscope.report.sections_md import cluster_md
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ def test_a_corrupt_rank_is_skipped_and_reported(
     )
     out = got.to_json()
     assert out["failed_ranks"][0]["rank"] == 2
-    assert "could not be read" in got.to_markdown()
+    assert "could not be read" in cluster_md(got)
 
 
 def test_ray_engine_skips_a_corrupt_rank(run_with_bad_rank: tuple[Path, Path]) -> None:

@@ -32,6 +32,7 @@ from opscope.doctor.checks import (
 )
 from opscope.ingest import load
 from opscope.model import Profile
+from opscope.report.sections_md import diagnosis_md
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -423,7 +424,7 @@ def test_json_markdown_and_warnings(tmp_path: Path) -> None:
     js = json.loads(json.dumps(d.to_json()))
     assert js["status"] == d.status == "warning"
     assert [c["id"] for c in js["checks"]] == [c.id for c in d.checks]
-    md = d.to_markdown()
+    md = diagnosis_md(d)
     assert "| warning | `unstable.warmup` |" in md
     assert "**What to do:**" in md
     w = doctor_warnings(load(tmp_path / "w.json"))

@@ -12,6 +12,7 @@ from conftest import shared_trace
 from helpers.synth import USER_FILE, Builder
 from opscope.analysis.registry import run
 from opscope.ingest import load
+from opscope.report.sections_md import memory_md
 
 
 def test_planted_allocations() -> None:
@@ -80,7 +81,7 @@ def test_host_memory_fragmentation_is_na() -> None:
     res = run("memory", b.build())
     frag = {r["device_type"]: r["fragmentation"] for r in res.peaks.iter_rows(named=True)}  # type: ignore[attr-defined]
     assert frag == {0: None, 1: 2048 - 32}
-    assert "n/a for host memory" in res.to_markdown()
+    assert "n/a for host memory" in memory_md(res)
 
 
 def test_real_trace_fragmentation_never_negative() -> None:

@@ -14,6 +14,7 @@ from conftest import shared_trace
 from opscope.analysis.registry import Options, run
 from opscope.analysis.roofline import LATENCY_NS, roofline
 from opscope.model import Profile
+from opscope.report.sections_md import roofline_md
 
 BF16 = '["c10::BFloat16","c10::BFloat16","c10::BFloat16","Scalar","Scalar"]'
 
@@ -99,7 +100,7 @@ def test_synthetic_linear_group() -> None:
     assert fast["pct_of_peak"] == pytest.approx(10 * g["pct_of_peak"])
     assert fast["bound"] == "compute"
     assert res.to_json()[0]["input_shapes"] == [[4096, 1024], [4096, 1024], [4096]]
-    assert "aten::linear" in res.to_markdown()
+    assert "aten::linear" in roofline_md(res)
 
 
 def test_short_calls_are_latency_bound_and_unknown_device_has_no_peak() -> None:

@@ -70,7 +70,7 @@ class Findings:
     """The findings of a run of :func:`advise`, sorted by estimated saving (largest first).
 
     Usable as a Report section: :meth:`to_json` gives the ``"findings"`` list of
-    ``opscope report --json``; :meth:`to_markdown` a table.
+    ``opscope report --json``; its Markdown is :func:`opscope.report.sections_md.findings_md`.
     """
 
     json_key: ClassVar[str] = "findings"  # its key in Report.to_json()
@@ -110,30 +110,6 @@ class Findings:
     def to_json_full(self) -> list[dict[str, Any]]:
         """Every field of every finding (ids, evidence, verification)."""
         return [f.to_json() for f in self.items]
-
-    def to_markdown(self) -> str:
-        """A Markdown section: one table row per finding, then each fix."""
-        if not self.items:
-            return f"## {self.title}\n\nNo findings.\n"
-        lines = [
-            f"## {self.title}",
-            "",
-            "| severity | rule | finding | where | saving/step | verified |",
-            "|---|---|---|---|---|---|",
-        ]
-        for f in self.items:
-            saving = f"{f.saving_us:.1f} µs ({f.saving_pct:.1f}%)" if f.saving_us else "—"
-            ver = "—" if f.verified_speedup is None else f"{f.verified_speedup:.2f}×"
-            title = f.title.replace("|", "\\|")
-            lines.append(f"| {f.severity} | {f.rule} | {title} | {f.location} | {saving} | {ver} |")
-        lines.append("")
-        for f in self.items:
-            lines += [f"### {f.title} (`{f.id}`)", "", f"Saving: {f.saving_how}", ""]
-            if f.fix:
-                lines += ["```python", f.fix.rstrip(), "```", ""]
-            if f.verification and f.verification.get("summary"):
-                lines += [f"Verification: {f.verification['summary']}", ""]
-        return "\n".join(lines)
 
 
 def advise(

@@ -36,7 +36,7 @@ from typing import Any
 import polars as pl
 
 from opscope.analysis.flops import host_op_costs
-from opscope.analysis.hotspots import markdown_table, op_times, rows
+from opscope.analysis.hotspots import op_times, rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import Forest
 from opscope.model import Profile
@@ -84,17 +84,6 @@ class Anomalies(Result):
         for r in rows(self.efficiency, self.top):
             out.append({"kind": "efficiency", **r})
         return out
-
-    def to_markdown(self) -> str:
-        """The anomalous groups and shapes as Markdown tables."""
-        if not self.groups.height and not self.efficiency.height:
-            return "## Anomalies\n\nNone found.\n"
-        parts = ["## Anomalies", ""]
-        if self.groups.height:
-            parts += [markdown_table(self.groups.drop("ts_ns"), self.top), ""]
-        if self.efficiency.height:
-            parts += ["### Inefficient shapes", "", markdown_table(self.efficiency, self.top), ""]
-        return "\n".join(parts)
 
 
 def _binom_tail(k: int, n: int, p: float) -> float:

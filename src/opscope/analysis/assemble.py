@@ -5,10 +5,12 @@
 protocol, nothing that formats.)
 
 A :class:`Report` holds the loader's summary and one result per registered analysis (its
-``sections``, keyed by analysis name). Results follow a small protocol, :class:`Section`:
-``to_json() -> Any`` and ``to_markdown() -> str``, and may set a class attribute ``json_key``
-(the key of their part in :meth:`Report.to_json`; the analysis name otherwise). A result without
-those methods is rendered generically from its tables. Other engineers' results (findings,
+``sections``, keyed by analysis name). Results are data and follow a small protocol,
+:class:`Section`: ``to_json() -> Any``, and may set a class attribute ``json_key`` (the key of
+their part in :meth:`Report.to_json`; the analysis name otherwise). A result without ``to_json``
+(or whose class sets ``generic_json = True``) is written generically from its tables. Markdown
+and HTML are written in report/ (:mod:`opscope.report.sections_md` picks each result's renderer
+by its class; a class without one is drawn as its tables). Other engineers' results (findings,
 comparison) join a report through ``sections`` the same way.
 
 A section that fails never costs the report the others: an analysis, rule or renderer that
@@ -34,11 +36,10 @@ from opscope.model import Profile
 
 @runtime_checkable
 class Section(Protocol):
-    """What a report section can do: give its JSON value and its Markdown."""
+    """What a report section gives: its JSON value. (Its Markdown is written in report/, by
+    :mod:`opscope.report.sections_md`, chosen by the result's class.)"""
 
     def to_json(self) -> Any: ...
-
-    def to_markdown(self) -> str: ...
 
 
 def section_key(name: str, result: Any) -> str:
@@ -48,8 +49,9 @@ def section_key(name: str, result: Any) -> str:
 
 
 def section_json(result: Any, top: int = 20) -> Any:
-    """A section's JSON value (its ``to_json``, else its tables' top rows and scalars)."""
-    if isinstance(result, Section):
+    """A section's JSON value: its ``to_json``, else (or when its class sets ``generic_json``)
+    its tables' top rows and scalars."""
+    if isinstance(result, Section) and not getattr(type(result), "generic_json", False):
         return result.to_json()
     if isinstance(result, Result):
         out: dict[str, Any] = {k: rows(v, top) for k, v in result.tables().items()}

@@ -28,7 +28,6 @@ import polars as pl
 
 from opscope.analysis.hotspots import (
     DEVICE_WORK,
-    markdown_table,
     rows,
 )
 from opscope.analysis.registry import Options, Result, analysis
@@ -229,12 +228,6 @@ class Attribution(Result):
     def to_json(self) -> list[dict[str, Any]]:
         """The top lines: file, line, function, module, fwd_us, bwd_us, total_us, host_us, ..."""
         return rows(self.lines, self.top)
-
-    def to_markdown(self) -> str:
-        """The top lines as a Markdown table."""
-        what = "device" if self.device else "host"
-        df = self.lines.with_columns(pl.col("file").fill_null("(no user frame)"))
-        return f"## Time per source line ({what} time)\n\n{markdown_table(df, self.top)}\n"
 
 
 @analysis("attribution")

@@ -43,7 +43,7 @@ from typing import Any
 
 import polars as pl
 
-from opscope.analysis.hotspots import markdown_table, rows
+from opscope.analysis.hotspots import rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import per_profile
 from opscope.model import Profile, kinds
@@ -232,15 +232,6 @@ class Breakdown(Result):
             "streams": rows(self.streams),
             "queue": rows(self.queue),
         }
-
-    def to_markdown(self) -> str:
-        """Per-step breakdown, idle per stream, launch queues and step-time spread as Markdown."""
-        out = "## Step breakdown\n\n" + markdown_table(self.steps, self.top)
-        if self.streams.height:
-            out += "\n\n### Device idle per stream\n\n" + markdown_table(self.streams, self.top)
-        if self.queue.height:
-            out += "\n\n### Launch queue per stream\n\n" + markdown_table(self.queue, self.top)
-        return out + "\n\n### Step time\n\n" + markdown_table(self.stats) + "\n"
 
 
 def _device_work(profile: Profile) -> pl.DataFrame:

@@ -58,7 +58,7 @@ import polars as pl
 
 from opscope.analysis import cluster_ascend as asc
 from opscope.analysis.breakdown import breakdown, union_ns
-from opscope.analysis.hotspots import markdown_table, rows
+from opscope.analysis.hotspots import rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, dtypes
 
@@ -381,32 +381,6 @@ class Cluster(Result):
                 "stage_imbalance": asc.STAGE_IMBALANCE,
             },
         }
-
-    def to_markdown(self) -> str:
-        """Ranks, slow ranks, step gap and slow links as Markdown."""
-        parts = ["## Cluster: ranks\n", markdown_table(self.ranks, self.top)]
-        if self.failed:
-            parts.append(f"\n{len(self.failed)} rank(s) could not be read and were skipped:\n")
-            parts += [f"- rank {r}: {why}" for r, why in self.failed]
-        ids = self.slow_rank_ids
-        parts.append("\n### Slow ranks\n")
-        parts.append(markdown_table(self.slow_ranks) if ids else "No rank makes the others wait.")
-        parts.append("\n### Step gap (slowest − fastest rank)\n")
-        parts.append(markdown_table(self.step_gap, self.top))
-        if self.stage_imbalance.height:
-            parts.append("\n### Pipeline stages (compute per rank)\n")
-            parts.append(markdown_table(self.stage_imbalance))
-        if self.hccl.height:
-            parts.append("\n### Ranks in msprof-analyze's terms (µs)\n")
-            parts.append(markdown_table(self.msprof, self.top))
-        if self.links.height:
-            parts.append("\n### Slow links\n")
-            parts.append(
-                markdown_table(self.slow_links)
-                if self.slow_links.height
-                else "No link is far below its transport's median bandwidth."
-            )
-        return "\n".join(parts) + "\n"
 
 
 def aggregate(

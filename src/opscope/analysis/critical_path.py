@@ -82,24 +82,6 @@ class CriticalPathResult(Result):
             )
         return {"steps": out}
 
-    def to_markdown(self, top: int = 10) -> str:
-        """Per step: path vs step time, and the top operators on the path."""
-        lines = []
-        for s in self.steps.iter_rows(named=True):
-            lines.append(
-                f"Step {s['step']} (rank {s['rank']}): critical path {s['path_ns'] / 1e3:.1f} µs "
-                f"of {s['step_ns'] / 1e3:.1f} µs (host {s['host_ns'] / 1e3:.1f}, "
-                f"device {s['device_ns'] / 1e3:.1f})"
-            )
-            lines.append("")
-            lines.append("| operator | on path (µs) | share of step |")
-            lines.append("|---|---:|---:|")
-            ops = self.ops.filter((pl.col("rank") == s["rank"]) & (pl.col("step") == s["step"]))
-            for r in ops.head(top).iter_rows(named=True):
-                lines.append(f"| {r['op']} | {r['on_path_ns'] / 1e3:.1f} | {r['share']:.1%} |")
-            lines.append("")
-        return "\n".join(lines)
-
 
 #: Host kinds whose slices say a thread runs an operator. Python frames and annotations are
 #: not: with ``with_stack`` a frame such as ``runpy._run_module_as_main`` covers the whole run,

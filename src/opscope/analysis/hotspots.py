@@ -10,8 +10,8 @@ Shares (``pct``) are of the summed step time when the profile has steps, else of
 (``pct_span`` is always of the span). Span and step time are summed over ranks, so shares stay in
 0..100 for a multi-rank profile whose times are summed too.
 
-The helpers here (:func:`ancestor_pairs`, :func:`nearest`, :func:`to_us`, :func:`markdown_table`)
-are shared by the other core analyses.
+The helpers here (:func:`ancestor_pairs`, :func:`nearest`, :func:`to_us`, :func:`rows`) are
+shared by the other core analyses (their Markdown tables are written in report/).
 """
 
 from __future__ import annotations
@@ -108,27 +108,6 @@ def rows(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
     """The first ``top`` rows of ``df`` (ns columns in µs) as JSON-ready dicts."""
     out = to_us(df if top is None else df.head(top))
     return out.to_dicts()
-
-
-def markdown_table(df: pl.DataFrame, top: int | None = None) -> str:
-    """A GitHub Markdown table of the first ``top`` rows (ns columns shown in µs)."""
-    out = to_us(df if top is None else df.head(top))
-    if not out.width:
-        return ""
-    header = "| " + " | ".join(out.columns) + " |"
-    sep = "|" + "|".join("---" for _ in out.columns) + "|"
-    lines = [header, sep]
-    for row in out.iter_rows():
-        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
-    return "\n".join(lines)
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}"
-    return str(v).replace("|", "\\|")
 
 
 def time_base(profile: Profile) -> tuple[int, int]:
@@ -273,16 +252,6 @@ class Hotspots(Result):
             "step_us": self.step_ns / 1000.0,
             "span_us": self.span_ns / 1000.0,
         }
-
-    def to_markdown(self) -> str:
-        """Top operators, kernels and operator shapes as Markdown tables."""
-        parts = ["## Hotspots", "", "### Operators", "", markdown_table(self.ops, self.top)]
-        if self.kernels.height:
-            parts += ["", "### Kernels", "", markdown_table(self.kernels, self.top)]
-        parts += ["", "### Operators by input shapes", "", markdown_table(self.op_shapes, self.top)]
-        if self.modules.height:
-            parts += ["", "### Modules", "", markdown_table(self.modules, self.top)]
-        return "\n".join(parts) + "\n"
 
 
 def _agg(df: pl.DataFrame, keys: list[str], base: int, span: int, device: bool) -> pl.DataFrame:

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from opscope.analysis.hotspots import markdown_table, rows
+from opscope.analysis.hotspots import rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
 
@@ -48,26 +48,6 @@ class Memory(Result):
             "churn": rows(self.churn),
             "never_freed": rows(self.never_freed, self.top),
         }
-
-    def to_markdown(self) -> str:
-        """Peaks and what was live at them as Markdown."""
-        if not self.peaks.height:
-            return "## Memory\n\nNo memory events in this profile.\n"
-        return (
-            "## Memory\n\n"
-            + markdown_table(self.peaks)
-            + (
-                "\n\nFragmentation: n/a for host memory (no caching allocator; the trace "
-                "records no reserved bytes for it)."
-                if (self.peaks.get_column("device_type") == HOST_DEVICE_TYPE).any()
-                else ""
-            )
-            + "\n\n### Live at the peak\n\n"
-            + markdown_table(self.live_at_peak, self.top)
-            + "\n\n### Never freed\n\n"
-            + markdown_table(self.never_freed, self.top)
-            + "\n"
-        )
 
 
 def _where(profile: Profile, df: pl.DataFrame) -> pl.DataFrame:

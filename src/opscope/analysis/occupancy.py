@@ -14,7 +14,7 @@ cores, twice as many on 910B, for ``AI_VECTOR_CORE`` ones), and the pipe ratios
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import polars as pl
 
@@ -62,6 +62,9 @@ class UtilisationResult(Result):
     compute_units: int | None
     wave_efficiency: float | None
     note: str
+
+    #: In a report its JSON is the tables' top rows in µs (every kernel in ns is for callers).
+    generic_json: ClassVar[bool] = True
 
     def to_json(self) -> dict[str, Any]:
         """The groups as a list of dicts, and the overall figures."""

@@ -16,7 +16,6 @@ Bound classes (see ``docs/roofline.md``):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -96,34 +95,6 @@ class RooflineResult(Result):
                     }
                 )
         return out
-
-    def to_markdown(self, top: int = 20) -> str:
-        """A Markdown table of the top groups by time."""
-        lines = [
-            f"Peaks: {self.peaks_note}. Time: {self.time_source}.",
-            "",
-            "| operator | input shapes | calls | time (µs) | GFLOP | MB | FLOP/B | TFLOP/s "
-            "| GB/s | % of peak | bound |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for df in (self.groups, self.kernel_groups):
-            for r in df.head(top).iter_rows(named=True):
-                lines.append(
-                    f"| {r['name']} | {r['input_dims']} | {r['calls']} | "
-                    f"{_fmt(r['time_ns'], 1e-3)} | {_fmt(r['flops'], 1e-9)} | "
-                    f"{_fmt(r['bytes'], 1e-6)} | {_fmt(r['intensity'])} | "
-                    f"{_fmt(r['achieved_tflops'])} | {_fmt(r['achieved_gbps'])} | "
-                    f"{_fmt(r['pct_of_peak']) if self.peak_known else 'n/a'} | "
-                    f"{r['bound'] or '?'} |"
-                )
-        return "\n".join(lines) + "\n"
-
-
-def _fmt(v: float | int | None, scale: float = 1.0) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "-"
-    x = v * scale
-    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
 def _decode(s: str | None) -> Any:

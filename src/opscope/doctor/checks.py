@@ -12,7 +12,6 @@ in, an option off); ``ok`` otherwise. The thresholds are the named constants bel
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -118,24 +117,6 @@ class Diagnosis:
             "status": self.status,
             "checks": [c.to_json() for c in self.checks],
         }
-
-    def to_markdown(self) -> str:
-        """A Markdown section: a table of checks, then the actions for the failing ones."""
-        lines = [f"# opscope doctor: {self.source or 'profile'}", "", f"Overall: **{self.status}**"]
-        lines += ["", "| status | check | title |", "|---|---|---|"]
-        for c in self.checks:
-            lines.append(f"| {c.status} | `{c.id}` | {_md(c.title)} |")
-        for c in self.problems:
-            lines += ["", f"## {c.status}: {_md(c.title)} (`{c.id}`)", ""]
-            for k, v in c.evidence.items():
-                lines.append(f"- {k}: `{_md(json.dumps(v, default=str))}`")
-            if c.action:
-                lines += ["", f"**What to do:** {_md(c.action)}"]
-        return "\n".join(lines) + "\n"
-
-
-def _md(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
 
 
 # -- known version combinations -------------------------------------------------------------------

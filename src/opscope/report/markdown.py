@@ -1,26 +1,32 @@
 """The Markdown renderer: the summary line, any failed sections, then each section's Markdown
-(its own ``to_markdown``, else a table per DataFrame)."""
+(its renderer in :mod:`opscope.report.sections_md`, chosen by the result's class; else a report
+section's own ``to_markdown``; else a table per DataFrame)."""
 
 from __future__ import annotations
 
 from functools import partial
 from typing import Any
 
-from opscope.analysis.assemble import Report, Section, guarded
-from opscope.analysis.hotspots import markdown_table
+from opscope.analysis.assemble import Report, guarded
 from opscope.analysis.registry import Result
+from opscope.report.sections_md import markdown_table, renderer
 
 
 def section_markdown(name: str, result: Any, top: int = 20) -> str:
-    """A section's Markdown (its ``to_markdown``, else a table per DataFrame)."""
+    """A section's Markdown: its renderer by class, else its ``to_markdown`` (sections built in
+    report/, such as the source view), else a table per DataFrame."""
     from opscope.analysis.compare import Comparison
 
     if isinstance(result, Comparison):  # data only: its Markdown is written here, in report/
         from opscope.report.compare_render import render_markdown
 
         return render_markdown(result, top=top)
-    if isinstance(result, Section):
-        return result.to_markdown()
+    fn = renderer(result)
+    if fn is not None:
+        return fn(result)
+    own = getattr(result, "to_markdown", None)
+    if callable(own):
+        return str(own())
     parts = [f"## {name}", ""]
     if isinstance(result, Result):
         for k, v in result.tables().items():

@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         if compare_ranks is not None:
             comp = _compare(path, compare_ranks)
         if html_out is not None:
-            from opscope.analysis.cluster_ascend import to_html
+            from opscope.report.cluster_html import to_html
 
             try:
                 html_out.write_text(to_html(res), encoding="utf-8")
@@ -75,7 +75,9 @@ def register(app: typer.Typer) -> None:
                 out["compare_ranks"] = comp.to_json()
             print_json(out)
             return
-        text = res.to_markdown()
+        from opscope.report.sections_md import cluster_md
+
+        text = cluster_md(res)
         if comp is not None:
             from opscope.report.compare_render import render_markdown
 

@@ -54,7 +54,9 @@ def register(app: typer.Typer) -> None:
             print_json(out)
             return
         if markdown:
-            console.print(diag.to_markdown(), markup=False, highlight=False, soft_wrap=True)
+            from opscope.report.sections_md import diagnosis_md
+
+            console.print(diagnosis_md(diag), markup=False, highlight=False, soft_wrap=True)
         else:
             _table(diag)
         if show_env:
