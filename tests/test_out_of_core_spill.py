@@ -193,3 +193,27 @@ def test_spill_folders_of_dead_loads_are_removed(tmp_path: Path) -> None:
         (d / "events-00000.parquet").write_bytes(b"x")
     assert cache.remove_dead_spills(root) == [stale]
     assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_scanner_holds_no_rows_after_a_window(
+    tmp_path: Path, spied: Spied, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory bounded by construction: once a window is handed over, the scan's fields hold no
+    pieces (only the ts/dur number texts, none here), so the next window starts from nothing."""
+    path = _write(tmp_path / "t.json", _planted(400))
+    held: list[int] = []
+    real = fastscan._window_rows
+
+    def spy(fields: dict[str, Any], *a: Any) -> fastscan.Scanned:
+        out = real(fields, *a)
+        held.append(sum(len(f.nums) + len(f.ns) + len(f.codes) for f in fields.values()))
+        return out
+
+    monkeypatch.setattr(fastscan, "_window_rows", spy)
+    got = _spilled(path, monkeypatch, 4096)
+    assert len(held) == len(spied.windows) > 10
+    assert held == [0] * len(held)
+    # every event handed over once: 400 ops, 3 named-track slices, kernel, no-dur op, the "Q"
+    # event, the memory instant, the two flow records
+    assert sum(spied.windows) == 400 + 3 + 6
+    assert got.events.height == 400 + 3 + 1 + 1  # slices: ops, tracks, kernel, no-dur op
