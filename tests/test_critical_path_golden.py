@@ -22,6 +22,7 @@ from helpers.golden import DEVICE_CATS, GOLDEN, RUNTIME_CATS, golden_files, ns
 OPS = {"cpu_op", "operator"}
 SYNC = re.compile(r"^(?:cuda|hip)(?:Device|Stream|Event)Synchronize$|^(?:cuda|hip)Memcpy$")
 COPY = re.compile(r"^(?:cuda|hip)Memcpy")
+STEP = re.compile(r"ProfilerStep#\d+")
 
 
 def _lane(e: dict[str, Any]) -> int:
@@ -55,7 +56,8 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
     step_ts = {n: s for s, _, n in steps}
     by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for e in xs:
-        if e["_c"] in OPS or e["_c"] in RUNTIME_CATS:
+        # a ProfilerStep#N range (an "Operator" in the 2021 schema) is a step, not an operator
+        if (e["_c"] in OPS or e["_c"] in RUNTIME_CATS) and not STEP.fullmatch(e["name"]):
             by_thread[(e["pid"], e["tid"])].append(e)
     # innermost operator around each runtime call on its thread: the step of its kernels
     launch_step: dict[Any, int] = {}
@@ -79,8 +81,43 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
     for d in dev:
         corr = d.get("args", {}).get("correlation")
         copy_end[corr] = max(copy_end.get(corr, d["_e"]), d["_e"])
+    # the rank's coverage: union of every thread's tracked slices of positive length
+    cov_s: list[int] = []
+    cov_e: list[int] = []
+    for e in sorted((e for evs in by_thread.values() for e in evs), key=lambda e: e["_s"]):
+        if e["_e"] <= e["_s"]:
+            continue
+        if not cov_e or e["_s"] > cov_e[-1]:
+            cov_s.append(e["_s"])
+            cov_e.append(e["_e"])
+        cov_e[-1] = max(cov_e[-1], e["_e"])
     # nodes: (step, lane kind, lane, start, end, wait kind, key); key links launches
     nodes: list[list[Any]] = []
+    # covered stretches of idle gaps: [step, lane, c, d, the thread's node after the stretch]
+    stretches: list[list[Any]] = []
+    pending: list[list[Any]] = []
+
+    def add(node: list[Any]) -> None:
+        for w in pending:  # the thread's next node ends its waits on other threads
+            w[4] = node
+        pending.clear()
+        nodes.append(node)
+
+    def idle(st: int, tid: Any, a: int, b: int) -> None:
+        """An untracked gap: idle where no thread of the rank runs tracked work, else a wait."""
+        for cs, ce in zip(cov_s, cov_e, strict=True):
+            c, d = max(cs, a), min(ce, b)
+            if c >= d:
+                continue
+            if a < c:
+                add([st, "h", tid, a, c, None, None])
+            w = [st, tid, c, d, None]
+            stretches.append(w)
+            pending.append(w)
+            a = d
+        if a < b:
+            add([st, "h", tid, a, b, None, None])
+
     for (_pid, tid), calls in calls_of.items():
         seg_s: list[int] = []
         seg_e: list[int] = []
@@ -107,15 +144,16 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
                     b = min(seg_e[k], ts, tops[n] if n < len(tops) else ts)
                     if b >= ts:
                         break
+                    add([st, "h", tid, a, b, None, None])
                 else:
                     b = min(seg_s[k] if k < len(seg_s) else ts, ts)
-                nodes.append([st, "h", tid, a, b, None, None])
+                    idle(st, tid, a, b)
                 a = b
             if (sync or block) and a < ts:
-                nodes.append([st, "h", tid, a, ts, None, None])
+                add([st, "h", tid, a, ts, None, None])
                 a = ts
             wait = "sync" if sync else "copy" if block else None
-            nodes.append([st, "h", tid, min(a, ts), end, wait, ("rt", corr)])
+            add([st, "h", tid, min(a, ts), end, wait, ("rt", corr)])
     for (_pid, tid), evs in by_thread.items():
         if (_pid, tid) in calls_of:
             continue
@@ -157,19 +195,35 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
         if corr not in launch_step and not doubtful and d["_s"] < first.get(dev_id(d), -(10**30)):
             st = -1
         nodes.append([st, "d", _lane(d), d["_s"], d["_e"], None, ("dev", corr)])
+    # a sync waiting while device work of another step runs: its wait up to the end of the last
+    # such work ending before it returns is a plain host node (that work is in no other graph)
+    for x in [x for x in nodes if x[5] == "sync"]:
+        prev = max((d[4] for d in nodes if d[1] == "d" and d[0] != x[0] and d[4] <= x[4]),
+                   default=x[3])  # fmt: skip
+        if prev > x[3]:
+            nodes.append([x[0], "h", x[2], x[3], prev, None, None])
+            x[3] = prev
     out = {}
     graphs: dict[int, list[list[Any]]] = defaultdict(list)
     for n in nodes:
         graphs[n[0]].append(n)
+    waits: dict[int, list[list[Any]]] = defaultdict(list)
+    for w in stretches:
+        waits[w[0]].append(w)
     for st, g in graphs.items():
-        out[(rank, st)] = longest(g)
+        out[(rank, st)] = longest(g, waits[st])
     return out
 
 
-def longest(g: list[list[Any]]) -> int:
-    """The documented longest path over one step's nodes."""
+def longest(g: list[list[Any]], waits: list[list[Any]]) -> int:
+    """The documented longest path over one step's nodes; ``waits``: the covered stretches."""
     n = len(g)
     preds: list[list[int]] = [[] for _ in range(n)]
+    at = {id(x): i for i, x in enumerate(g)}
+    for _st, tid, c, d, after in waits:  # host nodes of other threads ending in (c, d]
+        preds[at[id(after)]] += [
+            i for i, x in enumerate(g) if x[1] == "h" and x[2] != tid and c < x[4] <= d
+        ]
     lanes: dict[tuple[str, Any], list[int]] = defaultdict(list)
     for i, x in enumerate(g):
         lanes[(x[1], x[2])].append(i)

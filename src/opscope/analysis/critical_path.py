@@ -11,6 +11,13 @@ The graph of one step (one rank):
   is a node of the top-level operator running then. A synchronising call is its own node from
   its start. Threads with no runtime calls (a CPU-only profile) use their top-level operators.
   Consecutive nodes of a thread are joined by an edge.
+- **cross-thread waits** — a thread's untracked gap is idle only where *no* host thread of the
+  rank runs tracked work (operator or runtime call). Where another thread does, the thread waits
+  on it: that stretch is no node, and every host node of another thread ending inside it gets an
+  edge to the thread's node after it. Without this the path walked one thread's idle instead of
+  the work: on an H200 eager training step the main thread records no op during
+  ``loss.backward()`` (the autograd thread runs the backward ops), and the autograd thread none
+  before backward starts; the path read 10.3 ms "idle" of 14.3 ms while the host was 62% busy.
 - **device nodes** — kernels, copies and fills; consecutive nodes of a stream are joined.
 - **launch edges** — host node of the runtime call -> the kernel it launched (``launch_id``).
 - **sync edges** — ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` /
@@ -19,7 +26,12 @@ The graph of one step (one rank):
   a **blocking copy** call (``cudaMemcpyAsync`` / ``hipMemcpyAsync`` / ``aclrtMemcpy*`` whose copy
   ends before the call returns: a D2H copy to pageable memory, ``.item()``) waits on its own copy,
   and through the stream on the work queued before it. A waiting node only counts from the moment
-  the device work it waited on ended: the wait is that work's time on the path.
+  the device work it waited on ended: the wait is that work's time on the path. A synchronising
+  call that waits while device work of another step runs (an earlier step's, work queued before
+  profiling: in no node of this graph) is first a plain node of its own from its start to the end
+  of the last such work ending before it returns: that wait is the call's (its op's) time, not a
+  hole in the path (an H200 step read a 98 ms idle thread there, the main thread waiting in
+  ``aten::item``'s ``cudaStreamSynchronize`` for the previous step's kernels).
 
 A node's contribution along an edge ``u -> v`` is the part of ``v`` after ``u`` ended
 (``end(v) - max(start(v), end(u))``): time overlapped with the predecessor is not counted
@@ -92,6 +104,7 @@ _TRACKED: Final = ("cpu_op", "runtime", "driver")
 COPY_CALL: Final = r"(?:^|@)(?:cuda|hip|aclrt)Memcpy\w*$"
 #: ``op`` of the explicit segments of a host thread's empty time.
 IDLE_OP: Final = "(host idle/untracked: no op running)"
+_NO_NODE: Final = np.iinfo(np.int64).min
 
 _NODE_SCHEMA: Final = {
     "rank": pl.Int32, "step": pl.Int32, "id": pl.Int64, "lane_kind": pl.String,
@@ -277,8 +290,146 @@ def _thread_host_nodes(
     )
 
 
+def _rank_coverage(ev: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per rank, the union of every host thread's tracked slices of positive length (touching
+    slices merge), as sorted, disjoint ``(starts, ends)``."""
+    tr = (
+        ev.filter(pl.col("kind").is_in(list(_TRACKED)) & (pl.col("dur_ns") > 0))
+        .select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"))
+        .sort("rank", "ts_ns")
+    )
+    seg = (
+        tr.with_columns(pl.col("e").cum_max().shift(1).over("rank").alias("reach"))
+        .with_columns(
+            (pl.col("reach").is_null() | (pl.col("ts_ns") > pl.col("reach")))
+            .cum_sum()
+            .over("rank")
+            .alias("seg")
+        )
+        .group_by("rank", "seg")
+        .agg(pl.col("ts_ns").min().alias("s"), pl.col("e").max())
+        .sort("rank", "s")
+    )
+    i64 = np.int64
+    return {
+        int(k[0]): (
+            g.get_column("s").to_numpy().astype(i64),
+            g.get_column("e").to_numpy().astype(i64),
+        )  # type: ignore[call-overload]
+        for k, g in seg.partition_by("rank", as_dict=True).items()
+    }
+
+
+def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Cut the idle nodes of ``host`` (:func:`_host_nodes`' table, in its row order) at the time
+    other host threads of the rank run tracked work: then the thread waits on them, not idles.
+
+    Returns the host nodes with each idle node replaced by its uncovered pieces (new ids < 0),
+    and its **covered stretches** ``[c, d)`` (rank, step, lane) with ``dst``: the thread's node
+    after the stretch (its next uncovered piece, else the node after the idle node); see
+    :func:`_stretch_edges`.
+    """
+    i64 = np.int64
+    stretch_schema = {"rank": pl.Int32, "step": pl.Int32, "lane": pl.Int64, "c": pl.Int64,
+                      "d": pl.Int64, "dst": pl.Int64}  # fmt: skip
+    host = host.with_columns(pl.col("id").shift(-1).over("rank", "lane", "step").alias("_next"))
+    is_idle = pl.col("name") == "(idle)"
+    idle = host.filter(is_idle)
+    if idle.height == 0:
+        return host.drop("_next"), pl.DataFrame(schema=stretch_schema)
+    cover = _rank_coverage(ev)
+    next_id = min(int(host.get_column("id").min() or 0), 0) - 1  # type: ignore[arg-type]
+    pieces: list[pl.DataFrame] = []
+    stretches: list[pl.DataFrame] = []
+    for key, g in idle.partition_by("rank", as_dict=True, maintain_order=True).items():
+        seg_s, seg_e = cover.get(int(key[0]), (np.empty(0, i64), np.empty(0, i64)))  # type: ignore[call-overload]
+        a = g.get_column("start_ns").to_numpy().astype(i64)
+        b = g.get_column("end_ns").to_numpy().astype(i64)
+        # (an idle node always precedes a node of its thread and step: the null is defensive)
+        nxt = g.get_column("_next").fill_null(_NO_NODE).to_numpy().astype(i64)
+        # covered stretches of each idle node: the coverage segments overlapping (a, b), clipped
+        lo = np.searchsorted(seg_e, a, side="right")
+        m = np.maximum(np.searchsorted(seg_s, b, side="left") - lo, 0)
+        s_off = np.cumsum(m) - m
+        s_node = np.repeat(np.arange(g.height), m)
+        j = np.arange(len(s_node)) - s_off[s_node] + lo[s_node]
+        c = np.maximum(seg_s[j], a[s_node])
+        d = np.minimum(seg_e[j], b[s_node])
+        # uncovered pieces: [a, c0), [d0, c1), ..., [d(m-1), b); piece k follows stretch k-1
+        p_node = np.repeat(np.arange(g.height), m + 1)
+        k = np.arange(len(p_node)) - (np.cumsum(m + 1) - (m + 1))[p_node]
+        si = s_off[p_node] + k  # the stretch after piece k (if k < m)
+        pa = np.where(k == 0, a[p_node], d[np.clip(si - 1, 0, None)] if len(d) else 0)
+        pb = np.where(
+            k == m[p_node], b[p_node], c[np.clip(si, 0, max(len(c) - 1, 0))] if len(c) else 0
+        )
+        keep = pa < pb
+        pid = np.zeros(len(pa), dtype=i64)
+        pid[keep] = next_id - np.arange(int(keep.sum()), dtype=i64)
+        next_id -= int(keep.sum())
+        pieces.append(
+            g.drop("_next")
+            .gather(p_node[keep])
+            .with_columns(
+                pl.Series("id", pid[keep]),
+                pl.Series("start_ns", pa[keep]),
+                pl.Series("end_ns", pb[keep]),
+            )
+        )
+        after = k > 0
+        stretches.append(
+            g.select("rank", "step", "lane")
+            .gather(p_node[after])
+            .with_columns(
+                pl.Series("c", c),
+                pl.Series("d", d),
+                pl.Series("dst", np.where(keep, pid, nxt[p_node])[after]),
+            )
+        )
+    out = pl.concat([host.filter(~is_idle).drop("_next"), *pieces])
+    return out, pl.concat(stretches).filter(pl.col("dst") != _NO_NODE)
+
+
+def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame) -> pl.DataFrame:
+    """Every node of ``srcs`` on another lane of the same rank and step ending in ``(c, d]`` of a
+    stretch -> the stretch's ``dst``."""
+    i64 = np.int64
+    by_step = {
+        (int(k[0]), int(k[1])): g.sort("end_ns")  # type: ignore[call-overload]
+        for k, g in srcs.partition_by("rank", "step", as_dict=True).items()
+    }
+    parts = []
+    for key, st in stretches.partition_by("rank", "step", as_dict=True).items():
+        g = by_step.get((int(key[0]), int(key[1])))  # type: ignore[call-overload]
+        if g is None:
+            continue
+        end = g.get_column("end_ns").to_numpy().astype(i64)
+        lo = np.searchsorted(end, st.get_column("c").to_numpy().astype(i64), side="right")
+        hi = np.searchsorted(end, st.get_column("d").to_numpy().astype(i64), side="right")
+        n = np.maximum(hi - lo, 0)
+        row = np.repeat(np.arange(st.height), n)
+        src = np.arange(len(row)) - (np.cumsum(n) - n)[row] + lo[row]
+        other = g.get_column("lane").to_numpy()[src] != st.get_column("lane").to_numpy()[row]
+        parts.append(
+            pl.DataFrame(
+                {
+                    "src": g.get_column("id").to_numpy()[src][other],
+                    "dst": st.get_column("dst").to_numpy()[row][other],
+                },
+                schema={"src": pl.Int64, "dst": pl.Int64},
+            )
+        )
+    return pl.concat(parts) if parts else pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
+
+
 def _nodes(profile: Profile) -> pl.DataFrame:
     """Every node of every step: host segments and device work, with their attribution."""
+    return _graph(profile)[0]
+
+
+def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every node of every step (host segments and device work, with their attribution), and
+    the cross-thread edges of :func:`_cross_thread_waits`."""
     # the columns used, before any filter: filtering every column of the events is the cost
     ev = profile.events.select(
         "rank", "pid", "tid", pl.col("step").fill_null(-1), "id", "parent_id", "kind", "name",
@@ -309,18 +460,82 @@ def _nodes(profile: Profile) -> pl.DataFrame:
         pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
         "op_id", "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
     )  # fmt: skip
+    host, stretches = _cross_thread_waits(host, ev)
     nodes = pl.concat([host, top_nodes, dev], how="vertical_relaxed")
-    return nodes.join(names, on="op_id", how="left").with_columns(
+    nodes = nodes.join(names, on="op_id", how="left").with_columns(
         pl.when(pl.col("name") == "(idle)")
         .then(pl.lit(IDLE_OP))
         .otherwise(pl.coalesce("op", "name"))
         .alias("op"),
         pl.when(pl.col("name") == "").then(pl.col("op")).otherwise("name").alias("name"),
     )
+    nodes = _split_earlier_waits(nodes)
+    # the nodes that can end a cross-thread wait: every host node, the split waits included
+    srcs = nodes.filter(pl.col("lane_kind") == "host").select(
+        "rank", "step", "lane", "id", "end_ns"
+    )
+    return nodes, _stretch_edges(stretches, srcs)
 
 
-def _edges(nodes: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
-    """(src, dst) event ids of lane-order, launch and sync edges."""
+def _split_earlier_waits(nodes: pl.DataFrame) -> pl.DataFrame:
+    """A synchronising call that waits while device work of the rank outside its step's graph
+    (an earlier step's, work queued before profiling) runs: that part of the wait, from the
+    call's start to the end of the last such work ending before the call returns, is a node of
+    its own (the call's op and name; no wait): the earlier work is not in this graph, so without
+    it the wait would be a hole (or the time of an idle thread) on the path. The call's wait
+    node starts where that node ends."""
+    sync = nodes.filter(pl.col("is_sync") & (pl.col("lane_kind") == "host"))
+    dev = nodes.filter(pl.col("lane_kind") == "device").select("rank", "step", "end_ns")
+    if sync.height == 0 or dev.height == 0:
+        return nodes
+    i64 = np.int64
+    cut_id: list[np.ndarray] = []
+    cut_at: list[np.ndarray] = []
+    dev_by_rank = {
+        int(k[0]): g  # type: ignore[call-overload]
+        for k, g in dev.partition_by("rank", as_dict=True).items()
+    }
+    for key, s in sync.partition_by("rank", "step", as_dict=True).items():
+        d = dev_by_rank.get(int(key[0]))  # type: ignore[call-overload]
+        if d is None:
+            continue
+        end = np.sort(d.filter(pl.col("step") != key[1]).get_column("end_ns").to_numpy())
+        a = s.get_column("start_ns").to_numpy().astype(i64)
+        b = s.get_column("end_ns").to_numpy().astype(i64)
+        k = np.searchsorted(end, b, side="right") - 1
+        prev = np.where(k >= 0, end[np.maximum(k, 0)] if len(end) else a, a)
+        hit = prev > a
+        cut_id.append(s.get_column("id").to_numpy()[hit])
+        cut_at.append(prev[hit])
+    if not cut_id or not sum(len(c) for c in cut_id):
+        return nodes
+    cuts = pl.DataFrame(
+        {"id": np.concatenate(cut_id), "_cut": np.concatenate(cut_at)},
+        schema={"id": pl.Int64, "_cut": pl.Int64},
+    )
+    first_id = min(int(nodes.get_column("id").min() or 0), 0) - 1  # type: ignore[arg-type]
+    before = (
+        nodes.join(cuts, on="id", how="inner")
+        .with_columns(
+            (first_id - pl.int_range(pl.len())).cast(pl.Int64).alias("id"),
+            pl.col("_cut").alias("end_ns"),
+            pl.lit(False).alias("is_sync"),
+            pl.lit(False).alias("is_wait"),
+        )
+        .drop("_cut")
+    )
+    after = (
+        nodes.join(cuts, on="id", how="left")
+        .with_columns(pl.coalesce("_cut", "start_ns").alias("start_ns"))
+        .drop("_cut")
+    )
+    return pl.concat([after, before])
+
+
+def _edges(
+    nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """(src, dst) event ids of lane-order, launch, sync and the ``cross``-thread edges."""
     lane = (
         nodes.sort("start_ns", "end_ns")
         .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
@@ -352,7 +567,7 @@ def _edges(nodes: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     copy_edges = launch.select(pl.col("dst").alias("src"), pl.col("src").alias("dst")).join(
         blocking, on="dst", how="semi"
     )
-    parts = [lane, launch, copy_edges, *sync_edges]
+    parts = [lane, launch, copy_edges, *sync_edges, *([] if cross is None else [cross])]
     return pl.concat([p.cast({"src": pl.Int64, "dst": pl.Int64}) for p in parts])
 
 
@@ -430,8 +645,8 @@ def longest_path(
 @analysis("critical_path")
 def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time."""
-    nodes = _nodes(profile)
-    edges = _edges(nodes, profile.events)
+    nodes, cross = _graph(profile)
+    edges = _edges(nodes, profile.events, cross)
     step_spans = profile.steps.select("rank", "step", "dur_ns")
     paths = []
     # edges belong to the step of their destination: partition once, not a filter per step
