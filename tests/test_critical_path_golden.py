@@ -195,11 +195,17 @@ def golden(trace: Path) -> dict[tuple[int, int], int]:
         if corr not in launch_step and not doubtful and d["_s"] < first.get(dev_id(d), -(10**30)):
             st = -1
         nodes.append([st, "d", _lane(d), d["_s"], d["_e"], None, ("dev", corr)])
-    # a sync waiting while device work of another step runs: its wait up to the end of the last
-    # such work ending before it returns is a plain host node (that work is in no other graph)
-    for x in [x for x in nodes if x[5] == "sync"]:
-        prev = max((d[4] for d in nodes if d[1] == "d" and d[0] != x[0] and d[4] <= x[4]),
-                   default=x[3])  # fmt: skip
+    # a waiting call while device work of another step runs on what it waits on (a sync: every
+    # stream; a blocking copy: its copy's): its wait up to the end of the last such work ending
+    # before it returns is a plain host node (that work is in no node of this step)
+    copy_lane: dict[Any, tuple[int, Any]] = {}
+    for x in nodes:
+        if x[1] == "d" and x[6][1] is not None:
+            copy_lane[x[6][1]] = max(copy_lane.get(x[6][1], (x[4], x[2])), (x[4], x[2]))
+    for x in [x for x in nodes if x[5] == "sync" or (x[5] == "copy" and x[6][1] in copy_lane)]:
+        on = None if x[5] == "sync" else copy_lane[x[6][1]][1]
+        prev = max((d[4] for d in nodes if d[1] == "d" and d[0] != x[0] and d[4] <= x[4]
+                    and on in (None, d[2])), default=x[3])  # fmt: skip
         if prev > x[3]:
             nodes.append([x[0], "h", x[2], x[3], prev, None, None])
             x[3] = prev

@@ -116,3 +116,28 @@ def test_sync_on_an_earlier_steps_work_is_the_sync() -> None:
     ops = res.ops.filter(pl.col("step") == 1)
     assert ops.row(0, named=True)["op"] == "aten::item"
     assert ops.row(0, named=True)["on_path_ns"] == 153
+
+
+def test_blocking_copy_behind_an_earlier_steps_work_on_its_stream() -> None:
+    # step 0: A launches K0 (stream 7, runs 15..250) and B launches K8 (stream 8, 20..257).
+    # step 1 [100,300]: aten::item [100,260] with a blocking cudaMemcpyAsync 101..258 whose
+    # copy C runs 250..255 on stream 7, behind K0.
+    k8 = {**_dev(22, 20, 237, 6, 5, 0), "stream": 8, "tid": 8}
+    ev = [
+        _op(1, "A", 1, 10, 10, 0), _rt(2, "cudaLaunchKernel", 1, 12, 2, 1, 0),
+        _op(5, "B", 1, 30, 10, 0), _rt(6, "cudaLaunchKernel", 1, 32, 2, 5, 0),
+        _op(3, "aten::item", 1, 100, 160, 1), _rt(4, "cudaMemcpyAsync", 1, 101, 157, 3, 1),
+        _dev(20, 15, 235, 2, 1, 0), {**_dev(21, 250, 5, 4, 3, 1), "kind": "memcpy"}, k8,
+    ]  # fmt: skip
+    steps = {"rank": [0, 0], "step": [0, 1], "ts_ns": [0, 100], "dur_ns": [100, 200]}
+    res = critical_path(_profile(ev, steps), Options())
+    got = res.path.filter(pl.col("step") == 1).select("start_ns", "end_ns", "name", "on_path_ns")
+    # by hand: the copy waits on stream 7 only: 101..250 behind step 0's K0 is its own node
+    # (K8 on stream 8, ending at 257, is not what it waited on); from 250 it waits on C (ends
+    # 255): 3 ns. Before, a 158 ns step read the copy's 5 + 3 = 8 ns.
+    assert got.rows() == [
+        (100, 101, "aten::item", 1), (101, 250, "cudaMemcpyAsync", 149),
+        (250, 258, "cudaMemcpyAsync", 3),
+    ]  # fmt: skip
+    s = res.steps.filter(pl.col("step") == 1).row(0, named=True)
+    assert (s["path_ns"], s["step_ns"]) == (153, 158)

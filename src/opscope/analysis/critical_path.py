@@ -26,12 +26,13 @@ The graph of one step (one rank):
   a **blocking copy** call (``cudaMemcpyAsync`` / ``hipMemcpyAsync`` / ``aclrtMemcpy*`` whose copy
   ends before the call returns: a D2H copy to pageable memory, ``.item()``) waits on its own copy,
   and through the stream on the work queued before it. A waiting node only counts from the moment
-  the device work it waited on ended: the wait is that work's time on the path. A synchronising
-  call that waits while device work of another step runs (an earlier step's, work queued before
-  profiling: in no node of this graph) is first a plain node of its own from its start to the end
-  of the last such work ending before it returns: that wait is the call's (its op's) time, not a
-  hole in the path (an H200 step read a 98 ms idle thread there, the main thread waiting in
-  ``aten::item``'s ``cudaStreamSynchronize`` for the previous step's kernels).
+  the device work it waited on ended: the wait is that work's time on the path. A waiting call
+  that waits while device work of another step runs on what it waits on (a sync: any stream; a
+  blocking copy: its copy's) — an earlier step's, work queued before profiling: in no node of
+  this graph — is first a plain node of its own from its start to the end of the last such work
+  ending before it returns: that wait is the call's (its op's) time, not a hole in the path
+  (an H200 step read a 98 ms idle thread there, the main thread waiting in ``aten::item``'s
+  ``cudaStreamSynchronize`` for the previous step's kernels).
 
 A node's contribution along an edge ``u -> v`` is the part of ``v`` after ``u`` ended
 (``end(v) - max(start(v), end(u))``): time overlapped with the predecessor is not counted
@@ -469,7 +470,7 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         .alias("op"),
         pl.when(pl.col("name") == "").then(pl.col("op")).otherwise("name").alias("name"),
     )
-    nodes = _split_earlier_waits(nodes)
+    nodes = _split_earlier_waits(nodes, ev)
     # the nodes that can end a cross-thread wait: every host node, the split waits included
     srcs = nodes.filter(pl.col("lane_kind") == "host").select(
         "rank", "step", "lane", "id", "end_ns"
@@ -477,15 +478,31 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
     return nodes, _stretch_edges(stretches, srcs)
 
 
-def _split_earlier_waits(nodes: pl.DataFrame) -> pl.DataFrame:
-    """A synchronising call that waits while device work of the rank outside its step's graph
-    (an earlier step's, work queued before profiling) runs: that part of the wait, from the
-    call's start to the end of the last such work ending before the call returns, is a node of
-    its own (the call's op and name; no wait): the earlier work is not in this graph, so without
-    it the wait would be a hole (or the time of an idle thread) on the path. The call's wait
-    node starts where that node ends."""
-    sync = nodes.filter(pl.col("is_sync") & (pl.col("lane_kind") == "host"))
-    dev = nodes.filter(pl.col("lane_kind") == "device").select("rank", "step", "end_ns")
+def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+    """A waiting call (a sync: on every stream; a blocking copy: on its copy's stream) that
+    waits while device work of the rank outside its step's graph (an earlier step's, work queued
+    before profiling) runs on what it waits on: that part of the wait, from the call's start to
+    the end of the last such work ending before the call returns, is a node of its own (the
+    call's op and name; no wait): the earlier work is in no node of this graph, so without it
+    the wait would be a hole (or the time of an idle thread) on the path. The call's wait node
+    starts where that node ends."""
+    dev = nodes.filter(pl.col("lane_kind") == "device").select("rank", "step", "lane", "end_ns")
+    # the stream a blocking copy waits on: its (last-ending) copy's
+    copy_lane = (
+        ev.filter(pl.col("launch_id").is_not_null())
+        .select("id", "launch_id")
+        .join(nodes.filter(pl.col("lane_kind") == "device"), on="id")
+        .sort("end_ns")
+        .group_by("launch_id")
+        .agg(pl.col("lane").last().alias("wlane"))
+    )
+    sync = (
+        nodes.filter(pl.col("is_wait") & (pl.col("lane_kind") == "host"))
+        .join(copy_lane, left_on="id", right_on="launch_id", how="left")
+        # a sync waits on every stream (null); a blocking copy with no copy in the graph: none
+        .with_columns(pl.when(pl.col("is_sync")).then(None).otherwise("wlane").alias("wlane"))
+        .filter(pl.col("is_sync") | pl.col("wlane").is_not_null())
+    )
     if sync.height == 0 or dev.height == 0:
         return nodes
     i64 = np.int64
@@ -495,11 +512,14 @@ def _split_earlier_waits(nodes: pl.DataFrame) -> pl.DataFrame:
         int(k[0]): g  # type: ignore[call-overload]
         for k, g in dev.partition_by("rank", as_dict=True).items()
     }
-    for key, s in sync.partition_by("rank", "step", as_dict=True).items():
+    for key, s in sync.partition_by("rank", "step", "wlane", as_dict=True).items():
         d = dev_by_rank.get(int(key[0]))  # type: ignore[call-overload]
         if d is None:
             continue
-        end = np.sort(d.filter(pl.col("step") != key[1]).get_column("end_ns").to_numpy())
+        d = d.filter(pl.col("step") != key[1])
+        if key[2] is not None:
+            d = d.filter(pl.col("lane") == key[2])
+        end = np.sort(d.get_column("end_ns").to_numpy())
         a = s.get_column("start_ns").to_numpy().astype(i64)
         b = s.get_column("end_ns").to_numpy().astype(i64)
         k = np.searchsorted(end, b, side="right") - 1
@@ -515,7 +535,7 @@ def _split_earlier_waits(nodes: pl.DataFrame) -> pl.DataFrame:
     )
     first_id = min(int(nodes.get_column("id").min() or 0), 0) - 1  # type: ignore[arg-type]
     before = (
-        nodes.join(cuts, on="id", how="inner")
+        nodes.join(cuts, on="id", how="inner", maintain_order="left")
         .with_columns(
             (first_id - pl.int_range(pl.len())).cast(pl.Int64).alias("id"),
             pl.col("_cut").alias("end_ns"),
