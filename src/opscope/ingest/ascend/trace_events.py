@@ -18,25 +18,8 @@ from opscope.ingest.ascend.convert import (
 )
 from opscope.ingest.ascend.counters import _trace_counters
 from opscope.ingest.ascend.trace_view import _TRACE_SCHEMA
+from opscope.model import dtypes
 from opscope.model import schema as S
-
-# Element sizes of HCCL data types (collective bytes = count x size).
-_DTYPE_BYTES = {
-    "INT8": 1,
-    "UINT8": 1,
-    "FP16": 2,
-    "BFP16": 2,
-    "BF16": 2,
-    "INT16": 2,
-    "UINT16": 2,
-    "FP32": 4,
-    "INT32": 4,
-    "UINT32": 4,
-    "FP64": 8,
-    "INT64": 8,
-    "UINT64": 8,
-}
-
 
 # NPU task types that are kernels (the rest are syncs, copies and HCCL sub-tasks).
 _COMPUTE_TASKS = ["AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE"]
@@ -185,10 +168,8 @@ def _trace_parts(
         .alias("core_type"),
         pl.when(is_hccl & (pl.col("tid") == 0))
         .then(
-            pl.col("count")
-            * pl.col("data_type")
-            .str.to_uppercase()
-            .replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+            # collective bytes = count x element size (HCCL spellings: FP16, BFP16, INT8, ...)
+            pl.col("count") * dtypes.itemsize_expr(pl.col("data_type"))
         )
         .otherwise(pl.col("size(Byte)"))
         .alias("bytes"),
