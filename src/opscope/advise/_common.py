@@ -108,6 +108,11 @@ TARGET_DEVICES = ("cpu", "nvidia", "amd", "ascend")
 
 def device_kind(profile: Profile) -> str:
     """``"cpu"``, ``"nvidia"``, ``"amd"`` or ``"ascend"``: the device the profile ran on."""
+    out: str = _memo("device_kind", profile, lambda: _device_kind(profile))
+    return out
+
+
+def _device_kind(profile: Profile) -> str:
     if profile.meta.get("format") == "ascend":
         return "ascend"
     dev = profile.devices
@@ -176,6 +181,11 @@ class StepInfo:
 
 def step_info(profile: Profile) -> StepInfo:
     """Steps from the ``steps`` table (first rank), else the whole span counts as one step."""
+    out: StepInfo = _memo("step_info", profile, lambda: _step_info(profile))
+    return out
+
+
+def _step_info(profile: Profile) -> StepInfo:
     st = profile.steps
     if st.height:
         r0 = st.get_column("rank").min()
@@ -320,7 +330,7 @@ def _locations(profile: Profile) -> pl.DataFrame:
     kind = ev.get_column("kind").cast(pl.String)
     is_op = (kind == "cpu_op").fill_null(False).to_numpy()
     is_dev = kind.is_in(kinds.DEVICE_KINDS).fill_null(False)
-    enclosing = gather(ev.get_column("id"), forest.nearest_up(is_op))
+    enclosing = gather(ev.get_column("id"), _nearest_up(forest, is_op))
     stack = ev.get_column("stack_id")
     module = ev.get_column("module")
     base = pl.DataFrame(
@@ -329,8 +339,10 @@ def _locations(profile: Profile) -> pl.DataFrame:
             pl.Series("dev", is_dev),
             ev.get_column("op_id").alias("launcher"),
             enclosing.alias("enclosing"),
-            gather(stack, forest.nearest_up(stack.is_not_null().to_numpy())).alias("own_stack"),
-            gather(module, forest.nearest_up(module.is_not_null().to_numpy())).alias("own_module"),
+            gather(stack, _nearest_up(forest, stack.is_not_null().to_numpy())).alias("own_stack"),
+            gather(module, _nearest_up(forest, module.is_not_null().to_numpy())).alias(
+                "own_module"
+            ),
         ]
     ).with_columns(
         pl.when(pl.col("dev")).then(pl.col("launcher")).otherwise(pl.col("enclosing")).alias("op")
@@ -347,6 +359,14 @@ def _locations(profile: Profile) -> pl.DataFrame:
         "id",
         *(pl.when(alone).then(pl.col(f"own_{k}")).otherwise(pl.col(k)).alias(k) for k in keys),
     )
+
+
+def _nearest_up(forest: Any, has: Any) -> Any:
+    """``forest.nearest_up(has)``, without walking every event to its root when nothing has it
+    (traces without stacks or modules: 40 ms a walk on a 138k-event trace)."""
+    if not has.any():
+        return np.full(len(forest), -1, dtype=np.int64)
+    return forest.nearest_up(has)
 
 
 def op_parents(profile: Profile) -> pl.DataFrame:
@@ -449,6 +469,11 @@ def _jsonpath_key(key: str) -> str:
 def user_level_ops(profile: Profile) -> pl.DataFrame:
     """Host ops called directly from Python (no enclosing host op), in order per thread, with
     ``op_parent`` and their cost; the sequence the user's code issued."""
+    out: pl.DataFrame = _memo("user_level_ops", profile, lambda: _user_level_ops(profile))
+    return out
+
+
+def _user_level_ops(profile: Profile) -> pl.DataFrame:
     ops = profile.ops.join(op_parents(profile), on="id", how="left").join(
         op_cost(profile), on="id", how="left"
     )
