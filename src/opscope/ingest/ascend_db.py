@@ -46,7 +46,6 @@ from opscope.ingest import ascend as A
 from opscope.ingest import ascend_overlap as OV
 from opscope.ingest.registry import Progress
 from opscope.model import Profile
-from opscope.redact import redact
 
 #: Pseudo process ids of the device-side tracks (the text export uses large synthetic pids too).
 PID_CANN = 1 << 40
@@ -234,48 +233,20 @@ def _parse(
     counters = pl.concat([counters, mem_counters], how="vertical")
     if progress is not None:
         progress("ascend", 2, 3)
-    n_links = int(
-        events.filter(pl.col("kind").is_in(["kernel", "communication"]))
-        .get_column("op_id")
-        .is_not_null()
-        .sum()
-    )
     npu = (
         con.execute("SELECT name FROM NPU_INFO LIMIT 1").fetchone() if "NPU_INFO" in have else None
     )
-    meta: dict[str, Any] = {
-        "format": "ascend",
-        "sources": [str(path)],
-        "ranks": [rank_id],
-        "oddities": dict(odd),
-        "trace_meta": {str(rank_id): redact(info)},
-        "ascend": {
-            "files": read,
-            "level": level,
-            "export": "db",
-            "npu": npu[0] if npu else None,
-            "has_trace_view": True,
-            "op_kernel_links": n_links,
-            **meta_extra,
-        },
+    ascend_meta = {
+        "files": read,
+        "level": level,
+        "export": "db",
+        "npu": npu[0] if npu else None,
+        "has_trace_view": True,
     }
-    tables: dict[str, pl.DataFrame] = {
-        "events": events,
-        "flows": flows,
-        "stacks": stacks,
-        "memory": memory.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
-        "counters": counters.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
-        "steps": steps.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
-        "kernel_metrics": km,
-        "devices": pl.DataFrame(
-            {"rank": [rank_id], "device": [device], "name": ["Ascend NPU"], "vendor": ["ascend"]},
-            schema={"rank": pl.Int32, "device": pl.Int32, "name": pl.String, "vendor": pl.String},
-        ),
-        "threads": threads.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
-    }
-    if progress is not None:
-        progress("ascend", 3, 3)
-    return Profile.from_tables(meta=meta, **tables)
+    return A.rank_profile(
+        path, rank_id, device, info, odd, ascend_meta, meta_extra,
+        events, flows, stacks, memory, counters, steps, km, threads, progress,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ from opscope.ingest.ascend.layout import (
 )
 from opscope.ingest.ascend.linking import _link
 from opscope.ingest.ascend.memory import _memory_from_frames, _memory_links
-from opscope.ingest.ascend.reader import read_ascend, read_communication
+from opscope.ingest.ascend.reader import rank_profile, read_ascend, read_communication
 from opscope.ingest.ascend.steps import _steps_from_frame
 from opscope.ingest.ascend.trace_view import _TRACE_SCHEMA
 
@@ -89,6 +89,7 @@ __all__ = [
     "find_output_dir",
     "is_ascend_dir",
     "rank_of",
+    "rank_profile",
     "read_ascend",
     "read_communication",
     "read_csv",

@@ -5,6 +5,7 @@ Profile.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,35 @@ def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
         progress("ascend", 2, 3)
 
     info = _profiler_info(out)
+    ascend_meta = {"files": read, "level": _level(info), "has_trace_view": trace is not None}
+    return rank_profile(
+        path, rank_id, device, info, odd, ascend_meta, meta_extra,
+        events, flows, stacks, memory, counters, steps, km, threads, progress,
+    )  # fmt: skip
+
+
+def rank_profile(
+    path: Path,
+    rank_id: int,
+    device: int,
+    info: dict[str, Any],
+    odd: Mapping[str, int],
+    ascend: dict[str, Any],
+    meta_extra: dict[str, Any],
+    events: pl.DataFrame,
+    flows: pl.DataFrame,
+    stacks: pl.DataFrame,
+    memory: pl.DataFrame,
+    counters: pl.DataFrame,
+    steps: pl.DataFrame,
+    kernel_metrics: pl.DataFrame,
+    threads: pl.DataFrame,
+    progress: Progress | None = None,
+) -> Profile:
+    """One Ascend rank's linked tables -> its Profile (the text and the database readers):
+    the rank on every per-rank table, the NPU device row, and the meta (``ascend``: what the
+    reader found, ``op_kernel_links``, then ``meta_extra``, whose ``salvaged`` entry moves to
+    the top level)."""
     n_links = int(
         events.filter(pl.col("kind").is_in(["kernel", "communication"]))
         .get_column("op_id")
@@ -133,34 +163,24 @@ def _parse(path: Path, *, salvage: bool, progress: Progress | None) -> Profile:
         "ranks": [rank_id],
         "oddities": dict(odd),
         "trace_meta": {str(rank_id): redact(info)},
-        "ascend": {
-            "files": read,
-            "level": _level(info),
-            "has_trace_view": trace is not None,
-            "op_kernel_links": n_links,
-            **meta_extra,
-        },
+        "ascend": {**ascend, "op_kernel_links": n_links, **meta_extra},
     }
     if "salvaged" in meta_extra:
         meta["salvaged"] = meta["ascend"].pop("salvaged")
+    rank = pl.lit(rank_id, pl.Int32).alias("rank")
     tables: dict[str, pl.DataFrame] = {
         "events": events,
         "flows": flows,
         "stacks": stacks,
-        "memory": memory.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
-        "counters": counters.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
-        "steps": steps.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
-        "kernel_metrics": km,
+        "memory": memory.with_columns(rank),
+        "counters": counters.with_columns(rank),
+        "steps": steps.with_columns(rank),
+        "kernel_metrics": kernel_metrics,
         "devices": pl.DataFrame(
-            {
-                "rank": [rank_id],
-                "device": [device],
-                "name": ["Ascend NPU"],
-                "vendor": ["ascend"],
-            },
+            {"rank": [rank_id], "device": [device], "name": ["Ascend NPU"], "vendor": ["ascend"]},
             schema={"rank": pl.Int32, "device": pl.Int32, "name": pl.String, "vendor": pl.String},
         ),
-        "threads": threads.with_columns(pl.lit(rank_id, pl.Int32).alias("rank")),
+        "threads": threads.with_columns(rank),
     }
     if progress is not None:
         progress("ascend", 3, 3)
