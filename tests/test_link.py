@@ -5,26 +5,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from helpers.link_tables import events as _events
+from helpers.link_tables import raw_flows as _raw_flows
 from opscope.ingest import link
-from opscope.model import schema
-
-
-def _events(rows: list[dict[str, object]]) -> pl.DataFrame:
-    df = pl.DataFrame(rows)
-    df = df.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    helpers = [df.get_column(c) for c in ("call_stack",) if c in df.columns]
-    base = df.drop([h.name for h in helpers]).with_columns(pl.lit(0).alias("rank"))
-    return schema.conform("events", base).with_columns(helpers)
-
-
-def _raw_flows(rows: list[dict[str, object]]) -> pl.DataFrame:
-    if not rows:
-        return pl.DataFrame(schema=link.RAW_FLOWS)
-    return (
-        pl.DataFrame(rows)
-        .with_columns(pl.lit(0).alias("rank"))
-        .select([pl.col(c).cast(t) for c, t in link.RAW_FLOWS.items()])
-    )
 
 
 def test_nearest_ancestor() -> None:
