@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,8 @@ def main() -> int:
         return 2
     rows = []
     over = failed = 0
+    # a shared machine's load moves the wall figures: say what it was (1, 5, 15 min averages)
+    print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(
         f"{'trace':<64} {'events':>7} {'load s':>7} {'report s':>8} {'ratio':>6} "
         f"{'CPU ratio':>9}  verdict"
@@ -159,6 +162,7 @@ def main() -> int:
             f"max {ratios[-1]:.2f}; {over} over the {TARGET:g}x target; "
             f"{failed} with a failed section or run"
         )
+    print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 1 if over or failed else 0

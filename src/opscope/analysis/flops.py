@@ -943,7 +943,7 @@ def _cost_table(keys: pl.DataFrame, fn: Callable[..., Cost], cols: Sequence[str]
 def host_op_costs(profile: Profile) -> pl.DataFrame:
     """:func:`op_costs` of the profile's host operators (``cpu_op`` rows), computed once per
     Profile (roofline and anomalies both need it)."""
-    return op_costs(profile.events.filter(pl.col("kind") == "cpu_op"))
+    return op_costs(profile.ops)  # the cached host-op rows, not another filter of the events
 
 
 def op_costs(events: pl.DataFrame) -> pl.DataFrame:

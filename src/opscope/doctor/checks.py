@@ -518,7 +518,7 @@ _OPTIONS: Final = (
 def _data_counts(profile: Profile) -> dict[str, int]:
     ev = profile.events
     kinds = ev.get_column("kind").cast(pl.String)
-    ops = ev.filter(kinds == "cpu_op")
+    ops = profile.ops  # cached for the analyses and rules: not a second filter of the events
     shapes = int(
         (ops.get_column("input_dims").is_not_null() & (ops.get_column("input_dims") != "[]")).sum()
     )
