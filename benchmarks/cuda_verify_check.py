@@ -7,8 +7,11 @@ planted traces and on a small model recorded here with known issues. Skips clean
 1. Planted traces (tests/helpers/planted.py, H100 device properties, the truth beside each):
    misaligned 4097³ bf16 GEMM, tall-skinny, few tiles, wave, materialised attention, SDPA head
    dim, poor-bandwidth elementwise, NCHW conv. Each trace is advised and every finding verified
-   on this GPU: the fix (padding, split-K, SDPA, channels-last, compiled / as-run-here
-   elementwise) is timed against the original at the finding's shape and dtype.
+   on this GPU: the fix (padding, SDPA, channels-last, compiled / as-run-here elementwise,
+   whole-tile rate for gemm-non-pow2, N by whole tiles for waves) is timed against the original
+   at the finding's shape and dtype. Few-tile and tall-skinny GEMM findings carry no benchmark
+   any more (their split-K measured 0.99x / 0.91x on an H200, torch 2.11: a bound gap, not a
+   fix; see docs/rules/gemm-tiles.md): they read "not measurable".
 2. A small model recorded here with torch.profiler (3 active steps): a 4097x4097 bf16 matmul,
    a materialised attention softmax(q kᵀ) v, an unfused elementwise chain on a strided input
    and a depthwise conv in NCHW; advised with its own device properties and verified.

@@ -35,7 +35,7 @@ GEMM_OPS: Final = (
 TILE_M: Final = 128
 TILE_N: Final = 128
 # Few tiles: fewer output tiles than this share of the SMs/CUs leaves the rest idle unless the
-# library splits K (opscope's heuristic: half the device idle is worth a split-K / batching).
+# library splits K (opscope's heuristic: half the device idle is worth batching GEMMs).
 FEW_TILES_SHARE: Final = 0.5
 # Wave quantisation: the tile waves fill less than this share of their slots (the last wave
 # mostly empty, e.g. 1.1 waves = 55%); NVIDIA's "Matrix Multiplication Background" guide
@@ -49,6 +49,15 @@ STEP_MIN_PCT: Final = 0.5
 # (opscope's heuristic: a fused, vectorised elementwise kernel reaches 70-90% of the
 # datasheet bandwidth on H100/MI300X in vendors' stream benchmarks).
 BANDWIDTH_MIN_SHARE: Final = 0.3
+# A memory-bound GEMM whose time per call is under this many launch floors is mostly launch
+# and ramp-up (opscope's heuristic: a kernel of a few µs on a 1.5 µs floor): CUDA graphs /
+# torch.compile(mode="reduce-overhead") remove the launches, batching removes the calls.
+LAUNCH_BOUND_FLOORS: Final = 4.0
+# What an explicit split-K measured on an NVIDIA H200 (torch 2.11, cuBLAS; speedup of the fix
+# over cuBLAS's own kernel, benchmarks/cuda_verify_check.py): not faster. Quoted in the
+# findings so that a reader does not take it for the fix.
+SPLITK_H200: Final = {"gemm-memory-bound": "8x8192x8192 bf16: 0.91x",
+                      "gemm-tiles": "1024x1024x65536 bf16: 0.99x"}  # fmt: skip
 
 
 def gemm_dims(name: str, dims: list[list[int]]) -> tuple[int, int, int, int] | None:
@@ -126,6 +135,8 @@ def _finding(
     figures: dict[str, Any],
     steps: c.StepInfo,
     bench: dict[str, Any] | None = None,
+    method: str = "bound-gap",
+    extra: dict[str, Any] | None = None,
 ) -> Finding:
     ids = [i for r in rows for i in r["ids"][:1]]
     locs = c.locate(profile, ids[:1])
@@ -149,6 +160,7 @@ def _finding(
     }
     if bench:
         ev["bench"] = bench
+    ev.update(extra or {})
     f: Finding = c.make_finding(
         profile,
         rule=rule,
@@ -162,9 +174,18 @@ def _finding(
         steps=steps,
         limit_ns=gap,
         limit_what="the gap between the op's time and its lower bound",
-        method="bound-gap",
+        method=method,
     )
     return f
+
+
+def gap_text(r: dict[str, Any], steps: c.StepInfo) -> str:
+    """``measured T µs/step vs bound B µs/step (gap G)`` of a shape group, for saving_how."""
+    t, gap = float(r["time_ns"]), float(r["gap_ns"] or 0.0)
+    return (
+        f"measured {steps.per_step_us(t):.1f} µs/step vs the performance model's bound "
+        f"{steps.per_step_us(t - gap):.1f} µs/step (gap {steps.per_step_us(gap):.1f})"
+    )
 
 
 def _significant(r: dict[str, Any], steps: c.StepInfo) -> bool:
@@ -186,9 +207,14 @@ class GemmTiles:
         "Only compute-side GEMMs (intensity right of the ridge point) whose time is at least "
         f"{GAP_MIN_SHARE:.0%} above the performance model's bound and whose gap is at least "
         f"{STEP_MIN_PCT:g}% of the step are flagged. Saving: the part of the gap the idle "
-        "share explains (time × (1 - used share)), never more than the gap. Fix: batch "
-        "several such GEMMs into one (torch.bmm / a grouped GEMM), let the library split K "
-        "(cuBLASLt split-K, hipBLASLt stream-K), or change M/N by a tile to fill the last wave."
+        "share explains (time × (1 - used share)), never more than the gap: a bound gap, not "
+        "a measured fix (the finding says so and gives the measured time and bound). Fix for "
+        "few tiles: more output tiles per kernel — batch several such GEMMs into one "
+        "(torch.bmm / a grouped GEMM), concatenate GEMMs that share an input along N, or grow "
+        "M with a larger batch; an explicit split-K is not offered: on an H200 it was not "
+        f"faster than cuBLAS's own kernel choice ({SPLITK_H200['gemm-tiles']}). "
+        "Fix for a mostly empty last wave: change M/N by a tile to fill whole waves "
+        "(`opscope verify` measures that by rate)."
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
@@ -212,9 +238,11 @@ class GemmTiles:
             if tiles < FEW_TILES_SHARE * sms:
                 kind = f"only {tiles} output tiles for {sms} SMs/CUs"
                 fix = (
-                    "# fill the device: batch the small GEMMs into one, or split K\n"
+                    "# more output tiles per kernel: batch the small GEMMs into one\n"
                     "out = torch.bmm(a_stack, b_stack)  # not: [a @ b for a, b in pairs]\n"
-                    "# or torch.compile(mode='max-autotune') to pick a split-K kernel"
+                    "# or concatenate GEMMs that share an input along N, one kernel:\n"
+                    "y1, y2 = (x @ torch.cat([w1, w2], 1)).split([n1, n2], -1)\n"
+                    "# or grow M: a larger batch / more tokens per call"
                 )
             elif used < WAVE_EFFICIENCY_MIN:
                 kind = f"{waves:.2f} waves of tiles on {sms} SMs/CUs ({used:.0%} of slots used)"
@@ -227,9 +255,18 @@ class GemmTiles:
             else:
                 continue
             few = tiles < FEW_TILES_SHARE * sms
-            bench = _splitk_bench(m, k, n, r["dtype"], sms, b) if few else None
             time_ns = float(r["time_ns"])
             saving = time_ns * (1.0 - min(used if tiles >= sms else tiles / sms, 1.0))
+            how = (
+                "the GEMM's time × the share of SMs/CUs its tiles leave idle, capped at its "
+                f"gap to the performance model's bound: {gap_text(r, steps)}"
+            )
+            if few:
+                how += (
+                    "; a bound gap, not a measured fix: batching or concatenating GEMMs "
+                    "recovers it; an explicit split-K was not faster than cuBLAS's own choice "
+                    f"on an H200 ({SPLITK_H200[self.id]})"
+                )
             out.append(
                 _finding(
                     profile,
@@ -237,8 +274,7 @@ class GemmTiles:
                     [r],
                     saving,
                     f"GEMM {m}x{n}x{k}" + (f" (batch {b})" if b > 1 else "") + f": {kind}",
-                    "the GEMM's time × the share of SMs/CUs its tiles leave idle, capped at its "
-                    "gap to the performance model's bound",
+                    how,
                     fix,
                     {
                         "tiles": tiles,
@@ -247,32 +283,11 @@ class GemmTiles:
                         "grid_from_kernel": r["blocks"] is not None,
                     },
                     steps,
-                    bench,
+                    # few tiles: no micro-benchmark of the fix (batching needs the other GEMMs)
+                    extra={"fix_measured": False} if few else None,
                 )
             )
         return out
-
-
-def _splitk_bench(
-    m: int, k: int, n: int, dtype: str | None, sms: int, batch: int
-) -> dict[str, Any] | None:
-    """A split-K micro-benchmark for a GEMM whose tiles leave SMs idle (None when K does not
-    split or the GEMM is batched)."""
-    tiles = -(-m // TILE_M) * -(-n // TILE_N)
-    splits = _splits(k, sms, tiles) if sms and batch == 1 and tiles < sms else None
-    if not splits:
-        return None
-    return {"op": "matmul", "m": m, "k": k, "n": n, "fix": f"splitk:{splits}",
-            "dtype": _torch_dtype(dtype)}  # fmt: skip
-
-
-def _splits(k: int, sms: int, tiles: int) -> int | None:
-    """The split-K factor that fills the SMs (a power of two dividing K), if any."""
-    want = max(2, min(16, -(-sms // max(tiles, 1))))
-    s = 1 << (want - 1).bit_length()
-    while s >= 2 and k % s:
-        s //= 2
-    return s if s >= 2 else None
 
 
 class GemmMemoryBound:
@@ -286,9 +301,15 @@ class GemmMemoryBound:
         "performance model puts the GEMM on the memory side and its time is at least "
         f"{GAP_MIN_SHARE:.0%} above that bound (gap ≥ {STEP_MIN_PCT:g}% of the step): GEMM "
         "libraries pick tiles for square shapes, and a tall-skinny one reads its operands "
-        "more than once or leaves SMs idle. Saving: the gap (measured - bound). Fix: batch "
-        "the small dimension (more tokens or samples per call), concatenate GEMMs that share "
-        "an input (q/k/v projections), or use fp8/int8 weights to halve the bytes."
+        "more than once or leaves SMs idle. Saving: the gap (measured - bound), the most any "
+        "fix of this GEMM can remove: a bound gap, not a measured fix (the finding gives the "
+        "measured time and the bound). Fix: batch the small dimension (more tokens or "
+        "samples per call: the weights are read once for all of them), concatenate GEMMs "
+        "that share an input (q/k/v projections), or use fp8/int8 weights to halve the "
+        f"bytes; a GEMM of under {LAUNCH_BOUND_FLOORS:g} launch floors per call is mostly "
+        "launch: CUDA graphs (torch.compile mode='reduce-overhead') remove the launches. "
+        "An explicit split-K is not offered: on an H200 it was not faster than cuBLAS's own "
+        f"kernel choice ({SPLITK_H200['gemm-memory-bound']})."
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
@@ -296,7 +317,7 @@ class GemmMemoryBound:
         if g.height == 0:
             return []
         steps = c.step_info(profile)
-        sms = int(model.spec.compute_units or 0) if model.spec is not None else 0
+        floor = float(model.floor_ns or 0.0)
         out = []
         for r in g.iter_rows(named=True):
             bmnk = gemm_dims(r["name"], r["dims"] or [])
@@ -306,23 +327,41 @@ class GemmMemoryBound:
                 continue
             _, m, n, k = bmnk
             gbps = r["bytes"] / r["time_ns"]
+            per_call = float(r["time_ns"]) / max(int(r["calls"]), 1)
+            launch_bound = floor > 0 and per_call < LAUNCH_BOUND_FLOORS * floor
+            fix = (
+                "# grow the small dimension: one GEMM for many tokens/samples reads the "
+                "weights once\ny = torch.cat(xs, 0) @ w  # not: [x @ w for x in xs]\n"
+                "# fuse GEMMs that share an input\n"
+                "qkv = x @ torch.cat([wq, wk, wv], 0).t()  # one GEMM, not three"
+            )
+            if launch_bound:
+                fix += (
+                    "\n# a few µs per call is mostly launch: capture the step in a CUDA graph\n"
+                    "step = torch.compile(step, mode='reduce-overhead')"
+                )
             out.append(
                 _finding(
                     profile,
                     self.id,
                     [r],
                     float(r["gap_ns"] or 0.0),
-                    f"tall-skinny GEMM {m}x{n}x{k}: memory-bound, {gbps:.0f} GB/s",
-                    "the gap between the GEMM's time and its memory-side bound (bytes / "
-                    "bandwidth + launch floor)",
-                    "# grow the small dimension: batch tokens/samples, or fuse GEMMs that share "
-                    "an input\nqkv = x @ torch.cat([wq, wk, wv], 0).t()  # one GEMM, not three",
+                    f"tall-skinny GEMM {m}x{n}x{k}: memory-bound, {gbps:.0f} GB/s"
+                    + (", launch-bound" if launch_bound else ""),
+                    f"the gap between the GEMM's time and its memory-side bound (bytes / "
+                    f"bandwidth + launch floor): {gap_text(r, steps)}; a bound gap, not a "
+                    "measured fix: batching the small dimension or fusing recovers it; an "
+                    "explicit split-K was not faster than cuBLAS's own choice on an H200 "
+                    f"({SPLITK_H200[self.id]})",
+                    fix,
                     {
                         "achieved_gbps": round(gbps, 1),
                         "intensity": round(r["flops"] / max(r["bytes"], 1), 2),
+                        "per_call_us": round(per_call / 1e3, 3),
+                        "launch_floor_us": round(floor / 1e3, 3),
                     },
                     steps,
-                    _splitk_bench(m, k, n, r["dtype"], sms, bmnk[0]),
+                    extra={"fix_measured": False},
                 )
             )
         return out
