@@ -231,7 +231,12 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             pl.col("ts_ns").sort().alias("ts_ns"),
         )
         .rename({"what": "kind", "input_dims": "input_shapes"})
-        .sort(["excess_ns", "name"], descending=[True, False])
+        # ties by every group key: group_by's row order varies with the thread count
+        .sort(
+            ["excess_ns", "name", "kind", "input_shapes", "input_types"],
+            descending=[True, False, False, False, False],
+            nulls_last=True,
+        )
     )
     calls = out.select(
         pl.col("id").alias("event_id"),
@@ -243,7 +248,7 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         "ts_ns",
         "dur_ns",
         pl.col("med").alias("typical_ns"),
-    ).sort("ts_ns")
+    ).sort("ts_ns", "event_id")
     return groups, calls
 
 
@@ -277,7 +282,9 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
         m = g.filter(pl.col(metric) > 0).with_columns(
             (pl.col(metric) / pl.col("time_ns") * 1e9).alias("rate")
         )
-        for _, grp in m.group_by("name"):
+        for _, grp in m.sort("name", "input_dims", "input_types", nulls_last=True).group_by(
+            "name", maintain_order=True
+        ):
             if grp.height < 2:
                 continue
             recs = grp.to_dicts()
@@ -310,7 +317,11 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
         "ratio": pl.Float64,
         "time_ns": pl.Int64,
     }
-    return pl.DataFrame(out, schema=schema).sort("time_ns", descending=True)
+    # equal times by the shape's keys: the groups above come in no fixed order
+    by = ["time_ns", "name", "input_shapes", "input_types", "metric"]
+    return pl.DataFrame(out, schema=schema).sort(
+        by, descending=[True] + [False] * (len(by) - 1), nulls_last=True
+    )
 
 
 @analysis("anomalies")

@@ -206,9 +206,9 @@ def charged_lines(profile: Profile) -> pl.DataFrame:
     return (
         out.select(list(_LINE_SCHEMA))
         .cast(_LINE_SCHEMA)  # type: ignore[arg-type]
-        .sort(
-            ["total_ns", "host_ns", "file", "line"],
-            descending=[True, True, False, False],
+        .sort(  # every key last: one line run by two modules must not swap run to run
+            ["total_ns", "host_ns", "file", "line", "function", "module"],
+            descending=[True, True, False, False, False, False],
             nulls_last=True,
         )
     )

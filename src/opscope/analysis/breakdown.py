@@ -140,10 +140,9 @@ def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.Dat
     :data:`IDLE_COLUMNS`, which sum to ``w1 - w0`` per lane.
     """
     at_start = pl.col("start") == pl.col("start").min()
-    segs = _segments(iv, keys, pl.col("launch_ts").filter(at_start).min().alias("launch")).sort(
-        [*keys, "s"]
-    )
-    segs = segs.join(lanes, on=keys, how="inner", nulls_equal=True)
+    segs = _segments(iv, keys, pl.col("launch_ts").filter(at_start).min().alias("launch"))
+    # sorted after the join: shift() below needs time order, which a join does not promise
+    segs = segs.join(lanes, on=keys, how="inner", nulls_equal=True).sort([*keys, "s"])
     # the gap before each segment: from the previous segment's end, or the window's start
     segs = segs.with_columns(
         pl.coalesce(pl.col("e").shift(1).over(keys), "w0").alias("g0")

@@ -204,7 +204,9 @@ def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
         pl.col("ts_ns").alias("start_ns"),
         "dur_ns",
         (nelems * dtypes.itemsize_expr(dtype)).alias("bytes"),
-    ).sort("rank", "start_ns")
+    ).sort("rank", "start_ns", maintain_order=True)  # calls at one instant: in trace order
+    # seq numbers the calls in time; with ties kept in trace order (above) the same calls are
+    # matched across ranks every run
     out = out.with_columns(
         pl.int_range(pl.len())
         .over("rank", "step", "collective", "group")
@@ -433,7 +435,7 @@ def aggregate(
             ),
         )
         .drop("max_start")
-        .sort("rank", "start_ns")
+        .sort("rank", "start_ns", "seq", maintain_order=True)
     )
     per_rank_coll = co.group_by("rank").agg(
         pl.col("wait_ns").sum().alias("wait_ns"),

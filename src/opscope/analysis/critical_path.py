@@ -742,6 +742,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         .agg(pl.col("on_path_ns").sum(), pl.len().alias("nodes"))
         .join(steps.select("rank", "step", "step_ns"), on=["rank", "step"])
         .with_columns((pl.col("on_path_ns") / pl.col("step_ns")).alias("share"))
-        .sort(["rank", "step", "on_path_ns"], descending=[False, False, True])
+        # equal times by op name: group_by's row order varies with the thread count
+        .sort(["rank", "step", "on_path_ns", "op"], descending=[False, False, True, False])
     )
     return CriticalPathResult(path=path, ops=ops, steps=steps)

@@ -75,7 +75,7 @@ def nearest(
     )
     return (
         pairs.join(vals, on=other)
-        .sort(me, "dist")
+        .sort(me, "dist", other)  # downward, several descendants share a distance: lowest id
         .group_by(me, maintain_order=True)
         .first()
         .select(pl.col(me).alias("id"), pl.col(column), pl.col(other).alias(f"{column}_from"))

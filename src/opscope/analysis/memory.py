@@ -61,16 +61,29 @@ def _where(profile: Profile, df: pl.DataFrame) -> pl.DataFrame:
     return df.join(names, on="op_id", how="left").join(res, on="op_id", how="left")
 
 
+def _by_bytes(df: pl.DataFrame) -> pl.DataFrame:
+    """Largest first; equal sizes by their keys (group_by's row order varies with the thread
+    count, so a tie alone would not give the same table twice)."""
+    keys = [*_DEV, "op", "module", "file", "line", "function"]
+    return df.sort(["bytes", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
+
+
 @analysis("memory")
 def memory(profile: Profile, options: Options) -> Memory:
     """Memory over time, peak, live-at-peak, churn, fragmentation, leaks: see the module doc."""
-    m = profile.memory.sort([*_DEV, "ts_ns"])
+    # maintain_order: allocator events at one instant keep the trace's order, so the running
+    # total (and the peak it finds) is the same whatever Polars' thread count
+    m = profile.memory.sort([*_DEV, "ts_ns"], maintain_order=True)
     timeline = m.with_columns(
         pl.coalesce("total_allocated", pl.col("bytes").cum_sum().over(_DEV)).alias("allocated"),
         pl.col("total_reserved").alias("reserved"),
     ).select(*_DEV, "ts_ns", "allocated", "reserved")
     peak_rows = (
-        timeline.sort([*_DEV, "allocated", "ts_ns"], descending=[False] * 3 + [True, False])
+        timeline.sort(
+            [*_DEV, "allocated", "ts_ns"],
+            descending=[False] * 3 + [True, False],
+            maintain_order=True,
+        )
         .group_by(_DEV, maintain_order=True)
         .first()
         .rename({"ts_ns": "peak_ts_ns", "allocated": "peak_allocated", "reserved": "reserved"})
@@ -91,11 +104,12 @@ def memory(profile: Profile, options: Options) -> Memory:
             .alias("fragmentation")
         )
         .select(*_DEV, "peak_ts_ns", "peak_allocated", "reserved", "peak_reserved", "fragmentation")
+        .sort(_DEV, nulls_last=True)  # one row per device; a join keeps no order unless asked
     )
     # Pair each allocation with the next event at its address (a free when bytes < 0).
     a = (
         m.filter(pl.col("addr").is_not_null())
-        .sort([*_DEV, "addr", "ts_ns"])
+        .sort([*_DEV, "addr", "ts_ns"], maintain_order=True)
         .with_columns(
             pl.col("ts_ns").shift(-1).over([*_DEV, "addr"]).alias("next_ts"),
             pl.col("bytes").shift(-1).over([*_DEV, "addr"]).alias("next_bytes"),
@@ -113,13 +127,13 @@ def memory(profile: Profile, options: Options) -> Memory:
         _where(profile, live)
         .group_by(keys)
         .agg(pl.col("bytes").sum(), pl.len().alias("allocations"))
-        .sort("bytes", descending=True)
+        .pipe(_by_bytes)
     )
     never = (
         _where(profile, allocs.filter(pl.col("free_ts").is_null()))
         .group_by(keys)
         .agg(pl.col("bytes").sum(), pl.len().alias("allocations"))
-        .sort("bytes", descending=True)
+        .pipe(_by_bytes)
     )
     churn = (
         m.group_by(*_DEV, "step")

@@ -218,7 +218,12 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
             [((pl.col(m) * w).sum() / w.sum()).alias(m) for m in present]
         )
         groups = groups.join(agg, on=["name", "grid", "block"], how="left", nulls_equal=True)
-    groups = groups.sort("time_ns", descending=True)
+    # equal times by the group's keys: the group_by above orders its groups differently each run
+    groups = groups.sort(
+        ["time_ns", "name", "grid", "block"],
+        descending=[True, False, False, False],
+        nulls_last=True,
+    )
     valid = groups.filter(pl.col("wave_efficiency").is_not_null())
     eff = None
     total = float(valid.get_column("time_ns").sum() or 0)

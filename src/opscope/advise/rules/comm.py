@@ -65,7 +65,10 @@ class CommExposed:
         steps = c.step_info(profile)
         comm, exposed = _exposed(profile)
         out: list[Finding] = []
-        names = comm_k.group_by("name").len().sort("len", descending=True).head(5)
+        # equal counts by name: group_by's row order varies with the thread count
+        names = (
+            comm_k.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(5)
+        )
         small_f: Finding | None = None
         small_saving = 0.0
         small = comm_k.filter(pl.col("dur_ns") < SMALL_MSG_US * 1000)
@@ -87,7 +90,11 @@ class CommExposed:
                 fix="# bucket small tensors into one collective\n"
                 "flat = torch.cat([t.flatten() for t in tensors]); dist.all_reduce(flat)",
                 evidence=c.evidence(
-                    small.group_by("name").len().sort("len").get_column("name").to_list()[:5],
+                    small.group_by("name")
+                    .len()
+                    .sort("len", "name")
+                    .get_column("name")
+                    .to_list()[:5],
                     small.height,
                     {"small_us_per_step": round(steps.per_step_us(small_ns), 3)},
                     small.get_column("id").to_list(),

@@ -337,7 +337,7 @@ def attention_spans(profile: Profile) -> list[dict[str, Any]]:
             return []
         s = s.with_columns(pl.col("cost_ns").fill_null(0))
         out: list[dict[str, Any]] = []
-        for _, grp in s.group_by("rank", "tid"):
+        for _, grp in s.group_by("rank", "tid", maintain_order=True):  # spans in trace order
             out += _attention_spans(grp)
         return out
 
@@ -489,14 +489,18 @@ class Foreach:
             ~pl.col("op_parent").is_in(inside.get_column("id").implode())
             | pl.col("op_parent").is_null()
         )
-        per = direct.group_by("anc_id").agg(
-            pl.len().alias("n"),
-            pl.col("name").str.contains("_foreach_|_fused_").any().alias("vectorised"),
-            pl.col("id").first().alias("first_id"),
-            pl.col("input_dims")
-            .filter(pl.col("name").is_in(["aten::add_", "aten::mul_"]))
-            .alias("dims"),
-        )
+        per = (
+            direct.group_by("anc_id")
+            .agg(
+                pl.len().alias("n"),
+                pl.col("name").str.contains("_foreach_|_fused_").any().alias("vectorised"),
+                pl.col("id").first().alias("first_id"),
+                pl.col("input_dims")
+                .filter(pl.col("name").is_in(["aten::add_", "aten::mul_"]))
+                .alias("dims"),
+            )
+            .sort("anc_id")
+        )  # the shapes and location below are the first loop's: the same every run
         loops = per.filter((pl.col("n") >= FOREACH_MIN_OPS) & ~pl.col("vectorised"))
         if loops.height == 0:
             return []

@@ -83,7 +83,7 @@ class Layout:
             )
             .join(par, on="id", how="left")
             .join(c.op_cost(profile), on="id", how="left")
-            .sort("rank", "tid", "ts_ns")
+            .sort("rank", "tid", "ts_ns", "id")  # id: ops starting together keep one order
         )
         names = o.select(pl.col("id").alias("op_parent"), pl.col("name").alias("parent_name"))
         o = o.join(names, on="op_parent", how="left")
@@ -255,7 +255,7 @@ class Layout:
         k = profile.kernels
         if k.height == 0:
             return []
-        k = k.sort("rank", "device", "stream", "ts_ns").with_columns(
+        k = k.sort("rank", "device", "stream", "ts_ns", "id").with_columns(
             pl.col("name").shift(-1).over("rank", "device", "stream").alias("next_name")
         )
         hit = k.filter(

@@ -37,7 +37,11 @@ def _dev_mem(profile: Profile) -> pl.DataFrame:
     dev = (
         m.group_by("device_type", "device")
         .len()
-        .sort([pl.col("device_type") > 0, "len"], descending=True)
+        # two devices with as many events: the lower (device_type, device), not group_by's pick
+        .sort(
+            [pl.col("device_type") > 0, "len", "device_type", "device"],
+            descending=[True, True, False, False],
+        )
         .row(0, named=True)
     )
     return m.filter(
@@ -64,7 +68,13 @@ class Fragmentation:
         m = _dev_mem(profile)
         if m.height == 0 or m.get_column("total_reserved").drop_nulls().len() == 0:
             return []
-        peak = m.sort("total_allocated", descending=True, nulls_last=True).row(0, named=True)
+        # an equal peak twice: the first in time (and in trace order at one instant)
+        peak = m.sort(
+            ["total_allocated", "ts_ns"],
+            descending=[True, False],
+            nulls_last=True,
+            maintain_order=True,
+        ).row(0, named=True)
         alloc, res = peak["total_allocated"] or 0, peak["total_reserved"] or 0
         if alloc <= 0 or res < FRAG_RATIO * alloc or res - alloc < FRAG_MIN_BYTES:
             return []
@@ -126,7 +136,7 @@ class Churn:
         # live memory of the process is not the step's churn).
         ws = (
             m.filter(pl.col("step").is_not_null())
-            .sort("ts_ns")
+            .sort("ts_ns", maintain_order=True)  # first(): trace order at one instant
             .group_by("step")
             .agg(
                 (
@@ -141,7 +151,8 @@ class Churn:
         peak = max(peak, 1.0)
         if n < CHURN_MIN_ALLOCS or bytes_step < max(CHURN_RATIO * peak, CHURN_MIN_BYTES):
             return []
-        by_op = allocs.filter(pl.col("op_id").is_not_null()).group_by("op_id").len()
+        # sorted: the location order (and max()'s pick among equal counts) follows by_op's rows
+        by_op = allocs.filter(pl.col("op_id").is_not_null()).group_by("op_id").len().sort("op_id")
         where: tuple[str | None, int | None, str | None] = (None, None, None)
         if by_op.height:
             loc = c.group_by_location(profile, by_op.rename({"op_id": "id"}))
@@ -197,7 +208,7 @@ class KeptAlive:
             return []
         ends = (
             m.filter(pl.col("step").is_not_null())
-            .sort("ts_ns")
+            .sort("ts_ns", maintain_order=True)  # last(): trace order at one instant
             .group_by("step", maintain_order=True)
             .agg(pl.col("total_allocated").last())
             .sort("step")
@@ -216,7 +227,10 @@ class KeptAlive:
         )
         where: tuple[str | None, int | None, str | None] = (None, None, None)
         by_op = (
-            kept.filter(pl.col("op_id").is_not_null()).group_by("op_id").agg(pl.col("bytes").sum())
+            kept.filter(pl.col("op_id").is_not_null())
+            .group_by("op_id")
+            .agg(pl.col("bytes").sum())
+            .sort("op_id")  # the location order (max()'s pick among equal sizes) follows it
         )
         if by_op.height:
             loc = c.group_by_location(profile, by_op.rename({"op_id": "id"}))

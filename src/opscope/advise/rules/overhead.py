@@ -83,7 +83,8 @@ def idle_after(profile: Profile, events: pl.DataFrame) -> float:
 
     k = profile.kernels.select("rank", "ts_ns", "dur_ns").drop_nulls().sort("rank", "ts_ns")
     total = 0.0
-    for rank, evs in events.group_by("rank"):
+    # ranks in trace order: a float sum in group_by's order could differ in its last digit
+    for rank, evs in events.group_by("rank", maintain_order=True):
         kr = k.filter(pl.col("rank") == rank[0]) if rank[0] is not None else k
         if kr.height == 0:
             continue
@@ -265,7 +266,7 @@ class LaunchBound:
         total = float(tiny.get_column("dur_ns").sum())
         if per_step < DISPATCH_MIN_OPS or tiny.height < DISPATCH_MIN_TINY_FRACTION * ops.height:
             return []
-        top = tiny.group_by("name").len().sort("len", descending=True).head(5)
+        top = tiny.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(5)
         loc = c.group_by_location(profile, tiny)
         where = max(loc, key=lambda k: len(loc[k]))
         return [
@@ -321,7 +322,7 @@ class LaunchBound:
                 evidence=c.evidence(
                     short.group_by("name")
                     .len()
-                    .sort("len", descending=True)
+                    .sort(["len", "name"], descending=[True, False])  # equal counts by name
                     .head(5)
                     .get_column("name")
                     .to_list(),
@@ -370,7 +371,7 @@ def _idle_ns(profile: Profile) -> float:
             pl.col("step").cast(k.schema["step"]),
             pl.col("ts_ns").alias("w0"),
             (pl.col("ts_ns") + pl.col("dur_ns")).alias("w1"),
-        ).unique("step")
+        ).unique("step", keep="first", maintain_order=True)  # the same window every run
         k = k.join(win, on="step", how="left")
         lo = pl.max_horizontal(lo, pl.col("w0").fill_null(lo))
         hi = pl.min_horizontal(hi, pl.col("w1").fill_null(hi))
