@@ -236,3 +236,32 @@ def test_op_costs_on_a_real_trace_equal_cost_per_row() -> None:
         ), key
         formulas += c.formula != "unknown"
     assert formulas > 1000
+
+
+SAMPLED = SHARED / "gpu" / "tracelens_h100_bert_small.json.gz"
+
+
+@pytest.mark.skipif(not SAMPLED.exists(), reason="shared traces absent")
+def test_locate_and_grouping_equal_row_by_row_reference() -> None:
+    import opscope
+    from opscope.advise import _common as c
+
+    profile = opscope.load(SAMPLED, cache=False)
+    table = c._locations(profile)
+    ref = {
+        r["id"]: c.Location(r["file"], r["line"], r["function"], r["module"])
+        for r in table.iter_rows(named=True)
+    }
+    ids = profile.events.get_column("id").to_list()
+    rng = random.Random(7)
+    pick = rng.sample(ids, 1000) + ids[:5] + ids[:5]  # repeats, and ids in no particular order
+    got = c.locate(profile, pick)
+    assert got == {i: ref[i] for i in pick}
+    assert sum(loc.file is not None for loc in got.values()) > 50  # placed events among them
+    ops = profile.ops.select("id")
+    groups = c.group_by_location(profile, ops)
+    want: dict[tuple[str | None, int | None, str | None], list[int]] = {}
+    for i in ops.get_column("id").to_list():
+        want.setdefault((ref[i].file, ref[i].line, ref[i].module), []).append(i)
+    assert list(groups.items()) == list(want.items())  # same groups, same order
+    assert len(groups) > 1

@@ -315,9 +315,18 @@ def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
     table: pl.DataFrame = _memo("locations", profile, lambda: _locations(profile))
     want = pl.DataFrame({"id": list(ids)}, schema={"id": pl.Int64}).unique()
     j = want.join(table, on="id", how="left")
-    # column lists zipped, not iter_rows(named=True): a rule may ask for 100k ids at once
+    # column lists zipped, not iter_rows(named=True), and one Location per distinct place (a
+    # rule may ask for 100k ids of a few hundred lines: building each was most of the time)
     cols = [j.get_column(k).to_list() for k in ("id", "file", "line", "function", "module")]
-    return {int(i): Location(f, ln, fn, m) for i, f, ln, fn, m in zip(*cols, strict=True)}
+    places: dict[tuple[Any, ...], Location] = {}
+    out: dict[int, Location] = {}
+    for i, *place in zip(*cols, strict=True):
+        key = tuple(place)
+        loc = places.get(key)
+        if loc is None:
+            loc = places[key] = Location(*key)
+        out[int(i)] = loc
+    return out
 
 
 def _locations(profile: Profile) -> pl.DataFrame:
@@ -487,8 +496,9 @@ def group_by_location(
     ids = [int(x) for x in df.get_column(id_col).to_list()]
     locs = locate(profile, ids)
     out: dict[tuple[str | None, int | None, str | None], list[int]] = {}
+    nowhere = Location(None, None, None, None)  # one default, not one built per id
     for i in ids:
-        loc = locs.get(i, Location(None, None, None, None))
+        loc = locs.get(i, nowhere)
         out.setdefault((loc.file, loc.line, loc.module), []).append(i)
     return out
 
