@@ -4,17 +4,20 @@ Polars' ``group_by``/``unique`` return groups in an order that varies with the t
 them, and an unstable ``sort`` may swap equal keys; Python's ``set`` order follows
 ``PYTHONHASHSEED``. A table that orders rows by a non-unique key then differs between two runs of
 one trace, which breaks golden tests and ``opscope compare`` as a CI gate. Each real trace under
-``../shared/traces`` is rendered (``report --json``, ``report --md`` and the findings) in two fresh
-subprocesses:
+``../shared/traces`` is rendered (``report --json``, ``report --md`` and the findings) in three
+fresh subprocesses:
 
 * run A: ``POLARS_MAX_THREADS=1``, ``PYTHONHASHSEED=0``, an empty trace cache (the trace is parsed);
 * run B: Polars' default thread count, ``PYTHONHASHSEED=1729``, run A's cache (the trace is read
   back from Parquet),
+* run C: ``POLARS_MAX_THREADS=16`` (more threads than this machine may have: the group order
+  changes with the thread count, and 1 vs a 2-core default missed ties that 3 or 16 showed),
+  ``PYTHONHASHSEED=4242``, a cache of its own (parsed again, with 16 threads),
 
-and the outputs must be identical. The one field stripped before comparing is ``from_cache``
-(top level and under ``load``): it says which of the two paths read the trace and is meant to
-differ. The reports hold no clock time or elapsed time. Each subprocess renders every trace
-(one interpreter start per run, not per trace); ``test_driver_matches_cli`` checks that what the
+and B's and C's outputs must be identical to A's. The one field stripped before comparing is
+``from_cache`` (top level and under ``load``): it says which path read the trace and is meant to
+differ. The reports hold no clock time or elapsed time. Each subprocess renders every trace (one
+interpreter start per run, not per trace); ``test_driver_matches_cli`` checks that what the
 driver renders is what ``opscope report --json``/``--md`` print.
 """
 
@@ -68,7 +71,10 @@ sys.stdout.write(json.dumps(out))
 _RUNS = {
     "A": {"POLARS_MAX_THREADS": "1", "PYTHONHASHSEED": "0"},
     "B": {"POLARS_MAX_THREADS": None, "PYTHONHASHSEED": "1729"},
+    "C": {"POLARS_MAX_THREADS": "16", "PYTHONHASHSEED": "4242"},
 }
+# The runs that read run A's cache (the others parse the trace into a cache of their own).
+_WARM = {"B"}
 
 
 def _env(settings: dict[str, str | None], cache: Path) -> dict[str, str]:
@@ -89,13 +95,15 @@ def _present() -> list[Path]:
 
 @pytest.fixture(scope="module")
 def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict[str, str]]]:
-    """{run: {path: {"json", "md"}}}: run A with an empty cache, then run B reading A's cache."""
+    """{run: {path: {"json", "md"}}}: run A with an empty cache, then B reading A's cache, and C
+    with an empty cache of its own."""
     paths = _present()
     if not paths:
         pytest.skip(f"shared traces not found at {SHARED_TRACES}")
-    cache = tmp_path_factory.mktemp("det-cache")
+    cache_a = tmp_path_factory.mktemp("det-cache")
     out: dict[str, dict[str, dict[str, str]]] = {}
     for run, settings in _RUNS.items():  # in turn: B must find A's cache entries
+        cache = cache_a if run in ("A", *_WARM) else tmp_path_factory.mktemp(f"det-cache-{run}")
         res = subprocess.run(
             [sys.executable, "-c", _DRIVER, *map(str, paths)],
             env=_env(settings, cache),
@@ -147,27 +155,36 @@ def _first_difference(a: Any, b: Any, at: str = "") -> str | None:
 
 
 def _pair(
-    renders: dict[str, dict[str, dict[str, str]]], rel: str
+    renders: dict[str, dict[str, dict[str, str]]], rel: str, other: str = "B"
 ) -> tuple[dict[str, str], dict[str, str]]:
     key = str(SHARED_TRACES / rel)
     if key not in renders["A"]:
         pytest.skip(f"shared trace not found: {key}")
-    return renders["A"][key], renders["B"][key]
+    return renders["A"][key], renders[other][key]
+
+
+_OTHER = pytest.mark.parametrize("other", ["B", "C"])
 
 
 @pytest.mark.slow
+@_OTHER
 @pytest.mark.parametrize("rel", _INPUTS)
-def test_findings_identical(renders: dict[str, dict[str, dict[str, str]]], rel: str) -> None:
-    a, b = _pair(renders, rel)
+def test_findings_identical(
+    renders: dict[str, dict[str, dict[str, str]]], rel: str, other: str
+) -> None:
+    a, b = _pair(renders, rel, other)
     fa, fb = json.loads(a["json"])["findings"], json.loads(b["json"])["findings"]
     assert fa, f"{rel}: no findings to compare"
     assert fa == fb, _first_difference(fa, fb, "/findings")
 
 
 @pytest.mark.slow
+@_OTHER
 @pytest.mark.parametrize("rel", _INPUTS)
-def test_json_identical(renders: dict[str, dict[str, dict[str, str]]], rel: str) -> None:
-    a, b = _pair(renders, rel)
+def test_json_identical(
+    renders: dict[str, dict[str, dict[str, str]]], rel: str, other: str
+) -> None:
+    a, b = _pair(renders, rel, other)
     ja, jb = json.loads(a["json"]), json.loads(b["json"])
     assert ja["from_cache"] is False  # run A parsed the trace (run B may read A's cache)
     sa, sb = _strip(ja), _strip(jb)
@@ -177,9 +194,12 @@ def test_json_identical(renders: dict[str, dict[str, dict[str, str]]], rel: str)
 
 
 @pytest.mark.slow
+@_OTHER
 @pytest.mark.parametrize("rel", _INPUTS)
-def test_markdown_identical(renders: dict[str, dict[str, dict[str, str]]], rel: str) -> None:
-    a, b = _pair(renders, rel)
+def test_markdown_identical(
+    renders: dict[str, dict[str, dict[str, str]]], rel: str, other: str
+) -> None:
+    a, b = _pair(renders, rel, other)
     assert a["md"].strip(), f"{rel}: empty Markdown"
     if a["md"] != b["md"]:
         la, lb = a["md"].splitlines(), b["md"].splitlines()

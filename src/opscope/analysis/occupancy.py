@@ -13,6 +13,7 @@ cores, twice as many on 910B, for ``AI_VECTOR_CORE`` ones), and the pipe ratios
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -228,6 +229,10 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
     eff = None
     total = float(valid.get_column("time_ns").sum() or 0)
     if valid.height and total > 0:
-        weighted = (valid.get_column("wave_efficiency") * valid.get_column("time_ns")).sum()
-        eff = float(weighted) / total
+        # fsum: exact, so the same digits whatever the thread count (Polars' float sum adds
+        # in an order that depends on how the column is chunked: the last digit varied)
+        weighted = math.fsum(
+            (valid.get_column("wave_efficiency") * valid.get_column("time_ns")).to_list()
+        )
+        eff = weighted / total
     return UtilisationResult(kernels=groups, compute_units=cu, wave_efficiency=eff, note=note)
