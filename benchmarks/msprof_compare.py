@@ -13,6 +13,20 @@ slow links; the matrix link by link (a destination that was not profiled marked:
 drops those links, opscope keeps them) with the bytes between profiled ranks on both sides; and
 msprof-analyze's per-rank bandwidth per transport.
 
+    python benchmarks/msprof_compare.py RUN_DIR --packet --msprof /path/to/msprof-analyze
+
+compares the packet analysis instead (rule ``ascend-comm-packet``): for each rank folder,
+msprof-analyze's advisor (``advisor all -d RANK -l en``: its packet analyzer reads one rank)
+gives the share of SDMA / RDMA operators under 16 / 1 MB and their transit time when the share
+is over 20% (it prints nothing below); opscope's figures per rank come from the same files.
+msprof-analyze reads ``communication.json`` for a text export and ``analysis.db`` when the
+folder holds an ``ascend_pytorch_profiler*.db``; for a text rank that also has
+``analysis.db`` (msinsight's st/level2) the database path is run as well, on a copy of the
+rank in a temporary folder with an empty ``ascend_pytorch_profiler_<rank>.db`` beside it
+(the file only selects the path; its packet analyzer reads ``analysis.db``). The text path
+counts communication.json's summary entries (``Total Op Info``, one per p2p / collective
+kind) as operators, the database path does not (nor does opscope).
+
 msprof-analyze writes one of two layouts: for text exports ``cluster_step_trace_time.csv``,
 ``cluster_communication.json`` and ``cluster_communication_matrix.json``; for ranks with
 ``analysis.db`` (database exports, and msinsight's st/level2) ``cluster_analysis.db``
@@ -26,9 +40,11 @@ import argparse
 import csv
 import json
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -168,11 +184,123 @@ def _msprof_matrix(out: Path) -> dict[tuple[int, int, str], float]:
     return links
 
 
+_PACKET = re.compile(
+    r"In the (SDMA|RDMA) communication, ([\d.]+)% of the communication data volume is less "
+    r"than [\d.]+ MB, and the total time is ([\d.]+) ms"
+)
+
+
+def _msprof_packet(msprof: str, rank_dir: Path, db: bool) -> dict[str, tuple[float, float]]:
+    """msprof-analyze advisor's packet figures on one rank: transport -> (small share, small
+    transit ms); a transport it does not report (share not over 20%) is absent."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = rank_dir
+        if db:
+            src = Path(tmp) / rank_dir.name
+            shutil.copytree(rank_dir, src)
+            out = src / "ASCEND_PROFILER_OUTPUT"
+            m = re.search(r"(\d+)", rank_dir.name)
+            (out / f"ascend_pytorch_profiler_{m.group(1) if m else 0}.db").touch()
+        cmd = [msprof, "advisor", "all", "-d", str(src), "-o", str(Path(tmp) / "o"), "-l", "en"]
+        # cwd: the advisor leaves operator_tuning_file_<time>.cfg in its working folder
+        log = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp).stdout
+    return {tr: (float(pct) / 100, float(ms)) for tr, pct, ms in _PACKET.findall(log)}
+
+
+def _summaries(path: Path, transport: str) -> int:
+    """communication.json's summary entries ("Total Op Info") with traffic on ``transport``."""
+    if not path.is_file():
+        return 0
+    n = 0
+    for kinds in json.loads(path.read_text()).values():
+        for ops in kinds.values():
+            info = ops.get("Total Op Info") or {}
+            bw = (info.get("Communication Bandwidth Info") or {}).get(transport) or {}
+            n += bool(bw.get("Transit Size(MB)"))
+    return n
+
+
+def _rank_dirs(run_dir: Path) -> list[Path]:
+    if (run_dir / "ASCEND_PROFILER_OUTPUT").is_dir():
+        return [run_dir]
+    return sorted(p for p in run_dir.iterdir() if (p / "ASCEND_PROFILER_OUTPUT").is_dir())
+
+
+def packet(run_dir: Path, msprof: str) -> int:
+    """Print msprof-analyze's and opscope's packet figures per rank and transport."""
+    import polars as pl
+
+    import opscope
+    from opscope.advise import advise
+    from opscope.advise.rules.ascend_comm_packet import MIN_BYTES, MIN_SMALL_SHARE, transit_sizes
+    from opscope.ingest.ascend import rank_of
+
+    prof = opscope.load(run_dir)
+    tr = transit_sizes(prof)
+    found = advise(prof, {"target": "ascend"}).by_rule("ascend-comm-packet")
+    print(f"{run_dir}: opscope findings: {[f.title for f in found] or 'none'}")
+    print(
+        "rank  transport  msprof text (share, ms)   msprof db (share, ms)    "
+        "opscope (small/n = share, ms)"
+    )
+    worst = 0.0
+    differ: list[str] = []
+    for rd in _rank_dirs(run_dir):
+        out = rd / "ASCEND_PROFILER_OUTPUT"
+        rank = rank_of(out) or 0
+        native_db = any(out.glob("ascend_pytorch_profiler*.db"))
+        runs: dict[str, dict[str, tuple[float, float]] | None] = {
+            "text": None if native_db else _msprof_packet(msprof, rd, db=False),
+            "db": _msprof_packet(msprof, rd, db=True)
+            if native_db or (out / "analysis.db").is_file()
+            else None,
+        }
+        for transport, limit in MIN_BYTES.items():
+            g = tr.filter((pl.col("rank") == rank) & (pl.col("transport") == transport))
+            small = g.filter(pl.col("bytes") < limit)
+            ms = float(small.get_column("time_ns").fill_null(0).sum()) / 1e6
+            share = small.height / g.height if g.height else None
+            mine = "-" if share is None else f"{small.height}/{g.height} = {share:.4f}, {ms:.4f}"
+            fires = share is not None and small.height > 0 and share > MIN_SMALL_SHARE
+            # the text path's count: the summary entries with traffic are more operators
+            n_text = g.height + _summaries(out / "communication.json", transport)
+            share_text = small.height / n_text if n_text else None
+            cols = []
+            for label, fig in runs.items():
+                if fig is None:
+                    cols.append("(not run)")
+                    continue
+                want = share_text if label == "text" else share
+                if transport in fig:
+                    s_, t_ = fig[transport]
+                    cols.append(f"{s_:.4f}, {t_:.4f}")
+                    worst = max(worst, abs(s_ - (want or 0)))
+                else:
+                    cols.append(f"<= {MIN_SMALL_SHARE:.0%} (silent)")
+                    if want is not None and small.height and want > MIN_SMALL_SHARE:
+                        worst = max(worst, want - MIN_SMALL_SHARE)
+                if (transport in fig) != fires:
+                    differ.append(f"rank {rank} {transport} ({label} path)")
+            print(f"{rank:>4}  {transport:<9}  {cols[0]:<24} {cols[1]:<24} {mine}")
+    print(
+        "largest share difference (database path vs opscope's share; text path vs opscope's "
+        f"small count over its operators plus communication.json's summary entries): {worst:.4f}"
+    )
+    print(f"where msprof-analyze and the rule decide differently: {differ or 'nowhere'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--msprof", help="msprof-analyze executable (a separate venv)")
+    ap.add_argument("--packet", action="store_true", help="compare the packet analysis")
     a = ap.parse_args(argv)
+    if a.packet:
+        if not a.msprof:
+            print("--packet runs msprof-analyze's advisor: pass --msprof", file=sys.stderr)
+            return 2
+        return packet(a.run_dir, a.msprof)
     out = a.run_dir / "cluster_analysis_output"
     if not out.is_dir():
         if not a.msprof:

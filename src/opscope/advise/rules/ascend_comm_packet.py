@@ -8,15 +8,28 @@ the issue is raised when more than 20% of the operators with such traffic are sm
 (``min_sdma_ratio`` / ``min_rdma_ratio``), "excessive small communication packets may cause
 host delivery bottlenecks". It gives no saving.
 
-opscope's rule computes the same transit sizes from the HCCL plane tasks of ``trace_view.json``
-(``size(Byte)``, ``transport type``, ``link type`` in each task's args; on-chip copies and
-zero-size notifies carry no link data), per collective, and applies the same thresholds. It
-adds a bound: every collective pays a fixed cost (launch, notifies, the algorithm's steps)
-whatever its size, which fewer, larger collectives pay once. The small collectives' time above
-their bytes at the rate of the large collectives of the same transport in the profile (peer
-rate, wall time of the collectives) is what bucketing them can remove; only the exposed part
-(no compute kernel running) shortens the step, so each collective's saving is capped at its
-exposed time. Without large collectives to compare with, the saving is ``unknown``. The
+Per rank, opscope's rule takes the transit sizes from where msprof-analyze takes them: the
+rank's ``communication.json`` (or, for the database export, ``analysis.db``'s
+``CommAnalyzerBandwidth``, msprof-analyze's db path), read by
+:func:`opscope.ingest.ascend_comm.read_communication` from the profile's sources, each
+collective matched to its ``communication`` event by name (nearest start). A rank without those
+files (a planted or trimmed export) has its sizes computed from the HCCL plane tasks of
+``trace_view.json`` (``size(Byte)``, ``transport type``, ``link type`` in each task's args;
+on-chip copies and zero-size notifies carry no link data), equal to msprof's figures on the
+AlexNet exports. Both p2p and collective operators count, as in msprof-analyze; the file's
+summary entries (``Total Op Info``) do not: msprof-analyze's text path counts them as two more
+(large) operators, so its share on the Megatron run reads 3/10 where opscope's is 3/8 (see
+docs/rules/ascend-comm-packet.md). The rule fires when any rank's share is over 20%, on the
+small collectives of those ranks, and lists every rank's share. It adds a bound: every
+collective pays a fixed cost (launch, notifies, the algorithm's steps) whatever its size, which
+fewer, larger collectives pay once. The small collectives' time above their bytes at the rate
+of the large collectives of the same transport in the profile (peer rate, wall time of the
+collectives) is what bucketing them can remove; only the exposed part (no compute kernel
+running) shortens the step, so each collective's saving is capped at its exposed time; a rank
+without kernels in the profile (only its communication files) has no overlap to subtract, so
+its collectives count whole, together at most the rank's ``Communication(Not Overlapped)`` of
+``step_trace_time.csv``. Ranks run at once, so the finding's saving is the largest rank's, not
+their sum. Without large collectives to compare with, the saving is ``unknown``. The
 collectives' exposed time is also ``comm-exposed``'s: this finding names that rule in
 ``evidence.part_of`` and keeps its saving, ``comm-exposed`` counts the rest
 (:mod:`opscope.advise.overlap`).
@@ -26,6 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
@@ -34,6 +48,7 @@ from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
 from opscope.advise.rules.ascend_comm_alignment import _collective_of, _exposed
+from opscope.errors import InputError
 from opscope.model import Profile
 
 # msprof-analyze's packet rule file (advisor/rules/en/packet.yaml): a collective's transit
@@ -48,21 +63,26 @@ NO_LINK: Final = ("ON_CHIP", "INVALID_TYPE")
 MIN_PEERS: Final = 1
 
 
+_TRANSIT_SCHEMA: Final = {
+    "coll": pl.Int64,
+    "rank": pl.Int32,
+    "transport": pl.String,
+    "bytes": pl.Int64,
+    "tasks": pl.UInt32,
+    "time_ns": pl.Int64,
+    "start_ns": pl.Int64,
+    "elapse_ns": pl.Int64,
+    "op_name": pl.String,
+}
+
+
 def transit(profile: Profile) -> pl.DataFrame:
     """Per collective and transport: ``coll, rank, transport, bytes, tasks`` (the bytes of
     its transfer tasks off the chip, as msprof-analyze's Transit Size)."""
     ev = profile.events.filter(
         (pl.col("kind") == "other") & pl.col("device").is_not_null() & pl.col("args").is_not_null()
     )
-    empty = pl.DataFrame(
-        schema={
-            "coll": pl.Int64,
-            "rank": pl.Int32,
-            "transport": pl.String,
-            "bytes": pl.Int64,
-            "tasks": pl.UInt32,
-        }
-    )
+    empty = pl.DataFrame(schema=_TRANSIT_SCHEMA)
     if ev.height == 0:
         return empty
     t = ev.select(
@@ -85,7 +105,99 @@ def transit(profile: Profile) -> pl.DataFrame:
         return empty
     t = _collective_of(profile, t).filter(pl.col("coll").is_not_null())
     return t.group_by("coll", "rank", pl.col("tr").alias("transport"), maintain_order=True).agg(
-        pl.col("bytes").sum().cast(pl.Int64), pl.len().alias("tasks")
+        pl.col("bytes").sum().cast(pl.Int64),
+        pl.len().alias("tasks"),
+        pl.lit(None, pl.Int64).alias("time_ns"),
+        pl.lit(None, pl.Int64).alias("start_ns"),
+        pl.lit(None, pl.Int64).alias("elapse_ns"),
+        pl.lit(None, pl.String).alias("op_name"),
+    )
+
+
+def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
+    """The ranks' own figures, as msprof-analyze reads them: per collective and transport
+    with traffic, ``coll, rank, transport, bytes, tasks, time_ns`` (``time_ns`` the
+    transport's Transit Time; ``start_ns``, ``elapse_ns`` the file's; ``tasks`` null;
+    ``coll`` null for a collective with no event of that name on its rank: a kernel table
+    that holds fewer collectives than the file), from each source's
+    ``communication.json`` / ``analysis.db``; and the ranks that have such a file."""
+    from opscope.ingest.ascend_comm import read_communication
+
+    empty = pl.DataFrame(schema=_TRANSIT_SCHEMA)
+    frames: list[pl.DataFrame] = []
+    ranks: set[int] = set()
+    # a multi-rank load names each rank's folder (its rank may come from the folder's name,
+    # where read_communication finds no profiler_info_N.json)
+    by_rank = profile.meta.get("rank_sources") or {}
+    pairs: list[tuple[int | None, str]] = [(int(r), str(p)) for r, p in by_rank.items()]
+    if not pairs:
+        pairs = [(None, str(p)) for p in profile.meta.get("sources") or []]
+    for rank, src in pairs:
+        try:
+            comm = read_communication(Path(src))
+        except (InputError, OSError, ValueError):
+            continue  # a source that is not an Ascend rank folder, or gone since loading
+        if rank is not None:
+            comm = {
+                k: v.with_columns(pl.lit(rank, pl.Int32).alias("rank")) for k, v in comm.items()
+            }
+        if comm["collectives"].height == 0:
+            continue
+        ranks.update(int(r) for r in comm["collectives"].get_column("rank").unique())
+        bw = comm["bandwidth"].filter(
+            pl.col("transport").is_in(list(MIN_BYTES)) & (pl.col("size_bytes") > 0)
+        )
+        if bw.height == 0:
+            continue
+        starts = comm["collectives"].select(
+            "step", "kind", "op_name", "group", "start_ns", "elapse_ns"
+        )
+        frames.append(bw.join(starts, on=["step", "kind", "op_name", "group"], how="left"))
+    if not frames:
+        return empty, ranks
+    rows = pl.concat(frames, how="vertical").with_columns(
+        pl.col("start_ns").fill_null(0).alias("at_ns")
+    )
+    events = (
+        profile.events.filter(pl.col("kind") == "communication")
+        .select(pl.col("id").alias("coll"), "rank", pl.col("name").alias("op_name"), "ts_ns")
+        .sort("ts_ns")
+    )
+    # the event of the same name on the same rank that starts nearest (a name may recur
+    # in another step)
+    j = rows.sort("start_ns").join_asof(
+        events,
+        left_on="at_ns",
+        right_on="ts_ns",
+        by=["rank", "op_name"],
+        strategy="nearest",
+        check_sortedness=False,
+    )
+    out = j.select(
+        "coll",
+        "rank",
+        "transport",
+        pl.col("size_bytes").alias("bytes"),
+        pl.lit(None, pl.UInt32).alias("tasks"),
+        "time_ns",
+        "start_ns",
+        "elapse_ns",
+        "op_name",
+    )
+    return out.cast(_TRANSIT_SCHEMA), ranks  # type: ignore[arg-type]
+
+
+def transit_sizes(profile: Profile) -> pl.DataFrame:
+    """:func:`transit_from_files` for the ranks that have communication files, :func:`transit`
+    (the HCCL tasks of ``trace_view.json``) for the others; with ``source`` (the file)."""
+    files, ranks = transit_from_files(profile)
+    tasks = transit(profile).filter(~pl.col("rank").is_in(sorted(ranks)))
+    return pl.concat(
+        [
+            files.with_columns(pl.lit("communication files").alias("source")),
+            tasks.with_columns(pl.lit("trace_view.json").alias("source")),
+        ],
+        how="vertical",
     )
 
 
@@ -96,14 +208,16 @@ class AscendCommPacket:
     doc = (
         "Every HCCL collective pays a fixed cost (launch, notifies, the algorithm's steps) "
         "whatever it moves; many collectives that each move little data pay it many times. "
-        "Like msprof-analyze's packet analysis, the rule sums each collective's transfer "
-        "tasks off the chip per transport (its SDMA / RDMA transit size) and calls it small "
+        "Like msprof-analyze's packet analysis, the rule takes each collective's SDMA / RDMA "
+        "transit size per rank from the rank's communication.json (or analysis.db), else "
+        "sums its transfer tasks off the chip in trace_view.json, and calls it small "
         f"below {MIN_BYTES['SDMA'] // 1_000_000} MB over SDMA or "
         f"{MIN_BYTES['RDMA'] // 1_000_000} MB over RDMA; it fires when more than "
-        f"{MIN_SMALL_SHARE:.0%} of the collectives of a transport are small. Saving: the small "
-        "collectives' time above their bytes at the rate of the large collectives of the "
-        "same transport in the profile (peer rate), each at most its exposed time (no "
-        "compute kernel running); unknown without large collectives. Fix: fewer, larger "
+        f"{MIN_SMALL_SHARE:.0%} of a rank's collectives of a transport are small. Saving: the "
+        "small collectives' transfer time above their bytes at the rate of the large "
+        "collectives of the same transport in the profile (peer rate), each at most its "
+        "exposed time (no compute kernel running), on the rank that gains most; unknown "
+        "without large collectives. Fix: fewer, larger "
         "collectives (larger DDP buckets, gradient accumulation, a larger batch, ZeRO-1/2 "
         "instead of ZeRO-3, fused/affinity optimizers that communicate flat buffers)."
     )
@@ -111,13 +225,28 @@ class AscendCommPacket:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":
             return []
-        tr = transit(profile)
+        tr = transit_sizes(profile)
         if tr.height == 0:
             return []
         colls = profile.events.filter(pl.col("kind") == "communication").select(
             pl.col("id").alias("coll"), "name", "ts_ns", "dur_ns", "op_id"
         )
-        tr = tr.join(colls, on="coll", how="inner")
+        # the time the collective spends moving its bytes: the transport's Transit Time where
+        # the rank's communication files give it (the collective's elapse there also holds
+        # the wait for peers: a pipeline send waits out the other stage's compute), else the
+        # collective's own duration
+        # a collective with no event has the file's start and elapse, and an id below 0
+        tr = (
+            tr.join(colls, on="coll", how="left")
+            .with_row_index("row")
+            .with_columns(
+                pl.coalesce("time_ns", "dur_ns").alias("move_ns"),
+                pl.coalesce("ts_ns", "start_ns").alias("ts_ns"),
+                pl.coalesce("dur_ns", "elapse_ns").alias("dur_ns"),
+                pl.coalesce("name", "op_name").alias("name"),
+                pl.coalesce("coll", -1 - pl.col("row").cast(pl.Int64)).alias("key"),
+            )
+        )
         steps = c.step_info(profile)
         out = []
         for (transport,), grp in tr.group_by("transport", maintain_order=True):
@@ -130,27 +259,63 @@ class AscendCommPacket:
         self, profile: Profile, steps: c.StepInfo, transport: str, grp: pl.DataFrame
     ) -> Finding | None:
         limit = MIN_BYTES[transport]
-        small = grp.filter(pl.col("bytes") < limit)
-        share = small.height / grp.height
-        if small.height == 0 or share <= MIN_SMALL_SHARE:
-            return None
-        large = grp.filter(pl.col("bytes") >= limit)
-        rate = None
-        if large.height >= MIN_PEERS and float(large.get_column("dur_ns").sum()) > 0:
-            rate = float(large.get_column("bytes").sum()) / float(large.get_column("dur_ns").sum())
-        exposed = _exposed(
-            profile, small.select(pl.col("coll").alias("id"), "rank", "ts_ns", "dur_ns")
+        # msprof-analyze's figure, rank by rank: the share of the operators with traffic on
+        # this transport that move less than the limit
+        by_rank = (
+            grp.group_by("rank")
+            .agg(pl.len().alias("n"), (pl.col("bytes") < limit).sum().alias("small"))
+            .sort("rank")
         )
-        exp_ns = float(sum(exposed.values()))
-        time_ns = float(small.get_column("dur_ns").sum())
-        saving = 0.0
+        shares = {int(r): s / n for r, n, s in by_rank.select("rank", "n", "small").rows()}
+        firing = sorted(
+            int(r)
+            for r, n, s in by_rank.select("rank", "n", "small").rows()
+            if s > 0 and s / n > MIN_SMALL_SHARE
+        )
+        if not firing:
+            return None
+        grp_f = grp.filter(pl.col("rank").is_in(firing))
+        small = grp_f.filter(pl.col("bytes") < limit)
+        share = small.height / grp_f.height
+        large = grp.filter((pl.col("bytes") >= limit) & pl.col("move_ns").is_not_null())
+        rate = None
+        if large.height >= MIN_PEERS and float(large.get_column("move_ns").sum()) > 0:
+            rate = float(large.get_column("bytes").sum()) / float(large.get_column("move_ns").sum())
+        timed = small.filter(
+            pl.col("move_ns").is_not_null() & pl.col("ts_ns").is_not_null()
+        ).with_columns(pl.col("dur_ns").fill_null(0))
+        exposed = _exposed(
+            profile, timed.select(pl.col("key").alias("id"), "rank", "ts_ns", "dur_ns")
+        )
+        caps = _rank_caps(profile, firing)
+        # per rank: exposed time, small collectives' time and saving; ranks run at once, so
+        # the step shortens by the largest rank's saving, not by their sum
+        exp_r: dict[int, float] = {}
+        time_r: dict[int, float] = {}
+        lim_r: dict[int, float] = {}  # each collective's time, at most its exposed time
+        save_r: dict[int, float] = {}
+        for cid, rank, b, d in timed.select("key", "rank", "bytes", "move_ns").rows():
+            r, e = int(rank), exposed.get(int(cid), 0.0)
+            exp_r[r] = exp_r.get(r, 0.0) + e
+            time_r[r] = time_r.get(r, 0.0) + float(d)
+            lim_r[r] = lim_r.get(r, 0.0) + min(float(d), e)
+            if rate is not None:
+                save_r[r] = save_r.get(r, 0.0) + min(max(float(d) - b / rate, 0.0), e)
+        for r, cap in caps.items():
+            exp_r[r] = min(exp_r.get(r, 0.0), cap)
+            lim_r[r] = min(lim_r.get(r, 0.0), cap)
+            save_r[r] = min(save_r.get(r, 0.0), cap)
+        exp_ns = max(exp_r.values(), default=0.0)
+        lim_ns = max(lim_r.values(), default=0.0)
+        time_ns = max(time_r.values(), default=0.0)
+        saving = max(save_r.values(), default=0.0)
         if rate is not None:
-            for cid, b, d in small.select("coll", "bytes", "dur_ns").rows():
-                saving += min(max(float(d) - b / rate, 0.0), exposed.get(int(cid), 0.0))
             how = (
                 f"the small collectives' time above their bytes at the large {transport} "
                 f"collectives' rate ({rate:.1f} B/ns), each at most its exposed time"
             )
+            if len(firing) > 1:
+                how += "; the rank that gains most"
             method, sev = "peer-rate", None
         else:
             how = (
@@ -158,15 +323,25 @@ class AscendCommPacket:
                 f"with; the small ones take {steps.per_step_us(time_ns):.1f} µs/step"
             )
             method, sev = "unknown", "low"
-        families = sorted({re.sub(r"_+\d+(_\d+)*$", "", str(n)) for n in small["name"]})
-        anchor = small.get_column("op_id").drop_nulls().to_list()[:1] or [small["coll"][0]]
-        where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": anchor}))))
+        on = ""
+        if len(shares) > 1:
+            on = f" on rank{'s' if len(firing) > 1 else ''} {', '.join(map(str, firing))}"
+        families = sorted(
+            {re.sub(r"_+\d+(_\d+)*$", "", str(n)) for n in small["name"].drop_nulls()}
+        )
+        anchor = (
+            small.get_column("op_id").drop_nulls().to_list()[:1]
+            or small.get_column("coll").drop_nulls().to_list()[:1]
+        )
+        where: tuple[str | None, int | None, str | None] = (None, None, None)
+        if anchor:
+            where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": anchor}))))
         sizes = small.get_column("bytes").to_list()
         f: Finding = c.make_finding(
             profile,
             rule=self.id,
-            title=f"{small.height} of {grp.height} {transport} collectives move under "
-            f"{limit / 1e6:g} MB ({', '.join(families[:3])})",
+            title=f"{small.height} of {grp_f.height} {transport} collectives move under "
+            f"{limit / 1e6:g} MB{on} ({', '.join(families[:3])})",
             where=where,
             key=f"packet:{transport}",
             saving_ns=saving,
@@ -180,7 +355,7 @@ class AscendCommPacket:
                     families,
                     small.height,
                     {
-                        "collectives": grp.height,
+                        "collectives": grp_f.height,
                         "small_collectives": small.height,
                         "small_share": round(share, 4),
                         "min_bytes": limit,
@@ -188,21 +363,49 @@ class AscendCommPacket:
                         "small_us_per_step": round(steps.per_step_us(time_ns), 3),
                         "exposed_us_per_step": round(steps.per_step_us(exp_ns), 3),
                         "peer_rate_bytes_per_ns": None if rate is None else round(rate, 3),
+                        # msprof-analyze's "Small ... ratio", every rank (it reads one)
+                        "small_share_by_rank": {str(r): round(v, 4) for r, v in shares.items()},
+                        # msprof-analyze's "Small ... duration(ms)" on the ranks that fire
+                        # (Transit Time from the communication files; the trace's durations)
+                        "small_ms_by_rank": {
+                            str(r): round(v / 1e6, 4) for r, v in sorted(time_r.items())
+                        },
+                        "ranks": firing,
+                        "transit_source": sorted(set(grp_f.get_column("source"))),
                     },
-                    small.get_column("coll").to_list(),
+                    small.get_column("coll").drop_nulls().to_list(),
                 ),
                 # the collectives (see advise.overlap): their exposed time is also
                 # comm-exposed's, which counts what is left after this finding
-                "op_groups": sorted(int(x) for x in small.get_column("coll").to_list()),
+                "op_groups": sorted(int(x) for x in small.get_column("coll").drop_nulls()),
                 "part_of": ["comm-exposed"],
             },
             severity=sev,
             steps=steps,
-            limit_ns=exp_ns,
-            limit_what="the small collectives' exposed time",
+            limit_ns=lim_ns,
+            limit_what="the small collectives' time moving data, each at most its exposed time",
             method=method,
         )
         return f
+
+
+def _rank_caps(profile: Profile, ranks: list[int]) -> dict[int, float]:
+    """For each of ``ranks`` with no kernel in the profile (only its communication files):
+    its steps' Communication(Not Overlapped) (ns), the most of its collectives' time that no
+    compute hides; a rank without that figure gets 0 (nothing shown exposed)."""
+    ev = profile.events
+    with_kernels = set(ev.filter(pl.col("kind") == "kernel").get_column("rank").unique().to_list())
+    bare = [r for r in ranks if r not in with_kernels]
+    if not bare:
+        return {}
+    st = profile.steps.filter(pl.col("rank").is_in(bare))
+    got = dict(
+        st.group_by("rank")
+        .agg(pl.col("communication_not_overlapped_ns").sum())
+        .select("rank", "communication_not_overlapped_ns")
+        .rows()
+    )
+    return {r: float(got.get(r) or 0) for r in bare}
 
 
 register(AscendCommPacket())
