@@ -60,7 +60,9 @@ def memory_curves(profile: Profile, points: int = _CURVE_POINTS) -> list[dict[st
     m = m.filter(pl.col("total_allocated").is_not_null() & pl.col("ts_ns").is_not_null())
     t_origin = int(m.get_column("ts_ns").min())  # type: ignore[arg-type]
     out = []
-    for (rank, dtype, dev), group in m.sort("ts_ns").group_by(
+    # maintain_order: events at one instant in trace order, so a bucket's peak time is the same
+    # every run
+    for (rank, dtype, dev), group in m.sort("ts_ns", maintain_order=True).group_by(
         "rank", "device_type", "device", maintain_order=True
     ):
         part = group
@@ -72,7 +74,7 @@ def memory_curves(profile: Profile, points: int = _CURVE_POINTS) -> list[dict[st
                 part.with_columns(((pl.col("ts_ns") - pl.col("ts_ns").min()) // width).alias("_b"))
                 .group_by("_b", maintain_order=True)
                 .agg(
-                    pl.col("ts_ns").sort_by("total_allocated").last(),
+                    pl.col("ts_ns").sort_by("total_allocated", maintain_order=True).last(),
                     pl.col("total_allocated").max(),
                 )
                 .sort("ts_ns")
