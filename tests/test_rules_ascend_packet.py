@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import opscope
+from conftest import shared_trace
 from opscope.advise import advise
+from opscope.advise.rules.ascend_comm_packet import transit_sizes
 
 ASCEND = {"target": "ascend"}
 ST_LEVEL2 = Path(os.environ.get("OPSCOPE_ASCEND_DATA", "/work/ascend_data")) / "st" / "level2"
@@ -280,3 +283,52 @@ def test_st_level2_shares_per_rank_equal_the_json() -> None:
         <= max(float(v) for v in fig["small_ms_by_rank"].values()) * 1000 + 1e-3
     )
     assert f.saving_method == "peer-rate"
+
+
+def test_small_two_rank_counts_the_collectives_its_kernel_table_lacks() -> None:
+    """The shared small_two_rank sample: communication.json holds 12 and 17 operators, the
+    kernel tables 4 and 2 of them; every operator of the file counts, as for msprof-analyze
+    (its advisor: rank 0 RDMA 50.00% = 4/8 and rank 1 SDMA 41.18% = 7/17 with the summary
+    entries; 4/6 and 7/16 without)."""
+    root = shared_trace("ascend/small_two_rank")
+    comms = [
+        json.loads(
+            (root / f"test_rank_{r}" / "ASCEND_PROFILER_OUTPUT" / "communication.json").read_text()
+        )
+        for r in (0, 1)
+    ]
+    found = advise(opscope.load(root), ASCEND).by_rule("ascend-comm-packet")
+    by = {f.evidence["figures"]["min_bytes"]: f.evidence["figures"] for f in found}
+    for transport, limit in (("SDMA", 16_000_000), ("RDMA", 1_000_000)):
+        shares = {str(r): _share(c, transport) for r, c in enumerate(comms)}
+        assert by[limit]["small_share_by_rank"] == {
+            r: round(s / n, 4) for r, (s, n) in shares.items()
+        }
+        assert by[limit]["ranks"] == [int(r) for r, (s, n) in shares.items() if s / n > 0.2]
+    assert _share(comms[0], "RDMA") == (4, 6) and _share(comms[1], "SDMA") == (7, 16)
+
+
+@pytest.mark.skipif(not (ST_LEVEL2.parent.parent / "db").is_dir(), reason="AlexNet db not present")
+@pytest.mark.parametrize("level", ["level1", "level2"])
+def test_db_export_reads_analysis_db(level: str) -> None:
+    """The database export has no communication.json: the sizes come from analysis.db's
+    CommAnalyzerBandwidth (msprof-analyze's db path); every AlexNet all-reduce moves 16 MB or
+    more, so no finding."""
+    run = ST_LEVEL2.parent.parent / "db" / level
+    p = opscope.load(run)
+    got = transit_sizes(p)
+    for rank in (0, 1):
+        db = run / f"rank{rank}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "analysis.db"
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        # one row per packet-size bucket: the operator's transport figures repeat on each
+        rows = con.execute(
+            "SELECT hccl_op_name, MAX(transit_size) FROM CommAnalyzerBandwidth "
+            "WHERE transport_type = 'SDMA' AND transit_size > 0 GROUP BY hccl_op_name"
+        ).fetchall()
+        want = sorted(round(size * 1e6) for _, size in rows)
+        con.close()
+        mine = got.filter((got["rank"] == rank) & (got["transport"] == "SDMA"))
+        assert sorted(mine["bytes"].to_list()) == want and len(want) == 4
+        assert set(mine["source"]) == {"communication files"}
+        assert min(want) >= 16_000_000
+    assert advise(p, ASCEND).by_rule("ascend-comm-packet") == []
