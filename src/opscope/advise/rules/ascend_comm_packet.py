@@ -149,10 +149,17 @@ def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
         )
         if bw.height == 0:
             continue
-        starts = comm["collectives"].select(
-            "step", "kind", "op_name", "group", "start_ns", "elapse_ns"
+        # an operator named without "@group" (or a step key without a number) has nulls in
+        # the keys, which a join does not match
+        keys = [
+            pl.col(k).cast(pl.String).fill_null("").alias(f"_{k}")
+            for k in ("step", "kind", "op_name", "group")
+        ]
+        starts = comm["collectives"].select(*keys, "start_ns", "elapse_ns")
+        joined = bw.with_columns(*keys).join(
+            starts, on=[f"_{k}" for k in ("step", "kind", "op_name", "group")], how="left"
         )
-        frames.append(bw.join(starts, on=["step", "kind", "op_name", "group"], how="left"))
+        frames.append(joined.drop("_step", "_kind", "_op_name", "_group"))
     if not frames:
         return empty, ranks
     rows = pl.concat(frames, how="vertical").with_columns(
@@ -165,7 +172,7 @@ def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
     )
     # the event of the same name on the same rank that starts nearest (a name may recur
     # in another step)
-    j = rows.sort("start_ns").join_asof(
+    j = rows.sort("at_ns").join_asof(
         events,
         left_on="at_ns",
         right_on="ts_ns",
