@@ -166,6 +166,6 @@ def perf_model(profile: Profile, options: Options) -> PerfModel:
             .then(pl.col("bound_ns") / pl.col("time_ns"))
             .alias("efficiency")
         )
-        .sort("gap_ns", descending=True, nulls_last=True)
+        .sort(["gap_ns", *_GROUP], descending=[True, *[False] * len(_GROUP)], nulls_last=True)
     )
     return PerfModel(calls, groups, dev_name, spec, note, floor)

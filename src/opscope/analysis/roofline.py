@@ -384,7 +384,10 @@ def _roofline(profile: Profile, device_name: str | None) -> RooflineResult:
             [((pl.col(m) * w).sum() / w.sum()).alias(m) for m in present]
         )
         groups = groups.join(agg, on=list(_GROUP), how="left", nulls_equal=True)
-    groups = groups.sort("time_ns", descending=True, nulls_last=True)
+    # ties broken by the group's key: the same trace gives the same table order on any machine
+    groups = groups.sort(
+        ["time_ns", *_GROUP], descending=[True, False, False, False], nulls_last=True
+    )
     kernel_groups = _ascend_kernels(profile, spec)
     return RooflineResult(
         calls=calls,
@@ -437,4 +440,6 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
             pmu, on="gk", how="left"
         )
         g = g.drop("gk")
-    return g.sort("time_ns", descending=True)
+    return g.sort(
+        ["time_ns", "name", "input_dims"], descending=[True, False, False], nulls_last=True
+    )

@@ -72,8 +72,8 @@ def candidate_order(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` (one row per op, shapes, dtypes) by time, longest first, then by op name and shape
     text: a total order, so that the benchmarked shape and the findings' order do not depend on
     how a group_by happened to order two shapes of equal time."""
-    keys = ["cost_ns", "name", "input_dims", "input_types"]
-    return df.sort(keys, descending=[True, False, False, False], nulls_last=True)
+    keys = [k for k in ("cost_ns", "name", "input_dims", "input_types", "dev") if k in df.columns]
+    return df.sort(keys, descending=[k == "cost_ns" for k in keys], nulls_last=True)
 
 
 class Alignment:

@@ -92,7 +92,7 @@ class CommExposed:
                 evidence=c.evidence(
                     small.group_by("name")
                     .len()
-                    .sort("len", "name")
+                    .sort(["len", "name"], descending=[True, False])  # the most frequent first
                     .get_column("name")
                     .to_list()[:5],
                     small.height,
