@@ -32,6 +32,7 @@ opscope's own ``wait_us`` aligns the same collective over the ranks (latest star
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -244,9 +245,20 @@ def rank_gaps(msprof: pl.DataFrame) -> dict[str, Any]:
     if not msprof.height:
         return out
     for c in ("computing_us", "communication_us", "free_us"):
-        d = msprof.select("rank", c).drop_nulls().sort(c, "rank")
-        if d.height:
-            lo, hi = d.row(0), d.row(-1)
+        # in Python over the few rank rows (three queries per column were a fixed cost that
+        # showed on small traces); a NaN, which Python cannot order as Polars does, takes Polars
+        pairs = [
+            (v, r)
+            for r, v in zip(msprof.get_column("rank"), msprof.get_column(c), strict=True)
+            if r is not None and v is not None
+        ]
+        if any(isinstance(v, float) and math.isnan(v) for v, _ in pairs):
+            d = msprof.select("rank", c).drop_nulls().sort(c, "rank")
+            pairs = [(v, r) for r, v in d.iter_rows()]
+        else:
+            pairs.sort()
+        if pairs:
+            lo, hi = pairs[0][::-1], pairs[-1][::-1]
             out[c] = {"gap": hi[1] - lo[1], "max_rank": hi[0], "min_rank": lo[0]}
     return out
 

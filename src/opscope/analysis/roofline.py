@@ -108,7 +108,17 @@ def _decode(s: str | None) -> Any:
 
 def device_of(profile: Profile, options: Options) -> tuple[DeviceSpec | None, str | None, str]:
     """The peaks for the profile's device (``options.device_name`` overrides the table)."""
-    name: str | None = options.device_name
+    return _device_of(profile, options.device_name)
+
+
+@per_profile_args
+def _device_of(
+    profile: Profile, device_name: str | None
+) -> tuple[DeviceSpec | None, str | None, str]:
+    # once per profile and device name: the roofline and the performance model both ask, and
+    # the lookup (a filter of the device table, the spec table's matching) is a fixed cost that
+    # dominates on a small trace
+    name: str | None = device_name
     vendor: str | None = None
     cu: int | None = None
     mem: int | None = None
