@@ -59,19 +59,12 @@ def union_ns(iv: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Length of the union of intervals (``start``, ``end``) per ``keys``: column ``union_ns``."""
     if not iv.height:
         return pl.DataFrame(schema={**{k: iv.schema[k] for k in keys}, "union_ns": pl.Int64})
-    s = _segments(iv.lazy(), keys)
-    return (
-        s.group_by(keys)
-        .agg((pl.col("e") - pl.col("s")).sum().cast(pl.Int64).alias("union_ns"))
-        .collect()
-    )
+    s = _segments(iv, keys)
+    return s.group_by(keys).agg((pl.col("e") - pl.col("s")).sum().cast(pl.Int64).alias("union_ns"))
 
 
-def _segments(iv: pl.LazyFrame, keys: list[str], *extra: pl.Expr) -> pl.LazyFrame:
-    """The union of intervals per ``keys`` as segments ``s``..``e`` (and ``extra`` aggregates).
-
-    Lazy, like its callers' queries: each collected once (a query per step was a fixed cost
-    that dominated small traces)."""
+def _segments(iv: pl.DataFrame, keys: list[str], *extra: pl.Expr) -> pl.DataFrame:
+    """The union of intervals per ``keys`` as segments ``s``..``e`` (and ``extra`` aggregates)."""
     s = iv.sort([*keys, "start"])
     s = s.with_columns(pl.col("end").cum_max().shift(1).over(keys).alias("_prev"))
     s = s.with_columns(
@@ -113,13 +106,9 @@ def _clip(ev: pl.DataFrame, win: pl.DataFrame, cls: str | None = None) -> pl.Dat
     starting before it ends; an event spanning several windows is repeated once per window (a
     cross join of events and steps would be events × steps rows).
     """
-    # one lazy query, collected once (eagerly each step was a query: a fixed cost that
-    # dominated small traces, called seven times per report)
-    w = win.lazy().sort("rank", "w0").with_columns(pl.int_range(pl.len()).over("rank").alias("_k"))
-    e = (
-        ev.lazy()
-        .filter(pl.col("dur_ns") > 0)
-        .with_columns(pl.col("ts_ns").alias("_s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_e"))
+    w = win.sort("rank", "w0").with_columns(pl.int_range(pl.len()).over("rank").alias("_k"))
+    e = ev.filter(pl.col("dur_ns") > 0).with_columns(
+        pl.col("ts_ns").alias("_s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_e")
     )
     lo = w.select("rank", pl.col("w1").alias("_s"), pl.col("_k").alias("_lo")).sort("_s")
     hi = w.select("rank", pl.col("w0").alias("_e"), pl.col("_k").alias("_hi")).sort("_e")
@@ -140,7 +129,7 @@ def _clip(ev: pl.DataFrame, win: pl.DataFrame, cls: str | None = None) -> pl.Dat
     ).filter(pl.col("end") > pl.col("start"))
     if cls is not None:
         j = j.with_columns(pl.lit(cls).alias("cls"))
-    return j.drop("_s", "_e", "_lo", "_hi", "_k").collect()
+    return j.drop("_s", "_e", "_lo", "_hi", "_k")
 
 
 def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -151,9 +140,9 @@ def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.Dat
     :data:`IDLE_COLUMNS`, which sum to ``w1 - w0`` per lane.
     """
     at_start = pl.col("start") == pl.col("start").min()
-    segs = _segments(iv.lazy(), keys, pl.col("launch_ts").filter(at_start).min().alias("launch"))
+    segs = _segments(iv, keys, pl.col("launch_ts").filter(at_start).min().alias("launch"))
     # sorted after the join: shift() below needs time order, which a join does not promise
-    segs = segs.join(lanes.lazy(), on=keys, how="inner", nulls_equal=True).sort([*keys, "s"])
+    segs = segs.join(lanes, on=keys, how="inner", nulls_equal=True).sort([*keys, "s"])
     # the gap before each segment: from the previous segment's end, or the window's start
     segs = segs.with_columns(
         pl.coalesce(pl.col("e").shift(1).over(keys), "w0").alias("g0")
@@ -168,17 +157,11 @@ def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.Dat
         (pl.col("gap").filter(pl.col("launch").is_null()).sum() + pl.col("w1").max()
          - pl.col("e").max()).alias("idle_other_ns"),
     )  # fmt: skip
-    out = (
-        lanes.lazy()
-        .join(per, on=keys, how="left", nulls_equal=True)
-        .with_columns(
-            pl.col("busy_ns", "idle_host_wait_ns", "idle_kernel_wait_ns").fill_null(0),
-            pl.col("idle_other_ns").fill_null(pl.col("w1") - pl.col("w0")),
-        )
+    out = lanes.join(per, on=keys, how="left", nulls_equal=True).with_columns(
+        pl.col("busy_ns", "idle_host_wait_ns", "idle_kernel_wait_ns").fill_null(0),
+        pl.col("idle_other_ns").fill_null(pl.col("w1") - pl.col("w0")),
     )
-    return out.select(
-        *keys, *(pl.col(c).cast(pl.Int64) for c in ("busy_ns", *IDLE_COLUMNS))
-    ).collect()
+    return out.select(*keys, *(pl.col(c).cast(pl.Int64) for c in ("busy_ns", *IDLE_COLUMNS)))
 
 
 def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
