@@ -588,7 +588,10 @@ def _edges(
         blocking, on="dst", how="semi"
     )
     parts = [lane, launch, copy_edges, *sync_edges, *([] if cross is None else [cross])]
-    return pl.concat([p.cast({"src": pl.Int64, "dst": pl.Int64}) for p in parts])
+    # a cast only where a part is not Int64 already (each cast is a query: a fixed cost that
+    # showed on small traces)
+    want = pl.Schema({"src": pl.Int64, "dst": pl.Int64})
+    return pl.concat([p if p.schema == want else p.cast(want) for p in parts])
 
 
 def longest_path(
