@@ -373,16 +373,14 @@ def check_kernel_origins(profile: Profile) -> list[Check]:
     k = profile.kernels
     if k.is_empty():
         return []
+    from opscope.ingest.link import queued_before_profiling
+
     no_launch = k.get_column("launch_id").is_null()
-    # queued before the profiler's window (link.queued_before_profiling): no step, no launch
-    # to expect; the warm-up step's kernels on a device that lags the host
-    early = int(
-        (
-            no_launch
-            & k.get_column("step").is_null()
-            & (k.get_column("ts_ns") < (k.filter(~no_launch).get_column("ts_ns").min() or 0))
-        ).sum()
-    )
+    # the warm-up step's kernels on a device that lags the host: no launch to expect (the
+    # linker's one rule; they hold no step)
+    ev_all = profile.events
+    queued = ev_all.filter(pl.Series(queued_before_profiling(ev_all))).get_column("id")
+    early = int(k.get_column("id").is_in(queued.implode()).sum())
     orphans = int(no_launch.sum()) - early
     frac = orphans / k.height
     ev = {
