@@ -27,6 +27,80 @@ def test_union_matches_brute_force() -> None:
         assert got[g] == len(covered)
 
 
+@pytest.mark.parametrize("base", [0, 3_000_000_000_000_000, 2**62])
+def test_union_and_idle_split_match_brute_force_over_many_groups(base: int) -> None:
+    """Many groups (null keys too), times near 0, 3e15 ns (a steady clock) and 2**62: unions
+    and the idle split equal plain Python per group (the golden tests' reference split)."""
+    import random
+
+    import polars as pl
+
+    from opscope.analysis.breakdown import idle_split
+    from test_breakdown_golden import split
+
+    rng = random.Random(7)
+    rows = []
+    for g in range(60):
+        k = None if g % 7 == 0 else g % 5  # (k, g) keys; k null for some groups
+        # later groups earlier in time: the order of groups is not the order of times
+        t0 = base + (60 - g) * 500
+        seen = set()
+        for _ in range(rng.randint(1, 25)):
+            s = t0 + rng.randint(0, 400)
+            e = s + rng.choice([1, rng.randint(1, 120)])
+            if (s, e) in seen:  # the reference sorts (start, end, launch): no None compared
+                continue
+            seen.add((s, e))
+            launch = rng.choice([None, s - rng.randint(0, 300), s - 5, s])
+            rows.append((k, g, s, e, launch, t0, t0 + 520))
+    df = pl.DataFrame(
+        rows, schema=["k", "g", "start", "end", "launch_ts", "w0", "w1"], orient="row"
+    )
+    got = {(r[0], r[1]): r[2] for r in union_ns(df, ["k", "g"]).iter_rows()}
+    lanes = df.select("k", "g", "w0", "w1").unique()
+    split_got = {(r[0], r[1]): r[2:] for r in idle_split(df, lanes, ["k", "g"]).iter_rows()}
+    groups = {(r[0], r[1]): (r[5], r[6]) for r in rows}
+    assert len(got) == len(split_got) == len(groups) == 60
+    for key, (w0, w1) in groups.items():
+        mine = [r for r in rows if (r[0], r[1]) == key]
+        covered: set[int] = set()
+        for r in mine:
+            covered.update(range(r[2] - base, r[3] - base))
+        assert got[key] == len(covered), key
+        assert split_got[key] == split([(r[2], r[3], r[4]) for r in mine], w0, w1), key
+
+
+def test_union_of_inverted_or_far_apart_intervals_keeps_todays_figures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import polars as pl
+
+    from opscope.analysis import breakdown as bd
+
+    taken = []
+    real = bd._runs
+    monkeypatch.setattr(bd, "_runs", lambda s, k: taken.append(r := real(s, k)) or r)
+    # an interval ending before it starts counts as today's segments did: e - s, negative
+    df = pl.DataFrame({"g": [0, 0, 1], "start": [10, 50, 5], "end": [20, 40, 9]})
+    assert dict(union_ns(df, ["g"]).iter_rows()) == {0: 10 + (40 - 50), 1: 4}
+    # groups 2**62 wide cannot be laid end to end in int64
+    far = 2**62
+    df = pl.DataFrame(
+        {"g": [0, 0, 0, 1, 1], "start": [0, 5, far, 3, far], "end": [10, 12, far + 10, 4, far + 1]}
+    )
+    assert dict(union_ns(df, ["g"]).iter_rows()) == {0: 12 + 10, 1: 1 + 1}
+    # the idle split of group 0 too: [0, 10) launched before the window (kernel wait of a
+    # 0 ns gap), [5, 12) no launch, [far, far + 10) launched at far - 1, after the gap opened
+    # at 12 (host wait far - 12), then a 10 ns tail (other) to the window's end at far + 20
+    g0 = df.filter(pl.col("g") == 0).with_columns(
+        pl.Series("launch_ts", [-1, None, far - 1], dtype=pl.Int64)
+    )
+    lanes = pl.DataFrame({"g": [0], "w0": [0], "w1": [far + 20]})
+    got = bd.idle_split(g0, lanes, ["g"]).rows()
+    assert got == [(0, 22, far - 12, 0, 10)]
+    assert taken == [None, None, None]  # each took the window-function path
+
+
 def _planted() -> Builder:
     b = Builder()
     for s in range(2):

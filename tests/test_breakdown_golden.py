@@ -114,14 +114,24 @@ def golden(trace: Path) -> dict[tuple[int, int | None], dict[str, Any]]:
     return out
 
 
+@pytest.mark.parametrize("lazy", [False, True], ids=["in_memory", "lazy"])
 @pytest.mark.parametrize("rel", GOLDEN)
-def test_idle_and_communication_equal_raw_json(rel: str) -> None:
+def test_idle_and_communication_equal_raw_json(
+    rel: str, lazy: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opscope.analysis import hotspots
     from opscope.ingest import load
+    from opscope.model import Profile
 
     want: dict[tuple[int, int | None], dict[str, Any]] = {}
     for t in golden_files(rel):
         want.update(golden(t))
-    res = run("breakdown", load(shared_trace(rel), cache=False))
+    profile = load(shared_trace(rel), cache=False)
+    if lazy:  # the cache entry read back from its file, the events columns breakdown reads
+        monkeypatch.setattr(hotspots, "LAZY_FILE_BYTES", 0)
+        profile = Profile.open(profile.save(tmp_path / "entry"), lazy=True)
+        assert hotspots.lazy_events(profile)
+    res = run("breakdown", profile)
     steps = {(r["rank"], r["step"]): r for r in res.steps.iter_rows(named=True)}  # type: ignore[attr-defined]
     assert set(steps) == set(want)
     per_stream: dict[tuple[int, int | None], dict[int, tuple[int, ...]]] = defaultdict(dict)

@@ -41,15 +41,36 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from opscope.analysis.hotspots import rows
+from opscope.analysis.hotspots import projected, rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import per_profile
 from opscope.model import Profile, kinds
 
 #: Host events that are data loading.
 DATA_PATTERN = r"DataLoader|dataloader"
+
+#: The events columns breakdown reads.
+BREAKDOWN_COLUMNS: tuple[str, ...] = (
+    "id", "rank", "step", "kind", "name", "ts_ns", "dur_ns", "device", "stream", "tid",
+    "launch_id",
+)  # fmt: skip
+
+#: Host kinds whose names may mark data loading.
+_DATA_KINDS = ["cpu_op", "user_annotation", "python_function"]
+
+#: What a projected breakdown reads: ``name`` only where it marks data loading (the one use of
+#: it), null elsewhere.
+BREAKDOWN_READ: tuple[str | pl.Expr, ...] = tuple(
+    pl.when(pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN))
+    .then(pl.col("name"))
+    .alias("name")
+    if c == "name"
+    else c
+    for c in BREAKDOWN_COLUMNS
+)
 
 #: The idle categories, in the order they are shown.
 IDLE_COLUMNS = ("idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns")
@@ -59,13 +80,57 @@ def union_ns(iv: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Length of the union of intervals (``start``, ``end``) per ``keys``: column ``union_ns``."""
     if not iv.height:
         return pl.DataFrame(schema={**{k: iv.schema[k] for k in keys}, "union_ns": pl.Int64})
-    s = _segments(iv, keys)
-    return s.group_by(keys).agg((pl.col("e") - pl.col("s")).sum().cast(pl.Int64).alias("union_ns"))
-
-
-def _segments(iv: pl.DataFrame, keys: list[str], *extra: pl.Expr) -> pl.DataFrame:
-    """The union of intervals per ``keys`` as segments ``s``..``e`` (and ``extra`` aggregates)."""
     s = iv.sort([*keys, "start"])
+    runs = _runs(s, keys)
+    if runs is not None:
+        # each interval adds what it covers past the running end of those before it (its
+        # whole length when it starts a segment): the sum per group is the union, no segments
+        _, new, covered = runs
+        start = s.get_column("start").to_numpy()
+        end = s.get_column("end").to_numpy()
+        add = np.where(new, end - start, np.maximum(end - np.maximum(start, covered), 0))
+        return (  # one query (a fixed cost per query on small traces)
+            s.lazy()
+            .select(*keys, pl.lit(pl.Series("union_ns", add, dtype=pl.Int64)))
+            .group_by(keys)
+            .agg(pl.col("union_ns").sum())
+            .collect()
+        )
+    u = _window_segments(s, keys)
+    return u.group_by(keys).agg((pl.col("e") - pl.col("s")).sum().cast(pl.Int64).alias("union_ns"))
+
+
+def _launch_segments(
+    s: pl.DataFrame, keys: list[str], runs: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> pl.DataFrame:
+    """The union's segments of ``s`` (sorted by ``keys`` and ``start``; :func:`_runs` of it) in
+    that order: ``keys``, ``s``, ``e`` and ``launch``, the earliest launch among the work that
+    starts the segment (null when none of it has one). Contiguous runs of rows, reduced in NumPy
+    (a group-by over hundreds of thousands of segments cost more than the rest)."""
+    new = runs[1]
+    at = np.flatnonzero(new)
+    start = s.get_column("start").to_numpy().astype(np.int64, copy=False)
+    end = s.get_column("end").to_numpy().astype(np.int64, copy=False)
+    seg_s = start[at]
+    seg_e = np.maximum.reduceat(end, at)
+    lt = s.get_column("launch_ts")
+    big = np.iinfo(np.int64).max
+    launch = lt.fill_null(big).to_numpy().astype(np.int64, copy=False)
+    opening = start == np.repeat(seg_s, np.diff(np.append(at, len(start))))
+    first_launch = np.minimum.reduceat(np.where(opening, launch, big), at)
+    return s.filter(pl.Series(new)).select(
+        *keys,
+        pl.lit(pl.Series("s", seg_s, dtype=pl.Int64)),
+        pl.lit(pl.Series("e", seg_e, dtype=pl.Int64)),
+        pl.lit(pl.Series("launch", first_launch, dtype=pl.Int64)).replace(big, None),
+    )
+
+
+def _window_segments(s: pl.DataFrame, keys: list[str], *extra: pl.Expr) -> pl.DataFrame:
+    """The union of intervals per ``keys`` as segments ``s``..``e`` (and ``extra`` aggregates)
+    of ``s`` sorted by ``keys`` and ``start``, with a window function per group: for the inputs
+    :func:`_runs` declines (null or inverted intervals, times too far apart to lay end to
+    end)."""
     s = s.with_columns(pl.col("end").cum_max().shift(1).over(keys).alias("_prev"))
     s = s.with_columns(
         (pl.col("_prev").is_null() | (pl.col("start") > pl.col("_prev")))
@@ -76,6 +141,61 @@ def _segments(iv: pl.DataFrame, keys: list[str], *extra: pl.Expr) -> pl.DataFram
     return s.group_by([*keys, "_seg"]).agg(
         pl.col("start").min().alias("s"), pl.col("end").max().alias("e"), *extra
     )
+
+
+def group_starts(df: pl.DataFrame, keys: list[str]) -> np.ndarray:
+    """For ``df`` sorted by ``keys``: True at the first row of each run of equal keys (null
+    equal to null)."""
+    if not df.height:
+        return np.zeros(0, dtype=bool)
+    if not keys:
+        first = np.zeros(df.height, dtype=bool)
+    else:
+        change = df.select(
+            pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in keys).fill_null(
+                True
+            )
+        ).to_series()
+        first = change.to_numpy().copy()
+    first[0] = True
+    return first
+
+
+def _runs(s: pl.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For ``s`` sorted by ``keys`` and ``start``: (``first``: the row starts its group,
+    ``new``: it starts a segment of the group's union, ``covered``: the running maximum of the
+    ends of the group's rows before it).
+
+    The running maximum must restart at each group; instead of a window function per group
+    (slow with thousands of groups) each group's times are moved to lie after the previous
+    group's, so that one running maximum over the whole column is the per-group one (integers:
+    exact). None when a time is null, an interval ends before it starts, or the moved times
+    would not fit in int64 (the caller then takes the window functions).
+    """
+    n = s.height
+    st, en = s.get_column("start"), s.get_column("end")
+    if not n or st.null_count() or en.null_count():
+        return None
+    start = st.to_numpy().astype(np.int64, copy=False)
+    end = en.to_numpy().astype(np.int64, copy=False)
+    if (end < start).any():
+        return None
+    first = group_starts(s, keys)
+    at = np.flatnonzero(first)
+    lo = start[at]  # sorted by start within a group: its first start is its least
+    hi = np.maximum.reduceat(end, at)
+    if float(np.sum(hi.astype(np.float64) - lo.astype(np.float64))) + n >= 2.0**61:
+        return None
+    span = hi - lo + 1
+    off = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(span)[:-1]])
+    shift = np.repeat(off - lo, np.diff(np.append(at, n)))
+    run = np.maximum.accumulate(end + shift)
+    covered = np.empty(n, dtype=np.int64)
+    covered[0] = 0
+    covered[1:] = run[:-1]
+    new = first | (start + shift > covered)
+    covered -= shift
+    return first, new, covered
 
 
 def _windows(profile: Profile) -> pl.DataFrame:
@@ -139,13 +259,23 @@ def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.Dat
     (``keys``, ``w0``, ``w1``) to report, work or not. Returns ``keys``, ``busy_ns`` and
     :data:`IDLE_COLUMNS`, which sum to ``w1 - w0`` per lane.
     """
-    at_start = pl.col("start") == pl.col("start").min()
-    segs = _segments(iv, keys, pl.col("launch_ts").filter(at_start).min().alias("launch"))
-    # sorted after the join: shift() below needs time order, which a join does not promise
-    segs = segs.join(lanes, on=keys, how="inner", nulls_equal=True).sort([*keys, "s"])
-    # the gap before each segment: from the previous segment's end, or the window's start
+    s = iv.sort([*keys, "start"])
+    runs = _runs(s, keys)
+    if runs is not None:  # segments in time order per lane, kept through the join
+        segs = _launch_segments(s, keys, runs).join(
+            lanes, on=keys, how="inner", nulls_equal=True, maintain_order="left"
+        )
+    else:
+        at_start = pl.col("start") == pl.col("start").min()
+        launch = pl.col("launch_ts").filter(at_start).min().alias("launch")
+        segs = _window_segments(s, keys, launch)
+        # sorted after the join: shift() below needs time order, which a join does not promise
+        segs = segs.join(lanes, on=keys, how="inner", nulls_equal=True).sort([*keys, "s"])
+    # the gap before each segment: from the previous segment's end, or the window's start (the
+    # previous row's end unless the row starts its lane: no window function over lanes)
+    first = pl.Series("_first", group_starts(segs, keys))
     segs = segs.with_columns(
-        pl.coalesce(pl.col("e").shift(1).over(keys), "w0").alias("g0")
+        pl.when(first).then(pl.col("w0")).otherwise(pl.col("e").shift(1)).alias("g0")
     ).with_columns((pl.col("s") - pl.col("g0")).alias("gap"))
     host = pl.col("launch") > pl.col("g0")
     kernel = pl.col("launch") <= pl.col("g0")
@@ -261,6 +391,11 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
 @per_profile
 def _breakdown(profile: Profile) -> Breakdown:
     # Once per Profile: the report's "breakdown" and the cluster analysis both ask for it.
+    # A large file-backed profile is read for the columns used alone (never whole).
+    return _breakdown_of(projected(profile, BREAKDOWN_READ))
+
+
+def _breakdown_of(profile: Profile) -> Breakdown:
     # the columns used, before any filter (filtering every column of the events was the cost);
     # ``step`` too: the host parts keep the event's own step (the window's is ``step_right``)
     ev = profile.events.select("rank", "step", "kind", "name", "ts_ns", "dur_ns")
@@ -277,8 +412,7 @@ def _breakdown(profile: Profile) -> Breakdown:
         _clip(ev.filter(pl.col("kind") == "cpu_op"), win, "host_ops"),
         _clip(
             ev.filter(
-                pl.col("kind").is_in(["cpu_op", "user_annotation", "python_function"])
-                & pl.col("name").str.contains(DATA_PATTERN)
+                pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
             ),
             win,
             "data_loading",

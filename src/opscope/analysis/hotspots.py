@@ -32,8 +32,56 @@ DEVICE_WORK: tuple[str, ...] = kinds.DEVICE_WORK
 #: Nesting deeper than this is treated as a cycle in the parent links and cut.
 MAX_DEPTH = 256
 
+#: An events table file at least this large (not parsed yet), or any of an out-of-core profile
+#: (``meta["out_of_core"]``), is analysed from the columns the analysis reads, never read whole
+#: (docs/lazy-analyses.md). Below it, reading the whole table once serves every analysis of a
+#: report and costs less than one projection per analysis. 512 MB of zstd Parquet is a trace of
+#: about 10 GB of JSON text, which would not fit in memory whole anyway.
+LAZY_FILE_BYTES = 512 << 20
+
+#: The events columns hotspots reads, its attribution (``charged_lines``) included.
+HOTSPOT_COLUMNS: tuple[str, ...] = (
+    "id", "rank", "kind", "name", "ts_ns", "dur_ns", "parent_id", "op_id", "step",
+    "input_dims", "input_types", "fwd_id", "is_backward", "stack_id", "module", "op_type",
+    "core_type",
+)  # fmt: skip
+
+
+def _only(kinds_: tuple[str, ...], column: str) -> pl.Expr:
+    return pl.when(pl.col("kind").is_in(kinds_)).then(pl.col(column)).alias(column)
+
+
+#: What a projected hotspots reads of each column: the strings only on the rows whose values
+#: it reads (names of ops and device work, shapes of ops, Ascend types of device work), the
+#: others null (less memory: Python frames and runtime calls are most of the events).
+HOTSPOT_READ: tuple[str | pl.Expr, ...] = tuple(
+    _only(("cpu_op", *kinds.DEVICE_WORK), c)
+    if c == "name"
+    else _only(("cpu_op",), c)
+    if c in ("input_dims", "input_types")
+    else _only(kinds.DEVICE_WORK, c)
+    if c in ("op_type", "core_type")
+    else c
+    for c in HOTSPOT_COLUMNS
+)
+
 
 # Shared helpers ---------------------------------------------------------------------------------
+
+
+def lazy_events(profile: Profile) -> bool:
+    """True when ``profile``'s events are a file not parsed yet that analyses should not read
+    whole: an out-of-core profile's, or one of at least :data:`LAZY_FILE_BYTES`."""
+    size = profile.file_bytes("events")
+    if size is None:
+        return False
+    return bool(profile.meta.get("out_of_core")) or size >= LAZY_FILE_BYTES
+
+
+def projected(profile: Profile, columns: tuple[str | pl.Expr, ...]) -> Profile:
+    """``profile`` itself, or, when :func:`lazy_events`, its copy holding only ``columns`` of
+    the events (read from the file alone, streaming; see :meth:`Profile.projected`)."""
+    return profile.projected(columns) if lazy_events(profile) else profile
 
 
 def ancestor_pairs(events: pl.DataFrame, *, include_self: bool = False) -> pl.DataFrame:
@@ -290,6 +338,7 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
     """Hotspot tables of ``profile``: see :class:`Hotspots`."""
     from opscope.analysis.attribution import charged_lines
 
+    profile = projected(profile, HOTSPOT_READ)
     step_ns, span_ns = time_base(profile)
     base = step_ns or span_ns
     ops = op_times(profile)

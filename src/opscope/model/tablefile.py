@@ -89,6 +89,47 @@ class TableFile:
                 return self._read(predicate)
         return self.frame().filter(predicate)
 
+    @property
+    def nbytes(self) -> int | None:
+        """The file's size while it is not parsed (None once it is: the frame is the table)."""
+        with self._lock:
+            if self._df is not None:
+                return None
+            if self._data is not None:
+                return len(self._data)
+            assert self._handle is not None
+            return os.fstat(self._handle.fileno()).st_size
+
+    def scan(self) -> pl.LazyFrame:
+        """The table as a lazy scan of its file (of the parsed frame once it is parsed).
+
+        The scan reads the held file through ``/proc/self/fd`` (Linux), so it sees the file as
+        it was opened even when the folder was replaced since, and each collect opens its own
+        reader (no shared file offset). Where that path is absent, the held bytes or handle are
+        scanned instead. Errors surface on collect: use :meth:`collect`.
+        """
+        with self._lock:
+            if self._df is not None:
+                return self._df.lazy()
+            if self._data is not None:
+                return pl.scan_parquet(io.BytesIO(self._data))
+            assert self._handle is not None
+            fd_path = f"/proc/self/fd/{self._handle.fileno()}"
+            if os.path.exists(fd_path):
+                return pl.scan_parquet(fd_path)
+            self._handle.seek(0)
+            return pl.scan_parquet(io.BytesIO(self._handle.read()))
+
+    def collect(self, lf: pl.LazyFrame, *, streaming: bool = False) -> pl.DataFrame:
+        """``lf`` (a query over :meth:`scan`) collected; a damaged file is an InputError."""
+        try:
+            return lf.collect(engine="streaming") if streaming else lf.collect()
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(
+                f"damaged table file ({e.__class__.__name__}): delete it, or load without cache",
+                self.path,
+            ) from e
+
     def _read(self, predicate: pl.Expr | None) -> pl.DataFrame:
         src: BinaryIO
         if self._data is not None:
@@ -100,13 +141,7 @@ class TableFile:
         lf = pl.scan_parquet(src)
         if predicate is not None:
             lf = lf.filter(predicate)
-        try:
-            return lf.collect()
-        except (pl.exceptions.PolarsError, OSError) as e:
-            raise InputError(
-                f"damaged table file ({e.__class__.__name__}): delete it, or load without cache",
-                self.path,
-            ) from e
+        return self.collect(lf)
 
     def _release(self) -> None:
         self._data = None
