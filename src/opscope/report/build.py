@@ -81,6 +81,7 @@ def build_report(
     before: str | os.PathLike[str] | Profile | None = None,
     findings: Any | None = None,
     device: str | None = None,
+    sections: list[str] | None = None,
 ) -> Report:
     """The whole report of a profile (a path is read with :func:`opscope.load`, which looks the
     cache up): analyses, findings, doctor warnings, source view, and the comparison
@@ -89,6 +90,8 @@ def build_report(
     ``findings``: findings already computed (the demo passes its verified ones) instead of
     running the rules again. ``summary["source"]`` names the profile for titles. ``device``
     names the device whose peaks to use (``--device MI300X``) when the trace carries none.
+    ``sections``: run only these analyses (no findings, doctor, source view or comparison), as
+    an out-of-core profile's report does with hotspots and breakdown (report/lazy_sections.py).
 
     A bad baseline is the user's to fix and raises its :class:`~opscope.errors.OpscopeError`;
     anything else that fails is recorded in ``Report.errors``.
@@ -107,6 +110,13 @@ def build_report(
         options = Options(top=top, device_name=device)
     analyzer = Analyzer(path_or_profile, salvage=salvage)
     profile = analyzer.profile
+    if sections is not None or profile.meta.get("out_of_core"):
+        # only these analyses (an out-of-core profile: the lazy ones), nothing reading it whole
+        from opscope.report.lazy_sections import sections_report
+
+        part = sections_report(profile, sections, top=top, options=options)
+        name = source_name(path_or_profile if is_path else None, profile)  # type: ignore[arg-type]
+        return replace(part, summary={**part.summary, "source": name})
     report = analyzer.generate_report(top=top, options=options)
     errors: list[SectionError] = []
     found = findings

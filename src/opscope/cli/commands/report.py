@@ -32,6 +32,15 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--html", help="Also write the offline HTML report here.")
         ] = None,
         memory_budget: MemoryBudget = None,
+        sections: Annotated[
+            str | None,
+            typer.Option(
+                "--sections",
+                help="Run only these analyses, comma-separated (e.g. hotspots,breakdown): no "
+                "findings, doctor checks or source view. An out-of-core profile runs "
+                "hotspots,breakdown by default.",
+            ),
+        ] = None,
     ) -> None:
         """Step time and where it goes, the top findings, operators, kernels and source lines.
 
@@ -41,9 +50,14 @@ def register(app: typer.Typer) -> None:
         from opscope.errors import OpscopeError
         from opscope.report.base import render
         from opscope.report.build import build_report
+        from opscope.report.lazy_sections import parse_sections
 
+        try:
+            only = parse_sections(sections)
+        except ValueError as e:
+            raise OpscopeError(f"--sections: {e}") from e
         apply_memory_budget(memory_budget)
-        report = build_report(path, top=top, salvage=salvage, device=device)
+        report = build_report(path, top=top, salvage=salvage, device=device, sections=only)
         if html is not None:
             from opscope.report.html import render_html, write_html
 

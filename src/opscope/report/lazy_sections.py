@@ -1,0 +1,83 @@
+"""A report of some sections only: ``opscope report --sections hotspots,breakdown``, and what an
+out-of-core profile gets by default (its events stay on disk: docs/lazy-analyses.md).
+
+Only the named analyses run; the rules' findings, the doctor's checks and the source view (which
+read every event) do not, and one line in the summary's warnings (where the doctor's go: the
+top of every rendering) says what was left out. The summary's
+counts are computed from the few events columns they need, read alone from a file-backed
+profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from opscope.analysis.assemble import Report, SectionError, guarded
+from opscope.analysis.registry import Options
+from opscope.model import Profile
+
+#: What an out-of-core profile's report runs: the analyses that read the events lazily.
+LAZY_SECTIONS: tuple[str, ...] = ("hotspots", "breakdown")
+
+#: The events columns the loader summary reads (ingest.summary.summary).
+SUMMARY_COLUMNS: tuple[str, ...] = ("rank", "kind", "ts_ns", "dur_ns", "fwd_id", "op_id")
+
+
+def parse_sections(text: str | None) -> list[str] | None:
+    """``"hotspots,breakdown"`` as a list of analysis names; raises ``ValueError`` naming an
+    unknown one. None stays None."""
+    if text is None:
+        return None
+    from opscope.analysis import registry
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in registry.names()]
+    if unknown or not names:
+        known = ", ".join(sorted(registry.names()))
+        raise ValueError(f"unknown section(s) {', '.join(unknown) or '(none)'}; known: {known}")
+    return names
+
+
+def sections_report(
+    profile: Profile,
+    sections: Sequence[str] | None,
+    *,
+    top: int = 20,
+    options: Options | None = None,
+) -> Report:
+    """The report of ``sections`` (default :data:`LAZY_SECTIONS`) of ``profile`` alone."""
+    from opscope.analysis import hotspots, registry
+    from opscope.errors import AnalysisError
+    from opscope.ingest.summary import summary
+
+    names = list(sections or LAZY_SECTIONS)
+    opts = options or Options(top=top)
+    done: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    errors: list[SectionError] = []
+    for name in names:
+        try:
+            done[name] = registry.run(name, profile, opts)
+        except AnalysisError as e:
+            skipped[name] = str(e)
+        except Exception as e:
+            errors.append(SectionError.of(name, e))
+    counted = hotspots.projected(profile, SUMMARY_COLUMNS)
+    head = guarded("summary", lambda: summary(counted), errors) or {}
+    left = [n for n in registry.names() if n not in names]
+    why = "out-of-core profile: " if profile.meta.get("out_of_core") else ""
+    note = (
+        f"{why}only {', '.join(names)} run; not run: {', '.join(left)}, findings, doctor "
+        "checks, source view"
+    )
+    # where the doctor's warnings go: the first lines of every rendering
+    head = {**head, "warnings": [note]}
+    return Report(
+        summary=head,
+        sections=done,
+        top=top,
+        skipped=skipped,
+        errors=tuple(errors),
+        profile=profile,
+    )
