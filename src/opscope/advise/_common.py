@@ -235,10 +235,18 @@ def outermost(profile: Profile, events: pl.DataFrame) -> pl.DataFrame:
     """The rows of ``events`` not nested inside another row of ``events`` (so nested ranges
     of the same thing count once)."""
     ids = events.get_column("id")
-    anc = ancestors(profile, ids).filter(
-        (pl.col("hops") > 0) & pl.col("anc_id").is_in(ids.implode())
-    )
-    return events.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
+    if ids.null_count():
+        anc = ancestors(profile, ids).filter(
+            (pl.col("hops") > 0) & pl.col("anc_id").is_in(ids.implode())
+        )
+        return events.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
+    # the same walk as :func:`ancestors` in NumPy, without building its table (five queries,
+    # a fixed cost per call): the ids with an ancestor among the ids are the nested ones
+    forest = _forest(profile)
+    own = np.unique(ids.to_numpy().astype(np.int64))
+    i, anc_at, _ = forest.ancestor_pairs(forest.positions(pl.Series(own)), max_depth=MAX_WALK - 1)
+    nested = own[i][np.isin(forest.ids[anc_at], own)]
+    return events.filter(~pl.col("id").is_in(pl.Series(nested, dtype=pl.Int64).implode()))
 
 
 def op_cost(profile: Profile) -> pl.DataFrame:
@@ -249,6 +257,10 @@ def op_cost(profile: Profile) -> pl.DataFrame:
 
 
 def _op_cost(profile: Profile) -> pl.DataFrame:
+    from opscope.analysis.tree import no_ops
+
+    if no_ops(profile):  # no op, no cost (every path below gives an Int64 ``cost_ns``)
+        return pl.DataFrame(schema={"id": profile.ops.schema["id"], "cost_ns": pl.Int64})
     ops = profile.ops.select("id", "dur_ns")
     if not profile.has_device:
         return ops.select("id", pl.col("dur_ns").fill_null(0).alias("cost_ns"))
@@ -313,7 +325,8 @@ def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
     if not ids:
         return {}
     table: pl.DataFrame = _memo("locations", profile, lambda: _locations(profile))
-    want = pl.DataFrame({"id": list(ids)}, schema={"id": pl.Int64}).unique()
+    # each id once, deduplicated in Python (a unique() is one more fixed-cost query per call)
+    want = pl.DataFrame({"id": list(dict.fromkeys(ids))}, schema={"id": pl.Int64})
     j = want.join(table, on="id", how="left")
     # column lists zipped, not iter_rows(named=True), and one Location per distinct place (a
     # rule may ask for 100k ids of a few hundred lines: building each was most of the time)
@@ -332,9 +345,23 @@ def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
 def _locations(profile: Profile) -> pl.DataFrame:
     """``[id, file, line, function, module]`` for every event (see :func:`locate`)."""
     from opscope.analysis.attribution import resolve_ops, user_frames
-    from opscope.analysis.tree import gather
+    from opscope.analysis.tree import gather, no_ops
 
     ev = profile.events
+    if (
+        no_ops(profile)
+        and profile.stacks.height == 0
+        and ev.get_column("module").null_count() == ev.height
+    ):
+        # no op, no stack, no module: no event has a place (the small Ascend exports), and the
+        # walks and joins below would find every one of them null
+        st = profile.stacks.schema
+        return ev.select("id").with_columns(
+            pl.lit(None, st["file"]).alias("file"),
+            pl.lit(None, st["line"]).alias("line"),
+            pl.lit(None, st["function"]).alias("function"),
+            pl.lit(None, ev.schema["module"]).alias("module"),
+        )
     forest = _forest(profile)
     kind = ev.get_column("kind").cast(pl.String)
     is_op = (kind == "cpu_op").fill_null(False).to_numpy()
@@ -385,7 +412,11 @@ def op_parents(profile: Profile) -> pl.DataFrame:
 
 
 def _op_parents(profile: Profile) -> pl.DataFrame:
+    from opscope.analysis.tree import no_ops
+
     ev = profile.events
+    if no_ops(profile):  # no op, no parent to find (the empty table, without the walk)
+        return pl.DataFrame(schema={"id": profile.ops.schema["id"], "op_parent": ev.schema["id"]})
     forest = _forest(profile)
     is_op = (ev.get_column("kind") == "cpu_op").fill_null(False).to_numpy()
     up = forest.nearest_up(is_op, include_self=False, max_depth=MAX_WALK)
@@ -483,6 +514,13 @@ def user_level_ops(profile: Profile) -> pl.DataFrame:
 
 
 def _user_level_ops(profile: Profile) -> pl.DataFrame:
+    from opscope.analysis.tree import no_ops
+
+    if no_ops(profile):  # the empty op table with the two columns the joins below add
+        par, cost = op_parents(profile).schema, op_cost(profile).schema
+        return pl.DataFrame(
+            schema={**profile.ops.schema, "op_parent": par["op_parent"], "cost_ns": cost["cost_ns"]}
+        )
     ops = profile.ops.join(op_parents(profile), on="id", how="left").join(
         op_cost(profile), on="id", how="left"
     )

@@ -38,7 +38,7 @@ import polars as pl
 from opscope.analysis.flops import host_op_costs
 from opscope.analysis.hotspots import op_times, rows
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import Forest
+from opscope.analysis.tree import Forest, no_ops
 from opscope.model import Profile
 
 #: Robust z-score above which a call is far outside its group (5 MADs: ~1e-6 for a normal).
@@ -263,6 +263,10 @@ def _costs(profile: Profile) -> pl.DataFrame:
 
 def inefficient_shapes(profile: Profile) -> pl.DataFrame:
     """Shapes of an op running far below a no-larger shape of the same op (see module doc)."""
+    if no_ops(profile):
+        # no op, no shape to judge (a trace of kernels only): the empty table without the
+        # dozen fixed-cost queries that would find it empty
+        return pl.DataFrame(schema=_EFFICIENCY_SCHEMA)
     t = op_times(profile).with_columns(pl.col("device_ns").alias("time_ns"))
     t = t.join(_costs(profile), on="id", how="left").filter(pl.col("time_ns") > 0)
     g = (
@@ -282,12 +286,14 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
         m = g.filter(pl.col(metric) > 0).with_columns(
             (pl.col(metric) / pl.col("time_ns") * 1e9).alias("rate")
         )
-        for _, grp in m.sort("name", "input_dims", "input_types", nulls_last=True).group_by(
-            "name", maintain_order=True
-        ):
-            if grp.height < 2:
+        # the groups of one name are contiguous in the sorted rows: split them in Python (each
+        # group of a group_by iterated is a query of its own, a fixed cost per op name)
+        by_name: dict[Any, list[dict[str, Any]]] = {}
+        for rec in m.sort("name", "input_dims", "input_types", nulls_last=True).to_dicts():
+            by_name.setdefault(rec["name"], []).append(rec)
+        for recs in by_name.values():
+            if len(recs) < 2:
                 continue
-            recs = grp.to_dicts()
             for r in recs:
                 ref = [o["rate"] for o in recs if o is not r and o[size] <= r[size]]
                 if ref and r["rate"] < EFF_RATIO * max(ref):
@@ -306,22 +312,24 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
                     )
         if out:
             break  # judge by FLOP/s where FLOPs are known; bytes/s only otherwise
-    schema = {
-        "name": pl.String,
-        "input_shapes": pl.String,
-        "input_types": pl.String,
-        "metric": pl.String,
-        "calls": pl.UInt32,
-        "rate": pl.Float64,
-        "reference_rate": pl.Float64,
-        "ratio": pl.Float64,
-        "time_ns": pl.Int64,
-    }
     # equal times by the shape's keys: the groups above come in no fixed order
     by = ["time_ns", "name", "input_shapes", "input_types", "metric"]
-    return pl.DataFrame(out, schema=schema).sort(
+    return pl.DataFrame(out, schema=_EFFICIENCY_SCHEMA).sort(
         by, descending=[True] + [False] * (len(by) - 1), nulls_last=True
     )
+
+
+_EFFICIENCY_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "name": pl.String,
+    "input_shapes": pl.String,
+    "input_types": pl.String,
+    "metric": pl.String,
+    "calls": pl.UInt32,
+    "rate": pl.Float64,
+    "reference_rate": pl.Float64,
+    "ratio": pl.Float64,
+    "time_ns": pl.Int64,
+}
 
 
 @analysis("anomalies")

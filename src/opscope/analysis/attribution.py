@@ -31,7 +31,7 @@ from opscope.analysis.hotspots import (
     rows,
 )
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import Forest, gather, per_profile
+from opscope.analysis.tree import Forest, gather, no_ops, per_profile
 from opscope.model import Profile, kinds
 
 KEYS: list[str] = ["file", "line", "function", "module"]
@@ -58,6 +58,22 @@ def resolve_ops(profile: Profile) -> pl.DataFrame:
     ``stack_id``, ``module``, ``file``, ``line``, ``function``, ``top_level``. Computed once per
     Profile (hotspots, attribution, memory and the rules all need it).
     """
+    if no_ops(profile):
+        # no host op to resolve (a trace of kernels only): the empty table, without the dozen
+        # fixed-cost queries that would build it (tests/test_report_speed_empty.py)
+        ev, st = profile.events.schema, profile.stacks.schema
+        return pl.DataFrame(
+            schema={
+                "id": ev["id"], "is_backward": pl.Boolean, "src_id": pl.Int64,
+                "stack_id": ev["stack_id"], "module": ev["module"], "file": st["file"],
+                "line": st["line"], "function": st["function"], "top_level": pl.Boolean,
+            }
+        )  # fmt: skip
+    return _resolve(profile)
+
+
+def _resolve(profile: Profile) -> pl.DataFrame:
+    """:func:`resolve_ops` computed in full (also right, and empty, without host ops)."""
     # the columns used, then the filter (a filter copies every column it keeps)
     host = profile.events.select(
         "id", "parent_id", "kind", "fwd_id", "is_backward", "stack_id", "module"

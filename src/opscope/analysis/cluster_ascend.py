@@ -144,10 +144,12 @@ def matrix_links(lk: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
       (:func:`mark_profiled`).
     """
     total = pl.col("total").fill_null(False)
-    summed = lk.filter(total).select("rank", "step", "group").unique()
-    lk = pl.concat(
-        [lk.filter(total), lk.filter(~total).join(summed, on=["rank", "step", "group"], how="anti")]
-    )
+    tot = lk.filter(total)
+    per_op = lk.filter(~total)
+    if tot.height:  # (without sums, nothing to replace: two queries fewer)
+        summed = tot.select("rank", "step", "group").unique()
+        per_op = per_op.join(summed, on=["rank", "step", "group"], how="anti")
+    lk = pl.concat([tot, per_op])
     unmapped = ~pl.col("mapped").fill_null(False)
     sets = (
         hccl.filter(pl.col("group").is_not_null())

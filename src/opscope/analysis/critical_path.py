@@ -49,6 +49,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
+from opscope.analysis import tree
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, kinds
 
@@ -216,14 +217,22 @@ def _thread_host_nodes(
     step_col = calls.get_column("step")
     steps = step_col.to_list()
     op_s = calls.get_column("op_id")
-    op_null = op_s.is_null().to_numpy()
-    op = op_s.fill_null(0).to_numpy().astype(i64)
+    # (null counts are kept by Polars: without nulls, no Series query per thread)
+    if op_s.null_count():
+        op_null = op_s.is_null().to_numpy()
+        op = op_s.fill_null(0).to_numpy().astype(i64)
+    else:
+        op_null = np.zeros(n, dtype=bool)
+        op = op_s.to_numpy().astype(i64)
     sync = calls.get_column("sync").to_numpy().astype(bool)
     wait = sync | calls.get_column("blocking_copy").to_numpy().astype(bool)
     # start: the previous call of the same step's end, else the step's start, else the call
     start = np.array([step_ts.get((rank, s), t) for s, t in zip(steps, ts, strict=True)], i64)
     if n:
-        codes = step_col.rank("dense").fill_null(0).to_numpy().astype(i64)
+        if step_col.null_count():
+            codes = step_col.rank("dense").fill_null(0).to_numpy().astype(i64)
+        else:  # the same dense codes (1, 2, ... in value order) in NumPy
+            codes = np.unique(step_col.to_numpy(), return_inverse=True)[1].astype(i64) + 1
         order = np.lexsort((np.arange(n), codes))
         same = codes[order][1:] == codes[order][:-1]
         start[order[1:][same]] = end[order[:-1][same]]
@@ -282,7 +291,7 @@ def _thread_host_nodes(
             "lane": pl.Series(np.full(len(a), tid, dtype=i64)),
             "start_ns": a,
             "end_ns": b,
-            "op_id": pl.Series(rop).set(pl.Series(rnull), None),
+            "op_id": pl.Series(rop).set(pl.Series(rnull), None) if rnull.any() else rop,
             "name": pl.Series(names[name_ix].tolist(), dtype=pl.String),
             "is_sync": sync[row_call] & ~is_piece,
             "is_wait": wait[row_call] & ~is_piece,
@@ -333,6 +342,8 @@ def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFr
     i64 = np.int64
     stretch_schema = {"rank": pl.Int32, "step": pl.Int32, "lane": pl.Int64, "c": pl.Int64,
                       "d": pl.Int64, "dst": pl.Int64}  # fmt: skip
+    if tree.SHORTCUTS and host.height == 0:  # no host node, no gap to cut (device work only)
+        return host, pl.DataFrame(schema=stretch_schema)
     host = host.with_columns(pl.col("id").shift(-1).over("rank", "lane", "step").alias("_next"))
     is_idle = pl.col("name") == "(idle)"
     idle = host.filter(is_idle)
@@ -395,6 +406,8 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame) -> pl.DataFrame:
     """Every node of ``srcs`` on another lane of the same rank and step ending in ``(c, d]`` of a
     stretch -> the stretch's ``dst``."""
     i64 = np.int64
+    if tree.SHORTCUTS and stretches.height == 0:
+        return pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
     by_step = {
         (int(k[0]), int(k[1])): g.sort("end_ns")  # type: ignore[call-overload]
         for k, g in srcs.partition_by("rank", "step", as_dict=True).items()
@@ -440,20 +453,24 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
     runtime = ev.filter(pl.col("kind").is_in(["runtime", "driver"]))
     host = _host_nodes(ev, profile.steps)
     # threads without runtime calls: their top-level operators
-    threads_rt = runtime.select("rank", "pid", "tid").unique()
-    ops = ev.filter(pl.col("kind") == "cpu_op").join(
-        threads_rt, on=["rank", "pid", "tid"], how="anti", nulls_equal=True
-    )
-    parent_kind = ev.select(pl.col("id").alias("parent_id"), pl.col("kind").alias("pk"))
-    top = ops.join(parent_kind, on="parent_id", how="left").filter(
-        pl.col("pk").is_null() | (pl.col("pk") != "cpu_op")
-    )
-    top_nodes = top.select(
-        "rank", "step", "id", pl.lit("host").alias("lane_kind"), pl.col("tid").alias("lane"),
-        pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-        pl.col("id").alias("op_id"), "name", pl.lit(False).alias("is_sync"),
-        pl.lit(False).alias("is_wait"),
-    )  # fmt: skip
+    if tree.no_ops(profile):
+        # no operator: no top-level op node (the same empty table, without four queries)
+        top_nodes = pl.DataFrame(schema=_NODE_SCHEMA)
+    else:
+        threads_rt = runtime.select("rank", "pid", "tid").unique()
+        ops = ev.filter(pl.col("kind") == "cpu_op").join(
+            threads_rt, on=["rank", "pid", "tid"], how="anti", nulls_equal=True
+        )
+        parent_kind = ev.select(pl.col("id").alias("parent_id"), pl.col("kind").alias("pk"))
+        top = ops.join(parent_kind, on="parent_id", how="left").filter(
+            pl.col("pk").is_null() | (pl.col("pk") != "cpu_op")
+        )
+        top_nodes = top.select(
+            "rank", "step", "id", pl.lit("host").alias("lane_kind"), pl.col("tid").alias("lane"),
+            pl.col("ts_ns").alias("start_ns"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), pl.col("id").alias("op_id"),
+            "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
+        )  # fmt: skip
     dev = ev.filter(pl.col("kind").is_in(list(_DEVICE_KINDS))).select(
         "rank", "step", "id", pl.lit("device").alias("lane_kind"),
         (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000
@@ -486,6 +503,9 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     call's op and name; no wait): the earlier work is in no node of this graph, so without it
     the wait would be a hole (or the time of an idle thread) on the path. The call's wait node
     starts where that node ends."""
+    waits = nodes.filter(pl.col("is_wait") & (pl.col("lane_kind") == "host"))
+    if tree.SHORTCUTS and waits.height == 0:  # no waiting call (no runtime call at all)
+        return nodes
     dev = nodes.filter(pl.col("lane_kind") == "device").select("rank", "step", "lane", "end_ns")
     # the stream a blocking copy waits on: its (last-ending) copy's
     copy_lane = (
@@ -497,8 +517,7 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("lane").last().alias("wlane"))
     )
     sync = (
-        nodes.filter(pl.col("is_wait") & (pl.col("lane_kind") == "host"))
-        .join(copy_lane, left_on="id", right_on="launch_id", how="left")
+        waits.join(copy_lane, left_on="id", right_on="launch_id", how="left")
         # a sync waits on every stream (null); a blocking copy with no copy in the graph: none
         .with_columns(pl.when(pl.col("is_sync")).then(None).otherwise("wlane").alias("wlane"))
         .filter(pl.col("is_sync") | pl.col("wlane").is_not_null())
@@ -565,10 +584,11 @@ def _edges(
     launch = events.select(pl.col("launch_id").alias("src"), pl.col("id").alias("dst")).filter(
         pl.col("src").is_not_null()
     )
-    dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
     syncs = nodes.filter(pl.col("is_sync")).sort("end_ns")
     sync_edges = []
-    if syncs.height and dev.height:
+    # (the device nodes only when there is a sync to join them to: a query fewer without)
+    dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns") if syncs.height else None
+    if syncs.height and dev is not None and dev.height:
         # the last device node of each stream that ends before the sync returns
         for (rank, step), s in syncs.group_by("rank", "step"):
             d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
@@ -584,8 +604,12 @@ def _edges(
     blocking = nodes.filter(pl.col("is_wait") & ~pl.col("is_sync")).select(
         pl.col("id").alias("dst")
     )
-    copy_edges = launch.select(pl.col("dst").alias("src"), pl.col("src").alias("dst")).join(
-        blocking, on="dst", how="semi"
+    copy_edges = (
+        launch.select(pl.col("dst").alias("src"), pl.col("src").alias("dst")).join(
+            blocking, on="dst", how="semi"
+        )
+        if blocking.height
+        else pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})  # no blocking copy call
     )
     parts = [lane, launch, copy_edges, *sync_edges, *([] if cross is None else [cross])]
     # a cast only where a part is not Int64 already (each cast is a query: a fixed cost that

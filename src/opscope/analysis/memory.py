@@ -50,15 +50,21 @@ class Memory(Result):
         }
 
 
-def _where(profile: Profile, df: pl.DataFrame) -> pl.DataFrame:
-    """Adds op name, module and user source line to rows with an ``op_id``."""
+def _places(profile: Profile) -> pl.DataFrame:
+    """``op_id`` -> op name, module and user source line, for :func:`_where` (one table for
+    both of its calls: the selects and join were fixed-cost queries twice over)."""
     from opscope.analysis.attribution import resolve_ops
 
     res = resolve_ops(profile).select(
         pl.col("id").alias("op_id"), "module", "file", "line", "function"
     )
     names = profile.events.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
-    return df.join(names, on="op_id", how="left").join(res, on="op_id", how="left")
+    return names.join(res, on="op_id", how="left")
+
+
+def _where(places: pl.DataFrame, df: pl.DataFrame) -> pl.DataFrame:
+    """Adds op name, module and user source line (:func:`_places`) to rows with an ``op_id``."""
+    return df.join(places, on="op_id", how="left")
 
 
 def _by_bytes(df: pl.DataFrame) -> pl.DataFrame:
@@ -123,14 +129,15 @@ def memory(profile: Profile, options: Options) -> Memory:
         & (pl.col("free_ts").is_null() | (pl.col("free_ts") > pl.col("peak_ts_ns")))
     )
     keys = [*_DEV, "op", "module", "file", "line", "function"]
+    places = _places(profile)
     live_at_peak = (
-        _where(profile, live)
+        _where(places, live)
         .group_by(keys)
         .agg(pl.col("bytes").sum(), pl.len().alias("allocations"))
         .pipe(_by_bytes)
     )
     never = (
-        _where(profile, allocs.filter(pl.col("free_ts").is_null()))
+        _where(places, allocs.filter(pl.col("free_ts").is_null()))
         .group_by(keys)
         .agg(pl.col("bytes").sum(), pl.len().alias("allocations"))
         .pipe(_by_bytes)

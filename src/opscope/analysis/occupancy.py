@@ -176,21 +176,20 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
             pl.lit(None, dtype=pl.Float64).alias("slots"),
         )
         note = f"no SM count or architecture limits for {name or 'this device'}"
+    # one query for the four columns (each derived from the waves expression itself: the same
+    # arithmetic as adding them one after another, without three fixed-cost queries)
     waves = pl.col("n_blocks") / pl.col("slots")
-    k = (
-        k.with_columns(waves.alias("waves"))
-        .with_columns(
-            (pl.col("waves") / pl.col("waves").ceil()).alias("wave_efficiency"),
-        )
-        .with_columns((1 - (pl.col("waves") - pl.col("waves").floor())).alias("_t"))
-    )
+    tail = 1 - (waves - waves.floor())
     k = k.with_columns(
-        pl.when(pl.col("waves").is_null())
+        waves.alias("waves"),
+        (waves / waves.ceil()).alias("wave_efficiency"),
+        tail.alias("_t"),
+        pl.when(waves.is_null())
         .then(None)  # no SM count or limits: unknown, not "no tail"
-        .when(pl.col("waves") - pl.col("waves").floor() > 0)
-        .then(pl.col("_t"))
+        .when(waves - waves.floor() > 0)
+        .then(tail)
         .otherwise(0.0)
-        .alias("tail_idle")
+        .alias("tail_idle"),
     )
     w = pl.col("dur_ns").cast(pl.Float64)
     groups = k.group_by("name", "grid", "block", maintain_order=True).agg(

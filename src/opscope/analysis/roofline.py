@@ -27,7 +27,7 @@ import polars as pl
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import Forest, gather, per_profile_args
+from opscope.analysis.tree import Forest, gather, no_ops, per_profile_args
 from opscope.model import Profile, kinds
 
 # A kernel launch costs ~2-5 µs of host/driver work and a few µs of ramp-up on the device; below
@@ -217,51 +217,50 @@ def _metrics(
             "peak_tf32": pl.Float64,
         },
     )
-    bw = spec.mem_bw if spec is not None else None
+    bw = pl.lit(spec.mem_bw if spec is not None else None, dtype=pl.Float64)
     secs = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns").cast(pl.Float64) / 1e9)
-    df = df.join(peak_df, on=["dtype", "roof"], how="left", nulls_equal=True).with_columns(
-        (pl.col("flops") / pl.col("bytes")).alias("intensity"),
-        (pl.col(rate_flops) / secs / 1e12).alias("achieved_tflops"),
-        (pl.col(rate_bytes) / secs / 1e9).alias("achieved_gbps"),
-        pl.lit(bw, dtype=pl.Float64).alias("peak_bw"),
-    )
+    df = df.join(peak_df, on=["dtype", "roof"], how="left", nulls_equal=True)
+    # every column below in one query (each was a query of its own: a fixed cost per call);
+    # each is the same arithmetic on the same inputs as when they were added one by one
+    intensity = pl.col("flops") / pl.col("bytes")
+    tflops = pl.col(rate_flops) / secs / 1e12
+    gbps = pl.col(rate_bytes) / secs / 1e9
     # fp32 matmul/conv beyond the fp32 roof ran on TF32 tensor cores (cuDNN's default for
     # convolutions, torch.backends.cuda.matmul.allow_tf32 for matmul): use the TF32 roof
-    df = df.with_columns(
-        pl.when(
-            pl.col("peak_tf32").is_not_null()
-            & (pl.col("achieved_tflops") * 1e12 > pl.col("peak_flops"))
-        )
+    peak = (
+        pl.when(pl.col("peak_tf32").is_not_null() & (tflops * 1e12 > pl.col("peak_flops")))
         .then(pl.col("peak_tf32"))
         .otherwise(pl.col("peak_flops"))
-        .alias("peak_flops")
-    ).drop("peak_tf32")
+    )
     # at or right of the ridge point the compute roof applies, left of it the bandwidth roof
-    compute_side = (pl.col("roof") != "memory") & (
-        pl.col("intensity") >= pl.col("peak_flops") / pl.col("peak_bw")
-    )
-    pct = (
-        pl.when(compute_side)
-        .then(pl.col("achieved_tflops") * 1e12 / pl.col("peak_flops") * 100)
-        .otherwise(pl.col("achieved_gbps") * 1e9 / pl.col("peak_bw") * 100)
-    )
-    df = df.with_columns(
-        pl.when(pl.col("time_ns") > 0).then(pct).otherwise(None).alias("pct_of_peak"),
-        compute_side.alias("_compute_side"),
-    )
+    compute_side = (pl.col("roof") != "memory") & (intensity >= peak / bw)
+    pct = pl.when(compute_side).then(tflops * 1e12 / peak * 100).otherwise(gbps * 1e9 / bw * 100)
+    pct_of_peak = pl.when(pl.col("time_ns") > 0).then(pct).otherwise(None)
     per_call = pl.col("time_ns") / pl.col("calls").cast(pl.Float64)
     bound = (
         pl.when(per_call < LATENCY_NS)
         .then(pl.lit("latency"))
-        .when(pl.col("pct_of_peak").is_null())
+        .when(pct_of_peak.is_null())
         .then(pl.lit(None, dtype=pl.String))
-        .when(pl.col("pct_of_peak") < LATENCY_PCT)
+        .when(pct_of_peak < LATENCY_PCT)
         .then(pl.lit("latency"))
-        .when(pl.col("_compute_side"))
+        .when(compute_side)
         .then(pl.lit("compute"))
         .otherwise(pl.lit("memory"))
     )
-    return df.with_columns(bound.alias("bound")).drop("_compute_side", "peak_bw")
+    # the table's columns in place (peak_flops where the join put it, peak_tf32 gone), then
+    # the figures
+    keep = [
+        peak.alias(c) if c == "peak_flops" else pl.col(c) for c in df.columns if c != "peak_tf32"
+    ]
+    return df.select(
+        *keep,
+        intensity.alias("intensity"),
+        tflops.alias("achieved_tflops"),
+        gbps.alias("achieved_gbps"),
+        pct_of_peak.alias("pct_of_peak"),
+        bound.alias("bound"),
+    )
 
 
 def _pmu(profile: Profile, kernels: pl.DataFrame, key: str) -> pl.DataFrame | None:
@@ -293,6 +292,13 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
 
 @per_profile_args
 def _roofline(profile: Profile, device_name: str | None) -> RooflineResult:
+    if no_ops(profile):
+        return _without_ops(profile, device_name)
+    return _with_ops(profile, device_name)
+
+
+def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
+    """The roofline (see :func:`_roofline`) computed in full; also right without host ops."""
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
     ev = profile.events
     ops = profile.ops
@@ -408,6 +414,59 @@ def _roofline(profile: Profile, device_name: str | None) -> RooflineResult:
         time_source="device" if has_device else "host",
         peak_known=spec is not None,
     )
+
+
+def _without_ops(profile: Profile, device_name: str | None) -> RooflineResult:
+    """:func:`_with_ops` for a profile without host ops (the small Ascend exports hold only
+    kernels): no call to cost, so ``calls`` and ``groups`` are empty tables of the same
+    schema, built without the three dozen queries (a fixed cost each) that compute them.
+    tests/test_report_speed_empty.py checks it equals :func:`_with_ops`."""
+    spec, dev_name, note = device_of(profile, Options(device_name=device_name))
+    has_device = (
+        profile.events.filter(
+            pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null()
+        ).height
+        > 0
+    )
+    o = profile.ops.schema
+    calls_schema: dict[str, pl.DataType | type[pl.DataType]] = {
+        **{k: o[k] for k in ("id", "rank", "step", "name", "input_dims", "input_types")},
+        "module": o["module"], "flops": pl.Int64, "bytes": pl.Int64, "torch_flops": pl.Int64,
+        "formula": pl.String, "dtype": pl.String, "roof": pl.String, "time_ns": pl.Int64,
+        "time_source": pl.String, "kernels": pl.UInt32, "calls": pl.UInt32,
+        "is_backward": o["is_backward"], **_METRIC_SCHEMA,
+    }  # fmt: skip
+    groups_schema: dict[str, pl.DataType | type[pl.DataType]] = {
+        **{k: calls_schema[k] for k in _GROUP},
+        "calls": pl.UInt32, "flops": pl.Int64, "bytes": pl.Int64, "torch_flops": pl.Int64,
+        "time_ns": pl.Int64, "kernels": pl.UInt32, "formula": pl.String, "dtype": pl.String,
+        "roof": pl.String, "time_source": pl.String, **_METRIC_SCHEMA,
+    }  # fmt: skip
+    km = profile.kernel_metrics
+    if km.height:
+        # the PMU columns the full path joins to the groups (null for every group: none)
+        have = set(km.filter(pl.col("metric").is_in(list(PMU_METRICS))).get_column("metric"))
+        groups_schema.update({m: pl.Float64 for m in PMU_METRICS if m in have})
+    return RooflineResult(
+        calls=pl.DataFrame(schema=calls_schema),
+        groups=pl.DataFrame(schema=groups_schema),
+        kernel_groups=_ascend_kernels(profile, spec),
+        device=dev_name,
+        peaks_note=note if spec is not None else f"{NO_PEAK} ({note})",
+        time_source="device" if has_device else "host",
+        peak_known=spec is not None,
+    )
+
+
+#: The columns :func:`_metrics` adds (after ``peak_flops``, which it joins).
+_METRIC_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
+    "peak_flops": pl.Float64,
+    "intensity": pl.Float64,
+    "achieved_tflops": pl.Float64,
+    "achieved_gbps": pl.Float64,
+    "pct_of_peak": pl.Float64,
+    "bound": pl.String,
+}
 
 
 def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:

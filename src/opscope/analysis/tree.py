@@ -29,6 +29,18 @@ from opscope.model import Profile
 #: Walks up the parent links stop after this many steps (as ``hotspots.MAX_DEPTH``).
 MAX_DEPTH = 256
 
+#: Whether the analyses take their shortcuts on empty inputs (a profile without host ops: the
+#: small Ascend exports hold only kernels): the empty tables they would compute, built from
+#: their schemas without the queries (a fixed cost each, most of a small trace's report).
+#: tests/test_report_speed_empty.py switches them off and checks every output is the same.
+SHORTCUTS = True
+
+
+def no_ops(profile: Profile) -> bool:
+    """Whether ``profile`` has no host op (and the shortcuts are on)."""
+    return SHORTCUTS and profile.ops.height == 0
+
+
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -57,6 +69,10 @@ class Forest:
 
     def positions(self, ids: pl.Series) -> IntArray:
         """The position of each id in this forest (-1 for a null id or one not in it)."""
+        if ids.null_count() == 0:
+            # no nulls (a count Polars keeps: no query): the two Series queries below are a
+            # fixed cost that showed on small traces, where this runs dozens of times a report
+            return _positions(self.ids, ids.to_numpy(), np.zeros(len(ids), dtype=bool))
         return _positions(self.ids, ids.fill_null(-1).to_numpy(), ids.is_null().to_numpy())
 
     def nearest_up(
@@ -174,6 +190,8 @@ def gather(series: pl.Series, at: IntArray) -> pl.Series:
     if not len(series):
         return pl.Series(series.name, [None] * len(at), dtype=series.dtype)
     vals = series.gather(idx)
+    if bool((at >= 0).all()):
+        return vals  # nothing to null (one query fewer)
     return pl.select(
         pl.when(pl.Series(at >= 0)).then(vals).otherwise(None).alias(series.name)
     ).to_series()

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 
 import polars as pl
 
+from opscope.analysis.tree import per_profile
 from opscope.ingest.summary import header_world_size
 from opscope.model import Profile
 from opscope.redact import REDACTED, secret_names
@@ -197,8 +198,10 @@ def _option(header: Mapping[str, Any], name: str) -> bool | None:
     return None
 
 
+@per_profile  # three checks ask: once per profile (its queries were a fixed cost per check)
 def _step_times(profile: Profile) -> dict[int, list[tuple[int, int]]]:
-    """``{rank: [(step, dur_ns), ...]}`` in step order, steps with a duration only."""
+    """``{rank: [(step, dur_ns), ...]}`` in step order, steps with a duration only (shared by
+    the checks that read it: not to be changed by them)."""
     st = profile.steps.filter(pl.col("dur_ns").is_not_null() & pl.col("step").is_not_null())
     st = st.sort("rank", "step")
     out: dict[int, list[tuple[int, int]]] = {}

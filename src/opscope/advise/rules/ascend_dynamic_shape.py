@@ -195,14 +195,15 @@ class AscendDynamicShape:
         share: float | None,
         idle_after: Any,
     ) -> Finding:
-        cost = float(grp.get_column("dur_ns").fill_null(0).sum())
+        # column lists in Python, not Series queries (a fixed cost each, per operator type)
+        cost = float(sum(d for d in grp.get_column("dur_ns").to_list() if d is not None))
         idle = float(idle_after(profile, grp)) if profile.has_device else 0.0
-        # the shapes of the kernels the calls compiled, and the user's code that issued them
-        # (the compile thread has no Python stack)
-        shapes = grp.get_column("k_dims").drop_nulls().unique(maintain_order=True).to_list()
+        # the shapes of the kernels the calls compiled (first seen first), and the user's code
+        # that issued them (the compile thread has no Python stack)
+        shapes = list(dict.fromkeys(s for s in grp.get_column("k_dims").to_list() if s is not None))
         anchor = [
-            *grp.get_column("host_op").drop_nulls().to_list(),
-            *grp.get_column("k_op").drop_nulls().to_list(),
+            *(x for x in grp.get_column("host_op").to_list() if x is not None),
+            *(x for x in grp.get_column("k_op").to_list() if x is not None),
         ]
         where_ids = anchor[:1] or grp.get_column("id").to_list()[:1]
         where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": where_ids}))))

@@ -29,7 +29,13 @@ GROWTH_MIN_BYTES = 1 * MiB
 
 
 def _dev_mem(profile: Profile) -> pl.DataFrame:
-    """Memory events of one device: the busiest accelerator if any, else the CPU."""
+    """Memory events of one device: the busiest accelerator if any, else the CPU (once per
+    profile: three rules ask, and its four queries were a fixed cost on small traces)."""
+    out: pl.DataFrame = c._memo("memory.dev_mem", profile, lambda: _busiest(profile))
+    return out
+
+
+def _busiest(profile: Profile) -> pl.DataFrame:
     m = profile.memory
     if m.height == 0:
         return m

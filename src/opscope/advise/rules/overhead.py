@@ -72,6 +72,28 @@ _IDLE_HOW = (
 )
 
 
+def _device_ends(profile: Profile, rank: Any) -> tuple[Any, Any] | None:
+    """The rank's kernels (every rank's for a null rank) in start order: their starts and the
+    running maximum of their ends; ``None`` when it has none. Memoised per profile and rank:
+    :func:`idle_after` runs once per finding's location, and the sort and filter were most of
+    its cost (a fixed cost per query that showed on small traces)."""
+    by_rank: dict[Any, tuple[Any, Any] | None] = c._memo(
+        "overhead.device_ends", profile, lambda: {}
+    )
+    if rank not in by_rank:
+        import numpy as np
+
+        k = profile.kernels.select("rank", "ts_ns", "dur_ns").drop_nulls().sort("rank", "ts_ns")
+        kr = k.filter(pl.col("rank") == rank) if rank is not None else k
+        if kr.height == 0:
+            by_rank[rank] = None
+        else:
+            starts = kr.get_column("ts_ns").to_numpy()
+            ends = np.maximum.accumulate(starts + kr.get_column("dur_ns").to_numpy())
+            by_rank[rank] = (starts, ends)
+    return by_rank[rank]
+
+
 def idle_after(profile: Profile, events: pl.DataFrame) -> float:
     """Device idle (ns) that removing blocking host events would recover.
 
@@ -81,17 +103,23 @@ def idle_after(profile: Profile, events: pl.DataFrame) -> float:
     recovers at most its own duration of that gap; several events in one gap share it."""
     import numpy as np
 
-    k = profile.kernels.select("rank", "ts_ns", "dur_ns").drop_nulls().sort("rank", "ts_ns")
     total = 0.0
-    # ranks in trace order: a float sum in group_by's order could differ in its last digit
-    for rank, evs in events.group_by("rank", maintain_order=True):
-        kr = k.filter(pl.col("rank") == rank[0]) if rank[0] is not None else k
-        if kr.height == 0:
+    # the events' columns once, each rank's rows picked by position (iterating a group_by
+    # is a query per group: a fixed cost, and this runs once per finding's location)
+    ts_all = events.get_column("ts_ns").to_numpy()
+    dur_s = events.get_column("dur_ns")
+    dur_all = (dur_s.fill_null(0) if dur_s.null_count() else dur_s).to_numpy()
+    rank_of = events.get_column("rank").to_list()
+    # ranks in trace order (a group_by's maintain_order): a float sum in another order could
+    # differ in its last digit; a null rank is a group of its own, matched to every kernel
+    for r in dict.fromkeys(rank_of):
+        kr = _device_ends(profile, r)
+        if kr is None:
             continue
-        starts = kr.get_column("ts_ns").to_numpy()
-        ends = np.maximum.accumulate(starts + kr.get_column("dur_ns").to_numpy())
-        ts = evs.get_column("ts_ns").to_numpy()
-        dur = evs.get_column("dur_ns").fill_null(0).to_numpy()
+        starts, ends = kr
+        at = np.array([i for i, x in enumerate(rank_of) if x == r], dtype=np.int64)
+        ts = ts_all[at]
+        dur = dur_all[at]
         idx = np.searchsorted(starts, ts + dur, side="right")
         gaps: dict[int, float] = {}
         waits: dict[int, float] = {}
@@ -135,24 +163,23 @@ class HostSync:
         steps = c.step_info(profile)
         target = c.target_of(profile, results)
         out = []
+        # the runtime syncs with their ancestors: the same for every location (one walk), as
+        # Python pairs (two queries per location were a fixed cost that showed)
+        rt_anc = c.ancestors(profile, rt.get_column("id")) if rt.height else None
         if ops.height:
+            if rt_anc is not None:
+                a_id, a_anc = rt_anc.get_column("id"), rt_anc.get_column("anc_id")
+                pairs = list(zip(a_id.to_list(), a_anc.to_list(), strict=True))
+                rt_ids, rt_dur = rt.get_column("id"), rt.get_column("dur_ns")
+                rt_rows = list(zip(rt_ids.to_list(), rt_dur.to_list(), strict=True))
             for where, ids in c.group_by_location(profile, ops).items():
                 rs = ops.filter(pl.col("id").is_in(ids))
                 # Runtime sync calls issued under these ops are the host's wait.
-                rt_under = (
-                    c.ancestors(profile, rt.get_column("id")).filter(pl.col("anc_id").is_in(ids))
-                    if rt.height
-                    else None
-                )
-                wait = (
-                    float(
-                        rt.filter(pl.col("id").is_in(rt_under.get_column("id").implode()))
-                        .get_column("dur_ns")
-                        .sum()
-                    )
-                    if rt_under is not None
-                    else 0.0
-                )
+                wait = 0.0
+                if rt_anc is not None:
+                    within = set(ids)
+                    under = {i for i, a in pairs if a in within}
+                    wait = float(sum(d for i, d in rt_rows if i in under and d is not None))
                 host_cost = wait or float(rs.get_column("dur_ns").sum())
                 idle = idle_after(profile, rs) if profile.has_device else None
                 cost = host_cost if idle is None else idle
@@ -199,10 +226,8 @@ class HostSync:
         covered = set()
         for f in out:
             covered.update(f.evidence["event_ids"])
-        if rt.height:
-            anc = c.ancestors(profile, rt.get_column("id")).filter(
-                pl.col("anc_id").is_in(ops.get_column("id").implode())
-            )
+        if rt_anc is not None:
+            anc = rt_anc.filter(pl.col("anc_id").is_in(ops.get_column("id").implode()))
             lone = rt.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
             for where, ids in c.group_by_location(profile, lone).items():
                 rs = lone.filter(pl.col("id").is_in(ids))
