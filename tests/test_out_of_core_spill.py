@@ -1,9 +1,11 @@
-"""Out-of-core load, phase 2: each window's slices spilled to Parquet (opscope.ingest.spill).
+"""Out-of-core load, phases 2-3: each window's slices spilled to Parquet (opscope.ingest.spill),
+then linked segment by segment into a Profile folder (opscope.ingest.window_link).
 
-A tiny budget forces the out-of-core path and tiny windows make every trace many windows; every
-Profile table must equal the in-memory load's (the reference), the spill folder must be gone
-afterwards, and what the spill carries across windows (non-numeric track ids, oddity counts,
-the rank from a header after the events) is checked against hand-computed values.
+A tiny budget forces the out-of-core path, tiny windows make every trace many windows and a
+1-event segment target makes every cut a segment; every Profile table and the meta (but the
+``out_of_core`` marker) must equal the in-memory load's (the reference), the spill folder must
+be gone afterwards, and what the spill carries across windows (non-numeric track ids, oddity
+counts, the rank from a header after the events) is checked against hand-computed values.
 """
 
 from __future__ import annotations
@@ -19,9 +21,20 @@ import polars as pl
 import pytest
 
 from conftest import SHARED_TRACES
-from opscope.ingest import cache, fastscan, kineto, outofcore, spill
-from opscope.model import Profile
+from opscope.ingest import cache, fastscan, kineto, outofcore, spill, window_link
+from opscope.model import Profile, schema
 from test_scanner_differential import assert_same_profile
+
+#: meta keys only the out-of-core load sets (its marker; the cache key of an entry it wrote)
+OOC_META = ("out_of_core", "cache_key")
+
+
+def assert_same_windowed(got: Profile, ref: Profile) -> None:
+    """Every table equal, and the meta but the out-of-core marker, which must be there."""
+    assert "out_of_core" in got.meta, "linked window by window"
+    meta = {k: v for k, v in got.meta.items() if k not in OOC_META}
+    assert_same_profile(Profile(meta=meta, **{n: got.table(n) for n in schema.TABLES}), ref)
+
 
 pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
 
@@ -70,6 +83,7 @@ def spied(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Spied]:
 
 def _spilled(path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> Profile:
     monkeypatch.setattr(fastscan, "WINDOW_BYTES", window)
+    monkeypatch.setattr(window_link, "MIN_SEGMENT_ROWS", 1)  # every cut found is a segment
     return kineto.parse_kineto(path, memory_budget=1)
 
 
@@ -87,7 +101,12 @@ def test_shared_trace_spilled_equals_in_memory(
     if path.stat().st_size > 200_000:  # (compressed: its text is several 64 KiB windows)
         assert len(spied.windows) > 3
     assert all(not f.exists() for f in spied.files), "window files removed after the load"
-    assert_same_profile(got, ref)
+    assert_same_windowed(got, ref)
+    ooc = got.meta["out_of_core"]
+    # a 1-event target: every cut found that has events on both sides is a segment's start
+    assert ooc["segments"] <= ooc["cut_points"] + 1
+    assert ooc["segments"] > 1 or ooc["cut_points"] == 0
+    assert ooc["entry"] is None  # (no cache asked: a folder in the spill folder, gone now)
 
 
 def _write(path: Path, doc: dict[str, Any]) -> Path:
@@ -140,7 +159,7 @@ def test_planted_tracks_rank_and_oddities_carried_across_windows(
     got = _spilled(path, monkeypatch, 4096)
     assert spied.results == [True]
     assert len(spied.windows) > 10
-    assert_same_profile(got, ref)
+    assert_same_windowed(got, ref)
     # by hand: -1 - dense rank among the trace's non-numeric pids (Alpha, Mid, Spans, Zeta) and
     # tids (Alpha, Mid, Zeta, gpu stream), whichever window met them first
     ev = got.events

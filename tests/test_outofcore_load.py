@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from conftest import SHARED_TRACES
 from opscope.ingest import fastscan, kineto, outofcore
-from test_scanner_differential import assert_same_profile
+from test_out_of_core_spill import assert_same_windowed
 
 pytestmark = pytest.mark.skipif(
     not fastscan.available(), reason="the compiled scanner is switched off (OPSCOPE_SCANNER)"
@@ -55,7 +55,7 @@ def test_shared_trace_same_profile_over_budget(rel: str, monkeypatch: pytest.Mon
     got = kineto.parse_kineto(path, memory_budget=1)
     assert calls == [1], "the budget sends the trace down the streaming path"
     assert got.events.height > 0
-    assert_same_profile(got, ref)
+    assert_same_windowed(got, ref)
 
 
 def _trace(tmp_path: Path, n: int = 400) -> Path:

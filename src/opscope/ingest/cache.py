@@ -156,6 +156,21 @@ def store(
     return None
 
 
+def writable_entry(path: Path) -> Path | None:
+    """Where :func:`store` would write the entry of ``path`` (the first candidate whose folder
+    is writable), for a writer that fills the entry itself (the out-of-core load,
+    :mod:`opscope.ingest.window_link`); None when no cache folder is writable."""
+    for entry in candidates(path):
+        parent = entry.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if _writable(parent):
+            return entry
+    return None
+
+
 def spill_folder(path: Path) -> Path:
     """A new empty folder for the Parquet files of an out-of-core load of ``path``
     (:mod:`opscope.ingest.spill`; the loader removes it): under the user cache folder, else the

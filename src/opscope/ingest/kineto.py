@@ -79,9 +79,16 @@ def read_kineto(
         if hit is not None:
             return hit
     prof = parse_kineto(
-        path, salvage=salvage, progress=progress, rank=rank, memory_budget=memory_budget
+        path,
+        salvage=salvage,
+        progress=progress,
+        rank=rank,
+        memory_budget=memory_budget,
+        cache_entry=cache,
     )
-    if cache:
+    # An out-of-core load wrote its cache entry itself (segment by segment) and returns it
+    # opened lazily: storing it again would read every table whole.
+    if cache and "out_of_core" not in prof.meta:
         from opscope.ingest import cache as cache_mod
 
         cache_mod.store(path, prof, salvage=salvage, rank=rank)
@@ -95,8 +102,15 @@ def parse_kineto(
     progress: ProgressFn | None = None,
     rank: int | None = None,
     memory_budget: int | None = None,
+    cache_entry: bool = False,
 ) -> Profile:
-    """Parse without the cache (see :func:`read_kineto`)."""
+    """Parse without the cache (see :func:`read_kineto`).
+
+    A trace over the memory budget is linked window by window into a Profile folder
+    (:mod:`opscope.ingest.window_link`) and returned opened lazily from it: with
+    ``cache_entry`` that folder is the trace's cache entry (when the cache folder is writable),
+    else a temporary folder removed once opened (the Profile holds its files open).
+    """
 
     def gz_progress(done: int, total: int) -> None:
         if progress is not None:
@@ -107,7 +121,16 @@ def parse_kineto(
     owned: list[bytes] = []
     if not salvage:
         stream = outofcore.over_budget(path, memory_budget)
-        fast = _parse_fast(path, gz_progress, progress, rank, owned, stream=stream)
+        fast = _parse_fast(
+            path,
+            gz_progress,
+            progress,
+            rank,
+            owned,
+            stream=stream,
+            budget=memory_budget,
+            cache_entry=cache_entry,
+        )
         if fast is not None:
             return fast
     if not owned:  # (a .json.gz the scanner stepped aside from is not inflated twice)
@@ -132,6 +155,8 @@ def _parse_fast(
     inflated: list[bytes],
     *,
     stream: bool = False,
+    budget: int | None = None,
+    cache_entry: bool = False,
 ) -> Profile | None:
     """The byte scanner's path (:mod:`opscope.ingest.fastscan`); ``None`` sends the file to the
     reference path, which also reports what is wrong with it (an inflated ``.json.gz`` is then
@@ -148,7 +173,9 @@ def _parse_fast(
     if stream:
         from opscope.ingest import spill  # (imports this module)
 
-        spilled = spill.load(path, progress, rank)
+        spilled = spill.load(
+            path, progress, rank, budget=outofcore.budget(budget), cache_entry=cache_entry
+        )
         return spilled if spilled is not None else _parse_stream(path, progress, rank)
 
     def scan_progress(done: int, total: int) -> None:
@@ -579,6 +606,24 @@ def _linked_profile(
     del raw_flows
     _bump(oddities, "flow not bound to events", max(0, n_flow_pairs - linked.flows.height))
     memory = link.link_memory(linked.events, mem, linked.steps, index=linked.index)
+    meta = _profile_meta(header, path, oddities, notes, rk)
+    return Profile.from_tables(
+        meta=meta,
+        events=linked.events,
+        flows=linked.flows,
+        stacks=linked.stacks,
+        memory=memory,
+        counters=_counters(counters, rk),
+        steps=linked.steps,
+        devices=_devices(header, rk),
+        threads=_threads(linked.events, names, rk),
+    )
+
+
+def _profile_meta(
+    header: dict[str, Any], path: Path, oddities: dict[str, int], notes: list[str], rk: int
+) -> dict[str, Any]:
+    """The Profile's meta (the in-memory and the windowed load's)."""
     meta: dict[str, Any] = {
         "format": "kineto",
         "sources": [str(path)],
@@ -591,17 +636,7 @@ def _linked_profile(
         meta["base_time_ns"] = base
     if notes:
         meta["notes"] = notes
-    return Profile.from_tables(
-        meta=meta,
-        events=linked.events,
-        flows=linked.flows,
-        stacks=linked.stacks,
-        memory=memory,
-        counters=_counters(counters, rk),
-        steps=linked.steps,
-        devices=_devices(header, rk),
-        threads=_threads(linked.events, names, rk),
-    )
+    return meta
 
 
 def _format_notes(raw: pl.DataFrame) -> list[str]:
@@ -895,15 +930,24 @@ def _threads(events: pl.DataFrame, names: pl.DataFrame, rk: int) -> pl.DataFrame
     tracks, so the viewer's group header shows the process. Device streams keep their own name:
     Kineto gives a GPU's pid the host process's name ("python3"), which says less than the
     device header the viewer already shows."""
-    procs = names.filter(pl.col("_proc")).select("pid", pl.col("tn").alias("_pn"))
-    names = names.filter(~pl.col("_proc")).drop("_proc")
+    return _threads_of(_tracks(events), names, rk)
+
+
+def _tracks(events: pl.DataFrame) -> pl.DataFrame:
+    """``pid, tid, is_device`` of each track of ``events`` (any order)."""
     dev = pl.Series("dev", link.kind_mask(events, *_DEVICE_KINDS))
-    tracks = (
+    return (
         events.select("pid", "tid")
         .with_columns(dev)
         .group_by(["pid", "tid"])
         .agg(pl.col("dev").any().alias("is_device"))
     )
+
+
+def _threads_of(tracks: pl.DataFrame, names: pl.DataFrame, rk: int) -> pl.DataFrame:
+    """:func:`_threads` from the tracks (:func:`_tracks`, whole trace)."""
+    procs = names.filter(pl.col("_proc")).select("pid", pl.col("tn").alias("_pn"))
+    names = names.filter(~pl.col("_proc")).drop("_proc")
     device_pids = tracks.filter(pl.col("is_device")).get_column("pid").unique().implode()
     out = (
         tracks.join(names, on=["pid", "tid"], how="full", coalesce=True)

@@ -678,13 +678,15 @@ def step_of_times(steps: pl.DataFrame, rank: pl.Series, ts: pl.Series) -> pl.Ser
     return _nullable("step", out, pl.Int32)
 
 
-def assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def assign_steps(events: pl.DataFrame, steps: pl.DataFrame, *, queued: bool = True) -> pl.DataFrame:
     """Fill ``step`` (needs :func:`link_launches`): the one rule, for every reader.
 
     Host events: the step holding their start. Device events: their op's step, else their
     launch's; without either, the step the source recorded for them (Ascend's
     ``kernel_details.csv`` "Step Id"; Kineto records none), else the step holding their start,
-    except :func:`queued_before_profiling` work, which is no profiled step's.
+    except :func:`queued_before_profiling` work, which is no profiled step's. ``queued=False``
+    leaves that exception out (the windowed linker applies it once it has seen every window:
+    it depends on the first launched work of the whole trace).
     """
     st = _np(step_of_times(steps, events.get_column("rank"), events.get_column("ts_ns")))
     is_dev = on_device(events)
@@ -694,8 +696,9 @@ def assign_steps(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     own = _np(events.get_column("step")) if "step" in events.columns else np.full(len(st), -1)
     keep = is_dev & (via < 0) & (own >= 0)
     st[keep] = own[keep]
-    early = queued_before_profiling(events, is_dev, via) & (own < 0)
-    st[early] = -1
+    if queued:
+        early = queued_before_profiling(events, is_dev, via) & (own < 0)
+        st[early] = -1
     use = is_dev & (via >= 0)
     st[use] = st[via[use]]
     return events.with_columns(_nullable("step", st, pl.Int32))
@@ -841,6 +844,18 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     An event's stack is the innermost of: its own call stack, the call stack of the nearest
     enclosing event that has one, its nearest enclosing frame.
     """
+    events, frame_levels, cs_nodes = stack_nodes(events)
+    return events, stack_rows(frame_levels + cs_nodes)
+
+
+def stack_nodes(
+    events: pl.DataFrame,
+) -> tuple[pl.DataFrame, list[pl.DataFrame], list[pl.DataFrame]]:
+    """:func:`build_stacks` before the stacks table is made: ``(events, frame levels, call-stack
+    nodes)``, each node frame ``sid, pstack, text``. Stack ids are given level by level (every
+    depth-0 frame path in order of first appearance, then depth 1...), then the call-stack
+    strings' nodes in order of first appearance (the windowed linker renumbers the nodes of
+    each window in that order: :mod:`opscope.ingest.window_link`)."""
     n = events.height
     name = events.get_column("name").fill_null("")
     parent = _np(events.get_column("parent_id"))
@@ -848,7 +863,8 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     is_mod = is_py & name.str.starts_with("nn.Module: ").to_numpy()
     is_frame = is_py & ~is_mod
     stack = np.full(n, -1, dtype=np.int64)
-    nodes: list[pl.DataFrame] = []  # stack_id, parent_stack, text
+    nodes: list[pl.DataFrame] = []  # stack_id, parent_stack, text: one frame per level
+    cs_nodes: list[pl.DataFrame] = []  # the call-stack strings' nodes (one frame)
     next_id = 0
     # --- python frames: trie by levels
     if is_frame.any():
@@ -888,7 +904,7 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             uniq = cs.filter(has_cs).unique(maintain_order=True).to_list()
             trie: dict[tuple[int, str], int] = {}
             sid_of: dict[str, int] = {}
-            cs_nodes: list[tuple[int, int, str]] = []
+            cs_rows: list[tuple[int, int, str]] = []
             for text in uniq:  # loop over distinct stacks, not events
                 frames = [f for f in text.split(";") if f.strip()]
                 p = -1
@@ -899,12 +915,12 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                         sid = next_id
                         next_id += 1
                         trie[key] = sid
-                        cs_nodes.append((sid, p, key[1]))
+                        cs_rows.append((sid, p, key[1]))
                     p = sid
                 sid_of[text] = p
-            nodes.append(
+            cs_nodes.append(
                 pl.DataFrame(
-                    cs_nodes,
+                    cs_rows,
                     schema={"sid": pl.Int64, "pstack": pl.Int64, "text": pl.String},
                     orient="row",
                 )
@@ -958,11 +974,11 @@ def build_stacks(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .to_series()
     )
     events = events.with_columns(_nullable("stack_id", stack), module.alias("module"))
-    stacks = _stack_rows(nodes)
-    return events, stacks
+    return events, nodes, cs_nodes
 
 
-def _stack_rows(nodes: list[pl.DataFrame]) -> pl.DataFrame:
+def stack_rows(nodes: list[pl.DataFrame]) -> pl.DataFrame:
+    """The STACKS table of interned nodes (``sid, pstack, text`` frames)."""
     if not nodes:
         return schema.empty("stacks")
     nd = pl.concat(nodes).sort("sid")

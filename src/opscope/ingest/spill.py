@@ -39,8 +39,12 @@ from typing import Any
 
 import polars as pl
 
-from opscope.ingest import cache, fastscan, gz, kineto
+from opscope.ingest import cache, fastscan, gz, kineto, window_link
 from opscope.model import Profile
+
+ROW_GROUP_ROWS = 16_384
+"""Rows per row group of a window's file: the linker reads each segment's row range of each
+file, and a read decodes the row groups it touches."""
 
 WINDOW_BYTES = 64 * 1024**2
 """Text scanned per window when spilling (or ``fastscan.WINDOW_BYTES`` when smaller): each
@@ -104,7 +108,9 @@ class Spill:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.files: list[Path] = []
-        self.flows: list[pl.DataFrame] = []
+        self.flow_files: list[Path] = []
+        self.n_flows = 0
+        self.flow_starts = 0
         self.memory: list[pl.DataFrame] = []
         self.names: list[pl.DataFrame] = []
         self.ranges: list[pl.DataFrame] = []  # cuda_profiler_range rows' dur_ns
@@ -119,13 +125,25 @@ class Spill:
         cols.frames.clear()
         raw = self._times_and_tracks(raw, ts_ns, dur_ns)
         # rank 0 here: the header (which may follow the events) gives the rank at the end
-        self.flows.append(kineto._raw_flows(raw, 0, self.oddities))
+        flows = kineto._raw_flows(raw, 0, self.oddities)
+        # time order for the linker's segment ranges; _fi: the trace order it links them in
+        flows = flows.with_columns(
+            (pl.int_range(pl.len(), dtype=pl.Int64) + self.n_flows).alias("_fi")
+        ).sort("ts_ns", maintain_order=True)
+        self.n_flows += flows.height
+        self.flow_starts += flows.filter(pl.col("phase") == "s").height
+        flow_file = self.folder / f"flows-{len(self.flow_files):05d}.parquet"
+        flows.write_parquet(flow_file, compression="lz4", statistics=False)
+        self.flow_files.append(flow_file)
+        del flows
         self.memory.append(kineto._memory_rows(raw, 0))
         self.names.append(kineto._thread_names(raw))
         self.ranges.append(raw.filter(pl.col("cat_l") == "cuda_profiler_range").select("dur_ns"))
         events = kineto._events_table([raw], 0, self.oddities)
         file = self.folder / f"events-{len(self.files):05d}.parquet"
-        events.drop("id").write_parquet(file, compression="lz4", statistics=False)
+        events.drop("id").write_parquet(
+            file, compression="lz4", statistics=False, row_group_size=ROW_GROUP_ROWS
+        )
         self.files.append(file)
         self.rows += events.height
 
@@ -151,8 +169,12 @@ class Spill:
         scanned: fastscan.Scanned,
         path: Path,
         rank: int | None,
+        *,
+        budget: int,
+        cache_entry: bool = False,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> Profile:
-        """The Profile: the windows' events read back, renumbered, sorted and linked."""
+        """The Profile: the windows linked segment by segment (:mod:`.window_link`)."""
         rk = kineto._rank_of(header, rank)
         oddities: dict[str, int] = {}
         for key in _ODDITY_ORDER + tuple(k for k in self.oddities if k not in _ODDITY_ORDER):
@@ -163,57 +185,31 @@ class Spill:
         def small(parts: list[pl.DataFrame]) -> pl.DataFrame:
             df = pl.concat(parts, how="vertical_relaxed")
             parts.clear()
-            return _renumbered(df, maps, {"pid": ("pid",), "tid": ("tid",)})
+            return window_link.renumbered(df, maps, {"pid": ("pid",), "tid": ("tid",)})
 
-        flows = small(self.flows).with_columns(rank_col)
         memory = small(self.memory).with_columns(rank_col)
         names = small(self.names).unique(["pid", "tid", "_proc"], keep="first", maintain_order=True)
         notes = _range_notes(pl.concat(self.ranges, how="vertical_relaxed").get_column("dur_ns"))
         self.ranges.clear()
-        events = self._sorted_events(maps, rk)
-        return kineto._linked_profile(
-            [events], flows, memory, names, notes, scanned.counters, header, path, oddities, rk
+        spilled = window_link.Spilled(
+            event_files=self.files,
+            flow_files=self.flow_files,
+            maps=maps,
+            rank=rk,
+            memory=memory,
+            names=names,
+            notes=notes,
+            counters=scanned.counters,
+            header=header,
+            path=path,
+            oddities=oddities,
+            flow_starts=self.flow_starts,
+            rank_arg=rank,
         )
-
-    def _read(self, columns: list[str]) -> pl.DataFrame:
-        """``columns`` of every window's file, in window order (relaxed: a column that no row
-        of a window has is all null, typed by the scanner's default, in that window's file)."""
-        parts = [pl.read_parquet(f, columns=columns) for f in self.files]
-        return pl.concat(parts, how="vertical_relaxed", rechunk=False)
-
-    def _sorted_events(self, maps: dict[str, tuple[list[int], list[int]]], rk: int) -> pl.DataFrame:
-        """``kineto._sorted_by_time`` of the windows' events read back: the order from the
-        ``ts_ns`` column alone, then a few columns at a time read, renumbered and gathered, so
-        the unsorted table is never held beside the sorted one."""
-        order = (
-            self._read(["ts_ns"])
-            .select(pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts_ns", maintain_order=True))
-            .to_series()
+        window_link.probe("scan: all windows spilled")
+        return window_link.link_windows(
+            spilled, self.folder, budget=budget, cache_entry=cache_entry, progress=progress
         )
-        parts = [pl.int_range(order.len(), dtype=pl.Int64, eager=True).alias("id").to_frame()]
-        names = list(pl.read_parquet_schema(self.files[0]))
-        for i in range(0, len(names), kineto._SORT_BATCH):
-            batch = self._read(names[i : i + kineto._SORT_BATCH])
-            batch = _renumbered(batch, maps, _TRACK_COLUMNS)
-            if "rank" in batch.columns:
-                batch = batch.with_columns(pl.lit(rk, pl.Int32).alias("rank"))
-            parts.append(batch[order])
-        for f in self.files:
-            f.unlink(missing_ok=True)
-        return pl.concat(parts, how="horizontal")
-
-
-def _renumbered(
-    df: pl.DataFrame,
-    maps: dict[str, tuple[list[int], list[int]]],
-    columns: dict[str, tuple[str, ...]],
-) -> pl.DataFrame:
-    """``df`` with the provisional track ids replaced by the final ones."""
-    exprs = []
-    for c, (old, new) in maps.items():
-        if old:
-            exprs += [pl.col(col).replace(old, new) for col in columns[c] if col in df.columns]
-    return df.with_columns(exprs) if exprs else df
 
 
 def _range_notes(durs: pl.Series) -> list[str]:
@@ -238,9 +234,15 @@ def load(
     path: Path,
     progress: Callable[[str, int, int], None] | None,
     rank: int | None,
+    *,
+    budget: int = 1,
+    cache_entry: bool = False,
 ) -> Profile | None:
-    """The Profile of ``path`` read window by window through the spill folder; None when the
-    byte scanner steps aside (or decimal times are needed: see the module doc)."""
+    """The Profile of ``path`` read window by window through the spill folder and linked
+    segment by segment into a Profile folder, opened lazily: the cache entry of ``path`` with
+    ``cache_entry`` (when the cache folder is writable), else a folder inside the spill folder,
+    removed with it (the Profile holds its files open). None when the byte scanner steps aside
+    (or decimal times are needed: see the module doc). ``budget``: bytes (sizes the segments)."""
     folder = cache.spill_folder(path)
     try:
         spill = Spill(folder)
@@ -255,7 +257,15 @@ def load(
         if got is None or not spill.files or needs_decimal_times(got[1]):
             return None
         header, scanned = got
-        return spill.finish(header, scanned, path, rank)
+        return spill.finish(
+            header,
+            scanned,
+            path,
+            rank,
+            budget=budget,
+            cache_entry=cache_entry,
+            progress=progress,
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):  # the spill root too, unless another load uses it

@@ -1,0 +1,742 @@
+"""Out-of-core load, phase 3 (issue 24; design: docs/out-of-core.md): the spilled windows are
+linked segment by segment and written straight into a Profile folder (the cache entry), which
+is then opened lazily, so the events table is never whole in memory.
+
+What :mod:`opscope.ingest.spill` hands over: one Parquet file of unlinked events per scanned
+window (each stably sorted by ``ts_ns``), one of raw flow records per window (sorted by
+``ts_ns``, each with its position in the trace, ``_fi``), and the small tables in memory.
+
+1. *Plan* (:func:`plan`): the event ids are the stable ``ts_ns`` order of all windows' rows
+   (window order breaks ties), so a segment, the events with ``ts_ns`` in ``[T_k, T_k+1)``, is
+   a row range of every window file, and concatenating those ranges in window order and sorting
+   them stably gives the segment's rows in id order. A time ``T`` is a cut when no linking
+   step relates an event before it to one at or after it:
+
+   - no event (any track) starts before ``T`` and ends after it: nesting, runtime calls' ops,
+     ``is_backward``, stacks and modules, and the binding of flow and memory records to the
+     innermost event holding them never cross ``T``. An event ending exactly at ``T`` is
+     allowed unless a zero-length event, a flow record or a memory row sits at ``T`` (one of
+     those could nest under, or bind to, it);
+   - no key spans ``T``: the records of one flow (``kind, flow_id``), the events of one
+     ``correlation`` (launch and device work), one ``external_id`` (the op fallback of launches
+     and device work) and the ``cpu_op`` rows of one sequence number (the forward/backward
+     pairing and its fallback by ``seq``, which picks among all forward ops of the key).
+
+   Cuts are found in two passes over the window files (a few integer columns each); the
+   segments are then grown greedily from the cuts to about :func:`segment_rows` events.
+2. *Link* each segment (:func:`link_windows`) with the in-memory steps of
+   :mod:`opscope.ingest.link`, unchanged, on local ids 0..n-1, then offset the ids. What is
+   global is carried, small: the STEPS table (from the ``step`` rows alone, before linking),
+   the stack interning (:class:`StackInterner`: ids given per segment, renumbered at the end
+   into the in-memory order: level by level, then call-stack nodes, each by first
+   appearance), the tracks (for THREADS), and what :func:`link.queued_before_profiling`
+   needs from the whole trace (:class:`QueuedWork`: the first launched device work per device
+   and the device work without a launch before it).
+3. *Write*: each linked segment goes to an lz4 file of the spill folder; at the end one
+   streaming pass writes them as the entry's ``events.parquet`` (zstd row groups) with the
+   final stack ids and the queued-before-profiling steps, the small tables beside it, and
+   ``meta.json`` last, in a temporary folder renamed into place. The Profile returned is
+   ``Profile.open(entry, lazy=True)``, marked ``meta["out_of_core"]``.
+
+A segment larger than its target (no cut in a long stretch of the trace) is still linked whole
+in memory: correct, not bounded; the marker says so (``largest_segment_events``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from opscope.ingest import cache, jsonscan, kineto, link
+from opscope.model import Profile, kinds, schema
+
+IntArray = link.IntArray
+
+LINK_BYTES_PER_EVENT = 1500
+"""Peak memory of linking one event of a segment (the events table ~450 B of RSS per event,
+its helper arrays and the frames each step builds), a bound from the phase-2 measurements."""
+
+SEGMENT_SHARE = 0.25
+"""Share of the memory budget one segment's linking may use (the rest: the global state, the
+allocator's slack)."""
+
+MIN_SEGMENT_ROWS = 20_000
+"""Fewest events a segment is grown to (fixed costs per segment); tests set it to 1."""
+
+WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": False}
+"""As ``Profile.save`` writes a cache entry's tables."""
+
+PROBE_ENV = "OPSCOPE_OOC_PROBE"
+"""When set, the peak RSS (``ru_maxrss``) after each phase is printed to stderr."""
+
+_TRACK_COLUMNS: dict[str, tuple[str, ...]] = {"pid": ("pid", "device"), "tid": ("tid", "stream")}
+_FLOW_TRACKS: dict[str, tuple[str, ...]] = {"pid": ("pid",), "tid": ("tid",)}
+_ID_COLUMNS = ("id", "parent_id", "launch_id", "op_id", "fwd_id")
+# Kinds whose external_id the op fallback of link.link_launches reads.
+_EXT_KINDS = ["cpu_op", "runtime", "driver", *kinds.DEVICE_KINDS]
+
+Maps = dict[str, tuple[list[int], list[int]]]
+
+
+def segment_rows(budget: int) -> int:
+    """Events per segment for a memory budget (bytes)."""
+    return max(MIN_SEGMENT_ROWS, int(budget * SEGMENT_SHARE / LINK_BYTES_PER_EVENT))
+
+
+def probe(label: str) -> None:
+    """Print the peak RSS so far (``$OPSCOPE_OOC_PROBE``)."""
+    if os.environ.get(PROBE_ENV):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        print(f"[ooc] {label}: peak RSS {peak / 1e9:.2f} GB", file=sys.stderr, flush=True)
+
+
+def renumbered(df: pl.DataFrame, maps: Maps, columns: dict[str, tuple[str, ...]]) -> pl.DataFrame:
+    """``df`` with the spill's provisional track ids replaced by the final ones."""
+    exprs = []
+    for c, (old, new) in maps.items():
+        if old:
+            exprs += [pl.col(col).replace(old, new) for col in columns[c] if col in df.columns]
+    return df.with_columns(exprs) if exprs else df
+
+
+@dataclass
+class Spilled:
+    """What the spill hands over once every window is on disk."""
+
+    event_files: list[Path]
+    flow_files: list[Path]
+    maps: Maps
+    rank: int
+    memory: pl.DataFrame  # [memory] rows, final tracks and rank, in trace order
+    names: pl.DataFrame
+    notes: list[str]
+    counters: list[jsonscan.CounterEvent]
+    header: dict[str, Any]
+    path: Path
+    oddities: dict[str, int]
+    flow_starts: int  # flow start records (for the "flow not bound to events" count)
+    rank_arg: int | None = None  # the rank the caller gave (part of the cache key)
+
+
+# --------------------------------------------------------------------------------------------------
+# plan
+
+
+@dataclass
+class Plan:
+    """Segments: ``[-inf, cuts[0])``, ``[cuts[0], cuts[1])``, ..., ``[cuts[-1], inf)``."""
+
+    cuts: IntArray
+    event_pos: list[IntArray]  # per event file: its rows before each cut
+    event_rows: list[int]
+    flow_pos: list[IntArray]  # per flow file: its rows before each cut
+    flow_rows: list[int]
+    candidates: int  # valid cut times found
+    steps: pl.DataFrame
+    schema: pl.Schema  # the events files' common (relaxed) schema
+
+    @property
+    def segments(self) -> int:
+        return len(self.cuts) + 1
+
+    def ranges(self, pos: list[IntArray], rows: list[int], k: int) -> list[tuple[int, int]]:
+        """Row range ``[lo, hi)`` of segment ``k`` in each file."""
+        out = []
+        for p, n in zip(pos, rows, strict=True):
+            lo = 0 if k == 0 else int(p[k - 1])
+            hi = n if k == len(self.cuts) else int(p[k])
+            out.append((lo, hi))
+        return out
+
+
+def _blocks(ts: IntArray, end: IntArray) -> tuple[IntArray, IntArray]:
+    """Maximal groups of time-sorted intervals that overlap (an interval starting exactly where
+    the ones before it end starts a new group): ``(starts, ends)``."""
+    if ts.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    m = np.maximum.accumulate(end)
+    first = np.ones(ts.size, dtype=bool)
+    first[1:] = ts[1:] != ts[:-1]
+    start = first.copy()
+    start[1:] &= ts[1:] >= m[:-1]
+    idx = np.nonzero(start)[0]
+    return ts[idx], np.maximum.reduceat(end, idx)
+
+
+def _spans(parts: list[pl.DataFrame], keys: list[str]) -> tuple[IntArray, IntArray]:
+    """``[first, last + 1]`` of each key over every window's partial ``lo``/``hi``."""
+    parts = [p for p in parts if p.height]
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    sp = pl.concat(parts, how="vertical_relaxed").group_by(keys).agg(pl.min("lo"), pl.max("hi"))
+    return link._np(sp.get_column("lo")), link._np(sp.get_column("hi")) + 1
+
+
+def _key_span(df: pl.DataFrame, keys: list[str], where: pl.Expr) -> pl.DataFrame:
+    return (
+        df.filter(where)
+        .group_by(keys)
+        .agg(pl.col("ts_ns").min().alias("lo"), pl.col("ts_ns").max().alias("hi"))
+    )
+
+
+def plan(sp: Spilled, target_rows: int) -> Plan:
+    """Cut times and each file's row ranges (see the module doc)."""
+    starts: list[IntArray] = []
+    ends: list[IntArray] = []
+    corr: list[pl.DataFrame] = []
+    ext: list[pl.DataFrame] = []
+    seq: list[pl.DataFrame] = []
+    step_rows: list[pl.DataFrame] = []
+    schemas: list[pl.DataFrame] = []
+    cols = ["ts_ns", "dur_ns", "kind", "correlation", "external_id", "seq", "device"]
+    for f in sp.event_files:
+        schemas.append(pl.DataFrame(schema=pl.read_parquet_schema(f)))
+        # (a column no row of a window has is typed by the scanner's default there)
+        df = pl.read_parquet(f, columns=cols).with_columns(
+            pl.col("correlation", "external_id", "seq").cast(pl.Int64, strict=False)
+        )
+        ts = link._np(df.get_column("ts_ns"))
+        a, b = _blocks(ts, ts + link._np(df.get_column("dur_ns"), 0))
+        starts.append(a)
+        ends.append(b)
+        kind = pl.col("kind").cast(pl.String)
+        corr.append(_key_span(df, ["correlation"], pl.col("correlation").is_not_null()))
+        ext.append(
+            _key_span(
+                df,
+                ["external_id"],
+                pl.col("external_id").is_not_null()
+                & (kind.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
+            )
+        )
+        seq.append(_key_span(df, ["seq"], (kind == "cpu_op") & (pl.col("seq") >= 0)))
+        del df
+        step_rows.append(
+            pl.scan_parquet(f)
+            .filter(pl.col("kind").cast(pl.String) == "step")
+            .select("kind", "name", "ts_ns", "dur_ns")
+            .collect()
+        )
+    flows: list[pl.DataFrame] = []
+    for f in sp.flow_files:
+        fl = pl.read_parquet(f, columns=["kind", "flow_id", "ts_ns"])
+        flows.append(
+            _key_span(
+                fl.with_columns(pl.col("kind").cast(pl.String)), ["kind", "flow_id"], pl.lit(True)
+            )
+        )
+    for parts, keys in ((corr, ["correlation"]), (ext, ["external_id"]), (seq, ["seq"])):
+        a, b = _spans(parts, keys)
+        parts.clear()
+        starts.append(a)
+        ends.append(b)
+    a, b = _spans(flows, ["kind", "flow_id"])
+    flows.clear()
+    starts.append(a)
+    ends.append(b)
+    cands, touch = _candidates(np.concatenate(starts), np.concatenate(ends))
+    del starts, ends
+    probe("plan: cut candidates")
+
+    # Pass 2: rows before each candidate per file, and the ties that forbid a touching cut.
+    bad = np.zeros(cands.size, dtype=bool)
+    tc = cands[touch]
+    event_pos, event_rows = [], []
+    for f in sp.event_files:
+        df = pl.read_parquet(f, columns=["ts_ns", "dur_ns"])
+        ts = link._np(df.get_column("ts_ns"))
+        event_pos.append(np.searchsorted(ts, cands, side="left").astype(np.int64))
+        event_rows.append(int(ts.size))
+        if tc.size:
+            zero = ts[link._np(df.get_column("dur_ns"), 0) == 0]
+            bad[touch] |= np.isin(tc, zero)
+    flow_pos, flow_rows = [], []
+    for f in sp.flow_files:
+        ts = link._np(pl.read_parquet(f, columns=["ts_ns"]).get_column("ts_ns"))
+        flow_pos.append(np.searchsorted(ts, cands, side="left").astype(np.int64))
+        flow_rows.append(int(ts.size))
+        if tc.size:
+            bad[touch] |= np.isin(tc, ts)
+    if tc.size and sp.memory.height:
+        mts = sp.memory.get_column("ts_ns").drop_nulls().to_numpy()
+        bad[touch] |= np.isin(tc, mts)
+    ok = ~bad
+    cands = cands[ok]
+    event_pos = [p[ok] for p in event_pos]
+    flow_pos = [p[ok] for p in flow_pos]
+    before = np.sum(event_pos, axis=0) if event_pos else np.zeros(cands.size, dtype=np.int64)
+    chosen = _choose(before, sum(event_rows), target_rows)
+    steps_df = pl.concat(step_rows, how="vertical_relaxed").sort("ts_ns", maintain_order=True)
+    steps = link.step_numbers(steps_df.with_columns(pl.lit(sp.rank, pl.Int32).alias("rank")))
+    return Plan(
+        cuts=cands[chosen],
+        event_pos=[p[chosen] for p in event_pos],
+        event_rows=event_rows,
+        flow_pos=[p[chosen] for p in flow_pos],
+        flow_rows=flow_rows,
+        candidates=int(cands.size),
+        steps=steps,
+        schema=pl.concat(schemas, how="vertical_relaxed").schema,
+    )
+
+
+def _candidates(a: IntArray, b: IntArray) -> tuple[IntArray, BoolArray]:
+    """Times ``T`` (interval starts) before which every interval ends at or before ``T``:
+    ``(T, whether one ends exactly at T)``. The first start is no cut (nothing before it)."""
+    if a.size == 0:
+        return a, np.zeros(0, dtype=bool)
+    o = np.argsort(a, kind="stable")
+    a, b = a[o], b[o]
+    m = np.maximum.accumulate(b)
+    first = np.nonzero(np.r_[True, a[1:] != a[:-1]])[0][1:]
+    prev = m[first - 1]
+    t = a[first]
+    ok = t >= prev
+    return t[ok], (t == prev)[ok]
+
+
+BoolArray = link.BoolArray
+
+
+def _choose(before: IntArray, total: int, target: int) -> IntArray:
+    """Indexes of the cuts kept: segments grown to at most ``target`` rows where the cuts allow
+    (``before``: rows before each candidate, non-decreasing; ``total``: all rows)."""
+    chosen: list[int] = []
+    last = 0
+    prev = -1
+    for j in range(before.size + 1):  # one per candidate cut (a few per step), then the end
+        rows = int(before[j]) if j < before.size else total
+        if rows - last > target:
+            if prev >= 0 and before[prev] > last:
+                chosen.append(prev)
+                last = int(before[prev])
+            if rows - last > target and j < before.size:
+                chosen.append(j)
+                last = rows
+        prev = j
+    return np.array(chosen, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------------
+# state carried across segments
+
+
+@dataclass
+class StackInterner:
+    """The stack interning of :func:`link.stack_nodes` over every segment: nodes get a
+    provisional id as they are first met (segments in id order); :meth:`final` gives the
+    in-memory numbering (frame nodes level by level, each level in order of first appearance,
+    then call-stack nodes in order of first appearance)."""
+
+    frames: dict[tuple[int, str], int] = field(default_factory=dict)
+    calls: dict[tuple[int, str], int] = field(default_factory=dict)
+    level: list[int] = field(default_factory=list)  # per provisional id; -1: call-stack node
+    order: list[int] = field(default_factory=list)  # rank within its level / the call nodes
+    parent: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    per_level: list[int] = field(default_factory=list)
+    n_calls: int = 0
+
+    def _new(self, level: int, parent: int, text: str) -> int:
+        pid = len(self.level)
+        if level >= 0:
+            while len(self.per_level) <= level:
+                self.per_level.append(0)
+            self.order.append(self.per_level[level])
+            self.per_level[level] += 1
+        else:
+            self.order.append(self.n_calls)
+            self.n_calls += 1
+        self.level.append(level)
+        self.parent.append(parent)
+        self.text.append(text)
+        return pid
+
+    def add(self, levels: list[pl.DataFrame], calls: list[pl.DataFrame]) -> IntArray:
+        """Provisional ids of a segment's local stack ids."""
+        frames = [(d, lv) for d, lv in enumerate(levels)] + [(-1, c) for c in calls]
+        size = sum(f.height for _, f in frames)
+        local = np.full(size, -1, dtype=np.int64)
+        for d, nodes in frames:
+            table = self.frames if d >= 0 else self.calls
+            for sid, pst, text in nodes.iter_rows():  # one per distinct stack node
+                par = int(local[pst]) if pst is not None and pst >= 0 else -1
+                key = (par, text)
+                got = table.get(key)
+                if got is None:
+                    got = table[key] = self._new(d, par, text)
+                local[sid] = got
+        return local
+
+    def final(self) -> IntArray:
+        """Final stack id of each provisional id."""
+        offsets = np.concatenate([[0], np.cumsum(self.per_level)]).astype(np.int64)
+        level = np.array(self.level, dtype=np.int64)
+        order = np.array(self.order, dtype=np.int64)
+        frame = level >= 0
+        out = np.where(frame, offsets[np.maximum(level, 0)] + order, offsets[-1] + order)
+        return out.astype(np.int64)
+
+    def table(self, final: IntArray) -> pl.DataFrame:
+        if not self.level:
+            return schema.empty("stacks")
+        par = np.array(self.parent, dtype=np.int64)
+        nodes = pl.DataFrame(
+            {
+                "sid": final,
+                "pstack": np.where(par >= 0, final[np.maximum(par, 0)], -1),
+                "text": pl.Series(self.text, dtype=pl.String),
+            },
+            schema={"sid": pl.Int64, "pstack": pl.Int64, "text": pl.String},
+        )
+        return link.stack_rows([nodes])
+
+
+@dataclass
+class QueuedWork:
+    """What :func:`link.queued_before_profiling` reads of the whole trace (one rank): the first
+    launched device work per device, the device work without a launch (only what may precede
+    that first work) and the launch calls no device work used (likewise)."""
+
+    first: dict[int, int] = field(default_factory=dict)  # device (-1: none) -> ts_ns
+    launched: bool = False
+    unlaunched: bool = False
+    cands: list[pl.DataFrame] = field(default_factory=list)  # id, device, ts_ns
+    lost: list[IntArray] = field(default_factory=list)  # ts_ns
+
+    def add(self, ev: pl.DataFrame, offset: int) -> None:
+        """A linked segment (local ids; ``offset``: its first event's id)."""
+        is_dev = link.on_device(ev)
+        op = link._np(ev.get_column("op_id"))
+        la = link._np(ev.get_column("launch_id"))
+        via = np.where(op >= 0, op, la)
+        launched = is_dev & (via >= 0)
+        keys = ev.select(pl.col("id") + offset, pl.col("device").fill_null(-1), "ts_ns")
+        if launched.any():
+            self.launched = True
+            firsts = keys.filter(pl.Series(launched)).group_by("device").agg(pl.min("ts_ns"))
+            for dev, ts in firsts.iter_rows():  # one per device
+                self.first[dev] = min(ts, self.first.get(dev, ts))
+        cand = is_dev & (via < 0)
+        if cand.any():
+            self.unlaunched = True
+            self.cands.append(keys.filter(pl.Series(cand)))
+        used = np.unique(la[is_dev & (la >= 0)])
+        is_call = (
+            (pl.col("kind") == "runtime")
+            & pl.col("correlation").is_not_null()
+            & pl.col("name").str.contains(link._LAUNCH_CALL)
+        )
+        calls = ev.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "ts_ns").filter(
+            ev.select(is_call).to_series()
+        )
+        lost = calls.filter(~pl.col("row").is_in(used.tolist()))
+        self.lost.append(link._np(lost.get_column("ts_ns")))
+        self._prune()
+
+    def _prune(self) -> None:
+        """Drop what can no longer precede a first launched work (segments come in time
+        order: a device's first launched work, once met, is the trace's)."""
+        if self.first:
+            low = min(self.first.values())
+            self.lost = [t[t < low] for t in self.lost if (t < low).any()]
+            firsts = pl.DataFrame(
+                {"device": list(self.first), "first": list(self.first.values())},
+                schema={"device": pl.Int64, "first": pl.Int64},
+            )
+            kept = []
+            for part in self.cands:
+                c = part.with_columns(pl.col("device").cast(pl.Int64)).join(
+                    firsts, on="device", how="left", maintain_order="left"
+                )
+                kept.append(
+                    c.filter(pl.col("first").is_null() | (pl.col("ts_ns") < pl.col("first"))).drop(
+                        "first"
+                    )
+                )
+            self.cands = [c for c in kept if c.height]
+
+    def early_ids(self) -> IntArray:
+        """Ids of the queued-before-profiling work (its step is none)."""
+        none = np.zeros(0, dtype=np.int64)
+        if not (self.launched and self.unlaunched) or not self.cands:
+            return none
+        firsts = pl.DataFrame(
+            {"device": list(self.first), "first": list(self.first.values())},
+            schema={"device": pl.Int64, "first": pl.Int64},
+        )
+        c = pl.concat(self.cands).with_columns(pl.col("device").cast(pl.Int64))
+        c = c.join(firsts, on="device", how="inner").filter(pl.col("ts_ns") < pl.col("first"))
+        if not c.height:
+            return none
+        low = min(self.first.values())
+        n_lost = sum(int((t < low).sum()) for t in self.lost)
+        if n_lost >= c.height:  # as many lost launches as such work: not known to predate
+            return none
+        return link._np(c.get_column("id"))
+
+
+# --------------------------------------------------------------------------------------------------
+# link
+
+
+@dataclass
+class _Out:
+    """What the segments leave for the end."""
+
+    files: list[Path] = field(default_factory=list)
+    flows: list[pl.DataFrame] = field(default_factory=list)
+    memory: list[pl.DataFrame] = field(default_factory=list)
+    memory_order: list[pl.Series] = field(default_factory=list)
+    tracks: list[pl.DataFrame] = field(default_factory=list)
+    stacks: StackInterner = field(default_factory=StackInterner)
+    queued: QueuedWork = field(default_factory=QueuedWork)
+    largest: int = 0
+
+
+def _read_rows(files: list[Path], ranges: list[tuple[int, int]]) -> list[pl.DataFrame]:
+    return [
+        pl.scan_parquet(f).slice(lo, hi - lo).collect()
+        for f, (lo, hi) in zip(files, ranges, strict=True)
+        if hi > lo
+    ]
+
+
+def _segment_events(sp: Spilled, pl_: Plan, k: int) -> pl.DataFrame:
+    """Segment ``k``'s unlinked events in id order, ids 0..n-1 (as the in-memory load's
+    ``kineto._events_table`` rows, for the whole trace, restricted to it)."""
+    parts = _read_rows(sp.event_files, pl_.ranges(pl_.event_pos, pl_.event_rows, k))
+    seg = pl.concat([pl.DataFrame(schema=pl_.schema), *parts], how="vertical_relaxed")
+    del parts
+    seg = renumbered(seg, sp.maps, _TRACK_COLUMNS)
+    if "rank" in seg.columns:
+        seg = seg.with_columns(pl.lit(sp.rank, pl.Int32).alias("rank"))
+    seg = seg.sort("ts_ns", maintain_order=True)
+    return seg.insert_column(0, pl.int_range(seg.height, dtype=pl.Int64, eager=True).alias("id"))
+
+
+def _segment_flows(sp: Spilled, pl_: Plan, k: int) -> pl.DataFrame:
+    """Segment ``k``'s raw flow records, in trace order."""
+    parts = _read_rows(sp.flow_files, pl_.ranges(pl_.flow_pos, pl_.flow_rows, k))
+    if not parts:
+        return pl.DataFrame(schema=link.RAW_FLOWS)
+    fl = pl.concat(parts, how="vertical_relaxed").sort("_fi").drop("_fi")
+    fl = renumbered(fl, sp.maps, _FLOW_TRACKS)
+    return fl.with_columns(
+        pl.lit(sp.rank, pl.Int32).alias("rank"), pl.col("kind").cast(schema.FlowKind)
+    )
+
+
+def _link_segment(
+    seg: pl.DataFrame, raw_flows: pl.DataFrame, memory: pl.DataFrame, steps: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[pl.DataFrame], list[pl.DataFrame]]:
+    """:func:`link.link_events` and :func:`link.link_memory` on one segment (local ids), with
+    the whole trace's steps, the queued-before-profiling rule left for the end and the stack
+    nodes before numbering: ``(events, flows, memory, frame levels, call-stack nodes)``."""
+    ev, index = link.nest_indexed(link.call_site_frames(seg))
+    del seg
+    if raw_flows.height and ev.height:
+        flows = link.resolve_flows(ev, raw_flows, index=index)
+    else:
+        flows = schema.empty("flows")
+    ev = link.link_launches(ev, flows)
+    ev = link.classify_communication(ev)
+    ev = link.mark_backward(ev)
+    ev = link.link_fwd_bwd(ev, flows)
+    ev = link.assign_steps(ev, steps, queued=False)
+    ev, levels, calls = link.stack_nodes(ev)
+    ev = schema.conform("events", ev.drop([c for c in link.HELPER_COLUMNS if c in ev.columns]))
+    mem = link.link_memory(ev, memory, steps, index=index)
+    return ev, flows, mem, levels, calls
+
+
+def link_windows(
+    sp: Spilled,
+    folder: Path,
+    *,
+    budget: int,
+    cache_entry: bool,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Profile:
+    """The Profile of the spilled windows, linked segment by segment into a Profile folder and
+    opened lazily (see the module doc). ``folder``: the spill folder (segment files; the
+    Profile folder too when it is not the cache entry)."""
+    target_rows = segment_rows(budget)
+    pl_ = plan(sp, target_rows)
+    n_seg = pl_.segments
+    # memory rows by segment, trace order kept (their table is in trace order)
+    mem = sp.memory.with_row_index("_mi")
+    mem_seg = np.searchsorted(
+        pl_.cuts, link._np(mem.get_column("ts_ns"), np.iinfo(np.int64).min), side="right"
+    )
+    mem = mem.with_columns(pl.Series("_seg", mem_seg, dtype=pl.Int64)).sort(
+        "_seg", maintain_order=True
+    )
+    mem_bounds = np.searchsorted(
+        link._np(mem.get_column("_seg")), np.arange(n_seg + 1), side="left"
+    )
+    out = _Out()
+    offset = 0
+    for k in range(n_seg):  # one per segment
+        seg = _segment_events(sp, pl_, k)
+        n = seg.height
+        out.largest = max(out.largest, n)
+        m = mem.slice(int(mem_bounds[k]), int(mem_bounds[k + 1] - mem_bounds[k]))
+        out.memory_order.append(m.get_column("_mi"))
+        m = m.drop("_mi", "_seg")
+        ev, flows, lm, levels, calls = _link_segment(seg, _segment_flows(sp, pl_, k), m, pl_.steps)
+        del seg
+        out.queued.add(ev, offset)  # (local ids)
+        local = out.stacks.add(levels, calls)
+        sid = link._np(ev.get_column("stack_id"))
+        prov = np.where(sid >= 0, local[np.maximum(sid, 0)], -1) if local.size else sid
+        ev = ev.with_columns(
+            *[pl.col(c) + offset for c in _ID_COLUMNS], link._nullable("stack_id", prov)
+        )
+        out.tracks.append(kineto._tracks(ev))
+        out.flows.append(flows.with_columns(pl.col("src_id") + offset, pl.col("dst_id") + offset))
+        out.memory.append(lm.with_columns(pl.col("op_id") + offset))
+        file = folder / f"linked-{k:05d}.parquet"
+        ev.write_parquet(file, compression="lz4", statistics=False)
+        out.files.append(file)
+        del ev
+        offset += n
+        if progress is not None:
+            progress("link", k + 1, n_seg)
+        if k == 0:
+            probe("first segment linked")
+    probe("all segments linked")
+    return _finish(
+        sp, pl_, out, folder, budget=budget, target_rows=target_rows, cache_entry=cache_entry
+    )
+
+
+def _finish(
+    sp: Spilled,
+    pl_: Plan,
+    out: _Out,
+    folder: Path,
+    *,
+    budget: int,
+    target_rows: int,
+    cache_entry: bool,
+) -> Profile:
+    """The small tables, the entry written (events streamed from the segment files) and
+    opened lazily."""
+    flows = (
+        pl.concat(out.flows).sort(["rank", "kind", "flow_id"])
+        if any(f.height for f in out.flows)
+        else schema.empty("flows")
+    )
+    flows = schema.conform("flows", flows)
+    oddities = dict(sp.oddities)
+    kineto._bump(oddities, "flow not bound to events", max(0, sp.flow_starts - flows.height))
+    if out.memory:
+        memory = pl.concat(out.memory, how="vertical_relaxed")
+        order = pl.concat(out.memory_order)
+        memory = schema.conform(
+            "memory", memory.with_columns(order.alias("_mi")).sort("_mi").drop("_mi")
+        )
+    else:
+        memory = link.link_memory(schema.empty("events"), sp.memory, pl_.steps)
+    tracks = pl.concat(out.tracks).group_by(["pid", "tid"]).agg(pl.col("is_device").any())
+    final = out.stacks.final()
+    tables = {
+        "flows": flows,
+        "stacks": out.stacks.table(final),
+        "memory": memory,
+        "counters": kineto._counters(sp.counters, sp.rank),
+        "steps": pl_.steps,
+        "devices": kineto._devices(sp.header, sp.rank),
+        "threads": kineto._threads_of(tracks, sp.names, sp.rank),
+    }
+    events = pl.scan_parquet(out.files)
+    fix = []
+    if final.size and not np.array_equal(final, np.arange(final.size)):
+        fix.append(
+            pl.col("stack_id").replace_strict(
+                pl.Series(np.arange(final.size)),
+                pl.Series(final),
+                default=None,
+                return_dtype=pl.Int64,
+            )
+        )
+    early = out.queued.early_ids()
+    if early.size:
+        fix.append(
+            pl.when(pl.col("id").is_in(pl.Series(early).implode()))
+            .then(None)
+            .otherwise(pl.col("step"))
+            .cast(pl.Int32)
+            .alias("step")
+        )
+    if fix:
+        events = events.with_columns(fix)
+    meta = kineto._profile_meta(sp.header, sp.path, oddities, sp.notes, sp.rank)
+    target = cache.writable_entry(sp.path) if cache_entry else None
+    if target is not None:
+        meta["cache_key"] = cache.cache_key(sp.path, rank=sp.rank_arg)
+    meta["out_of_core"] = {
+        "segments": pl_.segments,
+        "cut_points": pl_.candidates,
+        "budget": budget,
+        "segment_rows": target_rows,
+        "largest_segment_events": out.largest,
+        "largest_over_budget": out.largest * LINK_BYTES_PER_EVENT > budget,
+        "entry": None if target is None else str(target),
+    }
+    entry = _write_entry(target or folder / "profile", tables, events, meta)
+    probe("entry written")
+    for f in out.files:
+        f.unlink(missing_ok=True)
+    if target is not None and target.parent == cache.user_cache_root():
+        cache.evict(target.parent, keep=target)
+    return Profile.open(entry, lazy=True)
+
+
+def _write_entry(
+    target: Path, tables: dict[str, pl.DataFrame], events: pl.LazyFrame, meta: dict[str, Any]
+) -> Path:
+    """A Profile folder as ``Profile.save`` writes it (every table, then ``meta.json`` with the
+    files' sizes), written under a temporary name beside ``target`` and renamed into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        sizes = {}
+        for name in schema.TABLES:
+            file = tmp / f"{name}.parquet"
+            if name == "events":
+                events.sink_parquet(file, **WRITE_OPTIONS)
+            else:
+                df = tables.get(name)
+                (schema.empty(name) if df is None else schema.conform(name, df)).write_parquet(
+                    file, **WRITE_OPTIONS
+                )
+            sizes[name] = file.stat().st_size
+        doc = {"schema_version": schema.SCHEMA_VERSION, **meta, "table_bytes": sizes}
+        (tmp / "meta.json").write_text(json.dumps(doc, default=str))
+        if target.exists():
+            old = target.with_name(f".{target.name}.old.{os.getpid()}")
+            target.rename(old)
+            tmp.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
