@@ -217,50 +217,55 @@ def _metrics(
             "peak_tf32": pl.Float64,
         },
     )
-    bw = pl.lit(spec.mem_bw if spec is not None else None, dtype=pl.Float64)
+    bw = spec.mem_bw if spec is not None else None
     secs = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns").cast(pl.Float64) / 1e9)
-    df = df.join(peak_df, on=["dtype", "roof"], how="left", nulls_equal=True)
-    # every column below in one query (each was a query of its own: a fixed cost per call);
-    # each is the same arithmetic on the same inputs as when they were added one by one
-    intensity = pl.col("flops") / pl.col("bytes")
-    tflops = pl.col(rate_flops) / secs / 1e12
-    gbps = pl.col(rate_bytes) / secs / 1e9
+    df = df.join(peak_df, on=["dtype", "roof"], how="left", nulls_equal=True).with_columns(
+        (pl.col("flops") / pl.col("bytes")).alias("intensity"),
+        (pl.col(rate_flops) / secs / 1e12).alias("achieved_tflops"),
+        (pl.col(rate_bytes) / secs / 1e9).alias("achieved_gbps"),
+        pl.lit(bw, dtype=pl.Float64).alias("peak_bw"),
+    )
     # fp32 matmul/conv beyond the fp32 roof ran on TF32 tensor cores (cuDNN's default for
     # convolutions, torch.backends.cuda.matmul.allow_tf32 for matmul): use the TF32 roof
-    peak = (
-        pl.when(pl.col("peak_tf32").is_not_null() & (tflops * 1e12 > pl.col("peak_flops")))
+    df = df.with_columns(
+        pl.when(
+            pl.col("peak_tf32").is_not_null()
+            & (pl.col("achieved_tflops") * 1e12 > pl.col("peak_flops"))
+        )
         .then(pl.col("peak_tf32"))
         .otherwise(pl.col("peak_flops"))
+        .alias("peak_flops")
     )
     # at or right of the ridge point the compute roof applies, left of it the bandwidth roof
-    compute_side = (pl.col("roof") != "memory") & (intensity >= peak / bw)
-    pct = pl.when(compute_side).then(tflops * 1e12 / peak * 100).otherwise(gbps * 1e9 / bw * 100)
-    pct_of_peak = pl.when(pl.col("time_ns") > 0).then(pct).otherwise(None)
+    compute_side = (pl.col("roof") != "memory") & (
+        pl.col("intensity") >= pl.col("peak_flops") / pl.col("peak_bw")
+    )
+    pct = (
+        pl.when(compute_side)
+        .then(pl.col("achieved_tflops") * 1e12 / pl.col("peak_flops") * 100)
+        .otherwise(pl.col("achieved_gbps") * 1e9 / pl.col("peak_bw") * 100)
+    )
+    df = df.with_columns(
+        pl.when(pl.col("time_ns") > 0).then(pct).otherwise(None).alias("pct_of_peak"),
+        compute_side.alias("_compute_side"),
+    )
     per_call = pl.col("time_ns") / pl.col("calls").cast(pl.Float64)
     bound = (
         pl.when(per_call < LATENCY_NS)
         .then(pl.lit("latency"))
-        .when(pct_of_peak.is_null())
+        .when(pl.col("pct_of_peak").is_null())
         .then(pl.lit(None, dtype=pl.String))
-        .when(pct_of_peak < LATENCY_PCT)
+        .when(pl.col("pct_of_peak") < LATENCY_PCT)
         .then(pl.lit("latency"))
-        .when(compute_side)
+        .when(pl.col("_compute_side"))
         .then(pl.lit("compute"))
         .otherwise(pl.lit("memory"))
     )
-    # the table's columns in place (peak_flops where the join put it, peak_tf32 gone), then
-    # the figures
-    keep = [
-        peak.alias(c) if c == "peak_flops" else pl.col(c) for c in df.columns if c != "peak_tf32"
-    ]
-    return df.select(
-        *keep,
-        intensity.alias("intensity"),
-        tflops.alias("achieved_tflops"),
-        gbps.alias("achieved_gbps"),
-        pct_of_peak.alias("pct_of_peak"),
-        bound.alias("bound"),
-    )
+    # the bound added and the helper columns dropped in one query (a drop is a query of its
+    # own; each is a fixed cost per call). Every figure is computed from the columns as
+    # before: inlining them into fewer queries changed last digits (Polars folds literals)
+    gone = ("peak_tf32", "_compute_side", "peak_bw")
+    return df.select(*(c for c in df.columns if c not in gone), bound.alias("bound"))
 
 
 def _pmu(profile: Profile, kernels: pl.DataFrame, key: str) -> pl.DataFrame | None:
