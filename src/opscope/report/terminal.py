@@ -16,7 +16,7 @@ from typing import Any
 
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -252,8 +252,10 @@ def render_terminal(
     story = guarded("story", partial(story_of, report, full=full, data=data), errors)
     if story is not None:
         parts = guarded("story", partial(draw_story, story, width), errors)
-        for part in parts or []:
-            out.print(part)
+        if parts:
+            # one print of the group, not one per part: the same lines (each part renders
+            # as if printed alone), without rich's per-print overhead (~30% of the drawing)
+            out.print(Group(*parts))
         for name in story.extra:
             res = report.sections.get(name)
             md = guarded(name, partial(_extra, res), errors)
