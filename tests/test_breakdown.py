@@ -27,16 +27,26 @@ def test_union_matches_brute_force() -> None:
         assert got[g] == len(covered)
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["numpy_runs", "window_functions"])
 @pytest.mark.parametrize("base", [0, 3_000_000_000_000_000, 2**62])
-def test_union_and_idle_split_match_brute_force_over_many_groups(base: int) -> None:
+def test_union_and_idle_split_match_brute_force_over_many_groups(
+    base: int, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Many groups (null keys too), times near 0, 3e15 ns (a steady clock) and 2**62: unions
-    and the idle split equal plain Python per group (the golden tests' reference split)."""
+    and the idle split equal plain Python per group (the golden tests' reference split), on
+    both paths (the NumPy runs of large inputs, the window functions of small ones)."""
     import random
 
     import polars as pl
 
+    from opscope.analysis import breakdown as bd
     from opscope.analysis.breakdown import idle_split
     from test_breakdown_golden import split
+
+    monkeypatch.setattr(bd, "RUNS_MIN_ROWS", 0 if fast else 10**9)
+    taken = []
+    real = bd._runs
+    monkeypatch.setattr(bd, "_runs", lambda s, k: taken.append(r := real(s, k)) or r)
 
     rng = random.Random(7)
     rows = []
@@ -68,6 +78,7 @@ def test_union_and_idle_split_match_brute_force_over_many_groups(base: int) -> N
             covered.update(range(r[2] - base, r[3] - base))
         assert got[key] == len(covered), key
         assert split_got[key] == split([(r[2], r[3], r[4]) for r in mine], w0, w1), key
+    assert len(taken) == 2 and all((r is not None) == fast for r in taken)
 
 
 def test_union_of_inverted_or_far_apart_intervals_keeps_todays_figures(
@@ -77,6 +88,7 @@ def test_union_of_inverted_or_far_apart_intervals_keeps_todays_figures(
 
     from opscope.analysis import breakdown as bd
 
+    monkeypatch.setattr(bd, "RUNS_MIN_ROWS", 0)  # declined for what they are, not their size
     taken = []
     real = bd._runs
     monkeypatch.setattr(bd, "_runs", lambda s, k: taken.append(r := real(s, k)) or r)

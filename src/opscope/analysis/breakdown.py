@@ -161,6 +161,11 @@ def group_starts(df: pl.DataFrame, keys: list[str]) -> np.ndarray:
     return first
 
 
+#: Below this many intervals the window functions are cheaper than the NumPy passes (a few
+#: fixed-cost conversions): small traces keep them.
+RUNS_MIN_ROWS = 2000
+
+
 def _runs(s: pl.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """For ``s`` sorted by ``keys`` and ``start``: (``first``: the row starts its group,
     ``new``: it starts a segment of the group's union, ``covered``: the running maximum of the
@@ -169,12 +174,13 @@ def _runs(s: pl.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.
     The running maximum must restart at each group; instead of a window function per group
     (slow with thousands of groups) each group's times are moved to lie after the previous
     group's, so that one running maximum over the whole column is the per-group one (integers:
-    exact). None when a time is null, an interval ends before it starts, or the moved times
-    would not fit in int64 (the caller then takes the window functions).
+    exact). None when there are fewer than :data:`RUNS_MIN_ROWS` rows, a time is null, an
+    interval ends before it starts, or the moved times would not fit in int64 (the caller then
+    takes the window functions).
     """
     n = s.height
     st, en = s.get_column("start"), s.get_column("end")
-    if not n or st.null_count() or en.null_count():
+    if n < RUNS_MIN_ROWS or st.null_count() or en.null_count():
         return None
     start = st.to_numpy().astype(np.int64, copy=False)
     end = en.to_numpy().astype(np.int64, copy=False)
