@@ -249,24 +249,16 @@ def _op_times(profile: Profile) -> pl.DataFrame:
     if len(at_op) == ops.height:
         # the ops are the tree's cpu_op rows in the same order: their figures by position, not
         # three joins on id (most of the time of this function on millions of events)
-        return (
-            ops.lazy()
-            .with_columns(
-                pl.lit(pl.Series("_child", child_ns[at_op], dtype=pl.Int64)),
-                pl.lit(pl.Series("device_self_ns", own[at_op], dtype=pl.Int64)),
-                pl.lit(pl.Series("_desc", desc[at_op], dtype=pl.Int64)),
-            )
-            .with_columns(
-                (pl.col("dur_ns") - pl.col("_child")).clip(lower_bound=0).alias("self_ns")
-            )
-            .with_columns((pl.col("device_self_ns") + pl.col("_desc")).alias("device_ns"))
-            .drop("_child", "_desc")
-            .collect()
+        child = pl.lit(pl.Series(child_ns[at_op], dtype=pl.Int64))
+        return ops.with_columns(  # one query, the columns in the joins' order
+            pl.Series("device_self_ns", own[at_op], dtype=pl.Int64),
+            (pl.col("dur_ns") - child).clip(lower_bound=0).alias("self_ns"),
+            pl.Series("device_ns", own[at_op] + desc[at_op], dtype=pl.Int64),
         )
     ids = tree.get_column("id")
-    child = pl.DataFrame([ids, pl.Series("child_ns", child_ns)])
+    children = pl.DataFrame([ids, pl.Series("child_ns", child_ns)])
     dev_incl = pl.DataFrame([ids, pl.Series("desc_ns", desc)])
-    return _op_table(ev, child, dev_self, dev_incl)
+    return _op_table(ev, children, dev_self, dev_incl)
 
 
 _OP_COLUMNS = ("id", "rank", "name", "input_dims", "input_types", "step", "ts_ns", "dur_ns")
