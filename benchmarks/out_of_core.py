@@ -6,11 +6,14 @@ process:
 
 - ``in_memory``: ``parse_kineto(path)`` with no budget (today's path; skipped above
   ``--skip-in-memory-above`` MB, where it does not fit this machine);
-- ``budget``: ``parse_kineto(path)`` with ``OPSCOPE_MEMORY_BUDGET`` (default 1 byte: always
-  out-of-core, phase 2: windows spilled to Parquet, read back and linked in memory); then the
-  Profile is written to the columnar cache (a private ``OPSCOPE_CACHE_DIR``), timed apart;
+- ``budget``: ``read_kineto(path)`` with ``OPSCOPE_MEMORY_BUDGET`` (default 1 byte: always
+  out-of-core) and a private ``OPSCOPE_CACHE_DIR``: the windows are spilled to Parquet, linked
+  segment by segment and written as the cache entry (phase 3), which is opened lazily; its
+  events are counted from the entry's file, never read whole. The peak RSS after each phase
+  (``OPSCOPE_OOC_PROBE``) is reported as ``probes``;
 - ``cached``: a fresh process opens the cache entry (``opscope.load``, lazy) and runs
-  ``hotspots`` + ``breakdown`` (the issue's target: <= 5 s for 10 GB).
+  ``hotspots`` + ``breakdown`` (the issue's target: <= 5 s for 10 GB; skipped above
+  ``--skip-cached-above`` MB: until the analyses stream (phase 4) they read the events whole).
 
 Each child is watched: over ``--rss-cap`` (default 16G) it is killed and reported as such, so a
 run never pushes a shared machine out of memory. Peak RSS is the child's ``ru_maxrss``.
@@ -38,14 +41,18 @@ t = time.perf_counter()
 from pathlib import Path
 from opscope.ingest import cache, kineto
 path = Path(sys.argv[1])
-p = kineto.parse_kineto(path)
+p = kineto.read_kineto(path, cache=sys.argv[2] == "store")
 load_s = time.perf_counter() - t
-n = p.events.height
 store_s = None
-if sys.argv[2] == "store":
-    t = time.perf_counter()
-    cache.store(path, p)
-    store_s = time.perf_counter() - t
+ooc = p.meta.get("out_of_core")
+if ooc:  # the entry is written: count its rows from the file (never read whole)
+    import polars as pl
+    entry = ooc["entry"]
+    n = pl.scan_parquet(entry + "/events.parquet").select(pl.len()).collect().item()
+    print("segments", ooc["segments"], "cut_points", ooc["cut_points"],
+          "largest", ooc["largest_segment_events"], file=sys.stderr)
+else:
+    n = p.events.height
 r = resource.getrusage(resource.RUSAGE_SELF)
 print(load_s, r.ru_maxrss * 1024, n, store_s)
 """
@@ -103,6 +110,12 @@ def run(
         raise SystemExit(err)
     t, rss, n, store = out.split()
     row: dict[str, object] = {"s": round(float(t), 2), "peak_rss_gb": round(int(rss) / 1e9, 3)}
+    probes = [line[6:] for line in err.splitlines() if line.startswith("[ooc] ")]
+    if probes:
+        row["probes"] = probes
+    seg = [line for line in err.splitlines() if line.startswith("segments ")]
+    if seg:
+        row["segments"] = seg[0]
     if int(n):
         row["events"] = int(n)
     if store != "None":
@@ -122,6 +135,7 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="also 10000 MB (long on 2 cores)")
     ap.add_argument("--budget", default="1", help="OPSCOPE_MEMORY_BUDGET for the budgeted load")
     ap.add_argument("--skip-in-memory-above", type=float, default=3000.0)
+    ap.add_argument("--skip-cached-above", type=float, default=3000.0)
     ap.add_argument("--rss-cap", default="16G", help="kill a child whose RSS passes this")
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--keep", action="store_true")
@@ -147,9 +161,10 @@ def main() -> None:
                 base = {"mb": mb, **mem}
         with tempfile.TemporaryDirectory(prefix="opscope-ooc-cache-", dir=tmp) as cdir:
             env = {"OPSCOPE_CACHE_DIR": cdir, "OPSCOPE_CACHE_MAX_BYTES": str(1 << 40)}
-            got = run(COLD, path, {**env, "OPSCOPE_MEMORY_BUDGET": a.budget}, cap, "store")
+            budget_env = {**env, "OPSCOPE_MEMORY_BUDGET": a.budget, "OPSCOPE_OOC_PROBE": "1"}
+            got = run(COLD, path, budget_env, cap, "store")
             row["budget"] = got
-            if "s" in got:
+            if "s" in got and mb <= a.skip_cached_above:
                 row["cached_hotspots_breakdown"] = run(CACHED, path, env, cap)
         if base and "s" in got:
             scale = mb / float(base["mb"])  # type: ignore[arg-type]

@@ -89,6 +89,7 @@ def test_cuts_between_steps(tmp_path: Path) -> None:
     assert got.meta["out_of_core"]["cut_points"] == 3
     assert got.meta["out_of_core"]["segments"] == 4
     assert got.meta["out_of_core"]["largest_segment_events"] == 4  # step, op, launch, kernel
+    assert not got.meta["out_of_core"]["fix_pass"]  # events written once
 
 
 def test_no_cut_across_a_launch_or_a_backward_root(tmp_path: Path) -> None:
@@ -157,6 +158,7 @@ def test_stack_ids_renumbered_level_by_level(tmp_path: Path) -> None:
         got.events.filter(pl.col("kind") == "python_function").select("name", "stack_id").rows()
     )
     assert sid == {"a.py(1): f": 0, "c.py(3): h": 1, "b.py(2): g": 2}
+    assert got.meta["out_of_core"]["fix_pass"]  # renumbered in a second pass
     ops = got.events.filter(pl.col("name") == "aten::mm").sort("ts_ns")
     assert ops.get_column("stack_id").to_list() == [2, 1]  # innermost frame of each op
 
@@ -172,6 +174,7 @@ def test_work_queued_before_profiling_found_from_a_later_segment(tmp_path: Path)
     # it ran before the first launched work (step 2's, next segment): no profiled step's
     warm = got.events.filter(pl.col("name") == "warmup").row(0, named=True)
     assert warm["step"] is None and warm["launch_id"] is None
+    assert got.meta["out_of_core"]["fix_pass"]
 
 
 def test_cache_entry_written_in_place_and_opened_lazily(

@@ -32,11 +32,12 @@ window (each stably sorted by ``ts_ns``), one of raw flow records per window (so
    appearance), the tracks (for THREADS), and what :func:`link.queued_before_profiling`
    needs from the whole trace (:class:`QueuedWork`: the first launched device work per device
    and the device work without a launch before it).
-3. *Write*: each linked segment goes to an lz4 file of the spill folder; at the end one
-   streaming pass writes them as the entry's ``events.parquet`` (zstd row groups) with the
-   final stack ids and the queued-before-profiling steps, the small tables beside it, and
-   ``meta.json`` last, in a temporary folder renamed into place. The Profile returned is
-   ``Profile.open(entry, lazy=True)``, marked ``meta["out_of_core"]``.
+3. *Write*: one streaming Parquet sink writes the entry's ``events.parquet`` (zstd row
+   groups) from a source that links the next segment whenever the writer asks for rows; a
+   second streaming pass applies the final stack ids and the queued-before-profiling steps
+   where the end finds any to change. Then the small tables and ``meta.json``, in a temporary
+   folder renamed into place. The Profile returned is ``Profile.open(entry, lazy=True)``,
+   marked ``meta["out_of_core"]``.
 
 A segment larger than its target (no cut in a long stretch of the trace) is still linked whole
 in memory: correct, not bounded; the marker says so (``largest_segment_events``).
@@ -50,13 +51,15 @@ import resource
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+from polars.io.plugins import register_io_source
 
 from opscope.ingest import cache, jsonscan, kineto, link
 from opscope.model import Profile, kinds, schema
@@ -98,7 +101,12 @@ def probe(label: str) -> None:
     """Print the peak RSS so far (``$OPSCOPE_OOC_PROBE``)."""
     if os.environ.get(PROBE_ENV):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        print(f"[ooc] {label}: peak RSS {peak / 1e9:.2f} GB", file=sys.stderr, flush=True)
+        cpu = time.process_time()
+        print(
+            f"[ooc] {label}: peak RSS {peak / 1e9:.2f} GB, CPU {cpu:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def renumbered(df: pl.DataFrame, maps: Maps, columns: dict[str, tuple[str, ...]]) -> pl.DataFrame:
@@ -175,79 +183,73 @@ def _blocks(ts: IntArray, end: IntArray) -> tuple[IntArray, IntArray]:
     return ts[idx], np.maximum.reduceat(end, idx)
 
 
-def _spans(parts: list[pl.DataFrame], keys: list[str]) -> tuple[IntArray, IntArray]:
-    """``[first, last + 1]`` of each key over every window's partial ``lo``/``hi``."""
-    parts = [p for p in parts if p.height]
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
-    sp = pl.concat(parts, how="vertical_relaxed").group_by(keys).agg(pl.min("lo"), pl.max("hi"))
-    return link._np(sp.get_column("lo")), link._np(sp.get_column("hi")) + 1
-
-
-def _key_span(df: pl.DataFrame, keys: list[str], where: pl.Expr) -> pl.DataFrame:
-    return (
-        df.filter(where)
-        .group_by(keys)
+def _span_blocks(lf: pl.LazyFrame, keys: list[str]) -> tuple[IntArray, IntArray]:
+    """The time span ``[first, last + 1]`` of each key of ``lf`` (``ts_ns`` rows), reduced
+    to the :func:`_blocks` of those spans (a cut inside a key's span is one inside its
+    block): a few per step instead of one per key."""
+    sp = (
+        lf.group_by(keys)
         .agg(pl.col("ts_ns").min().alias("lo"), pl.col("ts_ns").max().alias("hi"))
+        .select("lo", "hi")
+        .sort("lo")
+        .collect(engine="streaming")
     )
+    lo = link._np(sp.get_column("lo"))
+    hi = link._np(sp.get_column("hi")) + 1
+    del sp
+    return _blocks(lo, hi)
 
 
 def plan(sp: Spilled, target_rows: int) -> Plan:
     """Cut times and each file's row ranges (see the module doc)."""
     starts: list[IntArray] = []
     ends: list[IntArray] = []
-    corr: list[pl.DataFrame] = []
-    ext: list[pl.DataFrame] = []
-    seq: list[pl.DataFrame] = []
     step_rows: list[pl.DataFrame] = []
     schemas: list[pl.DataFrame] = []
-    cols = ["ts_ns", "dur_ns", "kind", "correlation", "external_id", "seq", "device"]
     for f in sp.event_files:
         schemas.append(pl.DataFrame(schema=pl.read_parquet_schema(f)))
-        # (a column no row of a window has is typed by the scanner's default there)
-        df = pl.read_parquet(f, columns=cols).with_columns(
-            pl.col("correlation", "external_id", "seq").cast(pl.Int64, strict=False)
-        )
+        df = pl.read_parquet(f, columns=["ts_ns", "dur_ns"])
         ts = link._np(df.get_column("ts_ns"))
         a, b = _blocks(ts, ts + link._np(df.get_column("dur_ns"), 0))
+        del df, ts
         starts.append(a)
         ends.append(b)
-        kind = pl.col("kind").cast(pl.String)
-        corr.append(_key_span(df, ["correlation"], pl.col("correlation").is_not_null()))
-        ext.append(
-            _key_span(
-                df,
-                ["external_id"],
-                pl.col("external_id").is_not_null()
-                & (kind.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
-            )
-        )
-        seq.append(_key_span(df, ["seq"], (kind == "cpu_op") & (pl.col("seq") >= 0)))
-        del df
         step_rows.append(
             pl.scan_parquet(f)
             .filter(pl.col("kind").cast(pl.String) == "step")
             .select("kind", "name", "ts_ns", "dur_ns")
             .collect()
         )
-    flows: list[pl.DataFrame] = []
-    for f in sp.flow_files:
-        fl = pl.read_parquet(f, columns=["kind", "flow_id", "ts_ns"])
-        flows.append(
-            _key_span(
-                fl.with_columns(pl.col("kind").cast(pl.String)), ["kind", "flow_id"], pl.lit(True)
-            )
+    kind = pl.col("kind").cast(pl.String)
+    keyed = (
+        ("correlation", pl.col("correlation").is_not_null()),
+        (
+            "external_id",
+            pl.col("external_id").is_not_null()
+            & (kind.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
+        ),
+        ("seq", (kind == "cpu_op") & (pl.col("seq") >= 0)),
+    )
+    for key, where in keyed:  # one key at a time: the peak is one key's table
+        # (a column no row of a window has is typed by the scanner's default there)
+        cols = [pl.col("ts_ns"), pl.col(key).cast(pl.Int64, strict=False), "kind", "device"]
+        lf = pl.concat(
+            [pl.scan_parquet(f).select(cols) for f in sp.event_files], how="vertical_relaxed"
         )
-    for parts, keys in ((corr, ["correlation"]), (ext, ["external_id"]), (seq, ["seq"])):
-        a, b = _spans(parts, keys)
-        parts.clear()
+        a, b = _span_blocks(lf.filter(where), [key])
         starts.append(a)
         ends.append(b)
-    a, b = _spans(flows, ["kind", "flow_id"])
-    flows.clear()
-    starts.append(a)
-    ends.append(b)
+    if sp.flow_files:
+        lf = pl.concat(
+            [
+                pl.scan_parquet(f).select(pl.col("kind").cast(pl.String), "flow_id", "ts_ns")
+                for f in sp.flow_files
+            ],
+            how="vertical_relaxed",
+        )
+        a, b = _span_blocks(lf, ["kind", "flow_id"])
+        starts.append(a)
+        ends.append(b)
     cands, touch = _candidates(np.concatenate(starts), np.concatenate(ends))
     del starts, ends
     probe("plan: cut candidates")
@@ -498,7 +500,7 @@ class QueuedWork:
 class _Out:
     """What the segments leave for the end."""
 
-    files: list[Path] = field(default_factory=list)
+    segments: int = 0
     flows: list[pl.DataFrame] = field(default_factory=list)
     memory: list[pl.DataFrame] = field(default_factory=list)
     memory_order: list[pl.Series] = field(default_factory=list)
@@ -525,7 +527,8 @@ def _segment_events(sp: Spilled, pl_: Plan, k: int) -> pl.DataFrame:
     seg = renumbered(seg, sp.maps, _TRACK_COLUMNS)
     if "rank" in seg.columns:
         seg = seg.with_columns(pl.lit(sp.rank, pl.Int32).alias("rank"))
-    seg = seg.sort("ts_ns", maintain_order=True)
+    if not seg.get_column("ts_ns").is_sorted():  # (parts from one window are sorted already)
+        seg = seg.sort("ts_ns", maintain_order=True)
     return seg.insert_column(0, pl.int_range(seg.height, dtype=pl.Int64, eager=True).alias("id"))
 
 
@@ -573,10 +576,45 @@ def link_windows(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> Profile:
     """The Profile of the spilled windows, linked segment by segment into a Profile folder and
-    opened lazily (see the module doc). ``folder``: the spill folder (segment files; the
-    Profile folder too when it is not the cache entry)."""
+    opened lazily (see the module doc). ``folder``: the spill folder (the Profile folder goes
+    there when it is not the cache entry)."""
     target_rows = segment_rows(budget)
     pl_ = plan(sp, target_rows)
+    target = cache.writable_entry(sp.path) if cache_entry else None
+    dest = target or folder / "profile"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        out = _Out()
+        source = register_io_source(
+            lambda *_: _linked_segments(sp, pl_, out, progress),
+            schema=dict(schema.EVENTS),
+        )
+        # Each segment is linked when the writer asks for it and written as its row groups.
+        source.sink_parquet(tmp / "events.parquet", **WRITE_OPTIONS)
+        probe("all segments linked and written")
+        return _finish(
+            sp,
+            pl_,
+            out,
+            tmp,
+            dest,
+            budget=budget,
+            target_rows=target_rows,
+            in_cache=target is not None,
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _linked_segments(
+    sp: Spilled,
+    pl_: Plan,
+    out: _Out,
+    progress: Callable[[str, int, int], None] | None,
+) -> Iterator[pl.DataFrame]:
+    """Each segment's linked events (final ids, provisional stack ids), in id order; what the
+    end needs is left in ``out``."""
     n_seg = pl_.segments
     # memory rows by segment, trace order kept (their table is in trace order)
     mem = sp.memory.with_row_index("_mi")
@@ -589,7 +627,6 @@ def link_windows(
     mem_bounds = np.searchsorted(
         link._np(mem.get_column("_seg")), np.arange(n_seg + 1), side="left"
     )
-    out = _Out()
     offset = 0
     for k in range(n_seg):  # one per segment
         seg = _segment_events(sp, pl_, k)
@@ -610,33 +647,31 @@ def link_windows(
         out.tracks.append(kineto._tracks(ev))
         out.flows.append(flows.with_columns(pl.col("src_id") + offset, pl.col("dst_id") + offset))
         out.memory.append(lm.with_columns(pl.col("op_id") + offset))
-        file = folder / f"linked-{k:05d}.parquet"
-        ev.write_parquet(file, compression="lz4", statistics=False)
-        out.files.append(file)
-        del ev
+        out.segments += 1
         offset += n
         if progress is not None:
             progress("link", k + 1, n_seg)
         if k == 0:
             probe("first segment linked")
-    probe("all segments linked")
-    return _finish(
-        sp, pl_, out, folder, budget=budget, target_rows=target_rows, cache_entry=cache_entry
-    )
+        yield ev
+        del ev
 
 
 def _finish(
     sp: Spilled,
     pl_: Plan,
     out: _Out,
-    folder: Path,
+    tmp: Path,
+    dest: Path,
     *,
     budget: int,
     target_rows: int,
-    cache_entry: bool,
+    in_cache: bool,
 ) -> Profile:
-    """The small tables, the entry written (events streamed from the segment files) and
-    opened lazily."""
+    """The small tables and the fixes of the events written, the folder renamed into place
+    and opened lazily."""
+    if out.segments != pl_.segments:  # (the writer stopped asking: never silently short)
+        raise RuntimeError(f"{sp.path}: {out.segments} of {pl_.segments} segments written")
     flows = (
         pl.concat(out.flows).sort(["rank", "kind", "flow_id"])
         if any(f.height for f in out.flows)
@@ -645,14 +680,9 @@ def _finish(
     flows = schema.conform("flows", flows)
     oddities = dict(sp.oddities)
     kineto._bump(oddities, "flow not bound to events", max(0, sp.flow_starts - flows.height))
-    if out.memory:
-        memory = pl.concat(out.memory, how="vertical_relaxed")
-        order = pl.concat(out.memory_order)
-        memory = schema.conform(
-            "memory", memory.with_columns(order.alias("_mi")).sort("_mi").drop("_mi")
-        )
-    else:
-        memory = link.link_memory(schema.empty("events"), sp.memory, pl_.steps)
+    memory = pl.concat(out.memory, how="vertical_relaxed")
+    order = pl.concat(out.memory_order)
+    memory = memory.with_columns(order.alias("_mi")).sort("_mi").drop("_mi")
     tracks = pl.concat(out.tracks).group_by(["pid", "tid"]).agg(pl.col("is_device").any())
     final = out.stacks.final()
     tables = {
@@ -664,7 +694,6 @@ def _finish(
         "devices": kineto._devices(sp.header, sp.rank),
         "threads": kineto._threads_of(tracks, sp.names, sp.rank),
     }
-    events = pl.scan_parquet(out.files)
     fix = []
     if final.size and not np.array_equal(final, np.arange(final.size)):
         fix.append(
@@ -684,11 +713,14 @@ def _finish(
             .cast(pl.Int32)
             .alias("step")
         )
-    if fix:
-        events = events.with_columns(fix)
+    if fix:  # a second streaming pass over the written events (stack ids, queued work's steps)
+        fixed = tmp / "events.fixed.parquet"
+        pl.scan_parquet(tmp / "events.parquet").with_columns(fix).sink_parquet(
+            fixed, **WRITE_OPTIONS
+        )
+        fixed.replace(tmp / "events.parquet")
     meta = kineto._profile_meta(sp.header, sp.path, oddities, sp.notes, sp.rank)
-    target = cache.writable_entry(sp.path) if cache_entry else None
-    if target is not None:
+    if in_cache:
         meta["cache_key"] = cache.cache_key(sp.path, rank=sp.rank_arg)
     meta["out_of_core"] = {
         "segments": pl_.segments,
@@ -697,46 +729,36 @@ def _finish(
         "segment_rows": target_rows,
         "largest_segment_events": out.largest,
         "largest_over_budget": out.largest * LINK_BYTES_PER_EVENT > budget,
-        "entry": None if target is None else str(target),
+        "fix_pass": bool(fix),
+        "entry": str(dest) if in_cache else None,
     }
-    entry = _write_entry(target or folder / "profile", tables, events, meta)
+    _write_entry(tmp, dest, tables, meta)
     probe("entry written")
-    for f in out.files:
-        f.unlink(missing_ok=True)
-    if target is not None and target.parent == cache.user_cache_root():
-        cache.evict(target.parent, keep=target)
-    return Profile.open(entry, lazy=True)
+    if in_cache and dest.parent == cache.user_cache_root():
+        cache.evict(dest.parent, keep=dest)
+    return Profile.open(dest, lazy=True)
 
 
 def _write_entry(
-    target: Path, tables: dict[str, pl.DataFrame], events: pl.LazyFrame, meta: dict[str, Any]
-) -> Path:
-    """A Profile folder as ``Profile.save`` writes it (every table, then ``meta.json`` with the
-    files' sizes), written under a temporary name beside ``target`` and renamed into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        sizes = {}
-        for name in schema.TABLES:
-            file = tmp / f"{name}.parquet"
-            if name == "events":
-                events.sink_parquet(file, **WRITE_OPTIONS)
-            else:
-                df = tables.get(name)
-                (schema.empty(name) if df is None else schema.conform(name, df)).write_parquet(
-                    file, **WRITE_OPTIONS
-                )
-            sizes[name] = file.stat().st_size
-        doc = {"schema_version": schema.SCHEMA_VERSION, **meta, "table_bytes": sizes}
-        (tmp / "meta.json").write_text(json.dumps(doc, default=str))
-        if target.exists():
-            old = target.with_name(f".{target.name}.old.{os.getpid()}")
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+    tmp: Path, target: Path, tables: dict[str, pl.DataFrame], meta: dict[str, Any]
+) -> None:
+    """The Profile folder as ``Profile.save`` writes it (every table, then ``meta.json`` with the
+    files' sizes) in ``tmp`` (which holds ``events.parquet`` already), renamed to ``target``."""
+    sizes = {}
+    for name in schema.TABLES:
+        file = tmp / f"{name}.parquet"
+        if name != "events":
+            df = tables.get(name)
+            (schema.empty(name) if df is None else schema.conform(name, df)).write_parquet(
+                file, **WRITE_OPTIONS
+            )
+        sizes[name] = file.stat().st_size
+    doc = {"schema_version": schema.SCHEMA_VERSION, **meta, "table_bytes": sizes}
+    (tmp / "meta.json").write_text(json.dumps(doc, default=str))
+    if target.exists():
+        old = target.with_name(f".{target.name}.old.{os.getpid()}")
+        target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(target)
