@@ -17,7 +17,7 @@ shared by the other core analyses (their Markdown tables are written in report/)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -39,11 +39,16 @@ MAX_DEPTH = 256
 #: about 10 GB of JSON text, which would not fit in memory whole anyway.
 LAZY_FILE_BYTES = 512 << 20
 
-#: The events columns hotspots reads, its attribution (``charged_lines``) included.
+#: The events columns hotspots' op and kernel tables read.
 HOTSPOT_COLUMNS: tuple[str, ...] = (
     "id", "rank", "kind", "name", "ts_ns", "dur_ns", "parent_id", "op_id", "step",
-    "input_dims", "input_types", "fwd_id", "is_backward", "stack_id", "module", "op_type",
-    "core_type",
+    "input_dims", "input_types", "op_type", "core_type",
+)  # fmt: skip
+
+#: The events columns its modules and source lines (attribution's ``charged_lines``) read.
+ATTRIBUTION_COLUMNS: tuple[str, ...] = (
+    "id", "parent_id", "kind", "fwd_id", "is_backward", "stack_id", "module", "op_id", "step",
+    "dur_ns",
 )  # fmt: skip
 
 
@@ -347,12 +352,59 @@ def _agg(df: pl.DataFrame, keys: list[str], base: int, span: int, device: bool) 
     ).sort(["total_ns", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
 
 
+class _Tables(NamedTuple):
+    ops: pl.DataFrame
+    op_shapes: pl.DataFrame
+    kernels: pl.DataFrame
+    kernel_types: pl.DataFrame
+    per_step: pl.DataFrame
+    step_ns: int
+    span_ns: int
+
+
 @analysis("hotspots")
 def hotspots(profile: Profile, options: Options) -> Hotspots:
     """Hotspot tables of ``profile``: see :class:`Hotspots`."""
     from opscope.analysis.attribution import charged_lines
 
-    profile = projected(profile, HOTSPOT_READ)
+    # A large file-backed profile is read in two projections in turn, the op and kernel
+    # tables' then the attribution's: the first is freed before the second is read, so the
+    # peak is the larger of the two, not their sum.
+    t = _op_tables(projected(profile, HOTSPOT_READ))
+    step_ns, span_ns, base = t.step_ns, t.span_ns, t.step_ns or t.span_ns
+    lines = charged_lines(projected(profile, ATTRIBUTION_COLUMNS))
+    time_col = "total_ns"
+    modules = (
+        lines.group_by("module")
+        .agg(
+            pl.col(time_col).sum().alias("total_ns"),
+            pl.col("fwd_ns").sum(),
+            pl.col("bwd_ns").sum(),
+            pl.col("calls").sum(),
+        )
+        .with_columns(
+            (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
+        )
+        .sort(["total_ns", "module"], descending=[True, False], nulls_last=True)
+    )
+    sources = lines.with_columns(
+        (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
+    )
+    return Hotspots(
+        ops=t.ops,
+        kernels=t.kernels,
+        op_shapes=t.op_shapes,
+        modules=modules,
+        sources=sources,
+        per_step=t.per_step,
+        kernel_types=t.kernel_types,
+        step_ns=step_ns,
+        span_ns=span_ns,
+        top=options.top,
+    )
+
+
+def _op_tables(profile: Profile) -> _Tables:
     step_ns, span_ns = time_base(profile)
     base = step_ns or span_ns
     ops = op_times(profile)
@@ -387,33 +439,4 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
             .with_columns(pl.lit("kernel").alias("what")),
         ]
     ).sort(["step", "what", "total_ns", "name"], descending=[False, False, True, False])
-    lines = charged_lines(profile)
-    time_col = "total_ns"
-    modules = (
-        lines.group_by("module")
-        .agg(
-            pl.col(time_col).sum().alias("total_ns"),
-            pl.col("fwd_ns").sum(),
-            pl.col("bwd_ns").sum(),
-            pl.col("calls").sum(),
-        )
-        .with_columns(
-            (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
-        )
-        .sort(["total_ns", "module"], descending=[True, False], nulls_last=True)
-    )
-    sources = lines.with_columns(
-        (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
-    )
-    return Hotspots(
-        ops=op_tab,
-        kernels=kern_tab,
-        op_shapes=shape_tab,
-        modules=modules,
-        sources=sources,
-        per_step=per_step,
-        kernel_types=types_tab,
-        step_ns=step_ns,
-        span_ns=span_ns,
-        top=options.top,
-    )
+    return _Tables(op_tab, shape_tab, kern_tab, types_tab, per_step, step_ns, span_ns)
