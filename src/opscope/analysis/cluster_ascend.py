@@ -276,6 +276,8 @@ def stage_imbalance(ranks: pl.DataFrame, stages: pl.DataFrame) -> pl.DataFrame:
         "excess": pl.Float64,
         "slow": pl.Boolean,
     }
+    if stages.height < 2:  # fewer than two stage rows: fewer than two stages (no query)
+        return pl.DataFrame(schema=schema)
     st = stages.unique("rank", keep="first").join(ranks.select("rank", "compute_ns"), on="rank")
     per = (
         st.group_by("pp_stage")
