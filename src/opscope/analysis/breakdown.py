@@ -398,15 +398,39 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
 def _breakdown(profile: Profile) -> Breakdown:
     # Once per Profile: the report's "breakdown" and the cluster analysis both ask for it.
     # A large file-backed profile is read for the columns used alone (never whole).
-    return _breakdown_of(projected(profile, BREAKDOWN_READ))
+    return _breakdown_of(_inputs(projected(profile, BREAKDOWN_READ)))
 
 
-def _breakdown_of(profile: Profile) -> Breakdown:
+@dataclass(frozen=True)
+class _Inputs:
+    """What breakdown reads of a profile: taken first, so that a projected profile's events
+    are freed before the unions (a large file-backed profile's peak)."""
+
+    win: pl.DataFrame
+    dev: pl.DataFrame
+    host: pl.DataFrame
+    data: pl.DataFrame
+    has_dev: bool
+    steps: pl.DataFrame
+
+
+def _inputs(profile: Profile) -> _Inputs:
     # the columns used, before any filter (filtering every column of the events was the cost);
     # ``step`` too: the host parts keep the event's own step (the window's is ``step_right``)
     ev = profile.events.select("rank", "step", "kind", "name", "ts_ns", "dur_ns")
-    win = _windows(profile)
-    dev = _device_work(profile)
+    data = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
+    return _Inputs(
+        win=_windows(profile),
+        dev=_device_work(profile),
+        host=ev.filter(pl.col("kind") == "cpu_op").select("rank", "step", "ts_ns", "dur_ns"),
+        data=ev.filter(data),
+        has_dev=profile.has_device,
+        steps=profile.steps,
+    )
+
+
+def _breakdown_of(inp: _Inputs) -> Breakdown:
+    win, dev = inp.win, inp.dev
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
     cdev = _clip(dev, win)
     parts = [
@@ -415,16 +439,11 @@ def _breakdown_of(profile: Profile) -> Breakdown:
         cdev.filter(pl.col("kind") == "memcpy").with_columns(pl.lit("memcpy").alias("cls")),
         cdev.filter(pl.col("kind") == "memset").with_columns(pl.lit("memset").alias("cls")),
         cdev.filter(~is_comm).with_columns(pl.lit("not_comm").alias("cls")),
-        _clip(ev.filter(pl.col("kind") == "cpu_op"), win, "host_ops"),
-        _clip(
-            ev.filter(
-                pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
-            ),
-            win,
-            "data_loading",
-        ),
+        _clip(inp.host, win, "host_ops"),
+        _clip(inp.data, win, "data_loading"),
     ]
     iv = pl.concat([p.select("rank", "step", "cls", "start", "end") for p in parts])
+    del parts  # the clipped copies: only their intervals are needed now
     u = union_ns(iv, ["rank", "step", "cls"]).pivot(
         on="cls", index=["rank", "step"], values="union_ns"
     )
@@ -440,7 +459,7 @@ def _breakdown_of(profile: Profile) -> Breakdown:
         .with_columns(pl.col(cols).fill_null(0))
         .with_columns((pl.col("w1") - pl.col("w0")).alias("dur_ns"))
     )
-    has_dev = profile.has_device
+    has_dev = inp.has_dev
 
     def dev_only(c: str) -> pl.Expr:
         return (pl.col(c) if has_dev else pl.lit(None, pl.Int64)).alias(c)
@@ -463,7 +482,7 @@ def _breakdown_of(profile: Profile) -> Breakdown:
         pl.col("data_loading").alias("data_loading_ns"),
         pl.col("host_ops").alias("host_ops_ns"),
     )
-    st = profile.steps
+    st = inp.steps
     if st.height and st.get_column("computing_ns").is_not_null().any():
         asc = st.select(
             "rank",
