@@ -97,7 +97,7 @@ def measure(path: Path, repeat: int) -> dict[str, object]:
         if out.returncode != 0:
             tail = (out.stderr.strip().splitlines() or ["?"])[-1]
             return {"failed": tail}
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
         if "skipped" in r:
             return r
         if not best:
@@ -115,11 +115,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per trace (min)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
-    traces: list[Path] = []
+    traces: list[tuple[Path, Path]] = []  # (trace, the root it was found under)
     if not args.no_shared and SHARED.is_dir():
-        traces += discover(SHARED)
+        traces += [(t, SHARED) for t in discover(SHARED)]
     for p in args.paths:
-        traces += discover(p)
+        traces += [(t, p) for t in discover(p)]
     if not traces:
         print("no traces: give paths, or put the shared traces at ../shared/traces")
         return 2
@@ -131,9 +131,11 @@ def main() -> int:
         f"{'trace':<64} {'events':>7} {'load s':>7} {'report s':>8} {'ratio':>6} "
         f"{'CPU ratio':>9}  verdict"
     )
-    for path in traces:
+    for path, root in traces:
         r = measure(path, args.repeat)
-        name = str(path.relative_to(SHARED) if path.is_relative_to(SHARED) else path.name)[-64:]
+        # named from its root (db/level0/rank0_ascend_pt, not rank0_ascend_pt three times)
+        rel = path.relative_to(root) if root.is_dir() and path != root else Path(path.name)
+        name = str(rel)[-64:]
         if "skipped" in r:
             print(f"{name:<64} skipped: {r['skipped']}"[:160])
             continue
