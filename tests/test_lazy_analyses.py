@@ -169,3 +169,37 @@ def test_scan_of_a_damaged_file_is_an_input_error(tmp_path: Path) -> None:
     q = Profile.open(entry, lazy=True)
     with pytest.raises(InputError, match=r"events\.parquet: damaged table file"):
         q.collect("events", q.scan("events", ["id"]))
+
+
+@pytest.mark.parametrize("rel", kineto_shared_traces())
+def test_out_of_core_load_analyses_lazily_with_the_in_memory_figures(
+    rel: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The out-of-core load's own result (phase 3: the entry written segment by segment and
+    opened lazily, ``meta["out_of_core"]``): hotspots, breakdown and the report's default
+    sections run on it without reading its events whole, with the in-memory load's figures."""
+    from opscope.ingest import fastscan, kineto, outofcore, window_link
+    from opscope.report.build import build_report
+    from opscope.report.lazy_sections import LAZY_SECTIONS
+
+    if not fastscan.available():
+        pytest.skip("numba scanner not available")
+    path = shared_trace(rel)
+    if not path.is_file():
+        pytest.skip("a folder: the out-of-core load reads one trace file")
+    monkeypatch.delenv(outofcore.ENV, raising=False)
+    monkeypatch.setenv("OPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(fastscan, "WINDOW_BYTES", 1 << 18)
+    monkeypatch.setattr(window_link, "MIN_SEGMENT_ROWS", 1)
+    ref = kineto.parse_kineto(path)
+    got = kineto.parse_kineto(path, memory_budget=1)
+    assert got.meta.get("out_of_core") and hs.lazy_events(got)
+    for name, fn in (("hotspots", hs.hotspots), ("breakdown", breakdown)):
+        want_r, got_r = fn(ref, Options()), fn(got, Options())
+        for t, want in _tables(want_r).items():
+            _same(_tables(got_r)[t], want, f"{name}.{t}")
+    assert _unparsed(got)
+    rep = build_report(got)
+    assert tuple(rep.sections) == LAZY_SECTIONS
+    assert rep.summary["events"] == ref.events.height
+    assert _unparsed(got)
