@@ -140,9 +140,10 @@ def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
             comm = read_communication(Path(src))
         except (InputError, OSError, ValueError):
             continue  # a source that is not an Ascend rank folder, or gone since loading
-        if rank is not None:
+        if rank is not None:  # (only the two tables used below: a query each)
             comm = {
-                k: v.with_columns(pl.lit(rank, pl.Int32).alias("rank")) for k, v in comm.items()
+                k: comm[k].with_columns(pl.lit(rank, pl.Int32).alias("rank"))
+                for k in ("collectives", "bandwidth")
             }
         if comm["collectives"].height == 0:
             continue
