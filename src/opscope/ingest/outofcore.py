@@ -4,8 +4,9 @@ A trace whose estimated in-memory load peak exceeds the budget has its text read
 bounded sliding window (:func:`opscope.ingest.fastscan.scan_stream`; a ``.json.gz`` is inflated
 on the fly by :class:`opscope.ingest.gz.Stream`) and each window's slices spilled to Parquet
 (:mod:`opscope.ingest.spill`), so neither the text nor the decoded frame is ever whole in
-memory. The events are then read back and linked in memory: the peak is the events table and
-its linking (phase 3, windowed linking, is the next step).
+memory. The windows are then linked segment by segment straight into a Profile folder (the
+cache entry), opened lazily (:mod:`opscope.ingest.window_link`): the events table is never
+whole in memory either.
 
 The budget: ``memory_budget`` (bytes) passed to the loader, else ``OPSCOPE_MEMORY_BUDGET`` in the
 environment (what ``--memory-budget`` sets, so rank worker processes see it too), else

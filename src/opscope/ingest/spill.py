@@ -8,8 +8,8 @@ frame (:func:`opscope.ingest.kineto._build_profile`):
 
 - the slices, as unlinked EVENTS rows (``kineto._events_table`` on the window): one Parquet file
   per window, in window order;
-- the small subsets, kept in memory: flow records, ``[memory]`` instants, thread and process
-  names, the range-profiler rows' durations, the oddity counts.
+- the small subsets, kept in memory: ``[memory]`` instants, thread and process names, the
+  range-profiler rows' durations, the oddity counts.
 
 What the in-memory load computes over the whole trace is carried across windows:
 
@@ -24,8 +24,9 @@ What the in-memory load computes over the whole trace is carried across windows:
   the rare trace that turns out to need the decimal reading of such a number, :func:`load`
   returns None and the caller loads it the phase-1 way.
 
-Then the events are read back whole, sorted and linked in memory (phase 3 links per window):
-the peak is the events table and the linking, not the wide frame.
+The flow records go to a Parquet file per window too (sorted by ``ts_ns``, with their trace
+position ``_fi``). Then :mod:`opscope.ingest.window_link` links the windows segment by segment
+into a Profile folder (phase 3): the events table is never whole in memory.
 """
 
 from __future__ import annotations
