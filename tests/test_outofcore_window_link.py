@@ -114,6 +114,32 @@ def test_no_cut_across_a_launch_or_a_backward_root(tmp_path: Path) -> None:
     assert root["ts_ns"] == 350 * US and inner["is_backward"]
 
 
+@pytest.mark.parametrize("by", ["flow", "correlation"])
+def test_each_launch_rule_alone_forbids_the_cut(by: str, tmp_path: Path) -> None:
+    """A launch in step 1 whose kernel runs in step 2, linked by its ``ac2g`` flow alone (no
+    correlation args) or by its correlation alone (no flow records): no cut at 200 us."""
+    t = Trace()
+    for n in range(1, 4):
+        t.step(n)
+    if by == "flow":
+        t.evs.append(_x("cuda_runtime", "cudaLaunchKernel", 60, 2))
+        t.evs.append(_x("kernel", "late", 250, 5, 7, stream=7, device=0))
+        for ph, ts, pid, tid in (("s", 60, 1, 1), ("f", 250, 0, 7)):
+            t.evs.append(
+                {"ph": ph, "id": 99, "cat": "ac2g", "name": "ac2g", "pid": pid, "tid": tid}
+                | {"ts": ts, "bp": "e"}
+            )
+    else:
+        t.evs.append(_x("cuda_runtime", "cudaLaunchKernel", 60, 2, correlation=99))
+        t.evs.append(_x("kernel", "late", 250, 5, 7, stream=7, device=0, correlation=99))
+    got, _ = _both(t.write(tmp_path / "t.json"))
+    assert got.meta["out_of_core"]["cut_points"] == 1  # 400 us only
+    ev = got.events
+    late = ev.filter(pl.col("name") == "late").row(0, named=True)
+    launch = ev.filter(pl.col("id") == late["launch_id"]).row(0, named=True)
+    assert launch["ts_ns"] == 60 * US and late["step"] == 1
+
+
 def test_no_cut_between_a_forward_op_and_its_backward_by_sequence_number(tmp_path: Path) -> None:
     t = Trace()
     for n in range(1, 4):
