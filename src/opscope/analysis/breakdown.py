@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from opscope.analysis import tree
 from opscope.analysis.hotspots import projected, rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import per_profile
@@ -433,16 +434,24 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
     win, dev = inp.win, inp.dev
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
     cdev = _clip(dev, win)
+    cdev_lazy = cdev.lazy()
+    # the device classes as one lazy query (a query per filter and per label was a fixed
+    # cost on small traces); rows in the same order as the filters one by one
     parts = [
-        cdev.filter(pl.col("kind") == "kernel").with_columns(pl.lit("compute").alias("cls")),
-        cdev.filter(is_comm).with_columns(pl.lit("communication").alias("cls")),
-        cdev.filter(pl.col("kind") == "memcpy").with_columns(pl.lit("memcpy").alias("cls")),
-        cdev.filter(pl.col("kind") == "memset").with_columns(pl.lit("memset").alias("cls")),
-        cdev.filter(~is_comm).with_columns(pl.lit("not_comm").alias("cls")),
-        _clip(inp.host, win, "host_ops"),
-        _clip(inp.data, win, "data_loading"),
+        cdev_lazy.filter(keep).select("rank", "step", pl.lit(cls).alias("cls"), "start", "end")
+        for keep, cls in (
+            (pl.col("kind") == "kernel", "compute"),
+            (is_comm, "communication"),
+            (pl.col("kind") == "memcpy", "memcpy"),
+            (pl.col("kind") == "memset", "memset"),
+            (~is_comm, "not_comm"),
+        )
     ]
-    iv = pl.concat([p.select("rank", "step", "cls", "start", "end") for p in parts])
+    for host, cls in ((inp.host, "host_ops"), (inp.data, "data_loading")):
+        # no host op (or no data loading) clips to no interval: the as-of joins skipped
+        if host.height or not tree.SHORTCUTS:
+            parts.append(_clip(host, win, cls).lazy().select("rank", "step", "cls", "start", "end"))
+    iv = pl.concat(parts).collect(engine="in-memory")  # the eager calls' engine
     del parts  # the clipped copies: only their intervals are needed now
     u = union_ns(iv, ["rank", "step", "cls"]).pivot(
         on="cls", index=["rank", "step"], values="union_ns"

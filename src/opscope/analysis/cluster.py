@@ -52,15 +52,18 @@ Slow link
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import polars as pl
 
 from opscope.analysis import cluster_ascend as asc
+from opscope.analysis import tree
 from opscope.analysis.breakdown import breakdown, union_ns
 from opscope.analysis.hotspots import rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, dtypes
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 LAST_ARRIVAL_SHARE: Final = 0.6
 """A slow rank is among the last to arrive in at least this share of the aligned collectives."""
@@ -477,7 +480,14 @@ def aggregate(
     hc = _conform(
         hccl.lazy().collect() if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS
     ).sort("rank", "start_ns")
-    agg_links, slow_links = _slow_links(asc.matrix_links(lk, hc))
+    if tree.SHORTCUTS and not lk.height:
+        # no link row (every GPU trace, most Ascend ranks): the link tables are empty; their
+        # schemas from the plans (the matrix's remap keeps the columns, ends cast to Int32),
+        # not the ~27 queries that would find them empty
+        plan = _slow_links(lk.lazy().with_columns(pl.col("src_rank", "dst_rank").cast(pl.Int32)))
+        agg_links, slow_links = (pl.DataFrame(schema=t.collect_schema()) for t in plan)
+    else:
+        agg_links, slow_links = _slow_links(asc.matrix_links(lk, hc))
     sg = _conform(
         stages.lazy().collect() if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS
     ).sort("rank")
@@ -584,7 +594,9 @@ def _step_gap(st: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _slow_links(lk: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _slow_links(lk: FrameT) -> tuple[FrameT, FrameT]:
+    """(links aggregated per (src, dst, transport), the slow ones): eager, or lazy plans for
+    their schemas alone."""
     # Both ends of a link may report it: keep one copy per (step, op, link).
     d = lk.unique(
         ["step", "op_name", "group", "src_rank", "dst_rank", "transport"],

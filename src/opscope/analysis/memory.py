@@ -15,15 +15,18 @@ it is null (n/a).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
+from opscope.analysis import tree
 from opscope.analysis.hotspots import rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
 
 _DEV = ["rank", "device_type", "device"]
+#: The memory tables are computed eagerly, or built lazily for their schemas alone.
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 #: Kineto's device_type of host (CPU) memory.
 HOST_DEVICE_TYPE = 0
 
@@ -62,24 +65,51 @@ def _places(profile: Profile) -> pl.DataFrame:
     return names.join(res, on="op_id", how="left")
 
 
-def _where(places: pl.DataFrame, df: pl.DataFrame) -> pl.DataFrame:
+def _where(places: FrameT, df: FrameT) -> FrameT:
     """Adds op name, module and user source line (:func:`_places`) to rows with an ``op_id``."""
     return df.join(places, on="op_id", how="left")
 
 
-def _by_bytes(df: pl.DataFrame) -> pl.DataFrame:
+def _by_bytes(df: FrameT) -> FrameT:
     """Largest first; equal sizes by their keys (group_by's row order varies with the thread
     count, so a tie alone would not give the same table twice)."""
-    keys = [*_DEV, "op", "module", "file", "line", "function"]
+    keys: list[str] = [*_DEV, "op", "module", "file", "line", "function"]
     return df.sort(["bytes", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
 
 
 @analysis("memory")
 def memory(profile: Profile, options: Options) -> Memory:
     """Memory over time, peak, live-at-peak, churn, fragmentation, leaks: see the module doc."""
+    if tree.SHORTCUTS and profile.memory.height == 0:
+        # no allocator event: every table is empty. The same plan, built lazily, gives their
+        # schemas without running its ~24 queries (a fixed cost of every report without memory
+        # rows); tests/test_report_speed_empty.py checks them against the plan run eagerly.
+        lazy = _tables(profile.memory.lazy(), _places_lazy(profile))
+        tl, pk, live, churn, never = (pl.DataFrame(schema=t.collect_schema()) for t in lazy)
+        return Memory(tl, pk, live, churn, never, top=options.top)
+    tl, pk, live, churn, never = _tables(profile.memory, _places(profile))
+    return Memory(tl, pk, live, churn, never, top=options.top)
+
+
+def _places_lazy(profile: Profile) -> pl.LazyFrame:
+    """:func:`_places` as a lazy plan (for its schema)."""
+    from opscope.analysis.attribution import resolve_ops
+
+    res = (
+        resolve_ops(profile)
+        .lazy()
+        .select(pl.col("id").alias("op_id"), "module", "file", "line", "function")
+    )
+    names = profile.events.lazy().select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
+    return names.join(res, on="op_id", how="left")
+
+
+def _tables(m: FrameT, places: FrameT) -> tuple[FrameT, FrameT, FrameT, FrameT, FrameT]:
+    """timeline, peaks, live at peak, churn, never freed of the memory rows ``m`` (eager, or
+    lazy for the schemas alone)."""
     # maintain_order: allocator events at one instant keep the trace's order, so the running
     # total (and the peak it finds) is the same whatever Polars' thread count
-    m = profile.memory.sort([*_DEV, "ts_ns"], maintain_order=True)
+    m = m.sort([*_DEV, "ts_ns"], maintain_order=True)
     timeline = m.with_columns(
         pl.coalesce("total_allocated", pl.col("bytes").cum_sum().over(_DEV)).alias("allocated"),
         pl.col("total_reserved").alias("reserved"),
@@ -129,7 +159,6 @@ def memory(profile: Profile, options: Options) -> Memory:
         & (pl.col("free_ts").is_null() | (pl.col("free_ts") > pl.col("peak_ts_ns")))
     )
     keys = [*_DEV, "op", "module", "file", "line", "function"]
-    places = _places(profile)
     live_at_peak = (
         _where(places, live)
         .group_by(keys)
@@ -152,11 +181,4 @@ def memory(profile: Profile, options: Options) -> Memory:
         )
         .sort(*_DEV, "step", nulls_last=True)
     )
-    return Memory(
-        timeline=timeline,
-        peaks=peaks,
-        live_at_peak=live_at_peak,
-        churn=churn,
-        never_freed=never,
-        top=options.top,
-    )
+    return timeline, peaks, live_at_peak, churn, never
