@@ -138,3 +138,39 @@ def test_the_memory_shortcut_runs_no_query(tmp_path: Path, monkeypatch: pytest.M
     calls.clear()
     memory.memory(opscope.load(_with_memory(tmp_path / "m.json"), cache=False), Options())
     assert calls == ["DataFrame"]
+
+
+def test_breakdown_skips_the_device_wide_split_only_under_step_figures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ascend steps with ``free_ns`` on every row: the device-wide idle split (nulled for them)
+    is not computed, only the per-stream one; the steps table is the same (checked above and
+    here); a GPU trace without such figures computes both."""
+    calls: list[tuple[str, ...]] = []
+    real = breakdown.idle_split
+
+    def spy(iv: Any, lanes: Any, keys: list[str]) -> Any:
+        calls.append(tuple(keys))
+        return real(iv, lanes, keys)
+
+    monkeypatch.setattr(breakdown, "idle_split", spy)
+    for rel, want in [
+        ("ascend/small_two_rank/test_rank_0", [("rank", "step", "device", "stream")]),
+        (
+            "gpu/hta_triton_a100.json.gz",
+            [("rank", "step"), ("rank", "step", "device", "stream")],
+        ),
+    ]:
+        p = SHARED_TRACES / rel
+        if not p.exists():
+            pytest.skip(f"shared trace not found: {p}")
+        calls.clear()
+        monkeypatch.setattr(tree, "SHORTCUTS", True)
+        fast = breakdown.breakdown(opscope.load(p, cache=False), Options())
+        assert calls == want, rel
+        monkeypatch.setattr(tree, "SHORTCUTS", False)
+        full = breakdown.breakdown(opscope.load(p, cache=False), Options())
+        assert_frame_equal(fast.steps, full.steps)
+        # the Ascend step's idle split is null (its figures are the file's); the GPU's is not
+        nulls = fast.steps.get_column("idle_other_ns").null_count()
+        assert nulls == (fast.steps.height if rel.startswith("ascend") else 0), rel

@@ -430,6 +430,17 @@ def _inputs(profile: Profile) -> _Inputs:
     )
 
 
+def _own_figures_everywhere(steps: pl.DataFrame) -> bool:
+    """Whether every step row carries Ascend's own figures (``computing_ns`` somewhere and
+    ``free_ns``, ``rank`` and ``step`` on every row): then each step's idle split is null."""
+    if not steps.height or "free_ns" not in steps.columns:
+        return False
+    return (
+        steps.get_column("computing_ns").is_not_null().any()
+        and sum(steps.get_column(c).null_count() for c in ("free_ns", "rank", "step")) == 0
+    )
+
+
 def _breakdown_of(inp: _Inputs) -> Breakdown:
     win, dev = inp.win, inp.dev
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
@@ -451,23 +462,42 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
         # no host op (or no data loading) clips to no interval: the as-of joins skipped
         if host.height or not tree.SHORTCUTS:
             parts.append(_clip(host, win, cls).lazy().select("rank", "step", "cls", "start", "end"))
+    # Ascend steps with their own figures for every step: the device-wide idle split is nulled
+    # below (it would not add up to free_ns), so only its busy time is needed: the union of all
+    # device work, one more class here instead of the split's ~30 queries
+    busy_only = tree.SHORTCUTS and _own_figures_everywhere(inp.steps)
+    if busy_only:
+        parts.append(cdev_lazy.select("rank", "step", pl.lit("busy").alias("cls"), "start", "end"))
     iv = pl.concat(parts).collect(engine="in-memory")  # the eager calls' engine
     del parts  # the clipped copies: only their intervals are needed now
     u = union_ns(iv, ["rank", "step", "cls"]).pivot(
         on="cls", index=["rank", "step"], values="union_ns"
     )
     cols = ["compute", "communication", "memcpy", "memset", "not_comm", "host_ops", "data_loading"]
+    if busy_only:
+        cols.append("busy")
     missing = [pl.lit(0, pl.Int64).alias(c) for c in cols if c not in u.columns]
     if missing:  # one query for all (each was one: a fixed cost on small traces)
         u = u.with_columns(missing)
-    # device-wide idle: the union over every stream of the rank
-    whole = idle_split(cdev, win, ["rank", "step"])
-    out = (
-        win.join(u, on=["rank", "step"], how="left", nulls_equal=True)
-        .join(whole, on=["rank", "step"], how="left", nulls_equal=True)
-        .with_columns(pl.col(cols).fill_null(0))
-        .with_columns((pl.col("w1") - pl.col("w0")).alias("dur_ns"))
-    )
+    if busy_only:
+        out = (
+            win.join(u, on=["rank", "step"], how="left", nulls_equal=True)
+            .with_columns(pl.col(cols).fill_null(0))
+            .with_columns(
+                (pl.col("w1") - pl.col("w0")).alias("dur_ns"),
+                pl.col("busy").alias("busy_ns"),
+                *(pl.lit(None, pl.Int64).alias(c) for c in IDLE_COLUMNS),
+            )
+        )
+    else:
+        # device-wide idle: the union over every stream of the rank
+        whole = idle_split(cdev, win, ["rank", "step"])
+        out = (
+            win.join(u, on=["rank", "step"], how="left", nulls_equal=True)
+            .join(whole, on=["rank", "step"], how="left", nulls_equal=True)
+            .with_columns(pl.col(cols).fill_null(0))
+            .with_columns((pl.col("w1") - pl.col("w0")).alias("dur_ns"))
+        )
     has_dev = inp.has_dev
 
     def dev_only(c: str) -> pl.Expr:
