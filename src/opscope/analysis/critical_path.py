@@ -739,37 +739,55 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     schema = {"rank": pl.Int32, "step": pl.Int32, "order": pl.Int64, "id": pl.Int64,
               "on_path_ns": pl.Int64}  # fmt: skip
     path = pl.concat(paths) if paths else pl.DataFrame(schema=schema)
-    path = path.join(
-        nodes.select("id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op", "op_id"),
-        on="id",
-        how="left",
-    ).sort("rank", "step", "order")
-    # explicit host segments (idle gaps, host work cut off a call) are no event of the trace
-    path = path.with_columns(pl.when(pl.col("id") >= 0).then(pl.col("id")).alias("id"))
-    span = nodes.group_by("rank", "step").agg(
-        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns")
+    # each table below one lazy query on the eager calls' engine (their ~15 queries were a
+    # fixed cost of every report; the in-memory engine computes the share as they did)
+    path = (
+        path.lazy()
+        .join(
+            nodes.lazy().select(
+                "id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op", "op_id"
+            ),
+            on="id",
+            how="left",
+        )
+        .sort("rank", "step", "order")
+        # explicit host segments (idle gaps, host work cut off a call) are no event of the trace
+        .with_columns(pl.when(pl.col("id") >= 0).then(pl.col("id")).alias("id"))
+        .collect(engine="in-memory")
+        .rechunk()
+    )
+    span = (
+        nodes.lazy()
+        .group_by("rank", "step")
+        .agg((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns"))
     )
     steps = (
-        path.group_by("rank", "step")
+        path.lazy()
+        .group_by("rank", "step")
         .agg(
             pl.col("on_path_ns").sum().alias("path_ns"),
             pl.col("on_path_ns").filter(pl.col("lane_kind") == "host").sum().alias("host_ns"),
             pl.col("on_path_ns").filter(pl.col("lane_kind") == "device").sum().alias("device_ns"),
         )
         .join(span, on=["rank", "step"], how="left")
-        .join(step_spans, on=["rank", "step"], how="left")
+        .join(step_spans.lazy(), on=["rank", "step"], how="left")
         # a step's device work can finish after its ProfilerStep range on the host closes: the
         # step's time is the span from its first to its last node
         .with_columns(pl.col("span_ns").alias("step_ns"), pl.col("dur_ns").alias("host_step_ns"))
         .drop("dur_ns", "span_ns")
         .sort("rank", "step")
+        .collect(engine="in-memory")
+        .rechunk()
     )
     ops = (
-        path.group_by("rank", "step", "op")
+        path.lazy()
+        .group_by("rank", "step", "op")
         .agg(pl.col("on_path_ns").sum(), pl.len().alias("nodes"))
-        .join(steps.select("rank", "step", "step_ns"), on=["rank", "step"])
+        .join(steps.lazy().select("rank", "step", "step_ns"), on=["rank", "step"])
         .with_columns((pl.col("on_path_ns") / pl.col("step_ns")).alias("share"))
         # equal times by op name: group_by's row order varies with the thread count
         .sort(["rank", "step", "on_path_ns", "op"], descending=[False, False, True, False])
+        .collect(engine="in-memory")
+        .rechunk()
     )
     return CriticalPathResult(path=path, ops=ops, steps=steps)
