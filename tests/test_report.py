@@ -146,3 +146,31 @@ def test_report_json_starts_with_the_doctor_warnings(tmp_path: Path) -> None:
     warnings = json.loads(buf.getvalue())["warnings"]
     assert any("with_stack" in w for w in warnings)
     assert any("profile_memory" in w for w in warnings)
+
+
+def test_report_markdown_heads_with_the_doctor_warnings(tmp_path: Path) -> None:
+    """The Markdown report carries the same warnings as the JSON one, before the sections."""
+    import contextlib
+    import io
+    import json
+
+    from opscope.cli.app import main
+
+    trace = tmp_path / "t.json"
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5,
+         "args": {"External id": 1}},
+    ]  # fmt: skip
+    trace.write_text(json.dumps({"traceEvents": events}))
+    outs = []
+    for flag in ("--json", "--md"):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(["report", str(trace), flag]) == 0
+        outs.append(buf.getvalue())
+    warnings = json.loads(outs[0])["warnings"]
+    assert warnings
+    md = outs[1]
+    quoted = [ln.removeprefix("> **Warning:** ") for ln in md.splitlines() if ln.startswith("> ")]
+    assert quoted == [" ".join(w.split()) for w in warnings]
+    assert md.index("> **Warning:**") < md.index("\n## ")

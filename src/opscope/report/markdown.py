@@ -45,6 +45,10 @@ def render(report: Report) -> str:
         f"span {float(s.get('span_us') or 0) / 1000:.3f} ms",
         "",
     ]
+    # the doctor's checks (and a sections-only report's note) head every rendering
+    warnings = [" ".join(str(w).split()) for w in s.get("warnings") or []]
+    if warnings:
+        head += [*(f"> **Warning:** {w}" for w in warnings), ""]
     errors = list(report.errors)
     body = []
     for n, r in report.sections.items():
