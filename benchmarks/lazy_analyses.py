@@ -33,6 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from out_of_core import _bytes, _rss  # the same RSS probe and size parser
+
 HERE = Path(__file__).resolve().parent
 
 CHILD = r"""
@@ -168,23 +170,6 @@ def watched(cmd: list[str], cap: int, env: dict[str, str] | None = None) -> tupl
     if killed:
         return -9, out, err + f"\nkilled: RSS over the cap ({cap / 2**30:.1f} GiB)"
     return proc.returncode, out, err
-
-
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _bytes(size: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = size.strip().upper()
-    return int(float(s[:-1]) * units[s[-1]]) if s[-1] in units else int(s)
 
 
 def main() -> None:
