@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,10 +44,16 @@ def user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(autouse=True)
 def _isolated_cache(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> Iterator[None]:
     """Every test's cache goes to a session temporary folder, never the real ``~/.cache`` nor
-    beside a trace (``OPSCOPE_CACHE_BESIDE`` unset); tests wanting more use ``user_cache``."""
+    beside a trace (``OPSCOPE_CACHE_BESIDE`` unset); tests wanting more use ``user_cache``.
+    What a CLI command run through ``CliRunner`` (not ``main()``, which restores it) set in
+    the environment for its run (``--memory-budget``...) is put back after the test."""
     root = tmp_path_factory.getbasetemp() / "session-xdg"
     monkeypatch.setenv("XDG_CACHE_HOME", str(root))
     monkeypatch.delenv("OPSCOPE_CACHE_DIR", raising=False)
     monkeypatch.delenv("OPSCOPE_CACHE_BESIDE", raising=False)
+    yield
+    from opscope.cli.options import restore_environment
+
+    restore_environment()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,29 @@ def test_cli_bad_budget_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["load", str(_trace(tmp_path)), "--memory-budget", "lots"]) == 2
     err = capsys.readouterr().err
     assert "not a size" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("before", [None, "2G"])
+def test_cli_budget_is_for_that_command_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: str | None
+) -> None:
+    """``--memory-budget`` reaches the command's loads (and its worker processes, through the
+    environment) but not a later command in the same process: the environment is restored."""
+    from opscope.cli.app import main
+
+    if before is None:
+        monkeypatch.delenv(outofcore.ENV, raising=False)
+    else:
+        monkeypatch.setenv(outofcore.ENV, before)
+    seen: list[str | None] = []
+    real = outofcore.over_budget
+
+    def spy(path: object, memory_budget: int | None = None) -> bool:
+        seen.append(os.environ.get(outofcore.ENV))
+        return real(path, memory_budget)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(outofcore, "over_budget", spy)
+    p = _trace(tmp_path)
+    assert main(["load", str(p), "--json", "--no-cache", "--memory-budget", "1K"]) == 0
+    assert os.environ.get(outofcore.ENV) == before
+    assert seen and set(seen) == {"1024"}

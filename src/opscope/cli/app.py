@@ -15,6 +15,7 @@ import sys
 import typer
 
 from opscope import __version__
+from opscope.cli.options import restore_environment
 from opscope.cli.output import err_console
 from opscope.errors import OpscopeError
 
@@ -58,6 +59,13 @@ _register_commands()
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and, from the console script, exits with) the exit code."""
+    try:
+        return _run(argv)
+    finally:
+        restore_environment()
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         # in non-standalone mode click returns a command's typer.Exit code instead of raising it
         result = app(args=argv, prog_name="opscope", standalone_mode=False)

@@ -27,11 +27,33 @@ PeakDevice = Annotated[
 """``--device NAME`` of the commands that read a profile: whose datasheet peaks to use."""
 
 
+# Environment variables a command set for its own run, with the values they had before:
+# restored by main() when the command ends, so that a later command in the same process (main()
+# called again, a test runner) does not inherit them.
+_SET_FOR_COMMAND: dict[str, str | None] = {}
+
+
+def set_for_command(name: str, value: str) -> None:
+    """Set an environment variable for this command's run (and the worker processes it starts,
+    which is why it is the environment); :func:`restore_environment` undoes it."""
+    _SET_FOR_COMMAND.setdefault(name, os.environ.get(name))
+    os.environ[name] = value
+
+
+def restore_environment() -> None:
+    """Put back every variable :func:`set_for_command` changed."""
+    while _SET_FOR_COMMAND:
+        name, before = _SET_FOR_COMMAND.popitem()
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 def apply_memory_budget(budget: str | None) -> None:
-    """Make ``--memory-budget`` the budget of the loads this process starts (none: unchanged)."""
+    """Make ``--memory-budget`` the budget of the loads this command starts (none: unchanged)."""
     if budget is None:
         return
     from opscope.ingest import outofcore
 
-    # An environment setting, so that the rank readers' worker processes see it too.
-    os.environ[outofcore.ENV] = str(outofcore.parse_budget(budget))
+    set_for_command(outofcore.ENV, str(outofcore.parse_budget(budget)))

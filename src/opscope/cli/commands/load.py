@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from opscope.cli.options import MemoryBudget, apply_memory_budget
+from opscope.cli.options import MemoryBudget, apply_memory_budget, set_for_command
 from opscope.cli.output import console, err_console, print_json
 
 
@@ -87,8 +86,7 @@ def register(app: typer.Typer) -> None:
 
         apply_memory_budget(memory_budget)
         if cache_beside:
-            # An environment setting, so that the rank readers' worker processes see it too.
-            os.environ["OPSCOPE_CACHE_BESIDE"] = "1"
+            set_for_command("OPSCOPE_CACHE_BESIDE", "1")
         bar = _Bar()
         t0 = time.perf_counter()
         try:
