@@ -14,7 +14,11 @@ from opscope.analysis.registry import Options, run
 from opscope.model import Profile
 from opscope.model.tablefile import TableFile
 from opscope.report.build import build_report
-from opscope.report.lazy_sections import LAZY_SECTIONS, parse_sections
+from opscope.report.lazy_sections import (
+    FULL_REPORT_BYTES_PER_EVENT,
+    LAZY_SECTIONS,
+    parse_sections,
+)
 
 TRACE = "gpu/hta_nccl_a100_rank0of2.json.gz"
 
@@ -41,9 +45,16 @@ def test_sections_run_alone_with_their_full_figures() -> None:
         assert rep.summary[k] == full.summary[k], k
 
 
-def test_out_of_core_profile_reports_the_lazy_sections_only(tmp_path: Path) -> None:
+def test_out_of_core_profile_reports_the_lazy_sections_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opscope.ingest import outofcore
+
     p = _profile()
     q = Profile.open(p.save(tmp_path / "e"), lazy=True).with_meta(out_of_core=True)
+    # one byte short of what a full report of its events is taken to need
+    need = p.events.height * FULL_REPORT_BYTES_PER_EVENT
+    monkeypatch.setenv(outofcore.ENV, str(need - 1))
     rep = build_report(q)
     assert tuple(rep.sections) == LAZY_SECTIONS
     ev = q.__dict__["events"]
@@ -60,6 +71,25 @@ def test_out_of_core_profile_reports_the_lazy_sections_only(tmp_path: Path) -> N
         )
         / 1000.0
     )
+
+
+def test_out_of_core_profile_within_this_runs_budget_gets_the_full_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget of the run that reports decides, not the one the profile was loaded under: a
+    cached out-of-core entry whose full report fits gets the full report (every section, the
+    findings), with the same figures as the in-memory profile's."""
+    from opscope.ingest import outofcore
+
+    p = _profile()
+    q = Profile.open(p.save(tmp_path / "e"), lazy=True).with_meta(out_of_core=True)
+    monkeypatch.setenv(outofcore.ENV, str(p.events.height * FULL_REPORT_BYTES_PER_EVENT))
+    rep, want = build_report(q), build_report(p)
+    assert list(rep.sections) == list(want.sections)
+    assert "findings" in rep.sections and len(rep.sections) > len(LAZY_SECTIONS)
+    for name in LAZY_SECTIONS:
+        assert rep.sections[name].to_json() == want.sections[name].to_json(), name
+    assert not any("only hotspots" in w for w in rep.summary["warnings"])
 
 
 def test_parse_sections() -> None:

@@ -110,8 +110,11 @@ def build_report(
         options = Options(top=top, device_name=device)
     analyzer = Analyzer(path_or_profile, salvage=salvage)
     profile = analyzer.profile
-    if sections is not None or profile.meta.get("out_of_core"):
-        # only these analyses (an out-of-core profile: the lazy ones), nothing reading it whole
+    from opscope.report.lazy_sections import too_large_for_full_report
+
+    if sections is not None or too_large_for_full_report(profile):
+        # only these analyses (an out-of-core profile too large: the lazy ones), nothing
+        # reading it whole
         from opscope.report.lazy_sections import sections_report
 
         part = sections_report(profile, sections, top=top, options=options)

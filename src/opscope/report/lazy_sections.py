@@ -24,6 +24,28 @@ LAZY_SECTIONS: tuple[str, ...] = ("hotspots", "breakdown")
 SUMMARY_COLUMNS: tuple[str, ...] = ("rank", "kind", "ts_ns", "dur_ns", "fwd_id", "op_id")
 
 
+#: What a full report is taken to hold in memory per event (the events table at ~450 B a row,
+#: plus the analyses' intermediates; docs/out-of-core.md): a full report of an out-of-core
+#: profile is run when its events times this fit the memory budget of this run.
+FULL_REPORT_BYTES_PER_EVENT = 1024
+
+
+def too_large_for_full_report(profile: Profile) -> bool:
+    """True for an out-of-core profile whose full report would not fit this run's memory
+    budget (``--memory-budget`` / ``$OPSCOPE_MEMORY_BUDGET`` / half the available memory): its
+    report is then :data:`LAZY_SECTIONS` alone. The budget of this run decides, not the one the
+    profile was loaded under: a cached out-of-core entry of a small trace (forced out with
+    ``--memory-budget 1``) gets the full report from a later run with the default budget."""
+    if not profile.meta.get("out_of_core"):
+        return False
+    import polars as pl
+
+    from opscope.ingest import outofcore
+
+    rows = int(profile.collect("events", profile.scan("events").select(pl.len())).item())
+    return rows * FULL_REPORT_BYTES_PER_EVENT > outofcore.budget()
+
+
 def parse_sections(text: str | None) -> list[str] | None:
     """``"hotspots,breakdown"`` as a list of analysis names; raises ``ValueError`` naming an
     unknown one. None stays None."""
