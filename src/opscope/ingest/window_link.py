@@ -45,7 +45,6 @@ in memory: correct, not bounded; the marker says so (``largest_segment_events``)
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import shutil
@@ -63,6 +62,7 @@ from polars.io.plugins import register_io_source
 
 from opscope.ingest import cache, jsonscan, kineto, link
 from opscope.model import Profile, kinds, schema
+from opscope.model.profile import WRITE_OPTIONS, finish_folder
 
 IntArray = link.IntArray
 
@@ -77,8 +77,6 @@ allocator's slack)."""
 MIN_SEGMENT_ROWS = 20_000
 """Fewest events a segment is grown to (fixed costs per segment); tests set it to 1."""
 
-WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "statistics": False}
-"""As ``Profile.save`` writes a cache entry's tables."""
 
 PROBE_ENV = "OPSCOPE_OOC_PROBE"
 """When set, the peak RSS (``ru_maxrss``) after each phase is printed to stderr."""
@@ -748,23 +746,12 @@ def _finish(
 def _write_entry(
     tmp: Path, target: Path, tables: dict[str, pl.DataFrame], meta: dict[str, Any]
 ) -> None:
-    """The Profile folder as ``Profile.save`` writes it (every table, then ``meta.json`` with the
-    files' sizes) in ``tmp`` (which holds ``events.parquet`` already), renamed to ``target``."""
-    sizes = {}
+    """The Profile folder as ``Profile.save`` writes it, from ``tmp`` (which holds
+    ``events.parquet`` already) and the other ``tables``, renamed to ``target``."""
     for name in schema.TABLES:
-        file = tmp / f"{name}.parquet"
         if name != "events":
             df = tables.get(name)
             (schema.empty(name) if df is None else schema.conform(name, df)).write_parquet(
-                file, **WRITE_OPTIONS
+                tmp / f"{name}.parquet", **WRITE_OPTIONS
             )
-        sizes[name] = file.stat().st_size
-    doc = {"schema_version": schema.SCHEMA_VERSION, **meta, "table_bytes": sizes}
-    (tmp / "meta.json").write_text(json.dumps(doc, default=str))
-    if target.exists():
-        old = target.with_name(f".{target.name}.old.{os.getpid()}")
-        target.rename(old)
-        tmp.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(target)
+    finish_folder(tmp, target, meta)

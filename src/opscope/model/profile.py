@@ -29,7 +29,7 @@ from opscope.model.tablefile import TableFile
 # 0.75 of the CPU time of zstd's default level with statistics, for the same size (5% of the
 # JSON) and read time; lz4 reads barely faster at twice the size. Nothing here prunes row groups
 # by statistics.
-_WRITE_OPTIONS: dict[str, Any] = {
+WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "compression_level": 1,
     "statistics": False,
@@ -188,20 +188,9 @@ class Profile:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
-            sizes = {}
             for name in schema.TABLES:
-                file = tmp / f"{name}.parquet"
-                self.table(name).write_parquet(file, **_WRITE_OPTIONS)
-                sizes[name] = file.stat().st_size
-            meta = {"schema_version": schema.SCHEMA_VERSION, **self.meta, _BYTES_KEY: sizes}
-            (tmp / "meta.json").write_text(json.dumps(meta, default=str))
-            if target.exists():
-                old = target.with_name(f".{target.name}.old.{os.getpid()}")
-                target.rename(old)
-                tmp.rename(target)
-                _rmtree(old)
-            else:
-                tmp.rename(target)
+                self.table(name).write_parquet(tmp / f"{name}.parquet", **WRITE_OPTIONS)
+            finish_folder(tmp, target, self.meta)
         except BaseException:
             _rmtree(tmp)
             raise
@@ -305,6 +294,23 @@ class _Table:
 # of theirs is left to shadow); a data descriptor is consulted before the instance __dict__.
 for _name in schema.TABLES:
     setattr(Profile, _name, _Table(_name))
+
+
+def finish_folder(tmp: Path, target: Path, meta: Mapping[str, Any]) -> None:
+    """Complete a Profile folder whose table files are all in ``tmp``: ``meta.json`` (with each
+    table file's size, checked at open) written, then ``tmp`` renamed to ``target`` (an existing
+    ``target`` replaced), so a reader never sees half of it. :meth:`Profile.save`'s end, and the
+    out-of-core load's, which writes the events file itself."""
+    sizes = {name: (tmp / f"{name}.parquet").stat().st_size for name in schema.TABLES}
+    doc = {"schema_version": schema.SCHEMA_VERSION, **meta, _BYTES_KEY: sizes}
+    (tmp / "meta.json").write_text(json.dumps(doc, default=str))
+    if target.exists():
+        old = target.with_name(f".{target.name}.old.{os.getpid()}")
+        target.rename(old)
+        tmp.rename(target)
+        _rmtree(old)
+    else:
+        tmp.rename(target)
 
 
 def _rmtree(path: Path) -> None:
