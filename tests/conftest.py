@@ -15,6 +15,23 @@ SHARED_TRACES = Path(
 )
 
 
+#: Every Kineto trace file of the shared traces (relative paths), the 128-rank job's two ranks
+#: included.
+SHARED_KINETO_FILES: tuple[str, ...] = (
+    "gpu/hta_alexnet_a100_cuda_sync.json.gz",
+    "gpu/hta_amd_mi250_minitoy.json.gz",
+    "gpu/hta_nccl_a100_rank0of2.json.gz",
+    "gpu/hta_triton_a100.json.gz",
+    "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+    "gpu/tracelens_h100_bert_small.json.gz",
+    "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
+    "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
+    "compare/hta_trace_diff_test_v100_rank1of2.json.gz",
+    "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+    "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
+)
+
+
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     """The folder of real traces; skips the test when it is not there."""

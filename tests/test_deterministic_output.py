@@ -32,21 +32,11 @@ from typing import Any
 
 import pytest
 
-from conftest import SHARED_TRACES
+from conftest import SHARED_KINETO_FILES, SHARED_TRACES
 
 # Every real input the report reads (the Ascend kernel_details.csv alone is not a profile).
 _INPUTS = [
-    "gpu/hta_alexnet_a100_cuda_sync.json.gz",
-    "gpu/hta_amd_mi250_minitoy.json.gz",
-    "gpu/hta_nccl_a100_rank0of2.json.gz",
-    "gpu/hta_triton_a100.json.gz",
-    "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
-    "gpu/tracelens_h100_bert_small.json.gz",
-    "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
-    "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
-    "compare/hta_trace_diff_test_v100_rank1of2.json.gz",
-    "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
-    "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
+    *SHARED_KINETO_FILES,
     "ascend/alexnet_ddp_910b/level0_rank0_ascend_pt",
     "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
     "ascend/alexnet_ddp_910b/level1_rank1_ascend_pt",

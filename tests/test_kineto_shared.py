@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from conftest import shared_trace
+from conftest import SHARED_KINETO_FILES, shared_trace
 from opscope.ingest.kineto import parse_kineto
 
 _BIG = {  # > 5 s each on a 2-core machine (stdlib json of the same file included)
@@ -21,19 +21,7 @@ _BIG = {  # > 5 s each on a 2-core machine (stdlib json of the same file include
     "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
     "compare/hta_trace_diff_test_v100_rank1of2.json.gz",
 }
-_ALL = [
-    "gpu/hta_alexnet_a100_cuda_sync.json.gz",
-    "gpu/hta_amd_mi250_minitoy.json.gz",
-    "gpu/hta_nccl_a100_rank0of2.json.gz",
-    "gpu/hta_triton_a100.json.gz",
-    "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
-    "gpu/tracelens_h100_bert_small.json.gz",
-    "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
-    "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
-    "compare/hta_trace_diff_test_v100_rank1of2.json.gz",
-    "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
-    "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
-]
+_ALL = list(SHARED_KINETO_FILES)
 TRACES = [pytest.param(r, marks=pytest.mark.slow) if r in _BIG else r for r in _ALL]
 
 # The reference mapping, written independently of the reader's tables.
