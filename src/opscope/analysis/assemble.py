@@ -175,9 +175,18 @@ class Analyzer:
             self.profile = load(path_or_profile, salvage=salvage)
 
     def generate_report(
-        self, top: int = 20, *, only: list[str] | None = None, options: Options | None = None
+        self,
+        top: int = 20,
+        *,
+        only: list[str] | None = None,
+        options: Options | None = None,
+        counted: Profile | None = None,
     ) -> Report:
         """Run the analyses (all registered, or ``only`` these) and return a :class:`Report`.
+
+        The summary's loader counts are taken from ``counted`` when given (a copy of the
+        profile holding only the columns they need, for one whose events stay on disk), else
+        from the profile itself.
 
         An analysis that raises :class:`~opscope.errors.AnalysisError` for this profile is left
         out and named in ``Report.skipped``; one that raises anything else is a bug, but it costs
@@ -199,7 +208,7 @@ class Analyzer:
                 skipped[name] = str(e)
             except Exception as e:
                 errors.append(SectionError.of(name, e))
-        head = guarded("summary", lambda: summary(self.profile), errors) or {}
+        head = guarded("summary", lambda: summary(counted or self.profile), errors) or {}
         return Report(
             summary=head,
             sections=sections,

@@ -11,9 +11,8 @@ profile.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from opscope.analysis.assemble import Report, SectionError, guarded
+from opscope.analysis.assemble import Report
 from opscope.analysis.registry import Options
 from opscope.model import Profile
 
@@ -69,24 +68,18 @@ def sections_report(
     options: Options | None = None,
 ) -> Report:
     """The report of ``sections`` (default :data:`LAZY_SECTIONS`) of ``profile`` alone."""
+    from dataclasses import replace
+
     from opscope.analysis import hotspots, registry
-    from opscope.errors import AnalysisError
-    from opscope.ingest.summary import summary
+    from opscope.analysis.assemble import Analyzer
 
     names = list(sections or LAZY_SECTIONS)
-    opts = options or Options(top=top)
-    done: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
-    errors: list[SectionError] = []
-    for name in names:
-        try:
-            done[name] = registry.run(name, profile, opts)
-        except AnalysisError as e:
-            skipped[name] = str(e)
-        except Exception as e:
-            errors.append(SectionError.of(name, e))
-    counted = hotspots.projected(profile, SUMMARY_COLUMNS)
-    head = guarded("summary", lambda: summary(counted), errors) or {}
+    report = Analyzer(profile).generate_report(
+        top,
+        only=names,
+        options=options,
+        counted=hotspots.projected(profile, SUMMARY_COLUMNS),
+    )
     left = [n for n in registry.names() if n not in names]
     why = "out-of-core profile: " if profile.meta.get("out_of_core") else ""
     note = (
@@ -94,12 +87,4 @@ def sections_report(
         "checks, source view"
     )
     # where the doctor's warnings go: the first lines of every rendering
-    head = {**head, "warnings": [note]}
-    return Report(
-        summary=head,
-        sections=done,
-        top=top,
-        skipped=skipped,
-        errors=tuple(errors),
-        profile=profile,
-    )
+    return replace(report, summary={**report.summary, "warnings": [note]})
