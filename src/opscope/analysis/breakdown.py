@@ -225,15 +225,25 @@ def _windows(profile: Profile) -> pl.DataFrame:
     )
 
 
-def _clip(ev: pl.DataFrame, win: pl.DataFrame, cls: str | None = None) -> pl.DataFrame:
-    """``ev`` (``rank``, ``ts_ns``, ``dur_ns``, any other columns) once per window it overlaps,
-    clipped to it: ``step``, ``w0``, ``w1``, ``start``, ``end`` (and ``cls`` when given).
+def _numbered(win: pl.DataFrame) -> pl.LazyFrame:
+    """The windows sorted by rank and start, numbered ``_k`` within their rank (what
+    :func:`_clip_lazy` reads; one query plan shared by several clips)."""
+    return (
+        win.lazy().sort("rank", "w0").with_columns(pl.int_range(pl.len()).over("rank").alias("_k"))
+    )
+
+
+def _clip_lazy(ev: pl.LazyFrame, w: pl.LazyFrame, cls: str | None = None) -> pl.LazyFrame:
+    """``ev`` (``rank``, ``ts_ns``, ``dur_ns``, any other columns) once per window of ``w``
+    (:func:`_numbered`) it overlaps, clipped to it: ``step``, ``w0``, ``w1``, ``start``, ``end``
+    (and ``cls`` when given).
 
     Two as-of joins find the first window ending after the event starts and the last window
     starting before it ends; an event spanning several windows is repeated once per window (a
-    cross join of events and steps would be events × steps rows).
+    cross join of events and steps would be events × steps rows). One lazy query, collected on
+    the in-memory engine (the eager calls' engine) by the caller: a query per step was a fixed
+    cost on small traces.
     """
-    w = win.sort("rank", "w0").with_columns(pl.int_range(pl.len()).over("rank").alias("_k"))
     e = ev.filter(pl.col("dur_ns") > 0).with_columns(
         pl.col("ts_ns").alias("_s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_e")
     )
@@ -309,14 +319,19 @@ def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     }  # fmt: skip
     if not dev.height or not win.height:
         return pl.DataFrame(schema=schema)
-    rng = win.group_by("rank").agg(pl.col("w0").min().alias("r0"), pl.col("w1").max().alias("r1"))
+    # one lazy query on the in-memory engine (the eager calls' engine): a query per step was
+    # a fixed cost on small traces
+    rng = (
+        win.lazy()
+        .group_by("rank")
+        .agg(pl.col("w0").min().alias("r0"), pl.col("w1").max().alias("r1"))
+    )
     lane = ["rank", "device", "stream"]
+    d = dev.lazy()
     pts = pl.concat(
         [
-            dev.select(*lane, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
-            dev.select(
-                *lane, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")
-            ),
+            d.select(*lane, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
+            d.select(*lane, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")),
         ]
     ).sort([*lane, "t", "d"])  # at one instant the ends first: no phantom peak
     pts = pts.with_columns(
@@ -344,7 +359,11 @@ def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
         .drop("_area", "_busy")
         .filter(pl.col("span_ns") > 0)
     )
-    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).sort(lane)
+    return (
+        out.select([pl.col(c).cast(t) for c, t in schema.items()])
+        .sort(lane)
+        .collect(engine="in-memory")
+    )
 
 
 @dataclass(frozen=True)
@@ -444,7 +463,8 @@ def _own_figures_everywhere(steps: pl.DataFrame) -> bool:
 def _breakdown_of(inp: _Inputs) -> Breakdown:
     win, dev = inp.win, inp.dev
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
-    cdev = _clip(dev, win)
+    numbered = _numbered(win)
+    cdev = _clip_lazy(dev.lazy(), numbered).collect(engine="in-memory")
     cdev_lazy = cdev.lazy()
     # the device classes as one lazy query (a query per filter and per label was a fixed
     # cost on small traces); rows in the same order as the filters one by one
@@ -461,7 +481,8 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
     for host, cls in ((inp.host, "host_ops"), (inp.data, "data_loading")):
         # no host op (or no data loading) clips to no interval: the as-of joins skipped
         if host.height or not tree.SHORTCUTS:
-            parts.append(_clip(host, win, cls).lazy().select("rank", "step", "cls", "start", "end"))
+            clipped = _clip_lazy(host.lazy(), numbered, cls)
+            parts.append(clipped.select("rank", "step", "cls", "start", "end"))
     # Ascend steps with their own figures for every step: the device-wide idle split is nulled
     # below (it would not add up to free_ns), so only its busy time is needed: the union of all
     # device work, one more class here instead of the split's ~30 queries

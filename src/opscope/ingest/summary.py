@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -27,22 +27,25 @@ def summary(profile: Profile) -> dict[str, Any]:
     """
     ev = profile.events
     kinds = ev.get_column("kind").cast(pl.String)
-    dev = ev.filter(kinds.is_in(DEVICE_WORK))
+    # Series operations, no query (a fixed cost each on small traces): the device-work mask as
+    # equalities, the span from the columns' extremes (exact integers, null when a side is)
+    dev = kinds == DEVICE_WORK[0]
+    for kind in DEVICE_WORK[1:]:
+        dev = dev | (kinds == kind)
+    span_ns: int | None = 0
     if ev.height:
-        span_ns = ev.select(
-            (pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()
-        ).item()
-    else:
-        span_ns = 0
+        ts = ev.get_column("ts_ns")
+        last, first = (ts + ev.get_column("dur_ns")).max(), ts.min()
+        span_ns = None if last is None or first is None else cast(int, last) - cast(int, first)
     out: dict[str, Any] = {
         "format": profile.meta.get("format", "kineto"),
         "ranks": profile.ranks,
         "events": ev.height,
         "ops": int((kinds == "cpu_op").sum()),
-        "kernels": dev.height,
+        "kernels": int(dev.sum()),
         "steps": profile.steps.height,
-        "fwd_bwd_links": int(ev.get_column("fwd_id").drop_nulls().n_unique()),
-        "op_kernel_links": int(dev.get_column("op_id").is_not_null().sum()),
+        "fwd_bwd_links": _distinct_non_null(ev.get_column("fwd_id")),
+        "op_kernel_links": int(dev.sum()) - ev.get_column("op_id").filter(dev).null_count(),
         "span_us": float(span_ns or 0) / 1000.0,
         "python_frames": int((kinds == "python_function").sum()),
         "memory_events": profile.memory.height,
@@ -55,6 +58,11 @@ def summary(profile: Profile) -> dict[str, Any]:
         "notes": notes(profile),
     }
     return out
+
+
+def _distinct_non_null(s: pl.Series) -> int:
+    """Distinct values of ``s`` other than null (``n_unique`` counts null as one)."""
+    return s.n_unique() - (1 if s.null_count() else 0)
 
 
 def world_size(profile: Profile) -> int | None:
