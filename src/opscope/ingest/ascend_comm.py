@@ -219,9 +219,43 @@ def read_communication(path: Path) -> dict[str, pl.DataFrame]:
     rank = rank_of(out)
     rank_id = 0 if rank is None else rank
     groups = parallel_groups(path)
+    comm_src, matrix_src = _sources(out)
+    coll, bw = _comm_rows(comm_src, rank_id)
+    links, totals = _matrix(matrix_src, rank_id, groups)
+    names = {g: v["name"] for g, v in groups.items() if v["name"] is not None}
+
+    def named(df: pl.DataFrame) -> pl.DataFrame:
+        # The group's parallel name from the metadata ("dp", "pp", "tp"...), null when unknown.
+        return df.with_columns(
+            pl.col("group")
+            .replace_strict(names, default=None, return_dtype=st)
+            .alias("parallel_group")
+        )
+
+    return {
+        "collectives": named(pl.DataFrame(coll, schema=COLLECTIVES_SCHEMA)),
+        "bandwidth": named(pl.DataFrame(bw, schema=BANDWIDTH_SCHEMA)),
+        "links": named(pl.DataFrame(links, schema=LINKS_SCHEMA)),
+        "link_totals": named(pl.DataFrame(totals, schema=LINKS_SCHEMA)),
+    }
+
+
+def communication_rows(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of :func:`read_communication`'s ``collectives`` and ``bandwidth`` tables (no
+    ``parallel_group``), from ``communication.json`` (or ``analysis.db``) alone: for a caller
+    that needs only those, without the matrix, the metadata and the tables' queries (the
+    packet rule reads them on every report). Raises :class:`~opscope.errors.InputError` as
+    :func:`read_communication` does for that file."""
+    out = find_output_dir(Path(path))
+    rank = rank_of(out)
+    return _comm_rows(_sources(out)[0], 0 if rank is None else rank)
+
+
+def _comm_rows(
+    comm_src: dict[str, Any], rank_id: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     coll: list[dict[str, Any]] = []
     bw: list[dict[str, Any]] = []
-    comm_src, matrix_src = _sources(out)
     for step_key, kinds in comm_src.items():
         step = _step(step_key)
         for kind, ops in (kinds or {}).items() if isinstance(kinds, dict) else ():
@@ -263,23 +297,7 @@ def read_communication(path: Path) -> dict[str, pl.DataFrame]:
                             "bandwidth_gbps": _float(b.get("Bandwidth(GB/s)")),
                         }
                     )
-    links, totals = _matrix(matrix_src, rank_id, groups)
-    names = {g: v["name"] for g, v in groups.items() if v["name"] is not None}
-
-    def named(df: pl.DataFrame) -> pl.DataFrame:
-        # The group's parallel name from the metadata ("dp", "pp", "tp"...), null when unknown.
-        return df.with_columns(
-            pl.col("group")
-            .replace_strict(names, default=None, return_dtype=st)
-            .alias("parallel_group")
-        )
-
-    return {
-        "collectives": named(pl.DataFrame(coll, schema=COLLECTIVES_SCHEMA)),
-        "bandwidth": named(pl.DataFrame(bw, schema=BANDWIDTH_SCHEMA)),
-        "links": named(pl.DataFrame(links, schema=LINKS_SCHEMA)),
-        "link_totals": named(pl.DataFrame(totals, schema=LINKS_SCHEMA)),
-    }
+    return coll, bw
 
 
 def _global(end: str, ranks: list[int] | None) -> int | None:

@@ -119,12 +119,23 @@ def _collective_of(profile: Profile, tasks: pl.DataFrame) -> pl.DataFrame:
 
 def _exposed(profile: Profile, colls: pl.DataFrame) -> dict[int, float]:
     """Per collective id: its time with no compute kernel running on its rank (ns)."""
-    k = profile.events.filter(pl.col("kind") == "kernel").select("rank", "ts_ns", "dur_ns")
+    # Series operations (the kernels' columns once, a mask per rank): no query per rank
+    ev = profile.events
+    is_kernel = ev.get_column("kind") == "kernel"
+    k_rank = ev.get_column("rank").filter(is_kernel)
+    k_ts = ev.get_column("ts_ns").filter(is_kernel)
+    k_dur = ev.get_column("dur_ns").filter(is_kernel)
     out: dict[int, float] = {}
-    for (rank,), grp in colls.group_by("rank"):
-        kr = k.filter(pl.col("rank") == rank).sort("ts_ns")
-        s = kr.get_column("ts_ns").to_numpy().astype(np.float64)
-        e = s + kr.get_column("dur_ns").to_numpy().astype(np.float64)
+    ids = colls.get_column("id").to_list()
+    c_ranks = colls.get_column("rank").to_list()
+    c_ts = colls.get_column("ts_ns").to_list()
+    c_dur = colls.get_column("dur_ns").to_list()
+    for rank in dict.fromkeys(c_ranks):
+        mine = k_rank == rank
+        ts = k_ts.filter(mine).to_numpy().astype(np.float64)
+        order = np.argsort(ts, kind="stable")  # (the merge below needs starts in order)
+        s = ts[order]
+        e = s + k_dur.filter(mine).to_numpy().astype(np.float64)[order]
         merged: list[tuple[float, float]] = []
         for a, b in zip(s.tolist(), e.tolist(), strict=True):
             if merged and a <= merged[-1][1]:
@@ -133,8 +144,10 @@ def _exposed(profile: Profile, colls: pl.DataFrame) -> dict[int, float]:
                 merged.append((a, b))
         ms = np.array([m[0] for m in merged])
         me = np.array([m[1] for m in merged])
-        for cid, ts, dur in grp.select("id", "ts_ns", "dur_ns").rows():
-            a, b = float(ts), float(ts + dur)
+        for cid, r, ts0, dur in zip(ids, c_ranks, c_ts, c_dur, strict=True):
+            if r != rank:
+                continue
+            a, b = float(ts0), float(ts0 + dur)
             busy = float(np.clip(np.minimum(me, b) - np.maximum(ms, a), 0, None).sum())
             out[int(cid)] = max(b - a - busy, 0.0)
     return out

@@ -124,78 +124,95 @@ def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
     ``coll`` null for a collective with no event of that name on its rank: a kernel table
     that holds fewer collectives than the file), from each source's
     ``communication.json`` / ``analysis.db``; and the ranks that have such a file."""
-    from opscope.ingest.ascend_comm import read_communication
+    from opscope.ingest.ascend_comm import communication_rows
 
-    empty = pl.DataFrame(schema=_TRANSIT_SCHEMA)
-    frames: list[pl.DataFrame] = []
+    # the files' rows in Python, one frame for all ranks and one query for the match (a
+    # rank's files hold a few hundred collectives at most; the tables and their joins per
+    # rank were ~15 queries a report)
+    rows: list[tuple[Any, ...]] = []
     ranks: set[int] = set()
     # a multi-rank load names each rank's folder (its rank may come from the folder's name,
-    # where read_communication finds no profiler_info_N.json)
+    # where communication_rows finds no profiler_info_N.json)
     by_rank = profile.meta.get("rank_sources") or {}
     pairs: list[tuple[int | None, str]] = [(int(r), str(p)) for r, p in by_rank.items()]
     if not pairs:
         pairs = [(None, str(p)) for p in profile.meta.get("sources") or []]
     for rank, src in pairs:
         try:
-            comm = read_communication(Path(src))
+            colls, bws = communication_rows(Path(src))
         except (InputError, OSError, ValueError):
             continue  # a source that is not an Ascend rank folder, or gone since loading
-        if rank is not None:  # (only the two tables used below: a query each)
-            comm = {
-                k: comm[k].with_columns(pl.lit(rank, pl.Int32).alias("rank"))
-                for k in ("collectives", "bandwidth")
-            }
-        if comm["collectives"].height == 0:
+        if not colls:
             continue
-        ranks.update(int(r) for r in comm["collectives"].get_column("rank").unique())
-        bw = comm["bandwidth"].filter(
-            pl.col("transport").is_in(list(MIN_BYTES)) & (pl.col("size_bytes") > 0)
-        )
-        if bw.height == 0:
-            continue
-        # an operator named without "@group" (or a step key without a number) has nulls in
-        # the keys, which a join does not match
-        keys = [
-            pl.col(k).cast(pl.String).fill_null("").alias(f"_{k}")
-            for k in ("step", "kind", "op_name", "group")
-        ]
-        starts = comm["collectives"].select(*keys, "start_ns", "elapse_ns")
-        joined = bw.with_columns(*keys).join(
-            starts, on=[f"_{k}" for k in ("step", "kind", "op_name", "group")], how="left"
-        )
-        frames.append(joined.drop("_step", "_kind", "_op_name", "_group"))
-    if not frames:
-        return empty, ranks
-    rows = pl.concat(frames, how="vertical").with_columns(
-        pl.col("start_ns").fill_null(0).alias("at_ns")
+        ranks.update({int(r["rank"]) if rank is None else rank for r in colls})
+        # each bandwidth row with the file's start and elapse of its collective: matched on
+        # (step, kind, op_name, group), every match (a left join; a missing key part matches
+        # a missing one: an operator named without "@group", a step key without a number)
+        starts: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
+        for r in colls:
+            starts.setdefault(_file_key(r), []).append((r["start_ns"], r["elapse_ns"]))
+        for r in bws:
+            size = r["size_bytes"]
+            if r["transport"] not in MIN_BYTES or size is None or size <= 0:
+                continue
+            rk = r["rank"] if rank is None else rank
+            for start, elapse in starts.get(_file_key(r), [(None, None)]):
+                rows.append((rk, r["op_name"], r["transport"], size, r["time_ns"], start, elapse))
+    if not rows:
+        return pl.DataFrame(schema=_TRANSIT_SCHEMA), ranks
+    files = pl.DataFrame(
+        rows,
+        schema={
+            "rank": pl.Int32,
+            "op_name": pl.String,
+            "transport": pl.String,
+            "size_bytes": pl.Int64,
+            "time_ns": pl.Int64,
+            "start_ns": pl.Int64,
+            "elapse_ns": pl.Int64,
+        },
+        orient="row",
     )
     events = (
-        profile.events.filter(pl.col("kind") == "communication")
+        profile.events.lazy()
+        .filter(pl.col("kind") == "communication")
         .select(pl.col("id").alias("coll"), "rank", pl.col("name").alias("op_name"), "ts_ns")
         .sort("ts_ns")
     )
     # the event of the same name on the same rank that starts nearest (a name may recur
     # in another step)
-    j = rows.sort("at_ns").join_asof(
-        events,
-        left_on="at_ns",
-        right_on="ts_ns",
-        by=["rank", "op_name"],
-        strategy="nearest",
-        check_sortedness=False,
+    out = (
+        files.lazy()
+        .with_columns(pl.col("start_ns").fill_null(0).alias("at_ns"))
+        .sort("at_ns")
+        .join_asof(
+            events,
+            left_on="at_ns",
+            right_on="ts_ns",
+            by=["rank", "op_name"],
+            strategy="nearest",
+            check_sortedness=False,
+        )
+        .select(
+            "coll",
+            "rank",
+            "transport",
+            pl.col("size_bytes").alias("bytes"),
+            pl.lit(None, pl.UInt32).alias("tasks"),
+            "time_ns",
+            "start_ns",
+            "elapse_ns",
+            "op_name",
+        )
+        .cast(_TRANSIT_SCHEMA)  # type: ignore[arg-type]
     )
-    out = j.select(
-        "coll",
-        "rank",
-        "transport",
-        pl.col("size_bytes").alias("bytes"),
-        pl.lit(None, pl.UInt32).alias("tasks"),
-        "time_ns",
-        "start_ns",
-        "elapse_ns",
-        "op_name",
+    return out.collect(engine="in-memory"), ranks
+
+
+def _file_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(
+        "" if row[k] is None else str(row[k]) for k in ("step", "kind", "op_name", "group")
     )
-    return out.cast(_TRANSIT_SCHEMA), ranks  # type: ignore[arg-type]
 
 
 def transit_sizes(profile: Profile) -> pl.DataFrame:
@@ -204,14 +221,16 @@ def transit_sizes(profile: Profile) -> pl.DataFrame:
     files, ranks = transit_from_files(profile)
     # the trace's tasks of the other ranks only: parsing the args of every task of a rank the
     # files cover (938 on a 4k-event AlexNet rank: 5 ms) was thrown away
-    tasks = transit(profile, ranks).filter(~pl.col("rank").is_in(sorted(ranks)))
+    tasks = transit(profile, ranks)
     return pl.concat(
         [
-            files.with_columns(pl.lit("communication files").alias("source")),
-            tasks.with_columns(pl.lit("trace_view.json").alias("source")),
+            files.lazy().with_columns(pl.lit("communication files").alias("source")),
+            tasks.lazy()
+            .filter(~pl.col("rank").is_in(sorted(ranks)))
+            .with_columns(pl.lit("trace_view.json").alias("source")),
         ],
         how="vertical",
-    )
+    ).collect(engine="in-memory")
 
 
 class AscendCommPacket:
@@ -241,8 +260,10 @@ class AscendCommPacket:
         tr = transit_sizes(profile)
         if tr.height == 0:
             return []
-        colls = profile.events.filter(pl.col("kind") == "communication").select(
-            pl.col("id").alias("coll"), "name", "ts_ns", "dur_ns", "op_id"
+        colls = (
+            profile.events.lazy()
+            .filter(pl.col("kind") == "communication")
+            .select(pl.col("id").alias("coll"), "name", "ts_ns", "dur_ns", "op_id")
         )
         # the time the collective spends moving its bytes: the transport's Transit Time where
         # the rank's communication files give it (the collective's elapse there also holds
@@ -250,7 +271,8 @@ class AscendCommPacket:
         # collective's own duration
         # a collective with no event has the file's start and elapse, and an id below 0
         tr = (
-            tr.join(colls, on="coll", how="left")
+            tr.lazy()
+            .join(colls, on="coll", how="left", maintain_order="left")
             .with_row_index("row")
             .with_columns(
                 pl.coalesce("time_ns", "dur_ns").alias("move_ns"),
@@ -259,46 +281,64 @@ class AscendCommPacket:
                 pl.coalesce("name", "op_name").alias("name"),
                 pl.coalesce("coll", -1 - pl.col("row").cast(pl.Int64)).alias("key"),
             )
+            .collect(engine="in-memory")
         )
         steps = c.step_info(profile)
         out = []
-        for (transport,), grp in tr.group_by("transport", maintain_order=True):
-            f = self._transport(profile, steps, str(transport), grp)
+        # the collectives as rows, per transport in order of appearance (a rank's files hold
+        # a few hundred collectives at most; the figures below as frames were ~20 queries)
+        by_transport: dict[str, list[dict[str, Any]]] = {}
+        for row in tr.rows(named=True):
+            by_transport.setdefault(str(row["transport"]), []).append(row)
+        for transport, rows in by_transport.items():
+            f = self._transport(profile, steps, transport, rows)
             if f is not None:
                 out.append(f)
         return out
 
     def _transport(
-        self, profile: Profile, steps: c.StepInfo, transport: str, grp: pl.DataFrame
+        self, profile: Profile, steps: c.StepInfo, transport: str, rows: list[dict[str, Any]]
     ) -> Finding | None:
         limit = MIN_BYTES[transport]
+
+        def is_small(r: dict[str, Any]) -> bool:
+            return r["bytes"] is not None and r["bytes"] < limit
+
         # msprof-analyze's figure, rank by rank: the share of the operators with traffic on
         # this transport that move less than the limit
-        by_rank = (
-            grp.group_by("rank")
-            .agg(pl.len().alias("n"), (pl.col("bytes") < limit).sum().alias("small"))
-            .sort("rank")
-        )
-        shares = {int(r): s / n for r, n, s in by_rank.select("rank", "n", "small").rows()}
-        firing = sorted(
-            int(r)
-            for r, n, s in by_rank.select("rank", "n", "small").rows()
-            if s > 0 and s / n > MIN_SMALL_SHARE
-        )
+        counts: dict[int, list[int]] = {}
+        for r in rows:
+            n_s = counts.setdefault(int(r["rank"]), [0, 0])
+            n_s[0] += 1
+            n_s[1] += is_small(r)
+        shares = {r: s / n for r, (n, s) in sorted(counts.items())}
+        firing = sorted(r for r, (n, s) in counts.items() if s > 0 and s / n > MIN_SMALL_SHARE)
         if not firing:
             return None
-        grp_f = grp.filter(pl.col("rank").is_in(firing))
-        small = grp_f.filter(pl.col("bytes") < limit)
-        share = small.height / grp_f.height
-        large = grp.filter((pl.col("bytes") >= limit) & pl.col("move_ns").is_not_null())
+        grp_f = [r for r in rows if r["rank"] in firing]
+        small = [r for r in grp_f if is_small(r)]
+        share = len(small) / len(grp_f)
+        large = [
+            r
+            for r in rows
+            if r["bytes"] is not None and r["bytes"] >= limit and r["move_ns"] is not None
+        ]
         rate = None
-        if large.height >= MIN_PEERS and float(large.get_column("move_ns").sum()) > 0:
-            rate = float(large.get_column("bytes").sum()) / float(large.get_column("move_ns").sum())
-        timed = small.filter(
-            pl.col("move_ns").is_not_null() & pl.col("ts_ns").is_not_null()
-        ).with_columns(pl.col("dur_ns").fill_null(0))
+        large_ns = sum(r["move_ns"] for r in large)
+        if len(large) >= MIN_PEERS and float(large_ns) > 0:
+            rate = float(sum(r["bytes"] for r in large)) / float(large_ns)
+        timed = [r for r in small if r["move_ns"] is not None and r["ts_ns"] is not None]
         exposed = _exposed(
-            profile, timed.select(pl.col("key").alias("id"), "rank", "ts_ns", "dur_ns")
+            profile,
+            pl.DataFrame(
+                {
+                    "id": [r["key"] for r in timed],
+                    "rank": [r["rank"] for r in timed],
+                    "ts_ns": [r["ts_ns"] for r in timed],
+                    "dur_ns": [r["dur_ns"] or 0 for r in timed],
+                },
+                schema={"id": pl.Int64, "rank": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64},
+            ),
         )
         caps = _rank_caps(profile, firing)
         # per rank: exposed time, small collectives' time and saving; ranks run at once, so
@@ -307,17 +347,18 @@ class AscendCommPacket:
         time_r: dict[int, float] = {}
         lim_r: dict[int, float] = {}  # each collective's time, at most its exposed time
         save_r: dict[int, float] = {}
-        for cid, rank, b, d in timed.select("key", "rank", "bytes", "move_ns").rows():
-            r, e = int(rank), exposed.get(int(cid), 0.0)
-            exp_r[r] = exp_r.get(r, 0.0) + e
-            time_r[r] = time_r.get(r, 0.0) + float(d)
-            lim_r[r] = lim_r.get(r, 0.0) + min(float(d), e)
+        for row in timed:
+            cid, rank, b, d = row["key"], row["rank"], row["bytes"], row["move_ns"]
+            rk, e = int(rank), exposed.get(int(cid), 0.0)
+            exp_r[rk] = exp_r.get(rk, 0.0) + e
+            time_r[rk] = time_r.get(rk, 0.0) + float(d)
+            lim_r[rk] = lim_r.get(rk, 0.0) + min(float(d), e)
             if rate is not None:
-                save_r[r] = save_r.get(r, 0.0) + min(max(float(d) - b / rate, 0.0), e)
-        for r, cap in caps.items():
-            exp_r[r] = min(exp_r.get(r, 0.0), cap)
-            lim_r[r] = min(lim_r.get(r, 0.0), cap)
-            save_r[r] = min(save_r.get(r, 0.0), cap)
+                save_r[rk] = save_r.get(rk, 0.0) + min(max(float(d) - b / rate, 0.0), e)
+        for rk, cap in caps.items():
+            exp_r[rk] = min(exp_r.get(rk, 0.0), cap)
+            lim_r[rk] = min(lim_r.get(rk, 0.0), cap)
+            save_r[rk] = min(save_r.get(rk, 0.0), cap)
         exp_ns = max(exp_r.values(), default=0.0)
         lim_ns = max(lim_r.values(), default=0.0)
         time_ns = max(time_r.values(), default=0.0)
@@ -340,20 +381,18 @@ class AscendCommPacket:
         if len(shares) > 1:
             on = f" on rank{'s' if len(firing) > 1 else ''} {', '.join(map(str, firing))}"
         families = sorted(
-            {re.sub(r"_+\d+(_\d+)*$", "", str(n)) for n in small["name"].drop_nulls()}
+            {re.sub(r"_+\d+(_\d+)*$", "", str(r["name"])) for r in small if r["name"] is not None}
         )
-        anchor = (
-            small.get_column("op_id").drop_nulls().to_list()[:1]
-            or small.get_column("coll").drop_nulls().to_list()[:1]
-        )
+        small_colls = [r["coll"] for r in small if r["coll"] is not None]
+        anchor = [r["op_id"] for r in small if r["op_id"] is not None][:1] or small_colls[:1]
         where: tuple[str | None, int | None, str | None] = (None, None, None)
         if anchor:
             where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": anchor}))))
-        sizes = small.get_column("bytes").to_list()
+        sizes = [r["bytes"] for r in small]
         f: Finding = c.make_finding(
             profile,
             rule=self.id,
-            title=f"{small.height} of {grp_f.height} {transport} collectives move under "
+            title=f"{len(small)} of {len(grp_f)} {transport} collectives move under "
             f"{limit / 1e6:g} MB{on} ({', '.join(families[:3])})",
             where=where,
             key=f"packet:{transport}",
@@ -366,10 +405,10 @@ class AscendCommPacket:
             evidence={
                 **c.evidence(
                     families,
-                    small.height,
+                    len(small),
                     {
-                        "collectives": grp_f.height,
-                        "small_collectives": small.height,
+                        "collectives": len(grp_f),
+                        "small_collectives": len(small),
                         "small_share": round(share, 4),
                         "min_bytes": limit,
                         "small_bytes_median": sorted(sizes)[len(sizes) // 2],
@@ -384,13 +423,13 @@ class AscendCommPacket:
                             str(r): round(v / 1e6, 4) for r, v in sorted(time_r.items())
                         },
                         "ranks": firing,
-                        "transit_source": sorted(set(grp_f.get_column("source"))),
+                        "transit_source": sorted({r["source"] for r in grp_f}),
                     },
-                    small.get_column("coll").drop_nulls().to_list(),
+                    small_colls,
                 ),
                 # the collectives (see advise.overlap): their exposed time is also
                 # comm-exposed's, which counts what is left after this finding
-                "op_groups": sorted(int(x) for x in small.get_column("coll").drop_nulls()),
+                "op_groups": sorted(int(x) for x in small_colls),
                 "part_of": ["comm-exposed"],
             },
             severity=sev,
@@ -407,15 +446,18 @@ def _rank_caps(profile: Profile, ranks: list[int]) -> dict[int, float]:
     its steps' Communication(Not Overlapped) (ns), the most of its collectives' time that no
     compute hides; a rank without that figure gets 0 (nothing shown exposed)."""
     ev = profile.events
-    with_kernels = set(ev.filter(pl.col("kind") == "kernel").get_column("rank").unique().to_list())
+    # (Series operations: the kernels' ranks; the steps' sum over a query only for bare ranks)
+    with_kernels = set(ev.get_column("rank").filter(ev.get_column("kind") == "kernel").to_list())
     bare = [r for r in ranks if r not in with_kernels]
     if not bare:
         return {}
-    st = profile.steps.filter(pl.col("rank").is_in(bare))
     got = dict(
-        st.group_by("rank")
+        profile.steps.lazy()
+        .filter(pl.col("rank").is_in(bare))
+        .group_by("rank")
         .agg(pl.col("communication_not_overlapped_ns").sum())
         .select("rank", "communication_not_overlapped_ns")
+        .collect(engine="in-memory")
         .rows()
     )
     return {r: float(got.get(r) or 0) for r in bare}
