@@ -161,21 +161,36 @@ def rank_tables(
     ev = profile.events
     colls = _collectives(ev)
     steps = _steps(profile, colls)
-    lk = _conform(links if links is not None else pl.DataFrame(), LINK_COLUMNS)
-    hc = _conform(hccl if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS)
-    sg = _conform(stages if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS)
+    lk = _conform(links if links is not None else pl.DataFrame(schema=LINK_COLUMNS), LINK_COLUMNS)
+    hc = _conform(
+        hccl if hccl is not None else pl.DataFrame(schema=asc.HCCL_COLUMNS), asc.HCCL_COLUMNS
+    )
+    sg = _conform(
+        stages if stages is not None else pl.DataFrame(schema=asc.STAGE_COLUMNS), asc.STAGE_COLUMNS
+    )
     return {"steps": steps, "collectives": colls, "links": lk, "hccl": hc, "stages": sg}
 
 
-def _conform(df: pl.DataFrame, cols: dict[str, type[pl.DataType]]) -> pl.DataFrame:
-    return pl.DataFrame(
-        [
-            df.get_column(c).cast(t, strict=False)
-            if c in df.columns
-            else pl.Series(c, [None] * df.height, dtype=t)
-            for c, t in cols.items()
-        ]
-    )
+def _conform(
+    frame: pl.DataFrame | pl.LazyFrame, cols: dict[str, type[pl.DataType]]
+) -> pl.DataFrame:
+    if isinstance(frame, pl.DataFrame) and frame.schema == pl.Schema(cols):
+        return frame  # already those columns and types (rank_tables' empty tables): no query
+    return _conformed(frame, cols).collect(engine="in-memory")
+
+
+def _conformed(
+    frame: pl.DataFrame | pl.LazyFrame, cols: dict[str, type[pl.DataType]]
+) -> pl.LazyFrame:
+    """``frame`` with exactly the columns ``cols``, in that order, cast (not strictly: a value
+    that does not fit is null), a missing column null; as a plan, so that the caller's next
+    steps run in the same query."""
+    lf = frame.lazy()
+    have = set(lf.collect_schema().names())
+    missing = [pl.lit(None, t).alias(c) for c, t in cols.items() if c not in have]
+    if missing:
+        lf = lf.with_columns(missing)
+    return lf.select(pl.col(c).cast(t, strict=False) for c, t in cols.items())
 
 
 def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
@@ -183,12 +198,12 @@ def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
     host_comm = pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(
         HOST_COLLECTIVE
     )
-    dev = ev.filter(dev_comm)
     # Per rank: the device collectives when the rank has any, else its host ones (gloo).
-    host = ev.filter(host_comm & ~pl.col("rank").is_in(dev.get_column("rank").unique().implode()))
-    c = pl.concat([dev, host])
-    if not c.height:
-        return _conform(pl.DataFrame(), COLLECTIVE_COLUMNS)
+    # (One query: the ranks with device collectives as a Series, the rest as one plan.)
+    kind, rank = ev.get_column("kind"), ev.get_column("rank")
+    dev_ranks = sorted({r for r in rank.filter(kind == "communication").to_list() if r is not None})
+    lev = ev.lazy()
+    c = pl.concat([lev.filter(dev_comm), lev.filter(host_comm & ~pl.col("rank").is_in(dev_ranks))])
     arg = pl.col("args")
     coll_arg = arg.str.json_path_match("$['Collective name']")
     nelems = arg.str.json_path_match("$['In msg nelems']").cast(pl.Int64, strict=False)
@@ -222,7 +237,7 @@ def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
 def _steps(profile: Profile, colls: pl.DataFrame) -> pl.DataFrame:
     if profile.has_device:
         b = breakdown(profile, Options()).steps
-        out = b.select(
+        plan = b.lazy().select(
             "rank",
             pl.col("step").fill_null(-1),
             "ts_ns",
@@ -232,7 +247,7 @@ def _steps(profile: Profile, colls: pl.DataFrame) -> pl.DataFrame:
             "communication_not_overlapped_ns",
             pl.col("device_idle_ns").alias("idle_ns"),
         )
-        return _conform(out, STEP_COLUMNS)
+        return _conform(plan, STEP_COLUMNS)
     ev = profile.events
     st = profile.steps
     if st.height:
@@ -401,13 +416,10 @@ def aggregate(
 ) -> Cluster:
     """Join the per-rank tables of :func:`rank_tables` (lazy frames are fine) into a
     :class:`Cluster`: wait per collective, per-rank totals, slow ranks, step gap, slow links."""
-    st = _conform(steps.lazy().collect(), STEP_COLUMNS).sort("rank", "step")
-    co = _conform(collectives.lazy().collect(), COLLECTIVE_COLUMNS)
-    lk = (
-        _conform(links.lazy().collect(), LINK_COLUMNS)
-        if links is not None
-        else _conform(pl.DataFrame(), LINK_COLUMNS)
-    )
+    # (each table one query from the given frames or plans to its end: a report's fixed cost
+    # is its number of queries)
+    st = _conformed(steps, STEP_COLUMNS).sort("rank", "step").collect(engine="in-memory")
+    lk = _conform(links if links is not None else pl.DataFrame(), LINK_COLUMNS)
     key = ["step", "collective", "group", "seq"]
     step_ns = st.get_column("dur_ns").median()
     decisive_ns = max(
@@ -415,7 +427,8 @@ def aggregate(
         MIN_COLLECTIVE_WAIT_SHARE * (float(step_ns) if step_ns is not None else 0.0),  # type: ignore[arg-type]
     )
     co = (
-        co.with_columns(
+        _conformed(collectives, COLLECTIVE_COLUMNS)
+        .with_columns(
             pl.col("start_ns").max().over(key).alias("max_start"),
             pl.len().over(key).alias("ranks_seen"),
         )
@@ -439,17 +452,23 @@ def aggregate(
         )
         .drop("max_start")
         .sort("rank", "start_ns", "seq", maintain_order=True)
+        .collect(engine="in-memory")
     )
-    per_rank_coll = co.group_by("rank").agg(
-        pl.col("wait_ns").sum().alias("wait_ns"),
-        pl.len().alias("collectives"),
-        ((pl.col("last") & pl.col("decisive")).sum() / pl.col("decisive").sum().clip(1)).alias(
-            "last_arrival_share"
-        ),
-        pl.col("ranks_seen").gt(1).sum().alias("aligned"),
+    per_rank_coll = (
+        co.lazy()
+        .group_by("rank")
+        .agg(
+            pl.col("wait_ns").sum().alias("wait_ns"),
+            pl.len().alias("collectives"),
+            ((pl.col("last") & pl.col("decisive")).sum() / pl.col("decisive").sum().clip(1)).alias(
+                "last_arrival_share"
+            ),
+            pl.col("ranks_seen").gt(1).sum().alias("aligned"),
+        )
     )
     ranks = (
-        st.group_by("rank")
+        st.lazy()
+        .group_by("rank")
         .agg(
             pl.len().alias("steps"),
             pl.col("dur_ns").sum().alias("step_time_ns"),
@@ -474,12 +493,15 @@ def aggregate(
             pl.col("last_arrival_share").fill_null(0.0),
         )
         .sort("rank")
+        .collect(engine="in-memory")
     )
     slow = _slow_ranks(ranks)
     gap = _step_gap(st)
-    hc = _conform(
-        hccl.lazy().collect() if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS
-    ).sort("rank", "start_ns")
+    hc = (
+        _conformed(hccl if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS)
+        .sort("rank", "start_ns")
+        .collect(engine="in-memory")
+    )
     if tree.SHORTCUTS and not lk.height:
         # no link row (every GPU trace, most Ascend ranks): the link tables are empty; their
         # schemas from the plans (the matrix's remap keeps the columns, ends cast to Int32),
@@ -488,9 +510,11 @@ def aggregate(
         agg_links, slow_links = (pl.DataFrame(schema=t.collect_schema()) for t in plan)
     else:
         agg_links, slow_links = _slow_links(asc.matrix_links(lk, hc))
-    sg = _conform(
-        stages.lazy().collect() if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS
-    ).sort("rank")
+    sg = (
+        _conformed(stages if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS)
+        .sort("rank")
+        .collect(engine="in-memory")
+    )
     return Cluster(
         ranks=ranks.drop("aligned"),
         steps=st,
@@ -581,7 +605,8 @@ def _step_gap(st: pl.DataFrame) -> pl.DataFrame:
             }
         )
     return (
-        st.group_by("step")
+        st.lazy()
+        .group_by("step")
         .agg(
             pl.col("rank").sort_by(["dur_ns", "rank"]).first().alias("fastest_rank"),
             (pl.col("dur_ns").min() / 1000.0).alias("fastest_us"),
@@ -591,6 +616,7 @@ def _step_gap(st: pl.DataFrame) -> pl.DataFrame:
         )
         .with_columns((pl.col("slowest_us") - pl.col("fastest_us")).alias("gap_us"))
         .sort("step")
+        .collect(engine="in-memory")
     )
 
 
