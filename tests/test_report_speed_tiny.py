@@ -147,13 +147,13 @@ def test_breakdown_skips_the_device_wide_split_only_under_step_figures(
     is not computed, only the per-stream one; the steps table is the same (checked above and
     here); a GPU trace without such figures computes both."""
     calls: list[tuple[str, ...]] = []
-    real = breakdown.idle_split
+    real = breakdown.idle_plan
 
     def spy(iv: Any, lanes: Any, keys: list[str]) -> Any:
         calls.append(tuple(keys))
         return real(iv, lanes, keys)
 
-    monkeypatch.setattr(breakdown, "idle_split", spy)
+    monkeypatch.setattr(breakdown, "idle_plan", spy)
     for rel, want in [
         ("ascend/small_two_rank/test_rank_0", [("rank", "step", "device", "stream")]),
         (

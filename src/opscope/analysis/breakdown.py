@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -73,6 +73,9 @@ BREAKDOWN_READ: tuple[str | pl.Expr, ...] = tuple(
     for c in BREAKDOWN_COLUMNS
 )
 
+#: A DataFrame or a LazyFrame: the window-function steps run eagerly or in a plan.
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
+
 #: The idle categories, in the order they are shown.
 IDLE_COLUMNS = ("idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns")
 
@@ -97,6 +100,11 @@ def union_ns(iv: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
             .agg(pl.col("union_ns").sum())
             .collect()
         )
+    return _union_lazy(s.lazy(), keys).collect(engine="in-memory")
+
+
+def _union_lazy(s: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
+    """:func:`union_ns` by window functions, as a plan: ``s`` sorted by ``keys`` and ``start``."""
     u = _window_segments(s, keys)
     return u.group_by(keys).agg((pl.col("e") - pl.col("s")).sum().cast(pl.Int64).alias("union_ns"))
 
@@ -127,7 +135,7 @@ def _launch_segments(
     )
 
 
-def _window_segments(s: pl.DataFrame, keys: list[str], *extra: pl.Expr) -> pl.DataFrame:
+def _window_segments(s: FrameT, keys: list[str], *extra: pl.Expr) -> FrameT:
     """The union of intervals per ``keys`` as segments ``s``..``e`` (and ``extra`` aggregates)
     of ``s`` sorted by ``keys`` and ``start``, with a window function per group: for the inputs
     :func:`_runs` declines (null or inverted intervals, times too far apart to lay end to
@@ -139,9 +147,15 @@ def _window_segments(s: pl.DataFrame, keys: list[str], *extra: pl.Expr) -> pl.Da
         .over(keys)
         .alias("_seg")
     )
-    return s.group_by([*keys, "_seg"]).agg(
+    return s.group_by([*keys, "_seg"]).agg(  # type: ignore[return-value]
         pl.col("start").min().alias("s"), pl.col("end").max().alias("e"), *extra
     )
+
+
+def _starts_group(keys: list[str]) -> pl.Expr:
+    """:func:`group_starts` as an expression (``keys`` not empty): in a plan, no query."""
+    change = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in keys)
+    return change.fill_null(True) | (pl.int_range(pl.len()) == 0)
 
 
 def group_starts(df: pl.DataFrame, keys: list[str]) -> np.ndarray:
@@ -270,29 +284,44 @@ def _clip_lazy(ev: pl.LazyFrame, w: pl.LazyFrame, cls: str | None = None) -> pl.
 
 
 def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Busy time and idle categories per lane and window (see the module doc).
+    """:func:`idle_plan`, collected."""
+    return idle_plan(iv, lanes, keys).collect(engine="in-memory")
+
+
+def idle_plan(
+    iv: pl.DataFrame, lanes: pl.DataFrame | pl.LazyFrame, keys: list[str]
+) -> pl.LazyFrame:
+    """Busy time and idle categories per lane and window (see the module doc), as a plan
+    (collected with the caller's query: a query per step was a fixed cost on small traces).
 
     ``iv``: clipped work (``keys``, ``start``, ``end``, ``launch_ts``); ``lanes``: every
     (``keys``, ``w0``, ``w1``) to report, work or not. Returns ``keys``, ``busy_ns`` and
     :data:`IDLE_COLUMNS`, which sum to ``w1 - w0`` per lane.
     """
-    s = iv.sort([*keys, "start"])
-    runs = _runs(s, keys)
+    lanes = lanes.lazy()
+    ordered = iv.lazy().sort([*keys, "start"])
+    # the NumPy runs need the sorted rows; below their threshold they decline unread
+    runs = None
+    if iv.height >= RUNS_MIN_ROWS:
+        s = ordered.collect(engine="in-memory")
+        runs = _runs(s, keys)
+        ordered = s.lazy()
     if runs is not None:  # segments in time order per lane, kept through the join
-        segs = _launch_segments(s, keys, runs).join(
-            lanes, on=keys, how="inner", nulls_equal=True, maintain_order="left"
+        segs = (
+            _launch_segments(s, keys, runs)
+            .lazy()
+            .join(lanes, on=keys, how="inner", nulls_equal=True, maintain_order="left")
         )
     else:
         at_start = pl.col("start") == pl.col("start").min()
         launch = pl.col("launch_ts").filter(at_start).min().alias("launch")
-        segs = _window_segments(s, keys, launch)
+        segs = _window_segments(ordered, keys, launch)
         # sorted after the join: shift() below needs time order, which a join does not promise
         segs = segs.join(lanes, on=keys, how="inner", nulls_equal=True).sort([*keys, "s"])
     # the gap before each segment: from the previous segment's end, or the window's start (the
     # previous row's end unless the row starts its lane: no window function over lanes)
-    first = pl.Series("_first", group_starts(segs, keys))
     segs = segs.with_columns(
-        pl.when(first).then(pl.col("w0")).otherwise(pl.col("e").shift(1)).alias("g0")
+        pl.when(_starts_group(keys)).then(pl.col("w0")).otherwise(pl.col("e").shift(1)).alias("g0")
     ).with_columns((pl.col("s") - pl.col("g0")).alias("gap"))
     host = pl.col("launch") > pl.col("g0")
     kernel = pl.col("launch") <= pl.col("g0")
@@ -391,7 +420,7 @@ class Breakdown(Result):
 
 def _device_work(profile: Profile) -> pl.DataFrame:
     """Device work with its stream and the start of the runtime call that launched it."""
-    ev = profile.events
+    ev = profile.events.lazy()  # one plan (a query per step was a fixed cost on small traces)
     launch = ev.select(pl.col("id").alias("launch_id"), pl.col("ts_ns").alias("launch_ts"))
     return (
         ev.filter(pl.col("kind").is_in(list(kinds.DEVICE_WORK)))
@@ -405,6 +434,7 @@ def _device_work(profile: Profile) -> pl.DataFrame:
             "launch_id",
         )
         .join(launch, on="launch_id", how="left")
+        .collect(engine="in-memory")
     )
 
 
@@ -437,13 +467,14 @@ class _Inputs:
 def _inputs(profile: Profile) -> _Inputs:
     # the columns used, before any filter (filtering every column of the events was the cost);
     # ``step`` too: the host parts keep the event's own step (the window's is ``step_right``)
-    ev = profile.events.select("rank", "step", "kind", "name", "ts_ns", "dur_ns")
+    ev = profile.events.lazy().select("rank", "step", "kind", "name", "ts_ns", "dur_ns")
     data = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
+    host = ev.filter(pl.col("kind") == "cpu_op").select("rank", "step", "ts_ns", "dur_ns")
     return _Inputs(
         win=_windows(profile),
         dev=_device_work(profile),
-        host=ev.filter(pl.col("kind") == "cpu_op").select("rank", "step", "ts_ns", "dur_ns"),
-        data=ev.filter(data),
+        host=host.collect(engine="in-memory"),  # the eager calls' engine
+        data=ev.filter(data).collect(engine="in-memory"),
         has_dev=profile.has_device,
         steps=profile.steps,
     )
@@ -455,9 +486,14 @@ def _own_figures_everywhere(steps: pl.DataFrame) -> bool:
     if not steps.height or "free_ns" not in steps.columns:
         return False
     return (
-        steps.get_column("computing_ns").is_not_null().any()
+        _any_value(steps.get_column("computing_ns"))
         and sum(steps.get_column(c).null_count() for c in ("free_ns", "rank", "step")) == 0
     )
+
+
+def _any_value(s: pl.Series) -> bool:
+    """Whether ``s`` holds a value that is not null (a count, not a query)."""
+    return s.null_count() < len(s)
 
 
 def _breakdown_of(inp: _Inputs) -> Breakdown:
@@ -497,12 +533,13 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
     cols = ["compute", "communication", "memcpy", "memset", "not_comm", "host_ops", "data_loading"]
     if busy_only:
         cols.append("busy")
+    # the steps table as one plan from here (a query per step was a fixed cost on small traces)
     missing = [pl.lit(0, pl.Int64).alias(c) for c in cols if c not in u.columns]
-    if missing:  # one query for all (each was one: a fixed cost on small traces)
-        u = u.with_columns(missing)
+    per_class = u.lazy().with_columns(missing) if missing else u.lazy()
+    wins = win.lazy()
     if busy_only:
         out = (
-            win.join(u, on=["rank", "step"], how="left", nulls_equal=True)
+            wins.join(per_class, on=["rank", "step"], how="left", nulls_equal=True)
             .with_columns(pl.col(cols).fill_null(0))
             .with_columns(
                 (pl.col("w1") - pl.col("w0")).alias("dur_ns"),
@@ -512,9 +549,9 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
         )
     else:
         # device-wide idle: the union over every stream of the rank
-        whole = idle_split(cdev, win, ["rank", "step"])
+        whole = idle_plan(cdev, win, ["rank", "step"])
         out = (
-            win.join(u, on=["rank", "step"], how="left", nulls_equal=True)
+            wins.join(per_class, on=["rank", "step"], how="left", nulls_equal=True)
             .join(whole, on=["rank", "step"], how="left", nulls_equal=True)
             .with_columns(pl.col(cols).fill_null(0))
             .with_columns((pl.col("w1") - pl.col("w0")).alias("dur_ns"))
@@ -543,8 +580,8 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
         pl.col("host_ops").alias("host_ops_ns"),
     )
     st = inp.steps
-    if st.height and st.get_column("computing_ns").is_not_null().any():
-        asc = st.select(
+    if st.height and _any_value(st.get_column("computing_ns")):
+        asc = st.lazy().select(
             "rank",
             "step",
             "computing_ns",
@@ -571,12 +608,12 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
                 "free_ns",
             )
         )
-    out = out.sort("rank", "step")
-    # per stream: every stream active on the rank, in every window
-    lanes = cdev.select("rank", "device", "stream").unique().join(win, on="rank", how="inner")
+    steps = out.sort("rank", "step").collect(engine="in-memory")
+    # per stream: every stream active on the rank, in every window (one plan)
+    lanes = cdev.lazy().select("rank", "device", "stream").unique().join(wins, on="rank")
     streams = (
-        idle_split(cdev, lanes, ["rank", "step", "device", "stream"])
-        .join(win, on=["rank", "step"], how="left", nulls_equal=True)
+        idle_plan(cdev, lanes, ["rank", "step", "device", "stream"])
+        .join(wins, on=["rank", "step"], how="left", nulls_equal=True)
         .select(
             "rank",
             "step",
@@ -587,9 +624,10 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
             *IDLE_COLUMNS,
         )
         .sort("rank", "step", "device", "stream")
+        .collect(engine="in-memory")
     )
 
-    def stats(df: pl.DataFrame) -> pl.DataFrame:
+    def stats(df: pl.LazyFrame, rank: int | None) -> pl.LazyFrame:
         d = pl.col("dur_ns").cast(pl.Float64)
         return df.select(
             pl.len().alias("steps"),
@@ -599,23 +637,20 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
             d.quantile(0.1, "linear").alias("p10_ns"),
             d.quantile(0.9, "linear").alias("p90_ns"),
             (d.std() / d.mean()).alias("cv"),
-        )
+        ).with_columns(pl.lit(rank, pl.Int32).alias("rank"))
 
-    per_rank = (
-        pl.concat(
-            [
-                stats(g).with_columns(pl.lit(r[0], pl.Int32).alias("rank"))
-                for r, g in out.group_by("rank", maintain_order=True)
-            ]
-        )
-        if out.height
-        else pl.DataFrame()
+    # per rank (its rows in order, ranks as they first appear), then over all (rank null): one
+    # plan, not a query per rank and step
+    every = steps.lazy()
+    ranks = list(dict.fromkeys(steps.get_column("rank").to_list()))
+    same = pl.col("rank").eq_missing
+    allstats = pl.concat(
+        [*(stats(every.filter(same(pl.lit(r, pl.Int32))), r) for r in ranks), stats(every, None)],
+        how="diagonal",
     )
-    overall = stats(out).with_columns(pl.lit(None, pl.Int32).alias("rank"))
-    allstats = pl.concat([per_rank, overall], how="diagonal") if per_rank.height else overall
     return Breakdown(
-        steps=out,
-        stats=allstats.select("rank", pl.exclude("rank")),
+        steps=steps,
+        stats=allstats.select("rank", pl.exclude("rank")).collect(engine="in-memory"),
         streams=streams,
         queue=queue_lengths(dev, win),
     )
