@@ -121,6 +121,10 @@ class Report:
     errors: tuple[SectionError, ...] = ()
     #: The profile the sections were computed from (for the memory curve and the source view).
     profile: Profile | None = field(default=None, repr=False, compare=False)
+    #: :meth:`to_json`'s value, made once per Report (the terminal rendering reads it and the
+    #: JSON rendering writes it: each section's rows were made twice); a copy (``replace``,
+    #: :meth:`with_sections`) starts empty.
+    _json: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __getitem__(self, name: str) -> Any:
         return self.sections[name]
@@ -138,7 +142,21 @@ class Report:
         """The summary keys at the top level (and again under ``"load"``), then one key per
         section: ``hotspots``, ``sources``, ``anomalies``, ``roofline``, ``breakdown``,
         ``memory``, ...; ``"errors"``: one ``{"section", "type", "message"}`` per section that
-        failed (analysis, rule or this rendering), empty when none did."""
+        failed (analysis, rule or this rendering), empty when none did.
+
+        Made once per Report; each call returns a new outer dict, ``"load"``, ``"skipped"`` and
+        ``"errors"`` (what the HTML page adds to or replaces), the sections' values shared (its
+        readers do not change them)."""
+        if not self._json:
+            self._json.update(self._make_json())
+        out = dict(self._json)
+        for key in ("load", "skipped"):
+            if key in out:
+                out[key] = dict(out[key])
+        out["errors"] = list(out["errors"])
+        return out
+
+    def _make_json(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.summary)
         out["load"] = dict(self.summary)
         errors = list(self.errors)
