@@ -135,19 +135,21 @@ def _binom_tail(k: int, n: int, p: float) -> float:
     return min(1.0, side) if upper else max(0.0, 1.0 - side)
 
 
-def _calls(profile: Profile) -> pl.DataFrame:
-    """The calls judged: id, what, name, input_dims, input_types, step, ts_ns, dur_ns."""
+def _calls(profile: Profile) -> pl.LazyFrame:
+    """The calls judged: id, what, name, input_dims, input_types, step, ts_ns, dur_ns (a plan:
+    slow_calls' queries start from it)."""
     # Profile.ops and Profile.kernels are filtered once per profile (a filter of the events
     # copies all their columns)
     if profile.has_device:
-        ops = profile.ops.select(pl.col("id").alias("op_id"), "input_dims", "input_types")
+        ops = profile.ops.lazy().select(pl.col("id").alias("op_id"), "input_dims", "input_types")
         return (
-            profile.kernels.select("id", "name", "op_id", "step", "ts_ns", "dur_ns")
+            profile.kernels.lazy()
+            .select("id", "name", "op_id", "step", "ts_ns", "dur_ns")
             .join(ops, on="op_id", how="left")
             .with_columns(pl.lit("kernel").alias("what"))
             .drop("op_id")
         )
-    return profile.ops.select(
+    return profile.ops.lazy().select(
         "id",
         pl.lit("op").alias("what"),
         "name",
@@ -161,8 +163,9 @@ def _calls(profile: Profile) -> pl.DataFrame:
 
 def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(groups, calls) of significant slow outliers, as described in the module doc."""
+    # (plans collected together where they can: each query has a fixed cost)
     c = _calls(profile)
-    stats = (
+    stats_plan = (
         c.group_by(_GROUP)
         .agg(
             pl.len().alias("n"),
@@ -171,13 +174,14 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         .filter(pl.col("n") >= MIN_CALLS)
     )
-    j = c.join(stats, on=_GROUP, nulls_equal=True)
+    j = c.join(stats_plan, on=_GROUP, nulls_equal=True)
     spread = pl.max_horizontal(1.4826 * pl.col("mad"), MIN_REL_SPREAD * pl.col("med"))
-    out = j.filter(
+    out_plan = j.filter(
         (pl.col("dur_ns") > pl.col("med") + Z * spread)
         & (pl.col("dur_ns") >= MIN_RATIO * pl.col("med"))
         & (pl.col("dur_ns") - pl.col("med") >= MIN_EXCESS_NS)
     ).with_columns((pl.col("dur_ns") - pl.col("med")).alias("excess"))
+    stats, out = pl.collect_all([stats_plan, out_plan], engine="in-memory")
     if out.height and not profile.has_device:
         # Drop outliers explained by a nested outlier: walk up from the outliers only (every
         # (event, ancestor) pair of the host tree was 0.14 s on a 138k-event trace)
@@ -200,27 +204,34 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             .filter(pl.col("inner").fill_null(0) < 0.5 * pl.col("excess"))
             .drop("inner")
         )
-    counts = out.group_by(_GROUP).agg(pl.len().alias("k"))
-    g = stats.join(counts, on=_GROUP, how="left", nulls_equal=True).with_columns(
-        pl.col("k").fill_null(0)
+    counts = out.lazy().group_by(_GROUP).agg(pl.len().alias("k"))
+    g = (
+        stats.lazy()
+        .join(counts, on=_GROUP, how="left", nulls_equal=True)
+        .with_columns(pl.col("k").fill_null(0))
+        .collect(engine="in-memory")
     )
     total_n = int(g.get_column("n").sum() or 0)
     total_k = int(g.get_column("k").sum() or 0)
     keep = []
     min_k = MIN_OUTLIERS_DEVICE if profile.has_device else MIN_OUTLIERS_HOST
-    for r in g.filter(pl.col("k") >= min_k).iter_rows(named=True):
+    for r in g.iter_rows(named=True):
+        if r["k"] < min_k:
+            continue
         rest_n = total_n - r["n"]
         p0 = (total_k - r["k"]) / rest_n if rest_n else 0.0
         if _binom_tail(int(r["k"]), int(r["n"]), p0) < ALPHA:
             keep.append({k: r[k] for k in _GROUP})
     if not keep:
-        out = out.clear()
+        kept = out.clear().lazy()
     else:
-        out = out.join(
-            pl.DataFrame(keep, schema={k: c.schema[k] for k in _GROUP}), on=_GROUP, nulls_equal=True
+        kept = out.lazy().join(
+            pl.DataFrame(keep, schema={k: out.schema[k] for k in _GROUP}).lazy(),
+            on=_GROUP,
+            nulls_equal=True,
         )
-    groups = (
-        out.group_by(_GROUP)
+    groups_plan = (
+        kept.group_by(_GROUP)
         .agg(
             pl.col("n").first().alias("calls"),
             pl.len().alias("outlier_calls"),
@@ -238,7 +249,7 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             nulls_last=True,
         )
     )
-    calls = out.select(
+    calls_plan = kept.select(
         pl.col("id").alias("event_id"),
         pl.col("what").alias("kind"),
         "name",
@@ -249,6 +260,7 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         "dur_ns",
         pl.col("med").alias("typical_ns"),
     ).sort("ts_ns", "event_id")
+    groups, calls = pl.collect_all([groups_plan, calls_plan], engine="in-memory")
     return groups, calls
 
 

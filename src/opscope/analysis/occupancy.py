@@ -123,7 +123,9 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
     """Waves, tail effect and occupancy of every kernel group (GPU), or blocks vs AI cores and
     pipe ratios (Ascend)."""
     name, vendor, cc, cu = _device(profile, options)
-    k = profile.events.filter(pl.col("kind") == "kernel")
+    # one plan from the events to the sorted groups, collected once (each eager step was a
+    # query of fixed cost: ~17 per report on a small trace)
+    k = profile.events.lazy().filter(pl.col("kind") == "kernel")
     is_ascend = vendor == "ascend" or (profile.meta.get("format") == "ascend")
     # parse each distinct grid / block string once
     grids = k.select("grid").unique().with_columns(_shape_product("grid").alias("_g"))
@@ -207,31 +209,33 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
             "achieved_occupancy"
         ),
     )
-    km = profile.kernel_metrics.filter(pl.col("metric").is_in(list(PIPE_METRICS)))
+    km = profile.kernel_metrics
+    if km.height:  # (no metric at all: no query to find none)
+        km = km.filter(pl.col("metric").is_in(list(PIPE_METRICS)))
     if km.height:
         wide = km.pivot(on="metric", index="event_id", values="value", aggregate_function="first")
         present = [m for m in PIPE_METRICS if m in wide.columns]
         j = k.select(pl.col("id").alias("event_id"), "name", "grid", "block", "dur_ns").join(
-            wide, on="event_id"
+            wide.lazy(), on="event_id"
         )
         agg = j.group_by("name", "grid", "block").agg(
             [((pl.col(m) * w).sum() / w.sum()).alias(m) for m in present]
         )
         groups = groups.join(agg, on=["name", "grid", "block"], how="left", nulls_equal=True)
     # equal times by the group's keys: the group_by above orders its groups differently each run
-    groups = groups.sort(
+    out = groups.sort(
         ["time_ns", "name", "grid", "block"],
         descending=[True, False, False, False],
         nulls_last=True,
-    )
-    valid = groups.filter(pl.col("wave_efficiency").is_not_null())
+    ).collect(engine="in-memory")
+    known = out.get_column("wave_efficiency").is_not_null()
+    valid_eff = out.get_column("wave_efficiency").filter(known)
+    valid_ns = out.get_column("time_ns").filter(known)
     eff = None
-    total = float(valid.get_column("time_ns").sum() or 0)
-    if valid.height and total > 0:
+    total = float(valid_ns.sum() or 0)
+    if valid_ns.len() and total > 0:
         # fsum: exact, so the same digits whatever the thread count (Polars' float sum adds
         # in an order that depends on how the column is chunked: the last digit varied)
-        weighted = math.fsum(
-            (valid.get_column("wave_efficiency") * valid.get_column("time_ns")).to_list()
-        )
+        weighted = math.fsum((valid_eff * valid_ns).to_list())
         eff = weighted / total
-    return UtilisationResult(kernels=groups, compute_units=cu, wave_efficiency=eff, note=note)
+    return UtilisationResult(kernels=out, compute_units=cu, wave_efficiency=eff, note=note)
