@@ -153,8 +153,14 @@ def charges(profile: Profile) -> pl.DataFrame:
     Columns: ``event_id``, ``op_id`` (the op charged), ``device`` (bool), ``is_backward``,
     ``time_ns``, ``file``, ``line``, ``function``, ``module``.
     """
-    res = resolve_ops(profile)
-    ev = profile.events
+    return charges_plan(profile).collect(engine="in-memory")  # the eager calls' engine
+
+
+def charges_plan(profile: Profile) -> pl.LazyFrame:
+    """:func:`charges` as a plan (one query with its reader's: a query per step was a fixed
+    cost on small traces)."""
+    res = resolve_ops(profile).lazy()
+    ev = profile.events.lazy()
     cols = ["is_backward", "file", "line", "function", "module"]
     in_steps = (
         # device work of no op and no step: queued before profiling (the warm-up step's
@@ -195,9 +201,7 @@ def charges(profile: Profile) -> pl.DataFrame:
 def charged_lines(profile: Profile) -> pl.DataFrame:
     """Per (file, line, function, module): fwd/bwd/total/host ns, kernels, calls (computed once
     per Profile: hotspots and attribution both show it)."""
-    ch = charges(profile)
-    if not ch.height:
-        return pl.DataFrame(schema=_LINE_SCHEMA)
+    ch = charges_plan(profile)  # read three times below: one subplan in one query
     device = profile.has_device
     timed = ch.filter(pl.col("device") == device)
     t = timed.group_by(KEYS).agg(
@@ -219,7 +223,7 @@ def charged_lines(profile: Profile) -> pl.DataFrame:
             pl.col("kernels", "calls").fill_null(0).cast(pl.UInt32),
         )
     )
-    return (
+    lines = (
         out.select(list(_LINE_SCHEMA))
         .cast(_LINE_SCHEMA)  # type: ignore[arg-type]
         .sort(  # every key last: one line run by two modules must not swap run to run
@@ -227,7 +231,10 @@ def charged_lines(profile: Profile) -> pl.DataFrame:
             descending=[True, True, False, False, False, False],
             nulls_last=True,
         )
+        .collect(engine="in-memory")  # the eager calls' engine
     )
+    # nothing charged: the table of the schema (as before the plan, whatever the joins give)
+    return lines if lines.height else pl.DataFrame(schema=_LINE_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -251,8 +258,10 @@ def attribution(profile: Profile, options: Options) -> Attribution:
     """Charge every kernel and top-level op to the user's source line: see :class:`Attribution`."""
     lines = charged_lines(profile)
     modules = (
-        lines.group_by("module")
+        lines.lazy()
+        .group_by("module")
         .agg(pl.col("fwd_ns", "bwd_ns", "total_ns", "host_ns", "kernels", "calls").sum())
         .sort(["total_ns", "module"], descending=[True, False], nulls_last=True)
+        .collect(engine="in-memory")  # one query (two were a fixed cost on small traces)
     )
     return Attribution(lines=lines, modules=modules, device=profile.has_device, top=options.top)
