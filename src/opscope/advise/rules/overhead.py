@@ -374,15 +374,20 @@ def _idle_ns(profile: Profile) -> float:
     steps' time. (A sum over ranks set against one rank's step read "device idle 107% of the
     step" on a two-rank run; the gaps of an asynchronous run's kernels, past the end of a
     short host-side window, read 215%.)"""
-    k = profile.kernels.select("rank", "device", "step", "ts_ns", "dur_ns").drop_nulls(["ts_ns"])
-    if k.height == 0:
+    # the rank and whether its kernels carry steps from the columns, then one query (each
+    # eager step was a query of fixed cost)
+    kern = profile.kernels
+    timed = kern.get_column("ts_ns").is_not_null()
+    if not timed.any():
         return 0.0
-    r0 = k.get_column("rank").min()
+    r0 = kern.get_column("rank").filter(timed).min()
+    mine = timed if r0 is None else timed & (kern.get_column("rank") == r0)
+    k = kern.lazy().select("rank", "device", "step", "ts_ns", "dur_ns").drop_nulls(["ts_ns"])
     if r0 is not None:
         k = k.filter(pl.col("rank") == r0)
     by = ["device"]
     k = k.with_columns(pl.col("device").fill_null(0), end=pl.col("ts_ns") + pl.col("dur_ns"))
-    if k.get_column("step").drop_nulls().len():
+    if kern.get_column("step").filter(mine).drop_nulls().len():
         k = k.filter(pl.col("step").is_not_null())
         by.append("step")
     k = k.sort([*by, "ts_ns"]).with_columns(
@@ -391,9 +396,9 @@ def _idle_ns(profile: Profile) -> float:
     lo, hi = pl.col("prev_end"), pl.col("ts_ns")
     st = profile.steps
     if "step" in by and st.height:
-        win = st.filter(pl.col("rank") == r0) if r0 is not None else st
+        win = st.lazy().filter(pl.col("rank") == r0) if r0 is not None else st.lazy()
         win = win.select(
-            pl.col("step").cast(k.schema["step"]),
+            pl.col("step").cast(kern.schema["step"]),
             pl.col("ts_ns").alias("w0"),
             (pl.col("ts_ns") + pl.col("dur_ns")).alias("w1"),
         ).unique("step", keep="first", maintain_order=True)  # the same window every run
@@ -402,7 +407,9 @@ def _idle_ns(profile: Profile) -> float:
         hi = pl.min_horizontal(hi, pl.col("w1").fill_null(hi))
     # a step's first kernel has no gap before it (null prev_end): nothing to count
     gap = pl.when(pl.col("prev_end").is_null()).then(0).otherwise((hi - lo).clip(lower_bound=0))
-    per_device = k.group_by("device").agg(gap.fill_null(0).sum().alias("idle"))
+    per_device = (
+        k.group_by("device").agg(gap.fill_null(0).sum().alias("idle")).collect(engine="in-memory")
+    )
     if per_device.height == 0:
         return 0.0
     top = per_device.get_column("idle").max()
