@@ -53,20 +53,9 @@ class Memory(Result):
         }
 
 
-def _places(profile: Profile) -> pl.DataFrame:
-    """``op_id`` -> op name, module and user source line, for :func:`_where` (one table for
-    both of its calls: the selects and join were fixed-cost queries twice over)."""
-    from opscope.analysis.attribution import resolve_ops
-
-    res = resolve_ops(profile).select(
-        pl.col("id").alias("op_id"), "module", "file", "line", "function"
-    )
-    names = profile.events.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
-    return names.join(res, on="op_id", how="left")
-
-
 def _where(places: FrameT, df: FrameT) -> FrameT:
-    """Adds op name, module and user source line (:func:`_places`) to rows with an ``op_id``."""
+    """Adds op name, module and user source line (:func:`_places_lazy`) to rows with an
+    ``op_id``."""
     return df.join(places, on="op_id", how="left")
 
 
@@ -80,19 +69,22 @@ def _by_bytes(df: FrameT) -> FrameT:
 @analysis("memory")
 def memory(profile: Profile, options: Options) -> Memory:
     """Memory over time, peak, live-at-peak, churn, fragmentation, leaks: see the module doc."""
+    lazy = _tables(profile.memory.lazy(), _places_lazy(profile))
     if tree.SHORTCUTS and profile.memory.height == 0:
-        # no allocator event: every table is empty. The same plan, built lazily, gives their
-        # schemas without running its ~24 queries (a fixed cost of every report without memory
-        # rows); tests/test_report_speed_empty.py checks them against the plan run eagerly.
-        lazy = _tables(profile.memory.lazy(), _places_lazy(profile))
+        # no allocator event: every table is empty. The same plan gives their schemas without
+        # running it (a fixed cost of every report without memory rows);
+        # tests/test_report_speed_empty.py checks them against the plan run eagerly.
         tl, pk, live, churn, never = (pl.DataFrame(schema=t.collect_schema()) for t in lazy)
         return Memory(tl, pk, live, churn, never, top=options.top)
-    tl, pk, live, churn, never = _tables(profile.memory, _places(profile))
+    # the five tables' plans run together (their shared steps once): the eager steps were ~24
+    # queries of fixed cost; tests/test_memory_plans.py checks it equals the eager run
+    tl, pk, live, churn, never = pl.collect_all(list(lazy), engine="in-memory")
     return Memory(tl, pk, live, churn, never, top=options.top)
 
 
 def _places_lazy(profile: Profile) -> pl.LazyFrame:
-    """:func:`_places` as a lazy plan (for its schema)."""
+    """``op_id`` -> op name, module and user source line, for :func:`_where` (one plan for
+    both of its uses), as a lazy plan."""
     from opscope.analysis.attribution import resolve_ops
 
     res = (
