@@ -78,8 +78,12 @@ class CriticalPathResult(Result):
     def to_json(self) -> dict[str, Any]:
         """Per step: path length, step time, and the operators on the path (µs)."""
         out = []
+        # the ops rows by step in one pass, in their order (a filter per step was a query each)
+        by_step: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+        for r in self.ops.iter_rows(named=True):
+            by_step.setdefault((r["rank"], r["step"]), []).append(r)
         for s in self.steps.iter_rows(named=True):
-            ops = self.ops.filter((pl.col("rank") == s["rank"]) & (pl.col("step") == s["step"]))
+            ops = by_step.get((s["rank"], s["step"]), [])
             out.append(
                 {
                     "rank": s["rank"],
@@ -90,7 +94,7 @@ class CriticalPathResult(Result):
                     "device_us": s["device_ns"] / 1e3,
                     "ops": [
                         {"name": r["op"], "on_path_us": r["on_path_ns"] / 1e3, "share": r["share"]}
-                        for r in ops.iter_rows(named=True)
+                        for r in ops
                     ],
                 }
             )
@@ -129,8 +133,11 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     thread = ["rank", "pid", "tid"]
     # only the columns used: sorting and partitioning every column of the events (names, args)
     # was most of this function's time
-    rt = ev.filter(pl.col("kind").is_in(["runtime", "driver"])).select(
-        *thread, "id", "ts_ns", "dur_ns", "step", "op_id", "name"
+    rt = (
+        ev.lazy()
+        .filter(pl.col("kind").is_in(["runtime", "driver"]))
+        .select(*thread, "id", "ts_ns", "dur_ns", "step", "op_id", "name")
+        .collect(engine="in-memory")  # one query (two were a fixed cost on small traces)
     )
     if not rt.height:
         return pl.DataFrame(schema=_NODE_SCHEMA)
@@ -402,12 +409,13 @@ def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFr
     return out, pl.concat(stretches).filter(pl.col("dst") != _NO_NODE)
 
 
-def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame) -> pl.DataFrame:
+def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """Every node of ``srcs`` on another lane of the same rank and step ending in ``(c, d]`` of a
     stretch -> the stretch's ``dst``."""
     i64 = np.int64
     if tree.SHORTCUTS and stretches.height == 0:
         return pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
+    srcs = srcs.lazy().collect(engine="in-memory")
     by_step = {
         (int(k[0]), int(k[1])): g.sort("end_ns")  # type: ignore[call-overload]
         for k, g in srcs.partition_by("rank", "step", as_dict=True).items()
@@ -449,19 +457,23 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         "rank", "pid", "tid", pl.col("step").fill_null(-1), "id", "parent_id", "kind", "name",
         "ts_ns", "dur_ns", "op_id", "launch_id", "device", "stream",
     )  # fmt: skip
-    names = ev.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
-    runtime = ev.filter(pl.col("kind").is_in(["runtime", "driver"]))
+    # the tables below as plans, collected together (a query per step was a fixed cost on
+    # small traces)
+    lazy = ev.lazy()
+    names = lazy.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
+    runtime = lazy.filter(pl.col("kind").is_in(["runtime", "driver"]))
     host = _host_nodes(ev, profile.steps)
     # threads without runtime calls: their top-level operators
+    top_nodes: pl.DataFrame | pl.LazyFrame
     if tree.no_ops(profile):
         # no operator: no top-level op node (the same empty table, without four queries)
         top_nodes = pl.DataFrame(schema=_NODE_SCHEMA)
     else:
         threads_rt = runtime.select("rank", "pid", "tid").unique()
-        ops = ev.filter(pl.col("kind") == "cpu_op").join(
+        ops = lazy.filter(pl.col("kind") == "cpu_op").join(
             threads_rt, on=["rank", "pid", "tid"], how="anti", nulls_equal=True
         )
-        parent_kind = ev.select(pl.col("id").alias("parent_id"), pl.col("kind").alias("pk"))
+        parent_kind = lazy.select(pl.col("id").alias("parent_id"), pl.col("kind").alias("pk"))
         top = ops.join(parent_kind, on="parent_id", how="left").filter(
             pl.col("pk").is_null() | (pl.col("pk") != "cpu_op")
         )
@@ -471,7 +483,7 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), pl.col("id").alias("op_id"),
             "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
         )  # fmt: skip
-    dev = ev.filter(pl.col("kind").is_in(list(_DEVICE_KINDS))).select(
+    dev = lazy.filter(pl.col("kind").is_in(list(_DEVICE_KINDS))).select(
         "rank", "step", "id", pl.lit("device").alias("lane_kind"),
         (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000
          + pl.coalesce("stream", "tid", pl.lit(-1, dtype=pl.Int64))).alias("lane"),
@@ -479,18 +491,25 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         "op_id", "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
     )  # fmt: skip
     host, stretches = _cross_thread_waits(host, ev)
-    nodes = pl.concat([host, top_nodes, dev], how="vertical_relaxed")
-    nodes = nodes.join(names, on="op_id", how="left").with_columns(
-        pl.when(pl.col("name") == "(idle)")
-        .then(pl.lit(IDLE_OP))
-        .otherwise(pl.coalesce("op", "name"))
-        .alias("op"),
-        pl.when(pl.col("name") == "").then(pl.col("op")).otherwise("name").alias("name"),
+    nodes = (
+        pl.concat([host.lazy(), top_nodes.lazy(), dev], how="vertical_relaxed")
+        .join(names, on="op_id", how="left")
+        .with_columns(
+            pl.when(pl.col("name") == "(idle)")
+            .then(pl.lit(IDLE_OP))
+            .otherwise(pl.coalesce("op", "name"))
+            .alias("op"),
+            pl.when(pl.col("name") == "").then(pl.col("op")).otherwise("name").alias("name"),
+        )
+        .collect(engine="in-memory")  # the eager calls' engine
     )
     nodes = _split_earlier_waits(nodes, ev)
     # the nodes that can end a cross-thread wait: every host node, the split waits included
-    srcs = nodes.filter(pl.col("lane_kind") == "host").select(
-        "rank", "step", "lane", "id", "end_ns"
+    # (a plan: read only when there is a stretch)
+    srcs = (
+        nodes.lazy()
+        .filter(pl.col("lane_kind") == "host")
+        .select("rank", "step", "lane", "id", "end_ns")
     )
     return nodes, _stretch_edges(stretches, srcs)
 
@@ -573,24 +592,31 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
 
 def _edges(
     nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None = None
-) -> pl.DataFrame:
-    """(src, dst) event ids of lane-order, launch, sync and the ``cross``-thread edges."""
+) -> pl.LazyFrame:
+    """(src, dst) event ids of lane-order, launch, sync and the ``cross``-thread edges, as a
+    plan (collected with its reader's query: a query per step was a fixed cost on small
+    traces)."""
     lane = (
-        nodes.sort("start_ns", "end_ns")
+        nodes.lazy()
+        .sort("start_ns", "end_ns")
         .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
         .filter(pl.col("src").is_not_null())
         .select("src", pl.col("id").alias("dst"))
     )
-    launch = events.select(pl.col("launch_id").alias("src"), pl.col("id").alias("dst")).filter(
-        pl.col("src").is_not_null()
+    launch = (
+        events.lazy()
+        .select(pl.col("launch_id").alias("src"), pl.col("id").alias("dst"))
+        .filter(pl.col("src").is_not_null())
     )
-    syncs = nodes.filter(pl.col("is_sync")).sort("end_ns")
-    sync_edges = []
-    # (the device nodes only when there is a sync to join them to: a query fewer without)
-    dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns") if syncs.height else None
-    if syncs.height and dev is not None and dev.height:
+    # (whether there is a sync or a blocking copy: Series operations, not a query each)
+    is_sync = nodes.get_column("is_sync")
+    sync_edges: list[pl.DataFrame] = []
+    if is_sync.any():
+        syncs = nodes.filter(is_sync).sort("end_ns")
+        # (the device nodes only when there is a sync to join them to)
+        dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
         # the last device node of each stream that ends before the sync returns
-        for (rank, step), s in syncs.group_by("rank", "step"):
+        for (rank, step), s in syncs.group_by("rank", "step") if dev.height else ():
             d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
             if d.height == 0:
                 continue
@@ -601,21 +627,24 @@ def _edges(
                 )
                 sync_edges.append(e.filter(pl.col("src").is_not_null()).select("src", "dst"))
     # a blocking copy call waits for its own copy (and, through the stream, what precedes it)
-    blocking = nodes.filter(pl.col("is_wait") & ~pl.col("is_sync")).select(
-        pl.col("id").alias("dst")
-    )
+    waiting = nodes.get_column("is_wait") & ~is_sync
     copy_edges = (
         launch.select(pl.col("dst").alias("src"), pl.col("src").alias("dst")).join(
-            blocking, on="dst", how="semi"
+            nodes.lazy().filter(waiting).select(pl.col("id").alias("dst")), on="dst", how="semi"
         )
-        if blocking.height
-        else pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})  # no blocking copy call
+        if waiting.any()
+        else pl.LazyFrame(schema={"src": pl.Int64, "dst": pl.Int64})  # no blocking copy call
     )
-    parts = [lane, launch, copy_edges, *sync_edges, *([] if cross is None else [cross])]
-    # a cast only where a part is not Int64 already (each cast is a query: a fixed cost that
-    # showed on small traces)
+    parts = [
+        lane,
+        launch,
+        copy_edges,
+        *(e.lazy() for e in sync_edges),
+        *([] if cross is None else [cross.lazy()]),
+    ]
+    # a cast only where a part is not Int64 already
     want = pl.Schema({"src": pl.Int64, "dst": pl.Int64})
-    return pl.concat([p if p.schema == want else p.cast(want) for p in parts])
+    return pl.concat([p if p.collect_schema() == want else p.cast(want) for p in parts])
 
 
 def longest_path(
@@ -693,12 +722,13 @@ def longest_path(
 def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time."""
     nodes, cross = _graph(profile)
-    edges = _edges(nodes, profile.events, cross)
-    step_spans = profile.steps.select("rank", "step", "dur_ns")
+    step_spans = profile.steps.lazy().select("rank", "step", "dur_ns")
     paths = []
     # edges belong to the step of their destination: partition once, not a filter per step
-    edges = edges.join(
-        nodes.select(pl.col("id").alias("dst"), "rank", "step"), on="dst", how="inner"
+    edges = (
+        _edges(nodes, profile.events, cross)
+        .join(nodes.lazy().select(pl.col("id").alias("dst"), "rank", "step"), on="dst")
+        .collect(engine="in-memory")  # the eager calls' engine
     )
     by_step = {
         (int(k[0]), int(k[1])): df
@@ -770,7 +800,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
             pl.col("on_path_ns").filter(pl.col("lane_kind") == "device").sum().alias("device_ns"),
         )
         .join(span, on=["rank", "step"], how="left")
-        .join(step_spans.lazy(), on=["rank", "step"], how="left")
+        .join(step_spans, on=["rank", "step"], how="left")
         # a step's device work can finish after its ProfilerStep range on the host closes: the
         # step's time is the span from its first to its last node
         .with_columns(pl.col("span_ns").alias("step_ns"), pl.col("dur_ns").alias("host_step_ns"))
