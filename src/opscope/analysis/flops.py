@@ -973,10 +973,19 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # only names with a formula are costed call by call; the others join to no row and read
     # UNKNOWN (null flops, bytes, dtype and roof; formula "unknown")
     costed = [n for n in base.get_column("name").unique().to_list() if n is None or has_formula(n)]
-    keys = base.filter(pl.col("name").is_in(costed, nulls_equal=True)).select(_KEY).unique()
+    keys = (
+        base.lazy()
+        .filter(pl.col("name").is_in(costed, nulls_equal=True))
+        .select(_KEY)
+        .unique()
+        .collect(engine="in-memory")
+    )
     table = _cost_table(keys, cost, _KEY)
-    out = base.join(table, on=list(_KEY), how="left", nulls_equal=True).with_columns(
-        pl.col("formula").fill_null(UNKNOWN.formula)
+    # the rest one plan, collected once (each eager step was a query of fixed cost)
+    out = (
+        base.lazy()
+        .join(table.lazy(), on=list(_KEY), how="left", nulls_equal=True)
+        .with_columns(pl.col("formula").fill_null(UNKNOWN.formula))
     )
 
     # Autograd nodes: cost of the forward op times the backward factor.
@@ -994,9 +1003,11 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     if node_names.len():
         # only forward ops whose backward is real work: a gradient of add / clone / copy is
         # passed through (or summed over broadcast dims), not recomputed
-        fwd_names = ev.select(
-            pl.col("id").alias("fwd_id"), pl.col("name").alias("f_name")
-        ).with_columns(pl.col("f_name").str.split("::").list.last().str.split(".").list.first())
+        fwd_names = (
+            ev.lazy()
+            .select(pl.col("id").alias("fwd_id"), pl.col("name").alias("f_name"))
+            .with_columns(pl.col("f_name").str.split("::").list.last().str.split(".").list.first())
+        )
         fwd = out.join(fwd_names.rename({"fwd_id": "id"}), on="id", how="left").filter(
             ~pl.col("f_name").is_in(list(_PASSTHROUGH_BACKWARD))
         )
@@ -1027,7 +1038,7 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
             pl.when(has_fwd).then(pl.col("f_dtype")).otherwise(pl.col("dtype")).alias("dtype"),
             pl.when(has_fwd).then(pl.col("f_roof")).otherwise(pl.col("roof")).alias("roof"),
         )
-    return out.select("id", *_COST_SCHEMA)
+    return out.select("id", *_COST_SCHEMA).collect(engine="in-memory")
 
 
 # Ascend kernels ---------------------------------------------------------------------------------
