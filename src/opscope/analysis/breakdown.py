@@ -447,7 +447,14 @@ def breakdown(profile: Profile, options: Options) -> Breakdown:
 @per_profile
 def _breakdown(profile: Profile) -> Breakdown:
     # Once per Profile: the report's "breakdown" and the cluster analysis both ask for it.
-    # A large file-backed profile is read for the columns used alone (never whole).
+    # An out-of-core entry's stored aggregates when it has them (never reading the events);
+    # else a large file-backed profile is read for the columns used alone (never whole).
+    from opscope.analysis import stored_aggregates
+
+    stored = stored_aggregates.stored(profile)
+    got = stored_aggregates.breakdown(stored, profile) if stored else None
+    if got is not None:
+        return got
     return _breakdown_of(_inputs(projected(profile, BREAKDOWN_READ)))
 
 

@@ -391,14 +391,21 @@ class _Tables(NamedTuple):
 @analysis("hotspots")
 def hotspots(profile: Profile, options: Options) -> Hotspots:
     """Hotspot tables of ``profile``: see :class:`Hotspots`."""
+    from opscope.analysis import stored_aggregates
     from opscope.analysis.attribution import charged_lines
 
-    # A large file-backed profile is read in two projections in turn, the op and kernel
+    # An out-of-core entry's stored aggregates when it has them (never reading the events);
+    # else a large file-backed profile is read in two projections in turn, the op and kernel
     # tables' then the attribution's: the first is freed before the second is read, so the
     # peak is the larger of the two, not their sum.
-    t = _op_tables(projected(profile, HOTSPOT_READ))
+    stored = stored_aggregates.stored(profile)
+    t = stored_aggregates.hotspot_tables(stored, profile) if stored else None
+    if t is None:
+        t = _op_tables(projected(profile, HOTSPOT_READ))
     step_ns, span_ns, base = t.step_ns, t.span_ns, t.step_ns or t.span_ns
-    lines = charged_lines(projected(profile, ATTRIBUTION_COLUMNS))
+    lines = stored_aggregates.charged_lines(stored, profile) if stored else None
+    if lines is None:
+        lines = charged_lines(projected(profile, ATTRIBUTION_COLUMNS))
     time_col = "total_ns"
     modules = (
         lines.group_by("module")

@@ -60,7 +60,7 @@ import numpy as np
 import polars as pl
 from polars.io.plugins import register_io_source
 
-from opscope.ingest import cache, jsonscan, kineto, link
+from opscope.ingest import cache, jsonscan, kineto, link, segment_aggregates
 from opscope.model import Profile, kinds, schema
 from opscope.model.profile import WRITE_OPTIONS, finish_folder
 
@@ -512,6 +512,10 @@ class _Out:
     stacks: StackInterner = field(default_factory=StackInterner)
     queued: QueuedWork = field(default_factory=QueuedWork)
     largest: int = 0
+    # hotspots' and breakdown's partial tables, per segment (None: not written)
+    aggregates: segment_aggregates.Collector | None = field(
+        default_factory=segment_aggregates.collector
+    )
 
 
 def _read_rows(files: list[Path], ranges: list[tuple[int, int]]) -> list[pl.DataFrame]:
@@ -648,6 +652,8 @@ def _linked_segments(
         ev = ev.with_columns(
             *[pl.col(c) + offset for c in _ID_COLUMNS], link._nullable("stack_id", prov)
         )
+        if out.aggregates is not None:
+            out.aggregates.add(ev, pl_.steps, offset)
         out.tracks.append(kineto._tracks(ev))
         out.flows.append(flows.with_columns(pl.col("src_id") + offset, pl.col("dst_id") + offset))
         out.memory.append(lm.with_columns(pl.col("op_id") + offset))
@@ -709,6 +715,17 @@ def _finish(
             )
         )
     early = out.queued.early_ids()
+    aggregates = (
+        out.aggregates.finish(
+            tmp,
+            final_stacks=final,
+            early=early,
+            events_file=tmp / "events.parquet",
+            had_steps=pl_.steps.height > 0,
+        )
+        if out.aggregates is not None
+        else None
+    )
     if early.size:
         fix.append(
             pl.when(pl.col("id").is_in(pl.Series(early).implode()))
@@ -736,6 +753,8 @@ def _finish(
         "fix_pass": bool(fix),
         "entry": str(dest) if in_cache else None,
     }
+    if aggregates is not None:
+        meta["out_of_core"]["aggregates"] = aggregates
     _write_entry(tmp, dest, tables, meta)
     probe("entry written")
     if in_cache and dest.parent == cache.user_cache_root():
