@@ -16,8 +16,9 @@ Bound classes (see ``docs/roofline.md``):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import numpy as np
@@ -29,6 +30,8 @@ from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import Forest, gather, no_ops, per_profile_args
 from opscope.model import Profile, kinds
+
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 # A kernel launch costs ~2-5 µs of host/driver work and a few µs of ramp-up on the device; below
 # this a call's time says nothing about throughput.
@@ -190,15 +193,25 @@ def _with_direct_descendant(ops: pl.DataFrame, direct: pl.Series) -> pl.Series:
 
 
 def _metrics(
-    df: pl.DataFrame, spec: DeviceSpec | None, rate_flops: str = "flops", rate_bytes: str = "bytes"
-) -> pl.DataFrame:
+    df: FrameT,
+    spec: DeviceSpec | None,
+    rate_flops: str = "flops",
+    rate_bytes: str = "bytes",
+    pairs: Iterable[tuple[Any, Any]] | None = None,
+) -> FrameT:
     """Add intensity, achieved rates, % of peak and bound to rows with flops/bytes/time_ns.
 
     Rates divide ``rate_flops`` / ``rate_bytes`` (the work of the timed calls) by ``time_ns``.
+    ``pairs``: the (dtype, roof) pairs whose peaks are joined, at least those of the rows
+    (a lazy plan's rows are not known before it runs: the cost table's pairs); by default
+    the rows' own.
     """
     peaks = []
     if spec is not None:
-        for dt, roof in df.select("dtype", "roof").unique().iter_rows():
+        if pairs is None:
+            assert isinstance(df, pl.DataFrame), "a plan needs its (dtype, roof) pairs"
+            pairs = df.select("dtype", "roof").unique().iter_rows()
+        for dt, roof in pairs:
             tf32 = spec.peak("tf32", roof) if dt == "fp32" and roof == "matrix" else None
             peaks.append(
                 {
@@ -219,7 +232,12 @@ def _metrics(
     )
     bw = spec.mem_bw if spec is not None else None
     secs = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns").cast(pl.Float64) / 1e9)
-    df = df.join(peak_df, on=["dtype", "roof"], how="left", nulls_equal=True).with_columns(
+    df = df.join(
+        peak_df.lazy() if isinstance(df, pl.LazyFrame) else peak_df,  # type: ignore[arg-type]
+        on=["dtype", "roof"],
+        how="left",
+        nulls_equal=True,
+    ).with_columns(
         (pl.col("flops") / pl.col("bytes")).alias("intensity"),
         (pl.col(rate_flops) / secs / 1e12).alias("achieved_tflops"),
         (pl.col(rate_bytes) / secs / 1e9).alias("achieved_gbps"),
@@ -265,11 +283,13 @@ def _metrics(
     # own; each is a fixed cost per call). Every figure is computed from the columns as
     # before: inlining them into fewer queries changed last digits (Polars folds literals)
     gone = ("peak_tf32", "_compute_side", "peak_bw")
-    return df.select(*(c for c in df.columns if c not in gone), bound.alias("bound"))
+    names = df.collect_schema().names() if isinstance(df, pl.LazyFrame) else df.columns
+    return df.select(*(c for c in names if c not in gone), bound.alias("bound"))
 
 
-def _pmu(profile: Profile, kernels: pl.DataFrame, key: str) -> pl.DataFrame | None:
-    """Duration-weighted mean of the Ascend PMU columns per ``key`` of ``kernels``."""
+def _pmu(profile: Profile, kernels: FrameT, key: str) -> FrameT | None:
+    """Duration-weighted mean of the Ascend PMU columns per ``key`` of ``kernels`` (eager, or
+    a plan for a plan)."""
     km = profile.kernel_metrics
     if km.height == 0:
         return None
@@ -277,7 +297,10 @@ def _pmu(profile: Profile, kernels: pl.DataFrame, key: str) -> pl.DataFrame | No
     if km.height == 0:
         return None
     wide = km.pivot(on="metric", index="event_id", values="value", aggregate_function="first")
-    j = kernels.select(pl.col("id").alias("event_id"), key, "dur_ns").join(wide, on="event_id")
+    j = kernels.select(pl.col("id").alias("event_id"), key, "dur_ns").join(
+        wide.lazy() if isinstance(kernels, pl.LazyFrame) else wide,  # type: ignore[arg-type]
+        on="event_id",
+    )
     present = [m for m in PMU_METRICS if m in wide.columns]
     w = pl.col("dur_ns").cast(pl.Float64)
     return j.group_by(key).agg(
@@ -317,17 +340,28 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     if derived.any():
         costed = direct | (derived & ~_with_direct_descendant(ops, direct))
     owners = _owners(ops, costed)
-    ops = ops.join(owners, on="id", how="left")
-    kernels = ev.filter(pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null())
-    has_device = kernels.height > 0
+    # from here two plans, the calls and the groups, each collected once (each eager step was
+    # a query of fixed cost: ~34 per report on an op-bearing Ascend export); the peaks joined
+    # for the (dtype, roof) pairs of the cost table, those of every call among them
+    pairs = set(
+        zip(costs.get_column("dtype").to_list(), costs.get_column("roof").to_list(), strict=True)
+    )
+    owned = ops.lazy().join(owners.lazy(), on="id", how="left")
+    is_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null()
+    has_device = bool(
+        (
+            ev.get_column("kind").is_in(list(_DEVICE_KINDS)) & ev.get_column("op_id").is_not_null()
+        ).any()
+    )
+    kernels = ev.lazy().filter(is_device)
     kern = kernels.join(
-        ops.select(pl.col("id").alias("op_id"), "owner"), on="op_id", how="inner"
+        owned.select(pl.col("id").alias("op_id"), "owner"), on="op_id", how="inner"
     ).filter(pl.col("owner").is_not_null())
     dev_time = kern.group_by("owner").agg(
         pl.col("dur_ns").sum().alias("device_ns"), pl.len().alias("kernels")
     )
     torch_flops = (
-        ops.filter(pl.col("owner").is_not_null())
+        owned.filter(pl.col("owner").is_not_null())
         .group_by("owner")
         .agg(pl.col("flops").sum().alias("torch_flops"), pl.col("flops").is_not_null().any())
         .select(
@@ -338,8 +372,8 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
             .alias("torch_flops"),
         )
     )
-    calls = (
-        ops.filter(pl.col("owner") == pl.col("id"))
+    calls_plan = (
+        owned.filter(pl.col("owner") == pl.col("id"))
         .join(dev_time, left_on="id", right_on="owner", how="left")
         .join(torch_flops, left_on="id", right_on="owner", how="left")
         .with_columns(
@@ -367,52 +401,59 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
             "calls", "is_backward",
         )
     )  # fmt: skip
-    calls = _metrics(calls, spec)
-    groups = calls.group_by(list(_GROUP), maintain_order=True).agg(
-        pl.len().cast(pl.UInt32).alias("calls"),
-        pl.col("flops").sum().alias("flops"),
-        pl.col("bytes").sum().alias("bytes"),
-        pl.when(pl.col("torch_flops").is_not_null().any())
-        .then(pl.col("torch_flops").sum())
-        .otherwise(None)
-        .alias("torch_flops"),
-        pl.when(pl.col("time_ns").is_not_null().any())
-        .then(pl.col("time_ns").sum())
-        .otherwise(None)
-        .alias("time_ns"),
-        pl.col("kernels").sum().alias("kernels"),
-        pl.col("formula").first(),
-        pl.col("dtype").first(),
-        pl.col("roof").first(),
-        pl.col("time_source").first(),
-        pl.col("flops").filter(pl.col("time_ns").is_not_null()).sum().alias("_flops_t"),
-        pl.col("bytes").filter(pl.col("time_ns").is_not_null()).sum().alias("_bytes_t"),
+    calls = _metrics(calls_plan, spec, pairs=pairs).collect(engine="in-memory")
+    groups = (
+        calls.lazy()
+        .group_by(list(_GROUP), maintain_order=True)
+        .agg(
+            pl.len().cast(pl.UInt32).alias("calls"),
+            pl.col("flops").sum().alias("flops"),
+            pl.col("bytes").sum().alias("bytes"),
+            pl.when(pl.col("torch_flops").is_not_null().any())
+            .then(pl.col("torch_flops").sum())
+            .otherwise(None)
+            .alias("torch_flops"),
+            pl.when(pl.col("time_ns").is_not_null().any())
+            .then(pl.col("time_ns").sum())
+            .otherwise(None)
+            .alias("time_ns"),
+            pl.col("kernels").sum().alias("kernels"),
+            pl.col("formula").first(),
+            pl.col("dtype").first(),
+            pl.col("roof").first(),
+            pl.col("time_source").first(),
+            pl.col("flops").filter(pl.col("time_ns").is_not_null()).sum().alias("_flops_t"),
+            pl.col("bytes").filter(pl.col("time_ns").is_not_null()).sum().alias("_bytes_t"),
+        )
     )
-    groups = _metrics(groups, spec, "_flops_t", "_bytes_t").drop("_flops_t", "_bytes_t")
+    groups = _metrics(groups, spec, "_flops_t", "_bytes_t", pairs=pairs).drop(
+        "_flops_t", "_bytes_t"
+    )
     pmu = _pmu(profile, kern.with_columns(pl.col("owner")), "owner")
     if pmu is not None:
         per_group = (
-            calls.select("id", *_GROUP)
+            calls.lazy()
+            .select("id", *_GROUP)
             .join(pmu, left_on="id", right_on="owner")
             .join(
-                calls.select("id", "time_ns"),
+                calls.lazy().select("id", "time_ns"),
                 on="id",
             )
         )
-        present = [m for m in PMU_METRICS if m in pmu.columns]
+        present = [m for m in PMU_METRICS if m in pmu.collect_schema().names()]
         w = pl.col("time_ns").cast(pl.Float64)
         agg = per_group.group_by(list(_GROUP)).agg(
             [((pl.col(m) * w).sum() / w.sum()).alias(m) for m in present]
         )
         groups = groups.join(agg, on=list(_GROUP), how="left", nulls_equal=True)
     # ties broken by the group's key: the same trace gives the same table order on any machine
-    groups = groups.sort(
+    groups_out = groups.sort(
         ["time_ns", *_GROUP], descending=[True, False, False, False], nulls_last=True
-    )
+    ).collect(engine="in-memory")
     kernel_groups = _ascend_kernels(profile, spec)
     return RooflineResult(
         calls=calls,
-        groups=groups,
+        groups=groups_out,
         kernel_groups=kernel_groups,
         device=dev_name,
         peaks_note=note if spec is not None else f"{NO_PEAK} ({note})",
@@ -497,8 +538,11 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     )
     if k.height == 0:
         return empty
-    k = k.with_columns(pl.col("op_type").alias("kname"))
-    g = k.group_by("kname", "input_dims", "input_types", maintain_order=True).agg(
+    # the groups one plan, collected once (the peaks of the kernels' (dtype, roof) pairs)
+    pairs = set(zip(k.get_column("dtype").to_list(), k.get_column("roof").to_list(), strict=True))
+    lk = k.lazy()
+    g = lk.with_columns(pl.col("op_type").alias("kname"))
+    g = g.group_by("kname", "input_dims", "input_types", maintain_order=True).agg(
         pl.len().cast(pl.UInt32).alias("calls"),
         pl.col("flops_model").sum().alias("flops"),
         pl.col("bytes_model").sum().alias("bytes"),
@@ -507,8 +551,8 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
         pl.col("dtype").first(),
         pl.col("roof").first(),
     )
-    g = _metrics(g.rename({"kname": "name"}), spec)
-    pmu = _pmu(profile, k.with_columns(pl.concat_str("op_type", "input_dims").alias("gk")), "gk")
+    g = _metrics(g.rename({"kname": "name"}), spec, pairs=pairs)
+    pmu = _pmu(profile, lk.with_columns(pl.concat_str("op_type", "input_dims").alias("gk")), "gk")
     if pmu is not None:
         g = g.with_columns(pl.concat_str("name", "input_dims").alias("gk")).join(
             pmu, on="gk", how="left"
@@ -516,4 +560,4 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
         g = g.drop("gk")
     return g.sort(
         ["time_ns", "name", "input_dims"], descending=[True, False, False], nulls_last=True
-    )
+    ).collect(engine="in-memory")
