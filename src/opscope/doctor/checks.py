@@ -202,10 +202,15 @@ def _option(header: Mapping[str, Any], name: str) -> bool | None:
 def _step_times(profile: Profile) -> dict[int, list[tuple[int, int]]]:
     """``{rank: [(step, dur_ns), ...]}`` in step order, steps with a duration only (shared by
     the checks that read it: not to be changed by them)."""
-    st = profile.steps.filter(pl.col("dur_ns").is_not_null() & pl.col("step").is_not_null())
-    st = st.sort("rank", "step")
+    st = (
+        profile.steps.lazy()
+        .filter(pl.col("dur_ns").is_not_null() & pl.col("step").is_not_null())
+        .sort("rank", "step")
+        .select("rank", "step", "dur_ns")
+        .collect(engine="in-memory")
+    )
     out: dict[int, list[tuple[int, int]]] = {}
-    for rank, step, dur in st.select("rank", "step", "dur_ns").iter_rows():
+    for rank, step, dur in st.iter_rows():
         out.setdefault(int(rank if rank is not None else 0), []).append((int(step), int(dur)))
     return out
 
@@ -296,15 +301,24 @@ def check_last_step(profile: Profile) -> list[Check]:
     """The trace stops before the last step's device work (kernels missing after the cut)."""
     if not profile.has_device or profile.steps.is_empty():
         return []
-    k = profile.kernels.filter(pl.col("step").is_not_null())
-    per = k.group_by("rank", "step").len()
+    per = (
+        profile.kernels.lazy()
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .len()
+        .collect(engine="in-memory")
+    )
+    # the kernels per step of each rank as dicts (a filter per rank was a query each)
+    per_rank: dict[Any, dict[Any, int]] = {}
+    for r, step, n in per.select("rank", "step", "len").iter_rows():
+        per_rank.setdefault(r, {})[step] = n
     out: list[Check] = []
     cut: dict[str, Any] = {}
     for rank, steps in _step_times(profile).items():
         nums = [s for s, _ in steps]
         if len(nums) < 2:
             continue
-        counts = dict(per.filter(pl.col("rank") == rank).select("step", "len").iter_rows())
+        counts = per_rank.get(rank, {})
         last = nums[-1]
         earlier = [int(counts.get(s, 0)) for s in nums[:-1]]
         median_prev = _median([float(x) for x in earlier])
@@ -385,7 +399,8 @@ def check_kernel_origins(profile: Profile) -> list[Check]:
     # the warm-up step's kernels on a device that lags the host: no launch to expect (the
     # linker's one rule; they hold no step)
     ev_all = profile.events
-    queued = ev_all.filter(pl.Series(queued_before_profiling(ev_all))).get_column("id")
+    # (a Series filter: the events' id column only, not a query over every column)
+    queued = ev_all.get_column("id").filter(pl.Series(queued_before_profiling(ev_all)))
     early = int(k.get_column("id").is_in(queued.implode()).sum())
     orphans = int(no_launch.sum()) - early
     frac = orphans / k.height
@@ -684,6 +699,8 @@ def check_warmup(profile: Profile) -> list[Check]:
 
 def check_overhead(profile: Profile) -> list[Check]:
     """Profiler overhead: profiled vs unprofiled step wall times from metrics.jsonl."""
+    if profile.metrics.is_empty():
+        return []  # no metrics.jsonl (a bare trace): nothing to filter
     m = profile.metrics.filter(pl.col("wall_ns").is_not_null() & (pl.col("wall_ns") > 0))
     if m.is_empty():
         return []
@@ -745,6 +762,8 @@ def check_processes(profile: Profile) -> list[Check]:
 
 def check_clock(profile: Profile) -> list[Check]:
     """Clock-frequency drops (Ascend ``AI Core Freq`` counter)."""
+    if profile.counters.is_empty():
+        return []  # no counter at all: nothing to filter
     c = profile.counters.filter(pl.col("name").str.contains(r"(?i)\bfreq"))
     if c.is_empty():
         return []
