@@ -120,7 +120,8 @@ def perf_model(profile: Profile, options: Options) -> PerfModel:
 
     spec, dev_name, note = device_of(profile, options)
     rf = roofline(profile, options)
-    calls = rf.calls
+    # the calls and the groups as plans, collected together (each eager step was a query)
+    calls = rf.calls.lazy()
     floor = launch_floor_ns(spec) if spec is not None else 0.0
     bw = spec.mem_bw if spec is not None else None
     if spec is None:
@@ -128,7 +129,9 @@ def perf_model(profile: Profile, options: Options) -> PerfModel:
             *[pl.lit(None, pl.Float64).alias(c) for c in ("compute_ns", "memory_ns", "floor_ns")],
         )
     else:
-        peak = pl.col("peak_flops") if "peak_flops" in calls.columns else pl.lit(None, pl.Float64)
+        peak = (
+            pl.col("peak_flops") if "peak_flops" in rf.calls.columns else pl.lit(None, pl.Float64)
+        )
         calls = calls.with_columns(
             pl.when((pl.col("roof") != "memory") & (peak > 0))
             .then(pl.col("flops").cast(pl.Float64) / peak * 1e9)
@@ -168,4 +171,5 @@ def perf_model(profile: Profile, options: Options) -> PerfModel:
         )
         .sort(["gap_ns", *_GROUP], descending=[True, *[False] * len(_GROUP)], nulls_last=True)
     )
-    return PerfModel(calls, groups, dev_name, spec, note, floor)
+    calls_df, groups_df = pl.collect_all([calls, groups], engine="in-memory")
+    return PerfModel(calls_df, groups_df, dev_name, spec, note, floor)

@@ -32,11 +32,14 @@ def _exposed(profile: Profile) -> tuple[float, float]:
     if st.height == 0 or "communication_ns" not in st.columns:
         return 0.0, 0.0
     r0 = st.get_column("rank").min()
-    if r0 is not None:
-        st = st.filter(pl.col("rank") == r0)
-    comm = float(st.get_column("communication_ns").fill_null(0).sum())
-    exp = float(st.get_column("communication_not_overlapped_ns").fill_null(0).sum())
-    return comm, exp
+    # the first rank's rows of the two columns as Series (not a filter of the whole table)
+    mine = st.get_column("rank") == r0 if r0 is not None else None
+
+    def total(col: str) -> float:
+        s = st.get_column(col)
+        return float((s if mine is None else s.filter(mine)).fill_null(0).sum())
+
+    return total("communication_ns"), total("communication_not_overlapped_ns")
 
 
 class CommExposed:
@@ -65,10 +68,6 @@ class CommExposed:
         steps = c.step_info(profile)
         comm, exposed = _exposed(profile)
         out: list[Finding] = []
-        # equal counts by name: group_by's row order varies with the thread count
-        names = (
-            comm_k.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(5)
-        )
         small_f: Finding | None = None
         small_saving = 0.0
         small = comm_k.filter(pl.col("dur_ns") < SMALL_MSG_US * 1000)
@@ -106,6 +105,15 @@ class CommExposed:
             )
             out.append(small_f)
         if exposed > 0 and steps.pct(exposed) >= EXPOSED_MIN_PCT:
+            # equal counts by name: group_by's row order varies with the thread count
+            names = (
+                comm_k.lazy()
+                .group_by("name")
+                .len()
+                .sort(["len", "name"], descending=[True, False])
+                .head(5)
+                .collect(engine="in-memory")
+            )
             # the small messages' share is the small-message finding's (bucketing removes it):
             # counted there, so that the two never claim the same exposed time twice
             rest = max(exposed - small_saving, 0.0)

@@ -52,17 +52,23 @@ FLOAT64_TYPES = ("float64",)
 def _sync_ops(profile: Profile) -> pl.DataFrame:
     ops = c.user_level_ops(profile)
     # Syncs nested in other ops (e.g. item inside a user op's implementation) count too.
+    # one plan, collected once (its joins and filters were a query each)
     nested = (
-        profile.ops.filter(pl.col("name").is_in(SYNC_OPS))
-        .join(c.op_parents(profile), on="id", how="left")
-        .join(c.op_cost(profile), on="id", how="left")
+        profile.ops.lazy()
+        .filter(pl.col("name").is_in(SYNC_OPS))
+        .join(c.op_parents(profile).lazy(), on="id", how="left")
+        .join(c.op_cost(profile).lazy(), on="id", how="left")
     )
-    names = profile.ops.select(pl.col("id").alias("op_parent"), pl.col("name").alias("pname"))
-    nested = nested.join(names, on="op_parent", how="left").filter(
-        ~pl.col("pname").fill_null("").is_in(SYNC_OPS)
+    names = profile.ops.lazy().select(
+        pl.col("id").alias("op_parent"), pl.col("name").alias("pname")
+    )
+    out = (
+        nested.join(names, on="op_parent", how="left")
+        .filter(~pl.col("pname").fill_null("").is_in(SYNC_OPS))
+        .collect(engine="in-memory")
     )
     del ops
-    return nested
+    return out
 
 
 _IDLE_HOW = (
