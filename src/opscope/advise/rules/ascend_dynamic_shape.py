@@ -59,10 +59,11 @@ def _op_types(profile: Profile, calls: pl.DataFrame) -> pl.DataFrame:
     """``[id, op_type, host_op]``: the operator type each compile call compiled (from the
     enclosing ``Dequeue@<type>`` slice, else the enclosing host op's kernels) and the enclosing
     host op when there is one."""
+    # plans, collected twice at most (each eager step was a query of fixed cost)
     ev = profile.events
-    anc = c.ancestors(profile, calls.get_column("id")).filter(pl.col("hops") > 0)
+    anc = c.ancestors(profile, calls.get_column("id")).lazy().filter(pl.col("hops") > 0)
     anc = anc.join(
-        ev.select(pl.col("id").alias("anc_id"), pl.col("name").alias("anc_name"), "kind"),
+        ev.lazy().select(pl.col("id").alias("anc_id"), pl.col("name").alias("anc_name"), "kind"),
         on="anc_id",
         how="left",
     )
@@ -78,27 +79,44 @@ def _op_types(profile: Profile, calls: pl.DataFrame) -> pl.DataFrame:
         .unique("id", keep="first")
         .select("id", pl.col("anc_id").alias("host_op"))
     )
-    out = calls.select("id").join(deq, on="id", how="left").join(host, on="id", how="left")
-    k = profile.kernels.filter(pl.col("op_id").is_not_null() & pl.col("op_type").is_not_null())
-    if k.height and out.get_column("host_op").drop_nulls().len():
+    out = (
+        calls.lazy()
+        .select("id")
+        .join(deq, on="id", how="left")
+        .join(host, on="id", how="left")
+        .collect(engine="in-memory")
+    )
+    kern = profile.kernels
+    typed = kern.get_column("op_id").is_not_null() & kern.get_column("op_type").is_not_null()
+    if typed.any() and out.get_column("host_op").drop_nulls().len():
+        k = kern.filter(typed)
         ktype = (
             c.ancestors(profile, k.get_column("op_id"))
-            .join(k.select(pl.col("op_id").alias("id"), "op_type"), on="id")
+            .lazy()
+            .join(k.lazy().select(pl.col("op_id").alias("id"), "op_type"), on="id")
             .group_by("anc_id")
             .agg(pl.col("op_type").mode().first().alias("k_type"))
             .rename({"anc_id": "host_op"})
         )
-        out = out.join(ktype, on="host_op", how="left")
+        plan = out.lazy().join(ktype, on="host_op", how="left")
     else:
-        out = out.with_columns(pl.lit(None, pl.String).alias("k_type"))
-    return out.select("id", pl.coalesce("deq_type", "k_type").alias("op_type"), "host_op")
+        plan = out.lazy().with_columns(pl.lit(None, pl.String).alias("k_type"))
+    return plan.select("id", pl.coalesce("deq_type", "k_type").alias("op_type"), "host_op").collect(
+        engine="in-memory"
+    )
 
 
 def _compiled_kernels(profile: Profile, calls: pl.DataFrame) -> pl.DataFrame:
     """``calls`` with ``k_dims`` and ``k_op``: the input shapes and host op of the kernel each
     call compiled (the first kernel of its operator type starting after the call starts)."""
+    # one plan (the test for kernels with a type from the column)
+    if not profile.kernels.get_column("op_type").is_not_null().any():
+        return calls.with_columns(
+            pl.lit(None, pl.String).alias("k_dims"), pl.lit(None, pl.Int64).alias("k_op")
+        )
     k = (
-        profile.kernels.filter(pl.col("op_type").is_not_null())
+        profile.kernels.lazy()
+        .filter(pl.col("op_type").is_not_null())
         .select(
             "rank",
             pl.col("op_type"),
@@ -108,12 +126,9 @@ def _compiled_kernels(profile: Profile, calls: pl.DataFrame) -> pl.DataFrame:
         )
         .sort("k_ts")
     )
-    if k.height == 0:
-        return calls.with_columns(
-            pl.lit(None, pl.String).alias("k_dims"), pl.lit(None, pl.Int64).alias("k_op")
-        )
     return (
-        calls.sort("ts_ns")
+        calls.lazy()
+        .sort("ts_ns")
         .join_asof(
             k,
             left_on="ts_ns",
@@ -124,17 +139,18 @@ def _compiled_kernels(profile: Profile, calls: pl.DataFrame) -> pl.DataFrame:
         )
         .drop("k_ts")
         .sort("ts_ns")
+        .collect(engine="in-memory")
     )
 
 
 def _dynamic_share(profile: Profile) -> float | None:
     """The share of kernels whose ``OP State`` is ``dynamic`` (None when no kernel says)."""
-    k = profile.kernels.filter(pl.col("args").is_not_null())
-    if k.height == 0:
+    # the args column alone as a Series (a filter of the kernels copies all their columns)
+    args = profile.kernels.get_column("args")
+    args = args.filter(args.is_not_null())
+    if args.len() == 0:
         return None
-    state = k.select(
-        pl.col("args").str.json_path_match("$['OP State']").str.to_lowercase().alias("s")
-    ).get_column("s")
+    state = args.str.json_path_match("$['OP State']").str.to_lowercase().alias("s")
     known = state.drop_nulls().filter(state.drop_nulls().is_in(["dynamic", "static"]))
     if known.len() == 0:
         return None
