@@ -213,6 +213,17 @@ def ancestors(profile: Profile, ids: pl.Series | None = None) -> pl.DataFrame:
     start = profile.events.get_column("id") if ids is None else ids.cast(pl.Int64).unique()
     i, anc, hops = forest.ancestor_pairs(forest.positions(start), max_depth=MAX_WALK - 1)
     own = start.to_numpy()
+    if start.null_count() == 0 and start.dtype == pl.Int64:
+        # the ids themselves (hops 0) then their ancestors, as arrays: one frame built, not two
+        # and their concatenation (three fixed-cost queries per call)
+        return pl.DataFrame(
+            {
+                "id": np.concatenate([own, own[i]]),
+                "anc_id": np.concatenate([own, forest.ids[anc]]),
+                "hops": np.concatenate([np.zeros(len(own), np.int32), hops.astype(np.int32)]),
+            },
+            schema={"id": pl.Int64, "anc_id": pl.Int64, "hops": pl.Int32},
+        )
     return pl.concat(
         [
             pl.DataFrame({"id": start, "anc_id": start}).with_columns(pl.lit(0).alias("hops")),
@@ -369,23 +380,33 @@ def _locations(profile: Profile) -> pl.DataFrame:
     enclosing = gather(ev.get_column("id"), _nearest_up(forest, is_op))
     stack = ev.get_column("stack_id")
     module = ev.get_column("module")
-    base = pl.DataFrame(
-        [
-            ev.get_column("id"),
-            pl.Series("dev", is_dev),
-            ev.get_column("op_id").alias("launcher"),
-            enclosing.alias("enclosing"),
-            gather(stack, _nearest_up(forest, stack.is_not_null().to_numpy())).alias("own_stack"),
-            gather(module, _nearest_up(forest, module.is_not_null().to_numpy())).alias(
-                "own_module"
-            ),
-        ]
-    ).with_columns(
-        pl.when(pl.col("dev")).then(pl.col("launcher")).otherwise(pl.col("enclosing")).alias("op")
+    # one plan from here, collected once (each join and select was a query of fixed cost)
+    base = (
+        pl.DataFrame(
+            [
+                ev.get_column("id"),
+                pl.Series("dev", is_dev),
+                ev.get_column("op_id").alias("launcher"),
+                enclosing.alias("enclosing"),
+                gather(stack, _nearest_up(forest, stack.is_not_null().to_numpy())).alias(
+                    "own_stack"
+                ),
+                gather(module, _nearest_up(forest, module.is_not_null().to_numpy())).alias(
+                    "own_module"
+                ),
+            ]
+        )
+        .lazy()
+        .with_columns(
+            pl.when(pl.col("dev"))
+            .then(pl.col("launcher"))
+            .otherwise(pl.col("enclosing"))
+            .alias("op")
+        )
     )
     keys = ["file", "line", "function", "module"]
-    charged = resolve_ops(profile).select(pl.col("id").alias("op"), *keys)
-    own = user_frames(profile).rename({"stack_id": "own_stack"})
+    charged = resolve_ops(profile).lazy().select(pl.col("id").alias("op"), *keys)
+    own = user_frames(profile).lazy().rename({"stack_id": "own_stack"})
     j = base.join(charged, on="op", how="left").join(
         own.rename({k: f"own_{k}" for k in keys[:3]}), on="own_stack", how="left"
     )
@@ -394,7 +415,7 @@ def _locations(profile: Profile) -> pl.DataFrame:
     return j.select(
         "id",
         *(pl.when(alone).then(pl.col(f"own_{k}")).otherwise(pl.col(k)).alias(k) for k in keys),
-    )
+    ).collect(engine="in-memory")
 
 
 def _nearest_up(forest: Any, has: Any) -> Any:
