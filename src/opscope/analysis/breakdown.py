@@ -100,7 +100,7 @@ def union_ns(iv: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
             .agg(pl.col("union_ns").sum())
             .collect()
         )
-    return _union_lazy(s.lazy(), keys).collect(engine="in-memory")
+    return tree.collect(_union_lazy(s.lazy(), keys))
 
 
 def _union_lazy(s: pl.LazyFrame, keys: list[str]) -> pl.LazyFrame:
@@ -285,7 +285,7 @@ def _clip_lazy(ev: pl.LazyFrame, w: pl.LazyFrame, cls: str | None = None) -> pl.
 
 def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """:func:`idle_plan`, collected."""
-    return idle_plan(iv, lanes, keys).collect(engine="in-memory")
+    return tree.collect(idle_plan(iv, lanes, keys))
 
 
 def idle_plan(
@@ -303,7 +303,7 @@ def idle_plan(
     # the NumPy runs need the sorted rows; below their threshold they decline unread
     runs = None
     if iv.height >= RUNS_MIN_ROWS:
-        s = ordered.collect(engine="in-memory")
+        s = tree.collect(ordered)
         runs = _runs(s, keys)
         ordered = s.lazy()
     if runs is not None:  # segments in time order per lane, kept through the join
@@ -388,11 +388,7 @@ def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
         .drop("_area", "_busy")
         .filter(pl.col("span_ns") > 0)
     )
-    return (
-        out.select([pl.col(c).cast(t) for c, t in schema.items()])
-        .sort(lane)
-        .collect(engine="in-memory")
-    )
+    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).sort(lane).pipe(tree.collect)
 
 
 @dataclass(frozen=True)
@@ -507,7 +503,7 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
     win, dev = inp.win, inp.dev
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
     numbered = _numbered(win)
-    cdev = _clip_lazy(dev.lazy(), numbered).collect(engine="in-memory")
+    cdev = tree.collect(_clip_lazy(dev.lazy(), numbered))
     cdev_lazy = cdev.lazy()
     # the device classes as one lazy query (a query per filter and per label was a fixed
     # cost on small traces); rows in the same order as the filters one by one
@@ -532,7 +528,7 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
     busy_only = tree.SHORTCUTS and _own_figures_everywhere(inp.steps)
     if busy_only:
         parts.append(cdev_lazy.select("rank", "step", pl.lit("busy").alias("cls"), "start", "end"))
-    iv = pl.concat(parts).collect(engine="in-memory")  # the eager calls' engine
+    iv = tree.collect(pl.concat(parts))
     del parts  # the clipped copies: only their intervals are needed now
     u = union_ns(iv, ["rank", "step", "cls"]).pivot(
         on="cls", index=["rank", "step"], values="union_ns"
@@ -615,7 +611,7 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
                 "free_ns",
             )
         )
-    steps = out.sort("rank", "step").collect(engine="in-memory")
+    steps = tree.collect(out.sort("rank", "step"))
     # per stream: every stream active on the rank, in every window (one plan)
     lanes = cdev.lazy().select("rank", "device", "stream").unique().join(wins, on="rank")
     streams = (
@@ -631,7 +627,7 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
             *IDLE_COLUMNS,
         )
         .sort("rank", "step", "device", "stream")
-        .collect(engine="in-memory")
+        .pipe(tree.collect)
     )
 
     def stats(df: pl.LazyFrame, rank: int | None) -> pl.LazyFrame:
@@ -657,7 +653,7 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
     )
     return Breakdown(
         steps=steps,
-        stats=allstats.select("rank", pl.exclude("rank")).collect(engine="in-memory"),
+        stats=tree.collect(allstats.select("rank", pl.exclude("rank"))),
         streams=streams,
         queue=queue_lengths(dev, win),
     )
