@@ -31,7 +31,7 @@ from opscope.analysis.hotspots import (
     rows,
 )
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import Forest, gather, no_ops, per_profile
+from opscope.analysis.tree import Forest, collect, gather, no_ops, per_profile
 from opscope.model import Profile, kinds
 
 KEYS: list[str] = ["file", "line", "function", "module"]
@@ -262,6 +262,6 @@ def attribution(profile: Profile, options: Options) -> Attribution:
         .group_by("module")
         .agg(pl.col("fwd_ns", "bwd_ns", "total_ns", "host_ns", "kernels", "calls").sum())
         .sort(["total_ns", "module"], descending=[True, False], nulls_last=True)
-        .collect(engine="in-memory")  # one query (two were a fixed cost on small traces)
+        .pipe(collect)  # one query (two were a fixed cost on small traces)
     )
     return Attribution(lines=lines, modules=modules, device=profile.has_device, top=options.top)

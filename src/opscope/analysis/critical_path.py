@@ -137,7 +137,7 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         ev.lazy()
         .filter(pl.col("kind").is_in(["runtime", "driver"]))
         .select(*thread, "id", "ts_ns", "dur_ns", "step", "op_id", "name")
-        .collect(engine="in-memory")  # one query (two were a fixed cost on small traces)
+        .pipe(tree.collect)  # one query (two were a fixed cost on small traces)
     )
     if not rt.height:
         return pl.DataFrame(schema=_NODE_SCHEMA)
@@ -415,7 +415,7 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
     i64 = np.int64
     if tree.SHORTCUTS and stretches.height == 0:
         return pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
-    srcs = srcs.lazy().collect(engine="in-memory")
+    srcs = tree.collect(srcs.lazy())
     by_step = {
         (int(k[0]), int(k[1])): g.sort("end_ns")  # type: ignore[call-overload]
         for k, g in srcs.partition_by("rank", "step", as_dict=True).items()
@@ -501,7 +501,7 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             .alias("op"),
             pl.when(pl.col("name") == "").then(pl.col("op")).otherwise("name").alias("name"),
         )
-        .collect(engine="in-memory")  # the eager calls' engine
+        .pipe(tree.collect)  # the eager calls' engine and optimisations
     )
     nodes = _split_earlier_waits(nodes, ev)
     # the nodes that can end a cross-thread wait: every host node, the split waits included
@@ -728,7 +728,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     edges = (
         _edges(nodes, profile.events, cross)
         .join(nodes.lazy().select(pl.col("id").alias("dst"), "rank", "step"), on="dst")
-        .collect(engine="in-memory")  # the eager calls' engine
+        .pipe(tree.collect)  # the eager calls' engine and optimisations
     )
     by_step = {
         (int(k[0]), int(k[1])): df
@@ -783,7 +783,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         .sort("rank", "step", "order")
         # explicit host segments (idle gaps, host work cut off a call) are no event of the trace
         .with_columns(pl.when(pl.col("id") >= 0).then(pl.col("id")).alias("id"))
-        .collect(engine="in-memory")
+        .pipe(tree.collect)
         .rechunk()
     )
     span = (
@@ -806,7 +806,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         .with_columns(pl.col("span_ns").alias("step_ns"), pl.col("dur_ns").alias("host_step_ns"))
         .drop("dur_ns", "span_ns")
         .sort("rank", "step")
-        .collect(engine="in-memory")
+        .pipe(tree.collect)
         .rechunk()
     )
     ops = (
@@ -817,7 +817,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         .with_columns((pl.col("on_path_ns") / pl.col("step_ns")).alias("share"))
         # equal times by op name: group_by's row order varies with the thread count
         .sort(["rank", "step", "on_path_ns", "op"], descending=[False, False, True, False])
-        .collect(engine="in-memory")
+        .pipe(tree.collect)
         .rechunk()
     )
     return CriticalPathResult(path=path, ops=ops, steps=steps)
