@@ -4,6 +4,7 @@ and the per-profile memo."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -109,3 +110,28 @@ def test_gather_keeps_the_dtype_even_from_an_empty_column() -> None:
     assert got.dtype == pl.Int64 and got.to_list() == [None, None]
     got = gather(pl.Series("m", ["a", "b"]), np.array([1, -1, 0], dtype=np.int64))
     assert got.to_list() == ["b", None, "a"]
+
+
+@pytest.mark.parametrize(
+    "values,dtype",
+    [
+        ([5, None, 7, 9], pl.Int64),
+        (["a", None, "c", "d"], pl.String),
+        (["a", "b", None, "a"], pl.Categorical),
+        ([1.5, float("nan"), None, -2.0], pl.Float64),
+        ([True, None, False, True], pl.Boolean),
+    ],
+)
+def test_gather_equals_plain_indexing_with_nulls_at_minus_one(
+    values: list[Any], dtype: Any
+) -> None:
+    """Null where the position is -1, the value (null included) elsewhere, name and dtype kept:
+    plain Python indexing is the reference; all positions valid takes the other branch."""
+    s = pl.Series("col", values, dtype=dtype)
+    for at in ([3, -1, 0, 2, -1, 1], [0, 1, 2, 3, 3], [-1, -1], []):
+        got = gather(s, np.array(at, dtype=np.int64))
+        assert got.name == "col" and got.dtype == s.dtype
+        want = [None if i < 0 else values[i] for i in at]
+        assert got.to_list() == want or (  # NaN != NaN: compare its place instead
+            [repr(x) for x in got.to_list()] == [repr(x) for x in want]
+        ), at

@@ -206,15 +206,15 @@ def _positions(ids: IntArray, wanted: Any, null: Any) -> IntArray:
 
 def gather(series: pl.Series, at: IntArray) -> pl.Series:
     """``series[at]``, null where ``at`` is -1."""
-    idx = pl.Series(np.where(at >= 0, at, 0), dtype=pl.Int64)
     if not len(series):
         return pl.Series(series.name, [None] * len(at), dtype=series.dtype)
-    vals = series.gather(idx)
-    if bool((at >= 0).all()):
-        return vals  # nothing to null (one query fewer)
-    return pl.select(
-        pl.when(pl.Series(at >= 0)).then(vals).otherwise(None).alias(series.name)
-    ).to_series()
+    ok = at >= 0
+    if bool(ok.all()):
+        return series.gather(pl.Series(at, dtype=pl.Int64))  # nothing to null
+    # a null index gathers a null: the index masked where -1 (a gather, not a gather and then
+    # a query to null those rows: a fixed cost that showed on small traces)
+    idx = np.ma.masked_array(np.where(ok, at, 0), mask=~ok)
+    return series.gather(pl.Series(idx, dtype=pl.Int64))
 
 
 # Per-profile memoisation -------------------------------------------------------------------------
