@@ -67,6 +67,7 @@ def spied(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Spied]:
         s.windows.append(window.n)
         real_call(self, first_row, window)
         s.files.append(self.files[-1])
+        self.write.wait()  # (written on a worker thread while the next window is read)
         assert self.files[-1].is_file(), "the window's rows are on disk once it is handed over"
 
     def load(*a: Any, **kw: Any) -> Profile | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,38 @@ _ODDITY_ORDER = (
     "slice without name",
     "slice without pid/tid",
 )
+
+
+BACKGROUND_WRITES = True
+"""Write each window's files on a worker thread while the scanner reads the next window."""
+
+
+class _Writer:
+    """The spill's Parquet writes. With :data:`BACKGROUND_WRITES` they run on one worker
+    thread: the encoding releases the GIL, which the scanner holds while it reads the next
+    window, so the two overlap on a second core. :meth:`wait` at each window's start keeps one
+    window's files in flight at most (their frames are the memory it adds)."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1) if BACKGROUND_WRITES else None
+        self.pending: list[Future[None]] = []
+
+    def __call__(self, df: pl.DataFrame, file: Path, **options: Any) -> None:
+        if self.pool is None:
+            df.write_parquet(file, **options)
+        else:
+            self.pending.append(self.pool.submit(df.write_parquet, file, **options))
+
+    def wait(self) -> None:
+        """Every write handed over is on disk (a failed write raises its error here)."""
+        pending, self.pending = self.pending, []
+        for job in pending:
+            job.result()
+
+    def close(self) -> None:
+        """Stop the worker once its writes end (their errors left to :meth:`wait`)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
 
 
 @dataclass
@@ -118,8 +151,11 @@ class Spill:
         self.oddities: dict[str, int] = {}
         self.tracks = {"pid": _Provisional(), "tid": _Provisional()}
         self.rows = 0
+        self.facts = window_link.WindowFacts()  # what the cut plan needs of each window
+        self.write = _Writer()
 
     def __call__(self, first_row: int, window: fastscan.Scanned) -> None:
+        self.write.wait()  # the previous window's files (written while this one was read)
         cols, (ts_ns, dur_ns) = window.columns()
         del window
         raw = cols.frame()
@@ -134,19 +170,17 @@ class Spill:
         self.n_flows += flows.height
         self.flow_starts += flows.filter(pl.col("phase") == "s").height
         flow_file = self.folder / f"flows-{len(self.flow_files):05d}.parquet"
-        flows.write_parquet(flow_file, compression="lz4", statistics=False)
+        self.write(flows, flow_file, compression="lz4", statistics=False)
         self.flow_files.append(flow_file)
-        del flows
         self.memory.append(kineto._memory_rows(raw, 0))
         self.names.append(kineto._thread_names(raw))
         self.ranges.append(raw.filter(pl.col("cat_l") == "cuda_profiler_range").select("dur_ns"))
-        events = kineto._events_table([raw], 0, self.oddities)
+        events = kineto._events_table([raw], 0, self.oddities).drop("id")
         file = self.folder / f"events-{len(self.files):05d}.parquet"
-        events.drop("id").write_parquet(
-            file, compression="lz4", statistics=False, row_group_size=ROW_GROUP_ROWS
-        )
+        self.write(events, file, compression="lz4", statistics=False, row_group_size=ROW_GROUP_ROWS)
         self.files.append(file)
         self.rows += events.height
+        self.facts.add(events, flows, self.folder, self.write)
 
     def _times_and_tracks(
         self, raw: pl.DataFrame, ts_ns: pl.Series, dur_ns: pl.Series
@@ -176,6 +210,7 @@ class Spill:
         progress: Callable[[str, int, int], None] | None = None,
     ) -> Profile:
         """The Profile: the windows linked segment by segment (:mod:`.window_link`)."""
+        self.write.wait()
         rk = kineto._rank_of(header, rank)
         oddities: dict[str, int] = {}
         for key in _ODDITY_ORDER + tuple(k for k in self.oddities if k not in _ODDITY_ORDER):
@@ -205,6 +240,7 @@ class Spill:
             path=path,
             oddities=oddities,
             flow_starts=self.flow_starts,
+            windows=self.facts,
             rank_arg=rank,
         )
         window_link.probe("scan: all windows spilled")
@@ -245,8 +281,8 @@ def load(
     removed with it (the Profile holds its files open). None when the byte scanner steps aside
     (or decimal times are needed: see the module doc). ``budget``: bytes (sizes the segments)."""
     folder = cache.spill_folder(path)
+    spill = Spill(folder)
     try:
-        spill = Spill(folder)
         with gz.Stream(path) as st:
 
             def stream_progress(_: int) -> None:
@@ -268,6 +304,7 @@ def load(
             progress=progress,
         )
     finally:
+        spill.write.close()  # (no write left running into the folder removed here)
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):  # the spill root too, unless another load uses it
             folder.parent.rmdir()

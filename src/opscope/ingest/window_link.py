@@ -22,7 +22,9 @@ window (each stably sorted by ``ts_ns``), one of raw flow records per window (so
      and device work) and the ``cpu_op`` rows of one sequence number (the forward/backward
      pairing and its fallback by ``seq``, which picks among all forward ops of the key).
 
-   Cuts are found in two passes over the window files (a few integer columns each); the
+   What the cuts need of each window (its event blocks, its keys' time spans) is taken by the
+   spill while the window is in memory (:class:`WindowFacts`); the plan merges the keys'
+   spans of all windows and reads each window file's ``ts_ns`` once to place the cuts. The
    segments are then grown greedily from the cuts to about :func:`segment_rows` events.
 2. *Link* each segment (:func:`link_windows`) with the in-memory steps of
    :mod:`opscope.ingest.link`, unchanged, on local ids 0..n-1, then offset the ids. What is
@@ -95,13 +97,17 @@ def segment_rows(budget: int) -> int:
     return max(MIN_SEGMENT_ROWS, int(budget * SEGMENT_SHARE / LINK_BYTES_PER_EVENT))
 
 
+_STARTED = time.perf_counter()  # (the probes' wall clock: from this module's import)
+
+
 def probe(label: str) -> None:
     """Print the peak RSS so far (``$OPSCOPE_OOC_PROBE``)."""
     if os.environ.get(PROBE_ENV):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         cpu = time.process_time()
+        wall = time.perf_counter() - _STARTED
         print(
-            f"[ooc] {label}: peak RSS {peak / 1e9:.2f} GB, CPU {cpu:.1f} s",
+            f"[ooc] {label}: peak RSS {peak / 1e9:.2f} GB, CPU {cpu:.1f} s, wall {wall:.1f} s",
             file=sys.stderr,
             flush=True,
         )
@@ -132,7 +138,71 @@ class Spilled:
     path: Path
     oddities: dict[str, int]
     flow_starts: int  # flow start records (for the "flow not bound to events" count)
+    windows: WindowFacts  # what the spill took of each window for the plan
     rank_arg: int | None = None  # the rank the caller gave (part of the cache key)
+
+
+@dataclass
+class WindowFacts:
+    """What the plan needs of each window, taken while the spill held the window in memory
+    (:meth:`add`), so the plan does not read it back from the window files: the window's event
+    blocks, its ``step`` rows, its schema, and a file per key of :data:`SPAN_KEYS` holding the
+    key's time span in that window (one row per key met: the plan merges them)."""
+
+    blocks: list[tuple[IntArray, IntArray]] = field(default_factory=list)
+    steps: list[pl.DataFrame] = field(default_factory=list)
+    schemas: list[pl.Schema] = field(default_factory=list)
+    span_files: dict[str, list[Path]] = field(default_factory=dict)
+
+    def add(
+        self,
+        events: pl.DataFrame,
+        flows: pl.DataFrame,
+        folder: Path,
+        write: Callable[..., None],
+    ) -> None:
+        """One window's events (its ``kineto._events_table`` rows, ``ts_ns`` order) and raw
+        flow records (their kind a name); the span files go to ``folder`` through
+        ``write(frame, file, **parquet options)``."""
+        ts = link._np(events.get_column("ts_ns"))
+        self.blocks.append(_blocks(ts, ts + link._np(events.get_column("dur_ns"), 0)))
+        self.steps.append(
+            events.filter(pl.col("kind").cast(pl.String) == "step").select(
+                "kind", "name", "ts_ns", "dur_ns"
+            )
+        )
+        self.schemas.append(events.schema)
+        for key, spans in _window_spans(events, flows).items():
+            files = self.span_files.setdefault(key, [])
+            file = folder / f"spans-{key}-{len(files):05d}.parquet"
+            write(spans, file, compression="lz4", statistics=False)
+            files.append(file)
+
+
+SPAN_KEYS = ("correlation", "external_id", "seq", "flow")
+"""The keys no cut may split (see the module doc): a flow's key is its kind and id."""
+
+
+def _window_spans(events: pl.DataFrame, flows: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """Per key of :data:`SPAN_KEYS`: ``(key columns, lo, hi)``, the first and last ``ts_ns``
+    of each key value in one window (a window's share of what :func:`plan` merges)."""
+    kind = pl.col("kind").cast(pl.String)
+    where = {
+        "correlation": pl.col("correlation").is_not_null(),
+        "external_id": pl.col("external_id").is_not_null()
+        & (kind.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
+        "seq": (kind == "cpu_op") & (pl.col("seq") >= 0),
+    }
+    span = (pl.col("ts_ns").min().alias("lo"), pl.col("ts_ns").max().alias("hi"))
+    out = {}
+    for key, rows in where.items():
+        # (a column no row of a window has is typed by the scanner's default there)
+        key_col = pl.col(key).cast(pl.Int64, strict=False)
+        out[key] = events.lazy().filter(rows).group_by(key_col).agg(span).collect()
+    # the kind's code, not its name: a string key costs ~3x the memory in the plan's merge
+    flow_kind = pl.col("kind").cast(schema.FlowKind).to_physical()
+    out["flow"] = flows.lazy().group_by(flow_kind, "flow_id").agg(span).collect()
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -181,13 +251,19 @@ def _blocks(ts: IntArray, end: IntArray) -> tuple[IntArray, IntArray]:
     return ts[idx], np.maximum.reduceat(end, idx)
 
 
-def _span_blocks(lf: pl.LazyFrame, keys: list[str]) -> tuple[IntArray, IntArray]:
-    """The time span ``[first, last + 1]`` of each key of ``lf`` (``ts_ns`` rows), reduced
-    to the :func:`_blocks` of those spans (a cut inside a key's span is one inside its
-    block): a few per step instead of one per key."""
+def _span_blocks(files: list[Path]) -> tuple[IntArray, IntArray]:
+    """The time span ``[first, last + 1]`` of each key over the windows' span files (each
+    window's first and last ``ts_ns`` of the key: their min and max), reduced to the
+    :func:`_blocks` of those spans (a cut inside a key's span is one inside its block): a few
+    per step instead of one per key."""
+    if not files:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    lf = pl.concat([pl.scan_parquet(f) for f in files], how="vertical_relaxed")
+    keys = [c for c in lf.collect_schema() if c not in ("lo", "hi")]
     sp = (
         lf.group_by(keys)
-        .agg(pl.col("ts_ns").min().alias("lo"), pl.col("ts_ns").max().alias("hi"))
+        .agg(pl.col("lo").min(), pl.col("hi").max())
         .select("lo", "hi")
         .sort("lo")
         .collect(engine="streaming")
@@ -200,60 +276,14 @@ def _span_blocks(lf: pl.LazyFrame, keys: list[str]) -> tuple[IntArray, IntArray]
 
 def plan(sp: Spilled, target_rows: int) -> Plan:
     """Cut times and each file's row ranges (see the module doc)."""
-    starts: list[IntArray] = []
-    ends: list[IntArray] = []
-    step_rows: list[pl.DataFrame] = []
-    schemas: list[pl.DataFrame] = []
-    for f in sp.event_files:
-        schemas.append(pl.DataFrame(schema=pl.read_parquet_schema(f)))
-        df = pl.read_parquet(f, columns=["ts_ns", "dur_ns"])
-        ts = link._np(df.get_column("ts_ns"))
-        a, b = _blocks(ts, ts + link._np(df.get_column("dur_ns"), 0))
-        del df, ts
-        starts.append(a)
-        ends.append(b)
-        step_rows.append(
-            pl.scan_parquet(f)
-            .filter(pl.col("kind").cast(pl.String) == "step")
-            .select("kind", "name", "ts_ns", "dur_ns")
-            .collect()
-        )
-    probe("plan: event blocks")
-    kind = pl.col("kind").cast(pl.String)
-    keyed = (
-        ("correlation", pl.col("correlation").is_not_null()),
-        (
-            "external_id",
-            pl.col("external_id").is_not_null()
-            & (kind.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
-        ),
-        ("seq", (kind == "cpu_op") & (pl.col("seq") >= 0)),
-    )
-    for key, where in keyed:  # one key at a time: the peak is one key's table
-        # (a column no row of a window has is typed by the scanner's default there)
-        cols = [pl.col("ts_ns"), pl.col(key).cast(pl.Int64, strict=False), "kind", "device"]
-        lf = pl.concat(
-            [pl.scan_parquet(f).select(cols) for f in sp.event_files], how="vertical_relaxed"
-        )
-        a, b = _span_blocks(lf.filter(where), [key])
+    facts = sp.windows
+    starts = [a for a, _ in facts.blocks]
+    ends = [b for _, b in facts.blocks]
+    for key in SPAN_KEYS:  # one key at a time: the peak is one key's table
+        a, b = _span_blocks(facts.span_files.get(key, []))
         starts.append(a)
         ends.append(b)
         probe(f"plan: {key} spans")
-    if sp.flow_files:
-        lf = pl.concat(
-            [
-                # the kind's code, not its name: a string key costs ~3x the memory here
-                pl.scan_parquet(f).select(
-                    pl.col("kind").cast(schema.FlowKind).to_physical(), "flow_id", "ts_ns"
-                )
-                for f in sp.flow_files
-            ],
-            how="vertical_relaxed",
-        )
-        a, b = _span_blocks(lf, ["kind", "flow_id"])
-        starts.append(a)
-        ends.append(b)
-        probe("plan: flow spans")
     cands, touch = _candidates(np.concatenate(starts), np.concatenate(ends))
     del starts, ends
     probe("plan: cut candidates")
@@ -286,7 +316,7 @@ def plan(sp: Spilled, target_rows: int) -> Plan:
     flow_pos = [p[ok] for p in flow_pos]
     before = np.sum(event_pos, axis=0) if event_pos else np.zeros(cands.size, dtype=np.int64)
     chosen = _choose(before, sum(event_rows), target_rows)
-    steps_df = pl.concat(step_rows, how="vertical_relaxed").sort("ts_ns", maintain_order=True)
+    steps_df = pl.concat(facts.steps, how="vertical_relaxed").sort("ts_ns", maintain_order=True)
     steps = link.step_numbers(steps_df.with_columns(pl.lit(sp.rank, pl.Int32).alias("rank")))
     return Plan(
         cuts=cands[chosen],
@@ -296,7 +326,9 @@ def plan(sp: Spilled, target_rows: int) -> Plan:
         flow_rows=flow_rows,
         candidates=int(cands.size),
         steps=steps,
-        schema=pl.concat(schemas, how="vertical_relaxed").schema,
+        schema=pl.concat(
+            [pl.DataFrame(schema=sc) for sc in facts.schemas], how="vertical_relaxed"
+        ).schema,
     )
 
 
@@ -431,6 +463,10 @@ class QueuedWork:
         la = link._np(ev.get_column("launch_id"))
         via = np.where(op >= 0, op, la)
         launched = is_dev & (via >= 0)
+        # A first launched work met in an earlier segment is earlier than every event of this
+        # one (segments come in time order), so none of this segment's launch calls can
+        # precede it: :meth:`_prune` would drop them all (their search is skipped).
+        known = bool(self.first)
         keys = ev.select(pl.col("id") + offset, pl.col("device").fill_null(-1), "ts_ns")
         if launched.any():
             self.launched = True
@@ -441,17 +477,18 @@ class QueuedWork:
         if cand.any():
             self.unlaunched = True
             self.cands.append(keys.filter(pl.Series(cand)))
-        used = np.unique(la[is_dev & (la >= 0)])
-        is_call = (
-            (pl.col("kind") == "runtime")
-            & pl.col("correlation").is_not_null()
-            & pl.col("name").str.contains(link._LAUNCH_CALL)
-        )
-        calls = ev.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "ts_ns").filter(
-            ev.select(is_call).to_series()
-        )
-        lost = calls.filter(~pl.col("row").is_in(used.tolist()))
-        self.lost.append(link._np(lost.get_column("ts_ns")))
+        if not known:
+            used = pl.Series(np.unique(la[is_dev & (la >= 0)])).implode()
+            calls = (
+                ev.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "ts_ns", "name")
+                .filter(
+                    (ev.get_column("kind") == "runtime")
+                    & ev.get_column("correlation").is_not_null()
+                )
+                .filter(pl.col("name").str.contains(link._LAUNCH_CALL))
+            )
+            lost = calls.filter(~pl.col("row").is_in(used))
+            self.lost.append(link._np(lost.get_column("ts_ns")))
         self._prune()
 
     def _prune(self) -> None:
@@ -535,9 +572,48 @@ def _segment_events(sp: Spilled, pl_: Plan, k: int) -> pl.DataFrame:
     seg = renumbered(seg, sp.maps, _TRACK_COLUMNS)
     if "rank" in seg.columns:
         seg = seg.with_columns(pl.lit(sp.rank, pl.Int32).alias("rank"))
-    if not seg.get_column("ts_ns").is_sorted():  # (parts from one window are sorted already)
-        seg = seg.sort("ts_ns", maintain_order=True)
+    seg = _in_time_order(seg)
     return seg.insert_column(0, pl.int_range(seg.height, dtype=pl.Int64, eager=True).alias("id"))
+
+
+MAX_MERGE_BLOCKS = 64
+"""Most interleaved blocks :func:`_in_time_order` gathers one by one (more: one gather of all
+the rows)."""
+
+
+def _in_time_order(seg: pl.DataFrame) -> pl.DataFrame:
+    """``seg`` stably sorted by ``ts_ns``, as ``seg.sort("ts_ns", maintain_order=True)``.
+
+    ``seg`` is its window files' row ranges in window order, each sorted already, so the
+    stable order moves only the rows where two ranges overlap in time (about 0.3% of a
+    segment of the generated traces, next to the ranges' ends). The order is found on the
+    ``ts_ns`` array alone, and only the blocks of positions it permutes are gathered; the
+    rows between them are kept as slices (a sort of the whole frame gathers every column of
+    every row: ~0.2 CPU s per 500 K events)."""
+    ts = seg.get_column("ts_ns")
+    if ts.is_sorted():  # (one window's rows, or ranges that do not overlap)
+        return seg
+    if ts.null_count():  # (the events table has none: the scan drops slices without ts)
+        return seg.sort("ts_ns", maintain_order=True)
+    order = np.argsort(link._np(ts), kind="stable")
+    pos = np.arange(order.size)
+    # position i closes a block when the order's first i + 1 entries are a permutation of
+    # 0..i; a block of one row is a row that stays
+    ends = np.nonzero(np.maximum.accumulate(order) == pos)[0]
+    starts = np.r_[0, ends[:-1] + 1]
+    moved = ends > starts
+    if int(moved.sum()) > MAX_MERGE_BLOCKS:
+        return seg[pl.Series(order)]
+    pieces = []
+    done = 0
+    for a, b in zip(starts[moved].tolist(), ends[moved].tolist(), strict=True):  # a few
+        if a > done:
+            pieces.append(seg.slice(done, a - done))
+        pieces.append(seg[pl.Series(order[a : b + 1])])
+        done = b + 1
+    if done < seg.height:
+        pieces.append(seg.slice(done))
+    return pl.concat(pieces, rechunk=False)
 
 
 def _segment_flows(sp: Spilled, pl_: Plan, k: int) -> pl.DataFrame:
