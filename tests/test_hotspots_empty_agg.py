@@ -1,0 +1,47 @@
+"""hotspots' aggregate of no row (the ops of a profile without host ops, issue 19 item 8): the
+plan's empty table from its schema, without running it; equal to the full path's table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from opscope.analysis import hotspots, tree
+
+_OPS = pl.DataFrame(
+    schema={
+        "name": pl.String, "input_dims": pl.String, "input_types": pl.String,
+        "dur_ns": pl.Int64, "self_ns": pl.Int64, "device_ns": pl.Int64,
+        "device_self_ns": pl.Int64,
+    }
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("device", [True, False])
+@pytest.mark.parametrize("base,span", [(0, 0), (1000, 5000)])
+@pytest.mark.parametrize("keys", [["name"], ["name", "input_dims", "input_types"]])
+def test_the_empty_aggregate_is_the_full_paths_without_a_query(
+    monkeypatch: pytest.MonkeyPatch, keys: list[str], base: int, span: int, device: bool
+) -> None:
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    full = hotspots._agg(_OPS, keys, base, span, device)
+    monkeypatch.setattr(tree, "SHORTCUTS", True)
+    ran: list[Any] = []
+    real = pl.LazyFrame.collect
+
+    def spy(self: pl.LazyFrame, *a: Any, **k: Any) -> Any:
+        ran.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", spy)
+    fast = hotspots._agg(_OPS, keys, base, span, device)
+    assert ran == []  # the shortcut was taken
+    assert_frame_equal(fast, full)
+    assert fast.height == 0 and fast.columns == full.columns
+    # a table with rows still runs its query
+    one = pl.DataFrame([dict.fromkeys(_OPS.columns, 1) | {"name": "a"}], schema=_OPS.schema)
+    hotspots._agg(one, keys, base, span, device)
+    assert ran == [1]
