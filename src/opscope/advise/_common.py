@@ -542,10 +542,14 @@ def _user_level_ops(profile: Profile) -> pl.DataFrame:
         return pl.DataFrame(
             schema={**profile.ops.schema, "op_parent": par["op_parent"], "cost_ns": cost["cost_ns"]}
         )
-    ops = profile.ops.join(op_parents(profile), on="id", how="left").join(
-        op_cost(profile), on="id", how="left"
+    return (
+        profile.ops.lazy()
+        .join(op_parents(profile).lazy(), on="id", how="left")
+        .join(op_cost(profile).lazy(), on="id", how="left")
+        .filter(pl.col("op_parent").is_null())
+        .sort("rank", "tid", "ts_ns")
+        .collect(engine="in-memory")  # one query, not four
     )
-    return ops.filter(pl.col("op_parent").is_null()).sort("rank", "tid", "ts_ns")
 
 
 def group_by_location(

@@ -54,6 +54,13 @@ RMSNORM_SEQ = ("aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul
 
 
 def _seq(profile: Profile) -> pl.DataFrame:
+    """The user-level ops with their position in their thread; once per profile (four rules
+    read it: a window query each)."""
+    out: pl.DataFrame = c._memo("fusion.seq", profile, lambda: _positions(profile))
+    return out
+
+
+def _positions(profile: Profile) -> pl.DataFrame:
     ops = c.user_level_ops(profile)
     grp = ["rank", "tid"]
     return ops.with_columns(
