@@ -3,6 +3,7 @@ plan's empty table from its schema, without running it; equal to the full path's
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -45,3 +46,26 @@ def test_the_empty_aggregate_is_the_full_paths_without_a_query(
     one = pl.DataFrame([dict.fromkeys(_OPS.columns, 1) | {"name": "a"}], schema=_OPS.schema)
     hotspots._agg(one, keys, base, span, device)
     assert ran == [1]
+
+
+def test_charges_of_a_profile_without_ops_skip_the_joins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No host op: the device work is charged to the null line without joining the (empty)
+    resolution, no host part; the charges and charged lines equal the full path's."""
+    import opscope
+    from opscope.analysis import attribution
+    from test_report_speed_empty import _kernels_only
+
+    path = _kernels_only(tmp_path / "k.json")
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    p = opscope.load(path, cache=False)
+    full_plan = attribution.charges_plan(p)
+    full, full_lines = attribution.charges(p), attribution.charged_lines(p)
+    monkeypatch.setattr(tree, "SHORTCUTS", True)
+    p = opscope.load(path, cache=False)
+    fast_plan = attribution.charges_plan(p)
+    assert "JOIN" in full_plan.explain() and "JOIN" not in fast_plan.explain()  # taken
+    assert_frame_equal(attribution.charges(p), full)
+    assert_frame_equal(attribution.charged_lines(p), full_lines)
+    assert full.height == 6 and full_lines.height == 1  # five kernels and a copy, one line
