@@ -57,3 +57,16 @@ def test_a_frame_already_in_shape_is_returned_without_a_query() -> None:
     wide = df.with_columns(pl.col("rank").cast(pl.Int64))
     out = C._conform(wide, C.STEP_COLUMNS)
     assert out is not wide and out.schema == pl.Schema(C.STEP_COLUMNS)
+
+
+def test_an_empty_frame_in_shape_is_sorted_without_a_query() -> None:
+    empty = pl.DataFrame(schema=C.STEP_COLUMNS)
+    assert C._conform_sorted(empty, C.STEP_COLUMNS, "rank") is empty  # the shortcut
+    assert_frame_equal(
+        C._conform_sorted(empty, C.STEP_COLUMNS, "rank"),
+        C._conformed(empty, C.STEP_COLUMNS).sort("rank").collect(),
+    )
+    df = pl.DataFrame({"rank": [3, 1, 2], "step": [0, 0, 0]})
+    got = C._conform_sorted(df, C.STEP_COLUMNS, "rank")
+    assert got.get_column("rank").to_list() == [1, 2, 3]
+    assert_frame_equal(got, _reference(df.sort("rank"), C.STEP_COLUMNS))

@@ -179,6 +179,16 @@ def _conform(
     return _conformed(frame, cols).collect(engine="in-memory")
 
 
+def _conform_sorted(
+    frame: pl.DataFrame | pl.LazyFrame, cols: dict[str, type[pl.DataType]], *by: str
+) -> pl.DataFrame:
+    """:func:`_conform` then sorted by ``by``, one query; none for an empty frame already in
+    shape (rank_tables' empty Ascend tables on every GPU trace: sorting nothing is nothing)."""
+    if isinstance(frame, pl.DataFrame) and frame.height == 0 and frame.schema == pl.Schema(cols):
+        return frame
+    return _conformed(frame, cols).sort(*by).collect(engine="in-memory")
+
+
 def _conformed(
     frame: pl.DataFrame | pl.LazyFrame, cols: dict[str, type[pl.DataType]]
 ) -> pl.LazyFrame:
@@ -497,10 +507,8 @@ def aggregate(
     )
     slow = _slow_ranks(ranks)
     gap = _step_gap(st)
-    hc = (
-        _conformed(hccl if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS)
-        .sort("rank", "start_ns")
-        .collect(engine="in-memory")
+    hc = _conform_sorted(
+        hccl if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS, "rank", "start_ns"
     )
     if tree.SHORTCUTS and not lk.height:
         # no link row (every GPU trace, most Ascend ranks): the link tables are empty; their
@@ -510,10 +518,8 @@ def aggregate(
         agg_links, slow_links = (pl.DataFrame(schema=t.collect_schema()) for t in plan)
     else:
         agg_links, slow_links = _slow_links(asc.matrix_links(lk, hc))
-    sg = (
-        _conformed(stages if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS)
-        .sort("rank")
-        .collect(engine="in-memory")
+    sg = _conform_sorted(
+        stages if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS, "rank"
     )
     return Cluster(
         ranks=ranks.drop("aligned"),
