@@ -11,7 +11,8 @@ host delivery bottlenecks". It gives no saving.
 Per rank, opscope's rule takes the transit sizes from where msprof-analyze takes them: the
 rank's ``communication.json`` (or, for the database export, ``analysis.db``'s
 ``CommAnalyzerBandwidth``, msprof-analyze's db path), read by
-:func:`opscope.ingest.ascend_comm.read_communication` from the profile's sources, each
+:func:`opscope.ingest.ascend_comm.communication_rows` (the rows of ``read_communication``'s
+collectives and bandwidth tables, without its matrix) from the profile's sources, each
 collective matched to its ``communication`` event by name (nearest start). A rank without those
 files (a planted or trimmed export) has its sizes computed from the HCCL plane tasks of
 ``trace_view.json`` (``size(Byte)``, ``transport type``, ``link type`` in each task's args;
