@@ -180,7 +180,7 @@ class Spill:
         self.write(events, file, compression="lz4", statistics=False, row_group_size=ROW_GROUP_ROWS)
         self.files.append(file)
         self.rows += events.height
-        self.facts.add(events, flows, self.folder, self.write)
+        self.facts.add(events)
 
     def _times_and_tracks(
         self, raw: pl.DataFrame, ts_ns: pl.Series, dur_ns: pl.Series

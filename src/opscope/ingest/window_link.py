@@ -22,10 +22,10 @@ window (each stably sorted by ``ts_ns``), one of raw flow records per window (so
      and device work) and the ``cpu_op`` rows of one sequence number (the forward/backward
      pairing and its fallback by ``seq``, which picks among all forward ops of the key).
 
-   What the cuts need of each window (its event blocks, its keys' time spans) is taken by the
-   spill while the window is in memory (:class:`WindowFacts`); the plan merges the keys'
-   spans of all windows and reads each window file's ``ts_ns`` once to place the cuts. The
-   segments are then grown greedily from the cuts to about :func:`segment_rows` events.
+   Each window's event blocks are taken by the spill while the window is in memory
+   (:class:`WindowFacts`); the keys' spans are found in one pass over a few integer columns
+   of the window files per key, and each file's ``ts_ns`` is read once more to place the cuts.
+   The segments are then grown greedily from the cuts to about :func:`segment_rows` events.
 2. *Link* each segment (:func:`link_windows`) with the in-memory steps of
    :mod:`opscope.ingest.link`, unchanged, on local ids 0..n-1, then offset the ids. What is
    global is carried, small: the STEPS table (from the ``step`` rows alone, before linking),
@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,26 +145,18 @@ class Spilled:
 
 @dataclass
 class WindowFacts:
-    """What the plan needs of each window, taken while the spill held the window in memory
-    (:meth:`add`), so the plan does not read it back from the window files: the window's event
-    blocks, its ``step`` rows, its schema, and a file per key of :data:`SPAN_KEYS` holding the
-    key's time span in that window (one row per key met: the plan merges them)."""
+    """What the plan needs of each window that the spill can take while it holds the window in
+    memory (:meth:`add`), so the plan does not read it back from the window files: the
+    window's event blocks, its ``step`` rows and its schema. (The keys' time spans were taken
+    here too, as one partial span table per window and key: the spill's group-bys cost what
+    the plan's merge saved, so the plan reads them from the files.)"""
 
     blocks: list[tuple[IntArray, IntArray]] = field(default_factory=list)
     steps: list[pl.DataFrame] = field(default_factory=list)
     schemas: list[pl.Schema] = field(default_factory=list)
-    span_files: dict[str, list[Path]] = field(default_factory=dict)
 
-    def add(
-        self,
-        events: pl.DataFrame,
-        flows: pl.DataFrame,
-        folder: Path,
-        write: Callable[..., None],
-    ) -> None:
-        """One window's events (its ``kineto._events_table`` rows, ``ts_ns`` order) and raw
-        flow records (their kind a name); the span files go to ``folder`` through
-        ``write(frame, file, **parquet options)``."""
+    def add(self, events: pl.DataFrame) -> None:
+        """One window's events (its ``kineto._events_table`` rows, ``ts_ns`` order)."""
         ts = link._np(events.get_column("ts_ns"))
         self.blocks.append(_blocks(ts, ts + link._np(events.get_column("dur_ns"), 0)))
         self.steps.append(
@@ -172,37 +165,6 @@ class WindowFacts:
             )
         )
         self.schemas.append(events.schema)
-        for key, spans in _window_spans(events, flows).items():
-            files = self.span_files.setdefault(key, [])
-            file = folder / f"spans-{key}-{len(files):05d}.parquet"
-            write(spans, file, compression="lz4", statistics=False)
-            files.append(file)
-
-
-SPAN_KEYS = ("correlation", "external_id", "seq", "flow")
-"""The keys no cut may split (see the module doc): a flow's key is its kind and id."""
-
-
-def _window_spans(events: pl.DataFrame, flows: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """Per key of :data:`SPAN_KEYS`: ``(key columns, lo, hi)``, the first and last ``ts_ns``
-    of each key value in one window (a window's share of what :func:`plan` merges)."""
-    kind = pl.col("kind").cast(pl.String)
-    where = {
-        "correlation": pl.col("correlation").is_not_null(),
-        "external_id": pl.col("external_id").is_not_null()
-        & (kind.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
-        "seq": (kind == "cpu_op") & (pl.col("seq") >= 0),
-    }
-    span = (pl.col("ts_ns").min().alias("lo"), pl.col("ts_ns").max().alias("hi"))
-    out = {}
-    for key, rows in where.items():
-        # (a column no row of a window has is typed by the scanner's default there)
-        key_col = pl.col(key).cast(pl.Int64, strict=False)
-        out[key] = events.lazy().filter(rows).group_by(key_col).agg(span).collect()
-    # the kind's code, not its name: a string key costs ~3x the memory in the plan's merge
-    flow_kind = pl.col("kind").cast(schema.FlowKind).to_physical()
-    out["flow"] = flows.lazy().group_by(flow_kind, "flow_id").agg(span).collect()
-    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -251,19 +213,13 @@ def _blocks(ts: IntArray, end: IntArray) -> tuple[IntArray, IntArray]:
     return ts[idx], np.maximum.reduceat(end, idx)
 
 
-def _span_blocks(files: list[Path]) -> tuple[IntArray, IntArray]:
-    """The time span ``[first, last + 1]`` of each key over the windows' span files (each
-    window's first and last ``ts_ns`` of the key: their min and max), reduced to the
-    :func:`_blocks` of those spans (a cut inside a key's span is one inside its block): a few
-    per step instead of one per key."""
-    if not files:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
-    lf = pl.concat([pl.scan_parquet(f) for f in files], how="vertical_relaxed")
-    keys = [c for c in lf.collect_schema() if c not in ("lo", "hi")]
+def _span_blocks(lf: pl.LazyFrame, keys: list[str]) -> tuple[IntArray, IntArray]:
+    """The time span ``[first, last + 1]`` of each key of ``lf`` (``ts_ns`` rows), reduced
+    to the :func:`_blocks` of those spans (a cut inside a key's span is one inside its
+    block): a few per step instead of one per key."""
     sp = (
         lf.group_by(keys)
-        .agg(pl.col("lo").min(), pl.col("hi").max())
+        .agg(pl.col("ts_ns").min().alias("lo"), pl.col("ts_ns").max().alias("hi"))
         .select("lo", "hi")
         .sort("lo")
         .collect(engine="streaming")
@@ -279,11 +235,41 @@ def plan(sp: Spilled, target_rows: int) -> Plan:
     facts = sp.windows
     starts = [a for a, _ in facts.blocks]
     ends = [b for _, b in facts.blocks]
-    for key in SPAN_KEYS:  # one key at a time: the peak is one key's table
-        a, b = _span_blocks(facts.span_files.get(key, []))
+    kind = pl.col("kind").cast(pl.String)
+    keyed = (
+        ("correlation", pl.col("correlation").is_not_null()),
+        (
+            "external_id",
+            pl.col("external_id").is_not_null()
+            & (kind.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
+        ),
+        ("seq", (kind == "cpu_op") & (pl.col("seq") >= 0)),
+    )
+    for key, where in keyed:  # one key at a time: the peak is one key's table
+        # (a column no row of a window has is typed by the scanner's default there)
+        cols = [pl.col("ts_ns"), pl.col(key).cast(pl.Int64, strict=False), "kind", "device"]
+        lf = pl.concat(
+            [pl.scan_parquet(f).select(cols) for f in sp.event_files], how="vertical_relaxed"
+        )
+        a, b = _span_blocks(lf.filter(where), [key])
         starts.append(a)
         ends.append(b)
         probe(f"plan: {key} spans")
+    if sp.flow_files:
+        lf = pl.concat(
+            [
+                # the kind's code, not its name: a string key costs ~3x the memory here
+                pl.scan_parquet(f).select(
+                    pl.col("kind").cast(schema.FlowKind).to_physical(), "flow_id", "ts_ns"
+                )
+                for f in sp.flow_files
+            ],
+            how="vertical_relaxed",
+        )
+        a, b = _span_blocks(lf, ["kind", "flow_id"])
+        starts.append(a)
+        ends.append(b)
+        probe("plan: flow spans")
     cands, touch = _candidates(np.concatenate(starts), np.concatenate(ends))
     del starts, ends
     probe("plan: cut candidates")
@@ -691,6 +677,35 @@ def link_windows(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+PREFETCH = True
+"""Read the next segment's rows from the window files on a worker thread while this one is
+linked (the Parquet decoding releases the GIL; the linking holds it between its queries)."""
+
+
+class _Prefetch:
+    """``read(k)`` for k = 0, 1, ... in order, ``read(k + 1)`` running on a worker thread
+    (with :data:`PREFETCH`) while segment ``k`` is used: one segment's raw rows in memory
+    beside the one being linked."""
+
+    def __init__(self, read: Callable[[int], tuple[pl.DataFrame, pl.DataFrame]], n: int) -> None:
+        self.read, self.n = read, n
+        self.pool = ThreadPoolExecutor(max_workers=1) if PREFETCH and n > 1 else None
+        self.next: Future[tuple[pl.DataFrame, pl.DataFrame]] | None = None
+
+    def get(self, k: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        got = self.next.result() if self.next is not None else self.read(k)
+        self.next = None
+        if self.pool is not None and k + 1 < self.n:
+            self.next = self.pool.submit(self.read, k + 1)
+        return got
+
+    def close(self) -> None:
+        """The worker stopped (a read under way ends first; its rows are dropped)."""
+        self.next = None
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _linked_segments(
     sp: Spilled,
     pl_: Plan,
@@ -711,16 +726,34 @@ def _linked_segments(
     mem_bounds = np.searchsorted(
         link._np(mem.get_column("_seg")), np.arange(n_seg + 1), side="left"
     )
+    reader = _Prefetch(lambda k: (_segment_events(sp, pl_, k), _segment_flows(sp, pl_, k)), n_seg)
+    try:
+        yield from _linked_each(sp, pl_, out, progress, reader, mem, mem_bounds)
+    finally:
+        reader.close()
+
+
+def _linked_each(
+    sp: Spilled,
+    pl_: Plan,
+    out: _Out,
+    progress: Callable[[str, int, int], None] | None,
+    reader: _Prefetch,
+    mem: pl.DataFrame,
+    mem_bounds: IntArray,
+) -> Iterator[pl.DataFrame]:
+    """:func:`_linked_segments`' loop (``reader``: each segment's rows and raw flows)."""
+    n_seg = pl_.segments
     offset = 0
     for k in range(n_seg):  # one per segment
-        seg = _segment_events(sp, pl_, k)
+        seg, raw_flows = reader.get(k)
         n = seg.height
         out.largest = max(out.largest, n)
         m = mem.slice(int(mem_bounds[k]), int(mem_bounds[k + 1] - mem_bounds[k]))
         out.memory_order.append(m.get_column("_mi"))
         m = m.drop("_mi", "_seg")
-        ev, flows, lm, levels, calls = _link_segment(seg, _segment_flows(sp, pl_, k), m, pl_.steps)
-        del seg
+        ev, flows, lm, levels, calls = _link_segment(seg, raw_flows, m, pl_.steps)
+        del seg, raw_flows
         out.queued.add(ev, offset)  # (local ids)
         local = out.stacks.add(levels, calls)
         sid = link._np(ev.get_column("stack_id"))
