@@ -530,15 +530,21 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
         parts.append(cdev_lazy.select("rank", "step", pl.lit("busy").alias("cls"), "start", "end"))
     iv = tree.collect(pl.concat(parts))
     del parts  # the clipped copies: only their intervals are needed now
-    u = union_ns(iv, ["rank", "step", "cls"]).pivot(
-        on="cls", index=["rank", "step"], values="union_ns"
-    )
     cols = ["compute", "communication", "memcpy", "memset", "not_comm", "host_ops", "data_loading"]
     if busy_only:
         cols.append("busy")
-    # the steps table as one plan from here (a query per step was a fixed cost on small traces)
-    missing = [pl.lit(0, pl.Int64).alias(c) for c in cols if c not in u.columns]
-    per_class = u.lazy().with_columns(missing) if missing else u.lazy()
+    # the steps table as one plan from here (a query per step was a fixed cost on small traces):
+    # the unions per (rank, step, class) (below the NumPy runs' size, in the plan), one column
+    # per class (a class with no interval in a step: 0, as the pivot's gaps filled were)
+    by_class = ["rank", "step", "cls"]
+    unions = (
+        union_ns(iv, by_class).lazy()
+        if iv.height >= RUNS_MIN_ROWS
+        else _union_lazy(iv.lazy().sort([*by_class, "start"]), by_class)
+    )
+    per_class = unions.group_by("rank", "step").agg(
+        pl.col("union_ns").filter(pl.col("cls") == c).sum().alias(c) for c in cols
+    )
     wins = win.lazy()
     if busy_only:
         out = (
