@@ -264,10 +264,11 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
     return groups, calls
 
 
-def _costs(profile: Profile) -> pl.DataFrame:
-    """(id, flops, bytes) per op: the roofline engineer's formulas, else the trace's flops."""
-    ops = profile.ops
-    c = host_op_costs(profile).select("id", "flops", "bytes")
+def _costs_plan(profile: Profile) -> pl.LazyFrame:
+    """(id, flops, bytes) per op: the roofline engineer's formulas, else the trace's flops (a
+    plan: inefficient_shapes runs it inside its own query)."""
+    ops = profile.ops.lazy()
+    c = host_op_costs(profile).lazy().select("id", "flops", "bytes")
     return c.join(ops.select("id", pl.col("flops").alias("f0")), on="id", how="left").select(
         "id", pl.coalesce("flops", "f0").alias("flops"), "bytes"
     )
@@ -279,8 +280,9 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
         # no op, no shape to judge (a trace of kernels only): the empty table without the
         # dozen fixed-cost queries that would find it empty
         return pl.DataFrame(schema=_EFFICIENCY_SCHEMA)
-    t = op_times(profile).with_columns(pl.col("device_ns").alias("time_ns"))
-    t = t.join(_costs(profile), on="id", how="left").filter(pl.col("time_ns") > 0)
+    # the groups one query, each metric's rows one more (each eager step was a query)
+    t = op_times(profile).lazy().with_columns(pl.col("device_ns").alias("time_ns"))
+    t = t.join(_costs_plan(profile), on="id", how="left").filter(pl.col("time_ns") > 0)
     g = (
         t.group_by("name", "input_dims", "input_types")
         .agg(
@@ -292,16 +294,20 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
             pl.col("bytes").mean().alias("bytes_per_call"),
         )
         .filter(pl.col("time_ns") / pl.col("calls") >= MIN_EFF_DUR_NS)
+        .collect(engine="in-memory")
     )
     out: list[dict[str, Any]] = []
     for metric, size in (("flops", "flops_per_call"), ("bytes", "bytes_per_call")):
-        m = g.filter(pl.col(metric) > 0).with_columns(
-            (pl.col(metric) / pl.col("time_ns") * 1e9).alias("rate")
+        m = (
+            g.lazy()
+            .filter(pl.col(metric) > 0)
+            .with_columns((pl.col(metric) / pl.col("time_ns") * 1e9).alias("rate"))
         )
         # the groups of one name are contiguous in the sorted rows: split them in Python (each
         # group of a group_by iterated is a query of its own, a fixed cost per op name)
         by_name: dict[Any, list[dict[str, Any]]] = {}
-        for rec in m.sort("name", "input_dims", "input_types", nulls_last=True).to_dicts():
+        ordered = m.sort("name", "input_dims", "input_types", nulls_last=True)
+        for rec in ordered.collect(engine="in-memory").to_dicts():
             by_name.setdefault(rec["name"], []).append(rec)
         for recs in by_name.values():
             if len(recs) < 2:
