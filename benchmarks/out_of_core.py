@@ -12,8 +12,12 @@ process:
   events are counted from the entry's file, never read whole. The peak RSS after each phase
   (``OPSCOPE_OOC_PROBE``) is reported as ``probes``;
 - ``cached``: a fresh process opens the cache entry (``opscope.load``, lazy) and runs
-  ``hotspots`` + ``breakdown`` (the issue's target: <= 5 s for 10 GB; skipped above
-  ``--skip-cached-above`` MB: until the analyses stream (phase 4) they read the events whole).
+  ``hotspots`` + ``breakdown`` (the issue's target: <= 5 s for 10 GB): from the aggregates the
+  load stored with the entry (docs/lazy-analyses.md); its probe says whether they answered and
+  the analyses' own time (skipped above ``--skip-cached-above`` MB; by default never);
+- ``--compare-no-aggregates``: the budgeted load once more, first, with
+  ``OPSCOPE_OOC_AGGREGATES=0`` (no aggregates written): the load's cost of writing them, in
+  the same run (its probes' CPU seconds).
 
 Each child is watched: over ``--rss-cap`` (default 16G) it is killed and reported as such, so a
 run never pushes a shared machine out of memory. Peak RSS is the child's ``ru_maxrss``.
@@ -64,11 +68,16 @@ import opscope
 from opscope.analysis.breakdown import breakdown
 from opscope.analysis.hotspots import hotspots
 from opscope.analysis.registry import Options
+from opscope.analysis.stored_aggregates import stored
 p = opscope.load(sys.argv[1])
 assert p.meta.get("from_cache"), "no cache entry"
+t1 = time.perf_counter()
 h = hotspots(p, Options())
 b = breakdown(p, Options())
 r = resource.getrusage(resource.RUSAGE_SELF)
+used = stored(p) is not None
+print(f"[ooc] cached: stored aggregates used {used}, hotspots+breakdown "
+      f"{time.perf_counter() - t1:.2f} s, CPU {r.ru_utime + r.ru_stime:.1f} s", file=sys.stderr)
 print(time.perf_counter() - t, r.ru_maxrss * 1024, 0, None)
 """
 
@@ -135,7 +144,12 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="also 10000 MB (long on 2 cores)")
     ap.add_argument("--budget", default="1", help="OPSCOPE_MEMORY_BUDGET for the budgeted load")
     ap.add_argument("--skip-in-memory-above", type=float, default=3000.0)
-    ap.add_argument("--skip-cached-above", type=float, default=3000.0)
+    ap.add_argument("--skip-cached-above", type=float, default=1e9)
+    ap.add_argument(
+        "--compare-no-aggregates",
+        action="store_true",
+        help="also the budgeted load without writing the aggregates (first)",
+    )
     ap.add_argument("--rss-cap", default="16G", help="kill a child whose RSS passes this")
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--keep", action="store_true")
@@ -162,6 +176,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="opscope-ooc-cache-", dir=tmp) as cdir:
             env = {"OPSCOPE_CACHE_DIR": cdir, "OPSCOPE_CACHE_MAX_BYTES": str(1 << 40)}
             budget_env = {**env, "OPSCOPE_MEMORY_BUDGET": a.budget, "OPSCOPE_OOC_PROBE": "1"}
+            if a.compare_no_aggregates:  # (its own cache: the next load must not hit it)
+                with tempfile.TemporaryDirectory(prefix="opscope-ooc-cache-", dir=tmp) as odir:
+                    off = {**budget_env, "OPSCOPE_CACHE_DIR": odir, "OPSCOPE_OOC_AGGREGATES": "0"}
+                    row["budget_no_aggregates"] = run(COLD, path, off, cap, "store")
             got = run(COLD, path, budget_env, cap, "store")
             row["budget"] = got
             if "s" in got and mb <= a.skip_cached_above:

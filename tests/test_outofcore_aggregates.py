@@ -28,7 +28,7 @@ from opscope.analysis import hotspots as hs
 from opscope.analysis import stored_aggregates as sa
 from opscope.analysis.registry import Options
 from opscope.ingest import fastscan, kineto, outofcore, segment_aggregates, window_link
-from opscope.model import Profile
+from opscope.model import Profile, schema
 from opscope.model.tablefile import TableFile
 
 pytestmark = pytest.mark.skipif(not fastscan.available(), reason="numba scanner not available")
@@ -39,7 +39,7 @@ def _small(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(outofcore.ENV, raising=False)
     monkeypatch.delenv(segment_aggregates.ENV, raising=False)
     monkeypatch.setenv("OPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(fastscan, "WINDOW_BYTES", 64 << 10)  # many windows
+    monkeypatch.setattr(fastscan, "WINDOW_BYTES", 1 << 20)  # (windows: not what is tested)
     monkeypatch.setattr(window_link, "MIN_SEGMENT_ROWS", 1)  # every cut a segment
 
 
@@ -252,3 +252,25 @@ def test_kernels_table_by_hand_on_a_shared_trace() -> None:
         assert (row["calls"], row["total_ns"]) == (len(d), sum(d)), row["name"]
         assert (row["min_ns"], row["max_ns"]) == (min(d), max(d)), row["name"]
         assert row["mean_ns"] == sum(d) / len(d)
+
+
+def test_a_forward_op_outside_the_segment_stores_no_charges() -> None:
+    """A segment holding a backward op whose forward op is elsewhere (which the cut rule
+    prevents): the charges would not be exact, so none are stored (attribution recomputes);
+    the same segment with its own forward op stores them. No steps: no breakdown tables."""
+    ev = schema.conform(
+        "events",
+        pl.DataFrame(
+            {
+                "id": [10, 11], "kind": ["cpu_op", "cpu_op"], "name": ["f", "b"],
+                "ts_ns": [0, 5], "dur_ns": [10, 2], "rank": [0, 0], "fwd_id": [None, 3],
+            }
+        ),
+    )  # fmt: skip
+    elsewhere = segment_aggregates.Collector()
+    elsewhere.add(ev, schema.empty("steps"), 10)  # ids 10..11: fwd_id 3 is not its own
+    assert not elsewhere.attribution_exact and "charges" not in elsewhere.parts
+    assert not elsewhere.breakdown and "bd_queue" not in elsewhere.parts
+    own = segment_aggregates.Collector()
+    own.add(ev.with_columns(pl.col("fwd_id").replace(3, 10)), schema.empty("steps"), 10)
+    assert own.attribution_exact and "charges" in own.parts
