@@ -9,7 +9,7 @@ import threading
 import polars as pl
 import pytest
 
-from opscope.ingest import window_link
+from opscope.ingest import spill, window_link
 
 
 def _reader(log: list[int]) -> window_link._Prefetch:
@@ -55,3 +55,15 @@ def test_close_with_a_read_under_way() -> None:
     release.set()
     r.close()  # waits for the read under way, starts no other
     assert log == [0, 1]
+
+
+def test_threads_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(window_link.THREADS_ENV, "0")
+    assert window_link._Prefetch(lambda k: (pl.DataFrame(), pl.DataFrame()), 3).pool is None
+    assert spill._Writer().pool is None
+    monkeypatch.setenv(window_link.THREADS_ENV, "1")
+    r = window_link._Prefetch(lambda k: (pl.DataFrame(), pl.DataFrame()), 3)
+    w = spill._Writer()
+    assert r.pool is not None and w.pool is not None
+    r.close()
+    w.close()

@@ -85,7 +85,8 @@ class _Writer:
     window's files in flight at most (their frames are the memory it adds)."""
 
     def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=1) if BACKGROUND_WRITES else None
+        on = BACKGROUND_WRITES and window_link.worker_threads()
+        self.pool = ThreadPoolExecutor(max_workers=1) if on else None
         self.pending: list[Future[None]] = []
 
     def __call__(self, df: pl.DataFrame, file: Path, **options: Any) -> None:

@@ -681,6 +681,15 @@ PREFETCH = True
 """Read the next segment's rows from the window files on a worker thread while this one is
 linked (the Parquet decoding releases the GIL; the linking holds it between its queries)."""
 
+THREADS_ENV = "OPSCOPE_OOC_THREADS"
+"""``0``: the out-of-core load's worker threads off (the spill's background writes and this
+prefetch), to compare their wall time on a given machine; anything else or unset: on."""
+
+
+def worker_threads() -> bool:
+    """Whether ``$OPSCOPE_OOC_THREADS`` leaves the out-of-core load's worker threads on."""
+    return os.environ.get(THREADS_ENV, "1") != "0"
+
 
 class _Prefetch:
     """``read(k)`` for k = 0, 1, ... in order, ``read(k + 1)`` running on a worker thread
@@ -689,7 +698,8 @@ class _Prefetch:
 
     def __init__(self, read: Callable[[int], tuple[pl.DataFrame, pl.DataFrame]], n: int) -> None:
         self.read, self.n = read, n
-        self.pool = ThreadPoolExecutor(max_workers=1) if PREFETCH and n > 1 else None
+        on = PREFETCH and worker_threads() and n > 1
+        self.pool = ThreadPoolExecutor(max_workers=1) if on else None
         self.next: Future[tuple[pl.DataFrame, pl.DataFrame]] | None = None
 
     def get(self, k: int) -> tuple[pl.DataFrame, pl.DataFrame]:
