@@ -77,12 +77,15 @@ class Layout:
         if ops.height == 0:
             return []
         par = c.op_parents(profile)
+        # the ops with their next siblings one plan, collected once; the copies and views two
+        # plans on it collected together (each eager step was a query of fixed cost)
         o = (
-            ops.select(
+            ops.lazy()
+            .select(
                 "id", "rank", "tid", "ts_ns", "name", "input_dims", "input_types", "input_strides"
             )
-            .join(par, on="id", how="left")
-            .join(c.op_cost(profile), on="id", how="left")
+            .join(par.lazy(), on="id", how="left")
+            .join(c.op_cost(profile).lazy(), on="id", how="left")
             .sort("rank", "tid", "ts_ns", "id")  # id: ops starting together keep one order
         )
         names = o.select(pl.col("id").alias("op_parent"), pl.col("name").alias("parent_name"))
@@ -116,11 +119,12 @@ class Layout:
                 ("input_strides", "_strides"),
             )
         ).drop("_row", "_next1", "_next2")
+        linked = o.collect(engine="in-memory").lazy()
         mm = list(c.MATMUL_OPS)
         feeds_next = pl.col("next1").is_in(mm) | (
             pl.col("next1").is_in(VIEW_OPS) & pl.col("next2").is_in(mm)
         )
-        copies = o.filter(
+        copies_plan = linked.filter(
             pl.col("name").is_in(COPY_OPS)
             & ~pl.col("parent_name").fill_null("").is_in([*COPY_OPS, "aten::to", "aten::_to_copy"])
             & (
@@ -130,11 +134,12 @@ class Layout:
                 | (pl.col("parent_name").is_in(mm) & (pl.col("name") != "aten::copy_"))
             )
         )
-        views = o.filter(
+        views_plan = linked.filter(
             pl.col("name").is_in(VIEW_OPS)
             & pl.col("op_parent").is_null()
             & (pl.col("next1").is_in(mm) | pl.col("next2").is_in(mm))
         )
+        copies, views = pl.collect_all([copies_plan, views_plan], engine="in-memory")
         findings = []
         for kind, df in (("copy", copies), ("view", views)):
             if df.height == 0:
