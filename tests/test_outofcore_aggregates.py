@@ -274,3 +274,30 @@ def test_a_forward_op_outside_the_segment_stores_no_charges() -> None:
     own = segment_aggregates.Collector()
     own.add(ev.with_columns(pl.col("fwd_id").replace(3, 10)), schema.empty("steps"), 10)
     assert own.attribution_exact and "charges" in own.parts
+
+
+@pytest.mark.parametrize("where", ["segment", "end"])
+def test_a_failure_of_the_aggregates_does_not_fail_the_load(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The aggregates only spare a recomputation: if taking them fails (per segment or at the
+    end), the load still succeeds, the entry says why none are stored, and the analyses take
+    their usual path with the same figures."""
+    path = _write(tmp_path, _planted())
+    ref = kineto.parse_kineto(path)
+
+    def boom(*a: Any, **kw: Any) -> Any:
+        raise RuntimeError("planted")
+
+    with monkeypatch.context() as m:
+        if where == "segment":
+            m.setattr(hs, "op_times", boom)
+        else:
+            m.setattr(segment_aggregates, "_merged", boom)
+        got = _ooc(path)
+    info = got.meta["out_of_core"]["aggregates"]
+    assert info == {"error": "RuntimeError: planted", "segments": 8}
+    entry = Path(got.meta["out_of_core"]["entry"])
+    assert not (entry / segment_aggregates.FOLDER).exists()
+    assert sa.stored(got) is None
+    assert_same_results(got, ref)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,18 +114,32 @@ class Collector:
     attribution_exact: bool = True
     breakdown: bool = True
     segments: int = 0
+    error: str | None = None  # why none are stored (the load itself went on)
 
     def _put(self, name: str, df: pl.DataFrame) -> None:
         self.parts.setdefault(name, []).append(df)
 
+    def _failed(self, exc: Exception) -> None:
+        # The aggregates only spare the analyses a recomputation: an unexpected failure here
+        # must not fail a load that is correct without them. It is kept in the entry's meta
+        # (``aggregates.error``), and the analyses take their usual path.
+        self.error = f"{type(exc).__name__}: {exc}"
+        self.parts.clear()
+
     def add(self, ev: pl.DataFrame, steps: pl.DataFrame, offset: int) -> None:
         """One linked segment: its events (final ids from ``offset``, provisional stack ids),
         conformed to the events schema; ``steps``: the whole trace's steps table."""
+        self.segments += 1
+        if not ev.height or self.error is not None:
+            return
+        try:
+            self._add(ev, steps, offset)
+        except Exception as exc:  # (see _failed)
+            self._failed(exc)
+
+    def _add(self, ev: pl.DataFrame, steps: pl.DataFrame, offset: int) -> None:
         from opscope.analysis import hotspots as hs
 
-        self.segments += 1
-        if not ev.height:
-            return
         p = Profile.from_tables(events=ev, steps=steps)
         kern = p.kernels.with_columns(pl.col("dur_ns").alias("self_ns"))
         self.has_device = self.has_device or kern.height > 0
@@ -198,10 +213,26 @@ class Collector:
     ) -> dict[str, Any] | None:
         """Merge the partials, apply the end's fixes, write ``folder/aggregates/*.parquet``;
         returns ``meta["out_of_core"]["aggregates"]`` (None, nothing written, for a trace
-        without events).
+        without events; ``{"error": ...}`` when they failed: none stored).
         ``final_stacks``: the final id of each provisional stack id; ``early``: ids of the
         queued-before-profiling work (their step becomes null); ``events_file``: the written
         events, before that fix."""
+        if self.error is None:
+            try:
+                return self._finish(folder, final_stacks, early, events_file, had_steps)
+            except Exception as exc:  # (see _failed)
+                self._failed(exc)
+                shutil.rmtree(folder / FOLDER, ignore_errors=True)
+        return {"error": self.error, "segments": self.segments}
+
+    def _finish(
+        self,
+        folder: Path,
+        final_stacks: np.ndarray,
+        early: np.ndarray,
+        events_file: Path,
+        had_steps: bool,
+    ) -> dict[str, Any] | None:
         if "ops" not in self.parts:
             return None
         if early.size:
