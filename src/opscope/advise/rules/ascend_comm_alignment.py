@@ -80,18 +80,21 @@ def _tasks(profile: Profile) -> pl.DataFrame:
 def _peer_rates(tasks: pl.DataFrame) -> dict[tuple[str | None, int], float]:
     """Bytes per ns of aligned tasks of the same link and a similar size, per (link, size) of
     the unaligned tasks (absent when fewer than ``MIN_PEERS``)."""
-    ok = tasks.filter(pl.col("aligned"))
+    # over the tasks' rows in Python (the SDMA tasks of a profile's collectives: a filter
+    # per unaligned size was a query each)
+    rows = tasks.select("link", "bytes", "dur_ns", "aligned").rows()
+    ok = [(link, b, d) for link, b, d, a in rows if a is True]
     out: dict[tuple[str | None, int], float] = {}
-    for link, size in tasks.filter(~pl.col("aligned")).select("link", "bytes").unique().rows():
-        peers = ok.filter(
-            (pl.col("link") == link)
-            & (pl.col("bytes") >= size / PEER_SIZE_RATIO)
-            & (pl.col("bytes") <= size * PEER_SIZE_RATIO)
-        )
-        if peers.height >= MIN_PEERS:
-            out[(link, size)] = float(peers.get_column("bytes").sum()) / float(
-                peers.get_column("dur_ns").sum()
-            )
+    for link, size in {(link, b) for link, b, _, a in rows if a is False}:
+        if link is None:
+            continue  # a null link equals no link (as a filter on it)
+        peers = [
+            (b, d)
+            for pl_link, b, d in ok
+            if pl_link == link and size / PEER_SIZE_RATIO <= b <= size * PEER_SIZE_RATIO
+        ]
+        if len(peers) >= MIN_PEERS:
+            out[(link, size)] = float(sum(b for b, _ in peers)) / float(sum(d for _, d in peers))
     return out
 
 
@@ -177,7 +180,7 @@ class AscendCommByteAlignment:
         tasks = _tasks(profile)
         if tasks.height == 0 or "aligned" not in tasks.columns:
             return []
-        if tasks.filter(~pl.col("aligned")).height == 0:
+        if not tasks.get_column("aligned").not_().any():
             return []
         rates = _peer_rates(tasks)
         tasks = _collective_of(profile, tasks)
@@ -187,13 +190,19 @@ class AscendCommByteAlignment:
         )
         exposed = _exposed(profile, colls)
         steps = c.step_info(profile)
+        # each collective's tasks as rows, in the tasks' order (a filter per collective was
+        # two queries each)
+        by_coll: dict[Any, list[tuple[Any, ...]]] = {}
+        for task in tasks.select("coll", "aligned", "tid", "bytes", "link", "dur_ns", "id").rows():
+            if task[0] is not None:
+                by_coll.setdefault(task[0], []).append(task[1:])
         rows = []
         for cid, name, op_id in colls.select("id", "name", "op_id").rows():
-            mine = tasks.filter(pl.col("coll") == cid)
-            bad = mine.filter(~pl.col("aligned"))
+            mine = by_coll.get(cid, [])
+            bad = [t for t in mine if t[0] is False]
             excess: dict[int, float] = {}
             known = True
-            for tid, size, link, tdur in bad.select("tid", "bytes", "link", "dur_ns").rows():
+            for _, tid, size, link, tdur, _ in bad:
                 rate = rates.get((link, size))
                 if rate is None:
                     known = False
@@ -207,11 +216,11 @@ class AscendCommByteAlignment:
                     "saving": min(max(excess.values(), default=0.0), exposed.get(cid, 0.0)),
                     "known": known and bool(excess),
                     "exposed": exposed.get(cid, 0.0),
-                    "sdma_ns": float(mine.get_column("dur_ns").sum()),
-                    "bad_ns": float(bad.get_column("dur_ns").sum()),
-                    "bad_tasks": bad.height,
-                    "sizes": sorted(set(bad.get_column("bytes").to_list())),
-                    "task_ids": bad.get_column("id").to_list(),
+                    "sdma_ns": float(sum(t[4] for t in mine if t[4] is not None)),
+                    "bad_ns": float(sum(t[4] for t in bad if t[4] is not None)),
+                    "bad_tasks": len(bad),
+                    "sizes": sorted({t[2] for t in bad}),
+                    "task_ids": [t[5] for t in bad],
                 }
             )
         out = []
