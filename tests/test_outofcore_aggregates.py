@@ -49,8 +49,11 @@ def _no_recompute(monkeypatch: pytest.MonkeyPatch, *, breakdown: bool = True) ->
     ``breakdown`` is False)."""
     orig = hs.projected
 
+    analyses = (hs.HOTSPOT_READ, hs.ATTRIBUTION_COLUMNS, bd.BREAKDOWN_READ)
+
     def guarded(profile: Profile, columns: Any) -> Profile:
-        assert not hs.lazy_events(profile), "recomputed from the events"
+        if any(columns is c for c in analyses):  # (a report's loader counts read theirs)
+            assert not hs.lazy_events(profile), "recomputed from the events"
         return orig(profile, columns)
 
     monkeypatch.setattr(hs, "projected", guarded)
@@ -301,3 +304,23 @@ def test_a_failure_of_the_aggregates_does_not_fail_the_load(
     assert not (entry / segment_aggregates.FOLDER).exists()
     assert sa.stored(got) is None
     assert_same_results(got, ref)
+
+
+def test_report_of_an_out_of_core_entry_reads_the_stored_aggregates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report of an out-of-core profile over this run's budget (its lazy sections only)
+    takes hotspots and breakdown from the stored aggregates, with the in-memory figures."""
+    from opscope.report.build import build_report
+    from opscope.report.lazy_sections import LAZY_SECTIONS
+
+    path = _write(tmp_path, _planted())
+    ref = kineto.parse_kineto(path)
+    got = _ooc(path)
+    monkeypatch.setenv(outofcore.ENV, "1")  # no full report fits
+    _no_recompute(monkeypatch)
+    rep = build_report(got)
+    assert tuple(rep.sections) == LAZY_SECTIONS
+    assert _unparsed(got)
+    for name, fn in (("hotspots", hs.hotspots), ("breakdown", bd.breakdown)):
+        assert rep.sections[name].to_json() == fn(ref, Options()).to_json(), name
