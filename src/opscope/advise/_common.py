@@ -275,23 +275,31 @@ def _op_cost(profile: Profile) -> pl.DataFrame:
     ops = profile.ops.select("id", "dur_ns")
     if not profile.has_device:
         return ops.select("id", pl.col("dur_ns").fill_null(0).alias("cost_ns"))
-    k = profile.kernels.filter(pl.col("op_id").is_not_null()).select(
-        pl.col("op_id").alias("id"), "dur_ns"
-    )
-    if k.height == 0:
+    if not profile.kernels.get_column("op_id").is_not_null().any():
         return ops.select("id", pl.lit(0, pl.Int64).alias("cost_ns"))
-    per = k.group_by("id").agg(pl.col("dur_ns").sum())
+    # two queries: the kernel time per op (its ids start the walk up), then the roll-up
+    per = (
+        profile.kernels.lazy()
+        .filter(pl.col("op_id").is_not_null())
+        .select(pl.col("op_id").alias("id"), "dur_ns")
+        .group_by("id")
+        .agg(pl.col("dur_ns").sum())
+        .collect(engine="in-memory")
+    )
     anc = ancestors(profile, per.get_column("id"))
     rolled = (
-        per.join(anc, on="id")
+        per.lazy()
+        .join(anc.lazy(), on="id")
         .group_by("anc_id")
         .agg(pl.col("dur_ns").sum().alias("cost_ns"))
         .rename({"anc_id": "id"})
     )
     return (
-        ops.select("id")
+        ops.lazy()
+        .select("id")
         .join(rolled, on="id", how="left")
         .with_columns(pl.col("cost_ns").fill_null(0))
+        .collect(engine="in-memory")
     )
 
 
