@@ -241,10 +241,11 @@ def _windows(profile: Profile) -> pl.DataFrame:
 
 def _numbered(win: pl.DataFrame) -> pl.LazyFrame:
     """The windows sorted by rank and start, numbered ``_k`` within their rank (what
-    :func:`_clip_lazy` reads; one query plan shared by several clips)."""
-    return (
+    :func:`_clip_lazy` reads three times per clip): computed once, not in every reading plan."""
+    numbered = (
         win.lazy().sort("rank", "w0").with_columns(pl.int_range(pl.len()).over("rank").alias("_k"))
     )
+    return tree.collect(numbered).lazy()
 
 
 def _clip_lazy(ev: pl.LazyFrame, w: pl.LazyFrame, cls: str | None = None) -> pl.LazyFrame:
