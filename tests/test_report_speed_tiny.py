@@ -123,21 +123,20 @@ def test_planted_traces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_the_memory_shortcut_runs_no_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without allocator events the memory tables come from the plan's schema: the eager path
-    (``_tables`` on DataFrames) is never called; with events it is."""
-    calls: list[str] = []
-    real = memory._tables
+    """Without allocator events the memory tables come from the plan's schema: the plan is
+    never run; with events its five tables are run, together (one collect_all)."""
+    calls: list[int] = []
+    real = pl.collect_all
 
-    def spy(m: Any, places: Any) -> Any:
-        calls.append(type(m).__name__)
-        return real(m, places)
+    def spy(plans: Any, *a: Any, **k: Any) -> Any:
+        calls.append(len(plans))
+        return real(plans, *a, **k)
 
-    monkeypatch.setattr(memory, "_tables", spy)
+    monkeypatch.setattr(pl, "collect_all", spy)
     memory.memory(opscope.load(_kernels_only(tmp_path / "k.json"), cache=False), Options())
-    assert calls == ["LazyFrame"]
-    calls.clear()
+    assert calls == []
     memory.memory(opscope.load(_with_memory(tmp_path / "m.json"), cache=False), Options())
-    assert calls == ["DataFrame"]
+    assert calls == [5]
 
 
 def test_breakdown_skips_the_device_wide_split_only_under_step_figures(
