@@ -45,9 +45,12 @@ from opscope.report.base import render
 rules()  # imports every rule module: once per process, like the imports above
 # Modules the first report of a process imports on its way (per process too, not per trace):
 # NumPy's masked arrays, which Polars imports the first time it builds a Series from a NumPy
-# array (~7 ms), rich's emoji table (its markup renderer, ~2 ms) and two opscope modules a rule
-# and the report import lazily (~3 ms). Without this line they are charged to the first report.
+# array (~7 ms), rich's emoji table (its markup renderer, ~2 ms), two opscope modules a rule
+# and the report import lazily (~3 ms) and the stored-aggregates reader hotspots and breakdown
+# import on their way (~6 ms where no bytecode is cached; it imports them, so it cannot be
+# imported at their top). Without this line they are charged to the first report.
 import numpy.ma, rich._emoji_codes, opscope.analysis.model, opscope.advise.overlap
+import opscope.analysis.stored_aggregates
 
 path = sys.argv[1]
 t0, c0 = time.perf_counter(), time.process_time()
