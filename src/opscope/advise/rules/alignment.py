@@ -310,12 +310,15 @@ class Alignment:
             # Ascend kernel rows carry their own shapes: the device's view is the truth.
             src = kern.with_columns(pl.col("dur_ns").alias("cost_ns"), pl.lit(True).alias("dev"))
         else:
-            ops = profile.ops.filter(
-                pl.col("name").is_in([*_HOST_MM, *_HOST_CONV, *_HOST_ATTN])
-                & pl.col("input_dims").is_not_null()
-            )
-            src = ops.join(c.op_cost(profile), on="id", how="left").with_columns(
-                pl.lit(False).alias("dev")
+            src = (  # one query
+                profile.ops.lazy()
+                .filter(
+                    pl.col("name").is_in([*_HOST_MM, *_HOST_CONV, *_HOST_ATTN])
+                    & pl.col("input_dims").is_not_null()
+                )
+                .join(c.op_cost(profile).lazy(), on="id", how="left")
+                .with_columns(pl.lit(False).alias("dev"))
+                .collect(engine="in-memory")
             )
         if src.height and not bool(src.get_column("dev").any()):
             from opscope.advise.rules.fusion import in_attention_spans

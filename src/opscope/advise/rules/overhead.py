@@ -611,7 +611,7 @@ class AscendSlowPaths:
                 )
         src = (
             profile.kernels
-            if profile.kernels.filter(pl.col("input_types").is_not_null()).height
+            if profile.kernels.get_column("input_types").is_not_null().any()  # (no filter)
             else c.user_level_ops(profile)
         )
         if "cost_ns" not in src.columns:
