@@ -70,3 +70,10 @@ def test_an_empty_frame_in_shape_is_sorted_without_a_query() -> None:
     got = C._conform_sorted(df, C.STEP_COLUMNS, "rank")
     assert got.get_column("rank").to_list() == [1, 2, 3]
     assert_frame_equal(got, _reference(df.sort("rank"), C.STEP_COLUMNS))
+
+
+def test_without_equals_drop_and_leaves_the_source() -> None:
+    df = pl.DataFrame({"rank": [1, 2], "aligned": [0, 3], "x": ["a", None]})
+    got = C._without(df, "aligned")
+    assert_frame_equal(got, df.drop("aligned"))
+    assert df.columns == ["rank", "aligned", "x"]  # the source keeps its column
