@@ -34,6 +34,8 @@ _BSHD = ("aten::_flash_attention_forward", "aten::_efficient_attention_forward")
 
 def _groups(profile: Profile, results: Mapping[str, Any], formula: str) -> tuple[Any, Any]:
     model = c.perf_model(profile, results)
+    if model.calls.height == 0:  # no costed call (no host op): nothing to filter
+        return model, None
     calls = model.calls.filter(
         pl.col("formula").fill_null("").str.contains(formula)
         & pl.col("gap_ns").is_not_null()
