@@ -194,15 +194,18 @@ class AscendFusibleSequence:
         if c.target_of(profile, results) != "ascend" or not profile.has_device:
             return []
         pmu = _pmu(profile)
-        k = profile.kernels.filter(
-            (pl.col("kind") == "kernel") & pl.col("op_type").is_not_null()
-        ).sort("rank", "ts_ns")
+        plan = (  # one query
+            profile.kernels.lazy()
+            .filter((pl.col("kind") == "kernel") & pl.col("op_type").is_not_null())
+            .sort("rank", "ts_ns")
+        )
         if pmu is not None:
-            k = k.join(pmu, on="id", how="left")
+            plan = plan.join(pmu.lazy(), on="id", how="left")
         else:  # no PMU columns: no MTE-bound runs, the host-bound ones still show
-            k = k.with_columns(
+            plan = plan.with_columns(
                 *[pl.lit(None, pl.Float64).alias(x) for x in ("mte_ns", "busy_ns", "cube_ns")]
             )
+        k = plan.collect(engine="in-memory")
         if k.height < MIN_LEN * (MIN_COUNT + 1):
             return []
         claimed = _claimed(profile, results, k.get_column("op_id").drop_nulls())
