@@ -38,7 +38,8 @@ def test_segments_in_order_equal_direct_reads(
     assert (r.pool is not None) == prefetch
 
 
-def test_close_with_a_read_under_way() -> None:
+def test_close_with_a_read_under_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(window_link, "PREFETCH", True)
     started, release = threading.Event(), threading.Event()
     log: list[int] = []
 
@@ -58,6 +59,7 @@ def test_close_with_a_read_under_way() -> None:
 
 
 def test_threads_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(window_link, "PREFETCH", True)
     monkeypatch.setenv(window_link.THREADS_ENV, "0")
     assert window_link._Prefetch(lambda k: (pl.DataFrame(), pl.DataFrame()), 3).pool is None
     assert spill._Writer().pool is None

@@ -677,9 +677,11 @@ def link_windows(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-PREFETCH = True
+PREFETCH = False
 """Read the next segment's rows from the window files on a worker thread while this one is
-linked (the Parquet decoding releases the GIL; the linking holds it between its queries)."""
+linked (the Parquet decoding releases the GIL; the linking holds it between its queries).
+Off: at 10 GB the linking phase took the same wall time with it (59.7 s against 60.1 s) and
+~0.3 GB more peak RSS (docs/out-of-core.md, "Time per GB")."""
 
 THREADS_ENV = "OPSCOPE_OOC_THREADS"
 """``0``: the out-of-core load's worker threads off (the spill's background writes and this
