@@ -23,6 +23,7 @@ from rich.text import Text
 from opscope.analysis.assemble import Report, SectionError, guarded
 from opscope.report import fmt
 from opscope.report.base import renderer
+from opscope.report.fast_table import FastTable
 from opscope.report.story import Headline, Story, StoryFinding, StoryTable, story_of
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -113,7 +114,7 @@ def _table(t: StoryTable, cells: list[list[str]], widths: list[int], room: int) 
     spare = sum(max(0, room - widths[i]) for i in flex)
     wide = [i for i in flex if widths[i] > room]
     room_wide = room + (spare // len(wide) if wide else 0)
-    tab = Table(
+    tab = FastTable(
         title=Text(t.title, style="bold"),
         caption=Text(t.basis + (f"; {t.more} more rows: --full" if t.more else "")),
         title_justify="left",

@@ -1,0 +1,206 @@
+"""FastTable draws exactly what rich's Table draws: the same segments (so the same plain text,
+colours and exports), the same column measurements, on planted tables that take its shortcuts
+and on ones that must not (markup-like names, wide characters, cells cut with an ellipsis,
+styles, other boxes), and on every story table of a real trace, with a spy that the shortcuts
+are taken where they apply."""
+
+from __future__ import annotations
+
+import itertools
+from io import StringIO
+
+import pytest
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from conftest import shared_trace
+from opscope.report import fast_table
+from opscope.report.fast_table import FastTable, _measure_padded
+
+NAMES = [
+    "aten::mm",
+    "[[1,256]]",  # not markup: drawn as written
+    "<lambda>[...]",
+    "void at::native::elementwise_kernel<128, 4>",
+    "矩阵乘法",  # two cells a character
+    "  indented",
+    "",
+    "trailing ",
+    "tab\there",
+    "two\nlines",
+    "x" * 60,
+]
+
+
+def _pair(**kw: object) -> tuple[Table, Table]:
+    return Table(**kw), FastTable(**kw)  # type: ignore[arg-type]
+
+
+def _segments(tab: Table, console: Console) -> list[object]:
+    return list(console.render(tab))
+
+
+def _consoles(width: int) -> list[Console]:
+    return [
+        Console(file=StringIO(), width=width, record=True),
+        Console(file=StringIO(), width=width, force_terminal=True, color_system="truecolor"),
+        Console(file=StringIO(), width=width, legacy_windows=False, safe_box=True),
+        Console(file=StringIO(), width=width, force_terminal=True, color_system="standard"),
+    ]
+
+
+def _fill(tabs: tuple[Table, Table], rows: list[list[object]], justify: list[str]) -> None:
+    for tab in tabs:
+        for i, j in enumerate(justify):
+            tab.add_column(
+                f"col{i}",
+                justify=j,  # type: ignore[arg-type]
+                no_wrap=True,
+                overflow="ellipsis",
+                min_width=6 if j == "right" else None,
+                max_width=None if j == "right" else 24,
+            )
+        for row in rows:
+            tab.add_row(*[Text(c) if isinstance(c, str) else c for c in row])
+
+
+STORY = {
+    "title": Text("Top kernels", style="bold"),
+    "caption": Text("device time; 3 more rows: --full"),
+    "title_justify": "left",
+    "caption_justify": "left",
+    "box": box.SIMPLE_HEAD,
+    "show_edge": False,
+    "pad_edge": False,
+    "expand": False,
+}
+
+
+@pytest.mark.parametrize("width", [80, 40, 12, 200])
+def test_plain_rows_same_segments_and_shortcut_taken(
+    width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [[n, f"{i * 1.5:.1f} us", f"{i}%"] for i, n in enumerate([*NAMES[:3], "b"])]
+    tabs = _pair(**STORY)
+    _fill(tabs, rows, ["left", "right", "right"])
+    fast = []
+    orig = FastTable._fast_rows
+
+    def spy(self: FastTable, widths: list[int]) -> object:
+        out = orig(self, widths)
+        fast.append(out is not None)
+        return out
+
+    monkeypatch.setattr(FastTable, "_fast_rows", spy)
+    for con in _consoles(width):
+        assert _segments(tabs[1], con) == _segments(tabs[0], con)
+    if width >= 40:  # every cell fits: the body rows are drawn directly
+        assert fast and all(fast)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_kind_of_name_same_segments(name: str) -> None:
+    rows = [["short", "1 us"], [name, "2 us"], [name + "]", "3 us"]]
+    for width, kw in itertools.product([80, 30, 10], [STORY, dict(STORY, box=box.ROUNDED)]):
+        tabs = _pair(**kw)
+        _fill(tabs, rows, ["left", "right"])
+        for con in _consoles(width):
+            assert _segments(tabs[1], con) == _segments(tabs[0], con), (name, width)
+
+
+def test_other_cells_and_layouts_same_segments() -> None:
+    styled = Text("styled", style="red")
+    spans = Text.assemble(("a", "bold"), "b")
+    rows: list[list[object]] = [["plain", "1"], [styled, "2"], [spans, "3"], ["[b]str[/b]", "4"]]
+    layouts = [
+        STORY,
+        dict(STORY, show_edge=True),
+        dict(STORY, pad_edge=True),
+        dict(STORY, box=None),
+        dict(STORY, show_header=False),
+        dict(STORY, show_lines=True),
+        dict(STORY, row_styles=["dim", ""]),
+        dict(STORY, border_style="blue"),
+        dict(STORY, style="on black"),
+        dict(STORY, collapse_padding=True),
+        dict(STORY, padding=(0, 2)),
+        dict(STORY, leading=1),
+    ]
+    for kw in layouts:
+        tabs = _pair(**kw)
+        _fill(tabs, rows, ["left", "right"])
+        for con in _consoles(60):
+            assert _segments(tabs[1], con) == _segments(tabs[0], con), kw
+
+
+def test_exports_identical() -> None:
+    tabs = _pair(**STORY)
+    _fill(tabs, [[n, "1.0 ms"] for n in NAMES], ["left", "right"])
+    out = []
+    for tab in tabs:
+        con = Console(file=StringIO(), width=70, record=True, force_terminal=True)
+        con.print(tab)
+        out.append((con.export_text(clear=False), con.export_text(styles=True, clear=False)))
+        out[-1] += (con.export_html(),)
+    assert out[0] == out[1]
+
+
+@pytest.mark.parametrize("text", [*NAMES, "a b  cc", " ", "  "])
+def test_measure_padded_is_rich_measure(text: str) -> None:
+    con = Console(file=StringIO(), width=80)
+    for max_width, (left, right) in itertools.product(
+        [0, 1, 2, 3, 5, 40, 1000], [(0, 0), (0, 1), (1, 0), (1, 1), (2, 3)]
+    ):
+        opts = con.options.update_width(max_width)
+        want = Measurement.get(con, opts, Padding(Text(text), (0, right, 0, left)))
+        assert _measure_padded(Text(text), left + right, max_width) == want
+
+
+def test_column_measure_is_rich_measure() -> None:
+    tabs = _pair(**STORY)
+    _fill(tabs, [[n, "1 us", Text("x", style="bold")] for n in NAMES], ["left", "right", "left"])
+    for tab in tabs:
+        tab.columns[0].header = "[bold]name[/]"  # a markup header: measured by rich
+    con = Console(file=StringIO(), width=80)
+    for width in [0, 1, 4, 30, 80, 1000]:
+        opts = con.options.update_width(width)
+        for a, b in zip(tabs[0].columns, tabs[1].columns, strict=True):
+            assert tabs[1]._measure_column(con, opts, b) == tabs[0]._measure_column(con, opts, a)
+
+
+def test_story_tables_of_a_real_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    import opscope
+    from opscope.report import terminal
+    from opscope.report.build import build_report
+
+    path = shared_trace("gpu/tracelens_h100_bert_small.json.gz")
+    report = build_report(opscope.load(path, cache=False), top=20)
+    taken = []
+    orig = FastTable._fast_rows
+
+    def spy(self: FastTable, widths: list[int]) -> object:
+        out = orig(self, widths)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(FastTable, "_fast_rows", spy)
+    for full, width in itertools.product([False, True], [80, 120, 50]):
+        fast_text = terminal.render_terminal(report, _con(width), full=full)
+        con = _con(width)
+        terminal.render_terminal(report, con, full=full)
+        fast_out = con.export_text(styles=True)
+        monkeypatch.setattr(terminal, "FastTable", Table)
+        con = _con(width)
+        terminal.render_terminal(report, con, full=full)
+        assert con.export_text(styles=True) == fast_out
+        monkeypatch.setattr(terminal, "FastTable", fast_table.FastTable)
+        assert fast_text == ""
+    assert any(taken)
+
+
+def _con(width: int) -> Console:
+    return Console(file=StringIO(), width=width, record=True, force_terminal=True)
