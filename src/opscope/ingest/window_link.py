@@ -599,7 +599,10 @@ def _in_time_order(seg: pl.DataFrame) -> pl.DataFrame:
         done = b + 1
     if done < seg.height:
         pieces.append(seg.slice(done))
-    return pl.concat(pieces, rechunk=False)
+    # one contiguous copy (a memcpy, not a gather), so the read parts are freed before the
+    # linking copies the frame column by column (a chunked frame kept them alive: +0.35 GB
+    # of peak at 3 GB)
+    return pl.concat(pieces, rechunk=True)
 
 
 def _segment_flows(sp: Spilled, pl_: Plan, k: int) -> pl.DataFrame:
