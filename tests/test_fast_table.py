@@ -204,3 +204,36 @@ def test_story_tables_of_a_real_trace(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _con(width: int) -> Console:
     return Console(file=StringIO(), width=width, record=True, force_terminal=True)
+
+
+@pytest.mark.parametrize(
+    "header", ["time", "% of step", "", "bytes [MB]", "[bold]b[/]", ":smile: x", "a:b", "矩阵"]
+)
+def test_headers_same_segments(header: str) -> None:
+    tabs = _pair(**STORY)
+    for tab in tabs:
+        tab.add_column(header, no_wrap=True, overflow="ellipsis")
+        tab.add_column("us", justify="right", no_wrap=True)
+        tab.add_row(Text("aten::mm"), Text("1.0"))
+    # only a header without markup or emoji codes is made a Text
+    plain = "[" not in header and ":" not in header
+    assert isinstance(tabs[1].columns[0].header, Text) == plain
+    for width in [80, 6, 3]:
+        for con in [*_consoles(width), Console(file=StringIO(), width=width, emoji=False)]:
+            assert _segments(tabs[1], con) == _segments(tabs[0], con), (header, width)
+
+
+def test_default_console_height_changes_nothing() -> None:
+    """render_terminal's own console has its height given (rich asks the OS for it otherwise):
+    the text is the one drawn on a console whose height rich asks for, at any height."""
+    import opscope
+    from opscope.report.build import build_report
+    from opscope.report.terminal import render_terminal
+
+    path = shared_trace("gpu/tracelens_h100_bert_small.json.gz")
+    report = build_report(opscope.load(path, cache=False), top=20)
+    text = render_terminal(report)
+    for height in [None, 3, 100]:
+        con = Console(file=StringIO(), width=80, height=height, record=True)
+        render_terminal(report, con)
+        assert con.export_text() == text

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from copy import copy
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.measure import Measurement
@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.table import Column
 
 _NULL = Style()
@@ -48,24 +48,29 @@ def _plain(cell: object) -> str | None:
 
 
 def _measure_padded(text: Text, extra: int, max_width: int) -> Measurement:
-    """``Measurement.get`` of ``Padding(text)`` with ``extra`` columns of padding, step for step
-    (Measurement.get, Padding.__rich_measure__, Measurement.get, Text.__rich_measure__) without
-    building the Padding."""
+    """``Measurement.get`` of ``Padding(text)`` with ``extra`` columns of padding, without
+    building the Padding: Measurement.get, Padding.__rich_measure__, Measurement.get and
+    Text.__rich_measure__ folded into their closed form (their normalize/with_maximum steps
+    change nothing once the widths are clamped to ``max_width``; a test compares every case)."""
     if max_width < 1:
         return Measurement(0, 0)
     if max_width - extra < 1:
-        padded = Measurement(max_width, max_width)
-    else:
-        plain = text.plain
-        lines = plain.splitlines()
-        longest = max(cell_len(line) for line in lines) if lines else 0
-        words = plain.split()
-        shortest = max(cell_len(word) for word in words) if words else longest
-        inner = Measurement(shortest, longest).normalize().with_maximum(max_width)
-        inner = Measurement(0, 0) if inner.maximum < 1 else inner.normalize()
-        padded = Measurement(inner.minimum + extra, inner.maximum + extra).with_maximum(max_width)
-    padded = padded.normalize().with_maximum(max_width)
-    return Measurement(0, 0) if padded.maximum < 1 else padded.normalize()
+        return Measurement(max_width, max_width)
+    plain = text.plain
+    lines = plain.splitlines()
+    longest = max(cell_len(line) for line in lines) if lines else 0
+    if not longest:
+        return (
+            Measurement(0, 0)
+            if extra < 1
+            else Measurement(min(extra, max_width), min(extra, max_width))
+        )
+    words = plain.split()
+    shortest = min(max(cell_len(word) for word in words) if words else longest, longest)
+    return Measurement(
+        min(min(shortest, max_width) + extra, max_width),
+        min(min(longest, max_width) + extra, max_width),
+    )
 
 
 class FastTable(Table):
@@ -88,6 +93,14 @@ class FastTable(Table):
             and all(not c.style and c.justify in ("left", "right") for c in self.columns)
             and all(r.style is None and not r.end_section for r in self.rows)
         )
+
+    def add_column(self, header: RenderableType = "", *args: Any, **kwargs: Any) -> None:
+        """:meth:`rich.table.Table.add_column`; a header string without markup or emoji codes
+        (no ``[``, no ``:``) as the :class:`~rich.text.Text` rich would make of it, so it is
+        not parsed as markup at every measure and draw."""
+        if isinstance(header, str) and "[" not in header and ":" not in header:
+            header = Text(header)
+        super().add_column(header, *args, **kwargs)
 
     def _measure_column(
         self, console: Console, options: ConsoleOptions, column: Column

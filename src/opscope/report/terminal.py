@@ -10,7 +10,7 @@ and line), never folded into fragments.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 from io import StringIO
 from typing import Any
 
@@ -100,12 +100,21 @@ def _drawn_width(tab: Table) -> int:
     its longest line cost more than the rest of a small report's table): rich's own column
     widths plus one separator between columns, the title and caption wrapped to them; at most
     the 1000 columns. Equal to the drawn width on every story table of the shared traces."""
-    probe = Console(width=_PROBE_WIDTH, file=StringIO())
+    probe = _probe()
     widths = tab._calculate_column_widths(probe, probe.options)
     return min(_PROBE_WIDTH, sum(widths) + (len(widths) - 1 if tab.box else 0))
 
 
 _PROBE_WIDTH = 1000
+
+
+@cache
+def _probe() -> Console:
+    """The console :func:`_drawn_width` measures on: one, not one a table (it only measures,
+    never prints). Its height is given so that ``options`` does not ask the OS for the
+    terminal's size at each call (rich asks whenever a width or height is not given); no
+    renderable here reads the height."""
+    return Console(width=_PROBE_WIDTH, height=25, file=StringIO())
 
 
 def _table(t: StoryTable, cells: list[list[str]], widths: list[int], room: int) -> Table:
@@ -239,7 +248,9 @@ def render_terminal(
     A part that cannot be drawn is a warning line, as is every section that failed before
     (``report.errors``); the last line counts them.
     """
-    out = console or Console(file=StringIO(), width=80, record=True)
+    # the height given: rich asks the OS for the terminal's size at each print otherwise
+    # (~3 failing ioctls); nothing drawn here reads the height (only rich's alt screen does)
+    out = console or Console(file=StringIO(), width=80, height=25, record=True)
     width = out.width
     errors: list[SectionError] = list(report.errors)
     for e in errors:
