@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -313,3 +314,97 @@ def test_pass_through_backward_nodes_are_not_costed() -> None:
     )  # fmt: skip
     out = op_costs(ev).sort("id")
     assert out.get_column("flops").to_list() == [16, None, 8 * 16, 2 * 8 * 16]
+
+
+def test_cost_table_reads_the_key_columns_without_a_select(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """_cost_table on a frame of exactly the key columns (op_costs' keys) reads them as they are
+    (a spy counts DataFrame.select) and gives what selecting them from a wider, reordered frame
+    gives."""
+    from polars.testing import assert_frame_equal
+
+    from opscope.analysis.flops import _KEY, _cost_table, cost
+
+    keys = pl.DataFrame(
+        {
+            "name": ["aten::mm", "aten::add", "aten::view"],
+            "input_dims": ["[[4,8],[8,16]]", "[[4,16],[4,16]]", "[[4,16],[]]"],
+            "input_types": ['["float","float"]', '["c10::BFloat16","c10::BFloat16"]', None],
+            "concrete_inputs": [None, '["",""]', None],
+        }
+    )
+    wide = keys.select(pl.lit(1).alias("x"), *reversed(_KEY))
+    full = _cost_table(wide, cost, _KEY).select(*_KEY, "flops", "bytes", "formula", "dtype", "roof")
+    selects: list[int] = []
+    real = pl.DataFrame.select
+
+    def spy(self: pl.DataFrame, *a: object, **k: object) -> pl.DataFrame:
+        selects.append(self.width)
+        return real(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pl.DataFrame, "select", spy)
+    fast = _cost_table(keys, cost, _KEY)
+    assert selects == []  # the shortcut was taken
+    monkeypatch.undo()
+    assert_frame_equal(fast, full)
+    assert fast.get_column("flops").to_list() == [2 * 4 * 16 * 8, 64, None]
+
+
+def _fold(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """Broadcasting by the per-dim fold alone (the full path of flops._broadcast)."""
+    from functools import reduce
+
+    def two(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        n = max(len(a), len(b))
+        a2, b2 = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+        return tuple(max(x, y) if min(x, y) != 0 else 0 for x, y in zip(a2, b2, strict=True))
+
+    return reduce(two, shapes, ())
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [],
+        [()],
+        [(4, 16)],
+        [(4, 16), (4, 16), (4, 16)],
+        [(0, 16), (0, 16)],
+        [(4, 1), (1, 16)],
+        [(16,), (4, 16)],
+        [(-1, 3), (-1, 3)],  # a negative dim: the fold's answer (1), not the shape's
+        [(4, 16), (4, 0)],
+    ],
+)
+def test_broadcast_equals_the_fold(shapes: list[tuple[int, ...]]) -> None:
+    from opscope.analysis.flops import _broadcast
+
+    assert _broadcast(shapes) == _fold(shapes)
+
+
+def test_is_shape_is_a_list_of_ints_not_bools() -> None:
+    from opscope.analysis.flops import _is_shape
+
+    assert _is_shape([]) and _is_shape([4, 16]) and _is_shape([2**70])
+    assert not _is_shape([4, True]) and not _is_shape([False])
+    assert not _is_shape([4, 1.0]) and not _is_shape([4, None]) and not _is_shape((4, 16))
+    assert not _is_shape("[4]") and not _is_shape(None)
+
+
+def test_broadcast_of_one_shape_skips_the_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opscope.analysis import flops
+
+    folds: list[int] = []
+    real = flops.reduce
+
+    def spy(*a: Any) -> Any:
+        folds.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(flops, "reduce", spy)
+    assert flops._broadcast([(4, 16), (4, 16)]) == (4, 16)
+    assert flops._broadcast([(0, 16), (0, 16)]) == (0, 16)
+    assert folds == []  # the shortcut was taken
+    assert flops._broadcast([(4, 1), (1, 16)]) == (4, 16)
+    assert folds == [1]

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 import polars as pl
@@ -225,8 +225,10 @@ class Cost:
 UNKNOWN: Final = Cost(None, None, "unknown")
 
 
-@dataclass(frozen=True)
-class _Tensor:
+class _Tensor(NamedTuple):
+    # a named tuple, not a frozen dataclass: built once per tensor argument of every distinct
+    # call (~2k on a 4.8k-event rank), where the dataclass's field-by-field __init__ was a third
+    # of _tensors' time
     shape: tuple[int, ...]
     size: int  # element size in bytes
     dtype: str
@@ -240,12 +242,15 @@ class _Tensor:
         return self.numel * self.size
 
 
+@functools.lru_cache(maxsize=1 << 10)
 def dtype_info(type_name: str | None) -> tuple[int, str] | None:
     """``(element size in bytes, peak class)`` for a profiler dtype string, else None.
 
     Accepts every spelling :mod:`opscope.model.dtypes` knows: Kineto's ``"float"``,
     ``"c10::BFloat16"``, Ascend's ``"FLOAT16"``, ``"DT_BF16"``...
     """
+    # cached: a pure function of the spelling, of which a trace has a handful, asked for every
+    # tensor argument of every distinct call
     d = dtypes.lookup(type_name)
     return (d.itemsize, d.peak) if d is not None else None
 
@@ -259,8 +264,14 @@ def _decode(text: str | None) -> Any:
         return None
 
 
+_INT: Final = frozenset({int})
+
+
 def _is_shape(x: Any) -> bool:
-    return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+    # a decoded JSON list whose entries are all ints: by their exact type (a JSON true or false
+    # decodes to a bool, whose type is not int), in one C-level pass, not a generator of two
+    # isinstance checks per entry (asked for every argument of every distinct call)
+    return isinstance(x, list) and (not x or _INT.issuperset(map(type, x)))
 
 
 def _tensors(dims: Any, types: Any) -> list[_Tensor | None]:
@@ -268,14 +279,16 @@ def _tensors(dims: Any, types: Any) -> list[_Tensor | None]:
     if not isinstance(dims, list):
         return []
     tlist = types if isinstance(types, list) else []
+    nt = len(tlist)
     out: list[_Tensor | None] = []
     for i, d in enumerate(dims):
-        t = tlist[i] if i < len(tlist) and isinstance(tlist[i], str) else None
-        info = dtype_info(t)
+        t = tlist[i] if i < nt else None
+        info = dtype_info(t) if isinstance(t, str) else None
         if info is None or not _is_shape(d):
             out.append(None)
         else:
-            out.append(_Tensor(tuple(int(v) for v in d), info[0], info[1]))
+            # _is_shape: every entry an int already (int(v) was the identity)
+            out.append(_Tensor(tuple(d), info[0], info[1]))
     return out
 
 
@@ -306,6 +319,13 @@ def _concrete(concrete: Any, i: int) -> Any:
 
 
 def _broadcast(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    if shapes:
+        # the common case, operands of one shape, is that shape (what the fold below gives for
+        # dims >= 0: max(x, x), or 0 for a 0), without the per-dim fold
+        first = shapes[0]
+        if all(sh == first for sh in shapes) and (not first or min(first) >= 0):
+            return first
+
     def two(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
         n = max(len(a), len(b))
         a2 = (1,) * (n - len(a)) + a
@@ -925,7 +945,10 @@ _KEY: Final = ("name", "input_dims", "input_types", "concrete_inputs")
 
 def _cost_table(keys: pl.DataFrame, fn: Callable[..., Cost], cols: Sequence[str]) -> pl.DataFrame:
     """Apply ``fn`` to every row of ``keys`` (one per unique shape: a loop over groups)."""
-    rows = [fn(*r) for r in keys.select(cols).iter_rows()]
+    # the key columns as they are when they are the frame's (op_costs'), without a select (a
+    # query of fixed cost)
+    picked = keys if keys.columns == list(cols) else keys.select(cols)
+    rows = [fn(*r) for r in picked.iter_rows()]
     return keys.hstack(
         pl.DataFrame(
             {
@@ -969,23 +992,23 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
             ev = ev.with_columns(
                 pl.lit(None, dtype=pl.Int64 if c == "fwd_id" else pl.String).alias(c)
             )
-    base = ev.select("id", *_KEY, "fwd_id")
+    # a plan, not a frame: the two plans below read it (an eager select was one more query)
+    base = ev.lazy().select("id", *_KEY, "fwd_id")
+    # the distinct names once: the formulas' and the autograd nodes' tests both read them
+    names = ev.get_column("name").unique().to_list()
     # only names with a formula are costed call by call; the others join to no row and read
     # UNKNOWN (null flops, bytes, dtype and roof; formula "unknown")
-    costed = [n for n in base.get_column("name").unique().to_list() if n is None or has_formula(n)]
+    costed = [n for n in names if n is None or has_formula(n)]
     keys = (
-        base.lazy()
-        .filter(pl.col("name").is_in(costed, nulls_equal=True))
+        base.filter(pl.col("name").is_in(costed, nulls_equal=True))
         .select(_KEY)
         .unique()
         .collect(engine="in-memory")
     )
     table = _cost_table(keys, cost, _KEY)
     # the rest one plan, collected once (each eager step was a query of fixed cost)
-    out = (
-        base.lazy()
-        .join(table.lazy(), on=list(_KEY), how="left", nulls_equal=True)
-        .with_columns(pl.col("formula").fill_null(UNKNOWN.formula))
+    out = base.join(table.lazy(), on=list(_KEY), how="left", nulls_equal=True).with_columns(
+        pl.col("formula").fill_null(UNKNOWN.formula)
     )
 
     # Autograd nodes: cost of the forward op times the backward factor.
@@ -993,11 +1016,7 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # Polars' bytecode inspection of the function (4 ms on its first call in a process)
     node_names = pl.Series(
         "name",
-        [
-            n
-            for n in ev.get_column("name").unique().to_list()
-            if n is not None and is_autograd_node(n)
-        ],
+        [n for n in names if n is not None and is_autograd_node(n)],
         dtype=pl.String,
     )
     if node_names.len():
