@@ -324,3 +324,52 @@ def test_report_of_an_out_of_core_entry_reads_the_stored_aggregates(
     assert _unparsed(got)
     for name, fn in (("hotspots", hs.hotspots), ("breakdown", bd.breakdown)):
         assert rep.sections[name].to_json() == fn(ref, Options()).to_json(), name
+
+
+@pytest.mark.parametrize("threads", ["0", "1"])
+def test_aggregates_taken_on_a_worker_thread_or_inline_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: str
+) -> None:
+    """The segments' partial tables are taken on a worker thread while the next segment is
+    linked (``$OPSCOPE_OOC_THREADS`` unset or 1), or in the caller (0): the stored tables are
+    byte for byte the same, and each segment's are taken in order and once."""
+    path = _write(tmp_path, _planted())
+    monkeypatch.setenv(window_link.THREADS_ENV, "0")
+    inline = _ooc(path)
+    inline_dir = sa.stored(inline)
+    assert inline_dir is not None
+    want = {f.name: f.read_bytes() for f in sorted(inline_dir.folder.glob("*.parquet"))}
+    seen: list[tuple[int, str]] = []
+    orig = segment_aggregates.Collector.add
+
+    def spy(self: segment_aggregates.Collector, ev: pl.DataFrame, steps: Any, offset: int) -> None:
+        import threading
+
+        seen.append((offset, threading.current_thread().name))
+        orig(self, ev, steps, offset)
+
+    monkeypatch.setattr(segment_aggregates.Collector, "add", spy)
+    linking: set[str] = set()  # the thread(s) the segments are linked on
+    orig_link = window_link._link_segment
+
+    def link_spy(*args: Any) -> Any:
+        import threading
+
+        linking.add(threading.current_thread().name)
+        return orig_link(*args)
+
+    monkeypatch.setattr(window_link, "_link_segment", link_spy)
+    monkeypatch.setenv(window_link.THREADS_ENV, threads)
+    monkeypatch.setenv("OPSCOPE_CACHE_DIR", str(tmp_path / "cache2"))
+    got = _ooc(path)
+    stored = sa.stored(got)
+    assert stored is not None
+    assert {f.name: f.read_bytes() for f in sorted(stored.folder.glob("*.parquet"))} == want
+    offsets = [o for o, _ in seen]
+    assert offsets == sorted(set(offsets)) and len(offsets) == got.meta["out_of_core"]["segments"]
+    # (the sink pulls the linked segments on the engine's own threads: "Dummy-N" here)
+    pool = {name.startswith("ThreadPoolExecutor") for _, name in seen}
+    assert pool == ({False} if threads == "0" else {True})
+    if threads == "0":
+        assert {name for _, name in seen} <= linking
+    assert_same_results(got, kineto.parse_kineto(path))
