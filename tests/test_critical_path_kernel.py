@@ -1,0 +1,88 @@
+"""``longest_path``'s pass over nodes and edges runs in the compiled kernel
+(:mod:`opscope.analysis._critical_path_kernels`): a spy shows the kernel is taken, and its answer
+is the per-node Python loop's (``reference_longest_path``, kept in
+``test_critical_path_vectorised``) on random graphs and on the tie that once read memory never
+written: an edge between nodes of equal end time from a node later in the order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from opscope.analysis import _critical_path_kernels as kernels
+from opscope.analysis.critical_path import longest_path
+from test_critical_path_vectorised import reference_longest_path
+
+
+def _random_graph(seed: int) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    end = np.sort(rng.integers(0, 200, n))  # many equal ends: ties in the order
+    start = end - rng.integers(0, 40, n)
+    ids = rng.permutation(np.arange(1, n + 1)) * rng.choice([1, -1], n)
+    m = int(rng.integers(0, 4 * n))
+    src = rng.choice(np.concatenate((ids, [10_000])), m)
+    dst = rng.choice(ids, m)
+    kw = {"waits": rng.random(n) < 0.3, "device": rng.random(n) < 0.5}
+    return (ids, start, end, src, dst), kw
+
+
+def test_the_kernel_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = kernels.longest
+
+    def spy(*args: Any) -> Any:
+        calls.append(len(args[0]))
+        return real(*args)
+
+    monkeypatch.setattr(kernels, "longest", spy)
+    args, kw = _random_graph(7)
+    assert longest_path(*args, **kw) == reference_longest_path(*args, **kw)
+    assert calls == [len(args[0])]
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_same_answer_as_the_loop(seed: int) -> None:
+    args, kw = _random_graph(1000 + seed)
+    for k in ({}, kw):
+        got = longest_path(*args, **k)
+        assert got == reference_longest_path(*args, **k)
+        # Python ints, as the loop returned
+        assert all(type(x) is int for x in [*got[0], *got[1], got[2]])
+
+
+def test_an_edge_from_a_later_node_of_equal_end_reads_zero() -> None:
+    """Nodes 10 (position 0) and 20 (position 1) both end at 5; the edge 20 -> 10 is relaxed
+    before 20 is reached, with 20's best length still 0: 10 gets max(own 2, 0 + gain 2) = 2
+    from itself (no strict gain), and the path is node 20 alone (length 5)."""
+    ids = np.array([10, 20])
+    start = np.array([3, 0])
+    end = np.array([5, 5])
+    src, dst = np.array([20]), np.array([10])
+    want = reference_longest_path(ids, start, end, src, dst)
+    assert want == ([20], [5], 5)
+    assert longest_path(ids, start, end, src, dst) == want
+    # a later node whose own time is longer than the gain: still read as 0 (never garbage)
+    start = np.array([5, 0])
+    want = reference_longest_path(ids, start, end, src, dst)
+    assert longest_path(ids, start, end, src, dst) == want
+
+
+def test_the_compiled_kernel_equals_its_python_source() -> None:
+    for seed in range(20):
+        (ids, start, end, _, _), _ = _random_graph(seed)
+        n = len(ids)
+        own = (end - start).astype(np.int64)
+        rng = np.random.default_rng(seed)
+        # edges from earlier positions only (a later one could close a cycle of ``via``)
+        kd = np.sort(rng.integers(0, n, 3 * n))
+        ks = (rng.random(3 * n) * kd).astype(np.int64)
+        ks, kd = ks[ks < kd], kd[ks < kd]
+        gains = rng.integers(0, 50, len(kd)).astype(np.int64)
+        bounds = np.searchsorted(kd, np.arange(n + 1)).astype(np.int64)
+        a = kernels.longest(own, gains, ks, bounds)
+        b = kernels.longest.py_func(own, gains, ks, bounds)
+        assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+        assert int(a[2]) == int(b[2])
