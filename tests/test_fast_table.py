@@ -90,8 +90,8 @@ def test_plain_rows_same_segments_and_shortcut_taken(
     fast = []
     orig = FastTable._fast_rows
 
-    def spy(self: FastTable, widths: list[int]) -> object:
-        out = orig(self, widths)
+    def spy(self: FastTable, *args: object) -> object:
+        out = orig(self, *args)  # type: ignore[arg-type]
         fast.append(out is not None)
         return out
 
@@ -182,8 +182,8 @@ def test_story_tables_of_a_real_trace(monkeypatch: pytest.MonkeyPatch) -> None:
     taken = []
     orig = FastTable._fast_rows
 
-    def spy(self: FastTable, widths: list[int]) -> object:
-        out = orig(self, widths)
+    def spy(self: FastTable, *args: object) -> object:
+        out = orig(self, *args)  # type: ignore[arg-type]
         taken.append(out is not None)
         return out
 
@@ -237,3 +237,21 @@ def test_default_console_height_changes_nothing() -> None:
         con = Console(file=StringIO(), width=80, height=height, record=True)
         render_terminal(report, con)
         assert con.export_text() == text
+
+
+@pytest.mark.parametrize("highlight", [False, True])
+def test_string_cells_same_segments(highlight: bool) -> None:
+    """Headline-like tables: no box, no header, string cells (plain, markup, emoji codes,
+    numbers a highlighting column colours), a styled bar."""
+    cells = ["1.2 ms", "[b]x[/b]", ":smile:", "12.5%", "", "0x1f 3.0", "a b"]
+    kw = {"box": None, "show_header": False, "pad_edge": False, "padding": (0, 1)}
+    tabs = _pair(**kw)
+    for tab in tabs:
+        tab.add_column(no_wrap=True, overflow="ellipsis", max_width=12)
+        tab.add_column(justify="right", no_wrap=True, highlight=highlight)
+        tab.add_column(no_wrap=True)
+        for c in cells:
+            tab.add_row(Text("  label " + c), c, Text("███", style="cyan"))
+    for width in [80, 20, 8]:
+        for con in _consoles(width):
+            assert _segments(tabs[1], con) == _segments(tabs[0], con), width

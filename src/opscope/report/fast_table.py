@@ -47,6 +47,11 @@ def _plain(cell: object) -> str | None:
     return text
 
 
+def _unmarked(text: str) -> bool:
+    """Whether rich draws ``text`` as ``Text(text)``: no markup tag, no emoji code."""
+    return "[" not in text and ":" not in text
+
+
 def _measure_padded(text: Text, extra: int, max_width: int) -> Measurement:
     """``Measurement.get`` of ``Padding(text)`` with ``extra`` columns of padding, without
     building the Padding: Measurement.get, Padding.__rich_measure__, Measurement.get and
@@ -77,12 +82,12 @@ class FastTable(Table):
     """:class:`~rich.table.Table`, its plain body rows drawn directly (same segments)."""
 
     def _simple(self) -> bool:
-        """The layouts whose body rows :meth:`_fast_rows` draws as rich would."""
+        """The layouts whose body rows :meth:`_fast_rows` draws as rich would: one-line rows,
+        no row styles, no lines between rows, no footer, no edge padding, no
+        box edges."""
         return bool(
-            self.box is not None
-            and self.show_header
-            and not self.show_footer
-            and not self.show_edge
+            not self.show_footer
+            and not (self.box is not None and self.show_edge)  # edges: rich's own code
             and not self.pad_edge
             and not self.show_lines
             and not self.leading
@@ -90,7 +95,6 @@ class FastTable(Table):
             and not self.row_styles
             and self.padding[0] == 0
             and self.padding[2] == 0
-            and all(not c.style and c.justify in ("left", "right") for c in self.columns)
             and all(r.style is None and not r.end_section for r in self.rows)
         )
 
@@ -98,9 +102,20 @@ class FastTable(Table):
         """:meth:`rich.table.Table.add_column`; a header string without markup or emoji codes
         (no ``[``, no ``:``) as the :class:`~rich.text.Text` rich would make of it, so it is
         not parsed as markup at every measure and draw."""
-        if isinstance(header, str) and "[" not in header and ":" not in header:
+        if isinstance(header, str) and _unmarked(header):
             header = Text(header)
         super().add_column(header, *args, **kwargs)
+
+    def add_row(self, *renderables: RenderableType | None, **kwargs: Any) -> None:
+        """:meth:`rich.table.Table.add_row`; a string cell without markup or emoji codes in a
+        column that does not highlight as the :class:`~rich.text.Text` rich makes of it (drawn
+        directly when it fits, instead of parsed and wrapped)."""
+        cells = list(renderables)
+        for i, cell in enumerate(cells):
+            plain = isinstance(cell, str) and _unmarked(cell)
+            if plain and i < len(self.columns) and not self.columns[i].highlight:
+                cells[i] = Text(cell)  # type: ignore[arg-type]
+        super().add_row(*cells, **kwargs)
 
     def _measure_column(
         self, console: Console, options: ConsoleOptions, column: Column
@@ -142,26 +157,48 @@ class FastTable(Table):
             None if column.max_width is None else column.max_width + pad,
         )
 
-    def _fast_rows(self, widths: list[int]) -> list[list[list[Segment]]] | None:
-        """Every body row's cells' segments when each cell is plain text that fits, else None."""
+    def _fast_rows(
+        self, console: Console, options: ConsoleOptions, widths: list[int]
+    ) -> list[list[list[Segment]]] | None:
+        """Every body row's cells' segments, or None when a cell takes more than one line.
+
+        A plain text cell that fits its left- or right-justified column is drawn directly; any
+        other (styled, cut with an ellipsis, centred, in a styled column) is drawn by rich as
+        in :meth:`rich.table.Table._render` (its padding, options and style)."""
         _, pad_right, _, pad_left = self.padding
         n = len(self.columns)
+        row_style = console.get_style(Style.null())  # no row styles here (see _simple)
         shapes = []
         for i, (col, width) in enumerate(zip(self.columns, widths, strict=True)):
             left = 0 if i == 0 else pad_left
             right = 0 if i == n - 1 else pad_right
-            shapes.append((left, right, width - left - right, col.justify == "right"))
+            cell_style = console.get_style(col.style or "") + row_style
+            direct = not cell_style and col.justify in ("left", "right")
+            cell_options = options.update(
+                width=width,
+                justify=col.justify,
+                no_wrap=col.no_wrap,
+                overflow=col.overflow,
+                height=None,
+                highlight=col.highlight,
+            )
+            shape = (left, right, width, direct, col.justify == "right", cell_style, cell_options)
+            shapes.append(shape)
         pads = {k: Segment(" " * k, _NULL) for k in {pad_left, pad_right} if k}
         rows: list[list[list[Segment]]] = []
         for cells in zip(*(c.cells for c in self.columns), strict=True):
             row: list[list[Segment]] = []
-            for (left, right, inner, right_justify), cell in zip(shapes, cells, strict=True):
-                text = _plain(cell)
-                if text is None:
-                    return None
-                room = inner - cell_len(text)
-                if room < 0:  # cut with an ellipsis: rich's own code
-                    return None
+            for shape, cell in zip(shapes, cells, strict=True):
+                left, right, width, direct, right_justify, cell_style, cell_options = shape
+                text = _plain(cell) if direct else None
+                room = -1 if text is None else width - left - right - cell_len(text)
+                if text is None or room < 0:
+                    padded = Padding(cell, (0, right, 0, left))
+                    lines = console.render_lines(padded, cell_options, style=cell_style)
+                    if len(lines) != 1:
+                        return None
+                    row.append(Segment.set_shape(lines, width, 1)[0])
+                    continue
                 segs = [pads[left]] if left else []
                 segs.append(Segment(" " * room + text if right_justify else text + " " * room))
                 if right:
@@ -173,24 +210,34 @@ class FastTable(Table):
     def _render(self, console: Console, options: ConsoleOptions, widths: list[int]) -> RenderResult:
         table_style = console.get_style(self.style or "")
         border = table_style + console.get_style(self.border_style or "")
-        plain = self.rows and self._simple() and not table_style and not border
-        rows = self._fast_rows(widths) if plain else None
+        rows = self._fast_rows(console, options, widths) if self.rows and self._simple() else None
         if rows is None:
             yield from super()._render(console, options, widths)
             return
-        # the header and its rule: rich's own drawing of this table without its rows
+        # the header and its rule (or the top edge): rich's own drawing of the table, no rows
         head = copy(self)
         head.columns = [replace(c, _cells=[]) for c in self.columns]
         head.rows = []
         yield from Table._render(head, console, options, widths)
-        assert self.box is not None
+        new_line = Segment.line()
+        if self.box is None:
+            for row in rows:
+                for segs in row:
+                    yield from segs
+                yield new_line
+            return
         safe = self.safe_box if self.safe_box is not None else console.safe_box
         box = self.box.substitute(options, safe=safe)
-        new_line = Segment.line()
+        box = box if self.show_header else box.get_plain_headed_box()
+        total = len(rows) + self.show_header
         for r, row in enumerate(rows):
-            text = box.foot_vertical if r == len(rows) - 1 else box.mid_vertical
+            k = r + self.show_header  # the row's place among rich's rows (the header first)
+            place = 0 if k == 0 else (2 if k == total - 1 else 1)
+            divider = (box.head_vertical, box.mid_vertical, box.foot_vertical)[place]
             # a blank divider takes the row's background (rows have no style here), as in rich
-            div = Segment(text, border if text.strip() else Style.null().background_style + border)
+            div = Segment(
+                divider, border if divider.strip() else Style.null().background_style + border
+            )
             for i, segs in enumerate(row):
                 if i:
                     yield div

@@ -175,7 +175,7 @@ def headline(h: Headline, width: int) -> list[RenderableType]:
     if h.parts:
         kind = "device" if h.device else "host"
         out.append(Text(f"Where it goes ({kind} time, % {h.basis}):"))
-        tab = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
+        tab = FastTable(box=None, show_header=False, pad_edge=False, padding=(0, 1))
         label_w = max(len(p.label) for p in h.parts) + 2
         bar_w = max(0, min(30, width - label_w - 22))
         tab.add_column(no_wrap=True, overflow="ellipsis", max_width=max(10, width - 24))
