@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 
@@ -489,19 +490,33 @@ def shapes_table(df: pl.DataFrame) -> pl.DataFrame:
     dims_u = df.get_column("input_dims").unique().to_list()
     types_u = df.get_column("input_types").unique().to_list()
     dmap = pl.DataFrame(
-        {
-            "input_dims": dims_u,
-            "dims": [parse_dims(s) for s in dims_u],
-        },
-        schema={"input_dims": pl.String, "dims": pl.List(pl.List(pl.Int64))},
+        [
+            pl.Series("input_dims", dims_u, dtype=pl.String),
+            _nested("dims", [parse_dims(s) for s in dims_u], pl.List(pl.List(pl.Int64))),
+        ]
     )
     tmap = pl.DataFrame(
-        {"input_types": types_u, "dtypes": [parse_types(s) for s in types_u]},
-        schema={"input_types": pl.String, "dtypes": pl.List(pl.String)},
+        [
+            pl.Series("input_types", types_u, dtype=pl.String),
+            _nested("dtypes", [parse_types(s) for s in types_u], pl.List(pl.String)),
+        ]
     )
-    return df.join(dmap, on="input_dims", how="left", nulls_equal=True).join(
-        tmap, on="input_types", how="left", nulls_equal=True
+    # one plan, collected once (two eager joins were two queries)
+    return (
+        df.lazy()
+        .join(dmap.lazy(), on="input_dims", how="left", nulls_equal=True)
+        .join(tmap.lazy(), on="input_types", how="left", nulls_equal=True)
+        .collect(engine="in-memory")
     )
+
+
+def _nested(name: str, values: list[Any], dtype: pl.DataType) -> pl.Series:
+    """A nested list column of ``values`` (Python lists or None), decoded from their JSON text:
+    Polars builds a nested column from Python lists one inner Series per row (2.8 ms for 170
+    rows of shapes), from the text in one native decode (0.4 ms); the same column (test)."""
+    enc = msgspec.json.encode
+    text = [None if v is None else enc(v).decode() for v in values]
+    return pl.Series(name, text, dtype=pl.String).str.json_decode(dtype)
 
 
 def shape_groups(calls: pl.DataFrame, *extra: pl.Expr) -> pl.DataFrame:
