@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from opscope.analysis import _critical_path_kernels as kernels
+from opscope.analysis import critical_path as cp
 from opscope.analysis.critical_path import longest_path
 from test_critical_path_vectorised import reference_longest_path
 
@@ -86,3 +87,37 @@ def test_the_compiled_kernel_equals_its_python_source() -> None:
         b = kernels.longest.py_func(own, gains, ks, bounds)
         assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
         assert int(a[2]) == int(b[2])
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_positions_by_table_equal_the_binary_search(seed: int) -> None:
+    """The id table (dense ids) gives the binary search's positions: first of a repeated id,
+    -1 for an absent one or one outside the ids' range; sparse or repeated ids take the search."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    spread = int(rng.choice([2, 10, 100_000]))  # dense, dense, sparse
+    ids = rng.integers(-spread * n // 2, spread * n // 2 + 1, n)
+    if seed % 3 == 0:
+        ids = rng.permutation(np.unique(ids))  # no repeat
+    x = rng.integers(-spread * n, spread * n + 1, int(rng.integers(0, 3 * n)))
+    x = np.concatenate((x, rng.choice(ids, 5)))
+    assert cp._positions(ids, x).tolist() == cp._positions_sorted(ids, x).tolist()
+
+
+def test_positions_take_the_table_when_ids_are_dense(monkeypatch: pytest.MonkeyPatch) -> None:
+    searched: list[int] = []
+    real = cp._positions_sorted
+
+    def spy(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
+        searched.append(len(x))
+        return real(ids, x)
+
+    monkeypatch.setattr(cp, "_positions_sorted", spy)
+    ids = np.array([5, -3, 0, 7, 2])
+    x = np.array([7, 8, -3, -4, 100, 5, 2])
+    assert cp._positions(ids, x).tolist() == [3, -1, 1, -1, -1, 0, 4]
+    assert searched == []  # dense and unique: the table
+    assert cp._positions(np.array([5, 5, 1]), np.array([5, 1])).tolist() == [0, 2]
+    assert searched == [2]  # a repeated id: the search
+    assert cp._positions(np.array([0, 10**9]), np.array([10**9])).tolist() == [1]
+    assert searched == [2, 1]  # sparse: the search
