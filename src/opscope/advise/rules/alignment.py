@@ -117,8 +117,9 @@ class Alignment:
                 aligned.append(r)
         if not flagged:
             return []
-        fl = pl.DataFrame(flagged, infer_schema_length=None)
-        ids = [i for lst in fl.get_column("ids").to_list() for i in lst[:1]]
+        # the first id of each flagged group, from the rows (a frame built from these dicts only
+        # to read this column back was 8 ms of a 4.8k-event rank's report, profiled)
+        ids = [i for r in flagged for i in r["ids"][:1]]
         locs = c.locate(profile, ids)
         groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         for r in flagged:
