@@ -632,9 +632,13 @@ def _generic(key: str, title: str, value: Any, rows: int) -> list[StoryTable]:
 
 def _kind(rows: list[dict[str, Any]], col: str) -> str:
     """``auto`` (a number, formatted by the column's name) or ``text`` (cut to fit)."""
-    vals = [r.get(col) for r in rows if r.get(col) is not None]
-    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
-    return "auto" if numeric else "text"
+    # one pass that stops at the first value that is not a number (tables run to hundreds of
+    # rows, and every column of every section's table is asked)
+    for r in rows:
+        v = r.get(col)
+        if v is not None and (type(v) is bool or not isinstance(v, int | float)):
+            return "text"
+    return "auto"
 
 
 def _nested(v: Any) -> bool:
