@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 
 from opscope.analysis import _critical_path_kernels as kernels
@@ -121,3 +122,57 @@ def test_positions_take_the_table_when_ids_are_dense(monkeypatch: pytest.MonkeyP
     assert searched == [2]  # a repeated id: the search
     assert cp._positions(np.array([0, 10**9]), np.array([10**9])).tolist() == [1]
     assert searched == [2, 1]  # sparse: the search
+
+
+def _reference_sync_edges(nodes: pl.DataFrame) -> list[tuple[int, int]]:
+    """The sync edges as ``_edges`` made them with a join_asof per stream (kept as reference)."""
+    out: list[tuple[int, int]] = []
+    syncs = nodes.filter(pl.col("is_sync")).sort("end_ns")
+    dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
+    for (rank, step), s in syncs.group_by("rank", "step"):
+        d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
+        for ln in d.get_column("lane").unique().to_list():
+            dl = d.filter(pl.col("lane") == ln).select(pl.col("id").alias("src"), "end_ns")
+            e = s.select(pl.col("id").alias("dst"), "end_ns").join_asof(
+                dl, on="end_ns", strategy="backward"
+            )
+            out += e.filter(pl.col("src").is_not_null()).select("src", "dst").rows()
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sync_edges_equal_the_join_asof(seed: int) -> None:
+    """Random steps of host syncs and device nodes on a few streams, many equal end times (the
+    as-of match takes the last of the tied nodes): the same (src, dst) edges."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 120))
+    host = rng.random(n) < 0.4
+    nodes = pl.DataFrame(
+        {
+            "rank": rng.integers(0, 2, n),
+            "step": rng.integers(0, 3, n),
+            "id": rng.permutation(n),
+            "lane_kind": np.where(host, "host", "device"),
+            "lane": np.where(host, 1, rng.integers(0, 4, n)),
+            "start_ns": np.zeros(n, dtype=np.int64),
+            "end_ns": rng.integers(0, 30, n),
+            "op_id": np.zeros(n, dtype=np.int64),
+            "name": ["x"] * n,
+            "is_sync": host & (rng.random(n) < 0.6),
+            "is_wait": np.zeros(n, dtype=bool),
+        },
+        schema=cp._NODE_SCHEMA,
+    )
+    events = pl.DataFrame(
+        {"id": np.arange(n), "launch_id": [None] * n},
+        schema={"id": pl.Int64, "launch_id": pl.Int64},
+    )
+    edges = cp._edges(nodes, events).collect()
+    lane = (
+        nodes.sort("start_ns", "end_ns")
+        .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
+        .filter(pl.col("src").is_not_null())
+        .height
+    )
+    got = sorted(edges.slice(lane).rows())  # the lane edges come first, then the sync edges
+    assert got == sorted(_reference_sync_edges(nodes))
