@@ -248,8 +248,9 @@ def _thread_host_nodes(
     if n:
         if step_col.null_count():
             codes = step_col.rank("dense").fill_null(0).to_numpy().astype(i64)
-        else:  # the same dense codes (1, 2, ... in value order) in NumPy
-            codes = np.unique(step_col.to_numpy(), return_inverse=True)[1].astype(i64) + 1
+        else:  # the step values themselves: in the same order as their dense codes, and equal
+            # where the codes are (the codes' np.unique was a sort per thread)
+            codes = step_col.to_numpy().astype(i64)
         order = np.lexsort((np.arange(n), codes))
         same = codes[order][1:] == codes[order][:-1]
         start[order[1:][same]] = end[order[:-1][same]]
