@@ -1,14 +1,16 @@
-"""A rich :class:`~rich.table.Table` whose plain one-line body rows are drawn without rich's
-per-cell machinery.
+"""A rich :class:`~rich.table.Table` whose one-line body rows are drawn without rich's per-row
+machinery.
 
-Rich draws every cell through a Padding, a Text wrap and a line split (~25 us a cell): most of a
-small report's terminal rendering, whose story tables hold ~100 cells of plain text each. When a
-row's cells are plain :class:`~rich.text.Text` (no style, no spans, one line, no trailing blank,
-no tab) that fits its column, rich's segments for it are known: the padding (unstyled
-``Style()``), the text justified in the column (no style), the column dividers. Those are
-yielded directly; the header (markup strings, the header style) and every other row go through
-rich's own code, so the segments (and therefore every rendering: plain text, colours, HTML) are
-the same as :class:`~rich.table.Table`'s (tests compare them segment for segment).
+Rich draws every cell through a Padding, a Text wrap and a line split (~25 us a cell), and
+measures each through a Padding: most of a small report's terminal rendering, whose story tables
+hold ~100 cells of plain text each. A cell of plain :class:`~rich.text.Text` (no style, no spans,
+one line, no trailing blank, no tab) that fits its left- or right-justified column has known
+segments: the padding (unstyled ``Style()``), the text justified in the column (no style); those
+are made directly, any other cell is drawn by rich's own cell drawing, and the dividers are
+rich's. The header, the title and caption, and any table with a multi-line row, row styles,
+lines between rows, box edges or a footer go through rich's own code. The segments (and so every
+rendering: plain text, colours, HTML) are :class:`~rich.table.Table`'s: tests compare them
+segment for segment, and every story table of the 49 reference inputs.
 """
 
 from __future__ import annotations
@@ -79,12 +81,11 @@ def _measure_padded(text: Text, extra: int, max_width: int) -> Measurement:
 
 
 class FastTable(Table):
-    """:class:`~rich.table.Table`, its plain body rows drawn directly (same segments)."""
+    """:class:`~rich.table.Table`, its one-line body rows drawn directly (same segments)."""
 
     def _simple(self) -> bool:
         """The layouts whose body rows :meth:`_fast_rows` draws as rich would: one-line rows,
-        no row styles, no lines between rows, no footer, no edge padding, no
-        box edges."""
+        no row styles, no lines between rows, no footer, no edge padding, no box edges."""
         return bool(
             not self.show_footer
             and not (self.box is not None and self.show_edge)  # edges: rich's own code
