@@ -176,3 +176,117 @@ def test_sync_edges_equal_the_join_asof(seed: int) -> None:
     )
     got = sorted(edges.slice(lane).rows())  # the lane edges come first, then the sync edges
     assert got == sorted(_reference_sync_edges(nodes))
+
+
+def reference_split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+    """``_split_earlier_waits`` with a filter per (step, stream) (kept as the reference)."""
+    waits = nodes.filter(pl.col("is_wait") & (pl.col("lane_kind") == "host"))
+    if waits.height == 0:  # no waiting call (no runtime call at all)
+        return nodes
+    dev = nodes.filter(pl.col("lane_kind") == "device").select("rank", "step", "lane", "end_ns")
+    # the stream a blocking copy waits on: its (last-ending) copy's
+    copy_lane = (
+        ev.filter(pl.col("launch_id").is_not_null())
+        .select("id", "launch_id")
+        .join(nodes.filter(pl.col("lane_kind") == "device"), on="id")
+        .sort("end_ns")
+        .group_by("launch_id")
+        .agg(pl.col("lane").last().alias("wlane"))
+    )
+    sync = (
+        waits.join(copy_lane, left_on="id", right_on="launch_id", how="left")
+        # a sync waits on every stream (null); a blocking copy with no copy in the graph: none
+        .with_columns(pl.when(pl.col("is_sync")).then(None).otherwise("wlane").alias("wlane"))
+        .filter(pl.col("is_sync") | pl.col("wlane").is_not_null())
+    )
+    if sync.height == 0 or dev.height == 0:
+        return nodes
+    i64 = np.int64
+    cut_id: list[np.ndarray] = []
+    cut_at: list[np.ndarray] = []
+    dev_by_rank = {
+        int(k[0]): g  # type: ignore[call-overload]
+        for k, g in dev.partition_by("rank", as_dict=True).items()
+    }
+    for key, s in sync.partition_by("rank", "step", "wlane", as_dict=True).items():
+        d = dev_by_rank.get(int(key[0]))  # type: ignore[call-overload]
+        if d is None:
+            continue
+        d = d.filter(pl.col("step") != key[1])
+        if key[2] is not None:
+            d = d.filter(pl.col("lane") == key[2])
+        end = np.sort(d.get_column("end_ns").to_numpy())
+        a = s.get_column("start_ns").to_numpy().astype(i64)
+        b = s.get_column("end_ns").to_numpy().astype(i64)
+        k = np.searchsorted(end, b, side="right") - 1
+        prev = np.where(k >= 0, end[np.maximum(k, 0)] if len(end) else a, a)
+        hit = prev > a
+        cut_id.append(s.get_column("id").to_numpy()[hit])
+        cut_at.append(prev[hit])
+    if not cut_id or not sum(len(c) for c in cut_id):
+        return nodes
+    cuts = pl.DataFrame(
+        {"id": np.concatenate(cut_id), "_cut": np.concatenate(cut_at)},
+        schema={"id": pl.Int64, "_cut": pl.Int64},
+    )
+    first_id = min(int(nodes.get_column("id").min() or 0), 0) - 1  # type: ignore[arg-type]
+    before = (
+        nodes.join(cuts, on="id", how="inner", maintain_order="left")
+        .with_columns(
+            (first_id - pl.int_range(pl.len())).cast(pl.Int64).alias("id"),
+            pl.col("_cut").alias("end_ns"),
+            pl.lit(False).alias("is_sync"),
+            pl.lit(False).alias("is_wait"),
+        )
+        .drop("_cut")
+    )
+    after = (
+        nodes.join(cuts, on="id", how="left")
+        .with_columns(pl.coalesce("_cut", "start_ns").alias("start_ns"))
+        .drop("_cut")
+    )
+    return pl.concat([after, before])
+
+
+# (the reference's filter on a null step warns: that null case is what it checks)
+@pytest.mark.filterwarnings("ignore:Comparisons with None")
+@pytest.mark.parametrize("seed", range(40))
+def test_split_earlier_waits_equal_the_filters(seed: int) -> None:
+    """Random waits (syncs, blocking copies with a copy or none) and device nodes of several
+    steps, streams and ranks, some steps null: the same split nodes as the filters made."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 100))
+    host = rng.random(n) < 0.4
+    step = pl.Series(rng.integers(0, 3, n), dtype=pl.Int32)
+    if seed % 2:
+        step = step.scatter(np.flatnonzero(rng.random(n) < 0.15), None)
+    start = rng.integers(0, 50, n)
+    is_wait = host & (rng.random(n) < 0.7)
+    nodes = pl.DataFrame(
+        {
+            "rank": rng.integers(0, 2, n),
+            "step": step,
+            "id": rng.permutation(n),
+            "lane_kind": np.where(host, "host", "device"),
+            "lane": np.where(host, 1, rng.integers(0, 3, n)),
+            "start_ns": start,
+            "end_ns": start + rng.integers(0, 40, n),
+            "op_id": np.zeros(n, dtype=np.int64),
+            "name": ["x"] * n,
+            "is_sync": is_wait & (rng.random(n) < 0.5),
+            "is_wait": is_wait,
+        },
+        schema=cp._NODE_SCHEMA,
+    )
+    # device nodes launched by random host nodes (a blocking copy waits on its copy's stream)
+    ids = nodes.get_column("id").to_numpy()
+    host_ids = ids[host]
+    launch = [
+        int(rng.choice(host_ids)) if not h and len(host_ids) and rng.random() < 0.6 else None
+        for h in host
+    ]
+    events = pl.DataFrame(
+        {"id": ids, "launch_id": launch}, schema={"id": pl.Int64, "launch_id": pl.Int64}
+    )
+    got = cp._split_earlier_waits(nodes, events)
+    assert got.equals(reference_split_earlier_waits(nodes, events))

@@ -557,18 +557,27 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     i64 = np.int64
     cut_id: list[np.ndarray] = []
     cut_at: list[np.ndarray] = []
+    # per rank, the device nodes' step (null mask), stream and end as arrays: the nodes of
+    # another step (and of the waited stream) by a mask, not two filters per (step, stream)
     dev_by_rank = {
-        int(k[0]): g  # type: ignore[call-overload]
+        int(k[0]): (  # type: ignore[call-overload]
+            g.get_column("step").is_null().to_numpy(),
+            g.get_column("step").fill_null(0).to_numpy().astype(i64),
+            g.get_column("lane").to_numpy(),
+            g.get_column("end_ns").to_numpy(),
+        )
         for k, g in dev.partition_by("rank", as_dict=True).items()
     }
     for key, s in sync.partition_by("rank", "step", "wlane", as_dict=True).items():
         d = dev_by_rank.get(int(key[0]))  # type: ignore[call-overload]
         if d is None:
             continue
-        d = d.filter(pl.col("step") != key[1])
+        d_null, d_step, d_lane, d_end = d
+        # as the filter ``step != key``: a null on either side keeps no row
+        keep = ~d_null & (d_step != key[1]) if key[1] is not None else np.zeros(len(d_end), bool)
         if key[2] is not None:
-            d = d.filter(pl.col("lane") == key[2])
-        end = np.sort(d.get_column("end_ns").to_numpy())
+            keep &= d_lane == key[2]
+        end = np.sort(d_end[keep])
         a = s.get_column("start_ns").to_numpy().astype(i64)
         b = s.get_column("end_ns").to_numpy().astype(i64)
         k = np.searchsorted(end, b, side="right") - 1
