@@ -290,3 +290,53 @@ def test_split_earlier_waits_equal_the_filters(seed: int) -> None:
     )
     got = cp._split_earlier_waits(nodes, events)
     assert got.equals(reference_split_earlier_waits(nodes, events))
+
+
+def reference_rank_coverage(ev: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``_rank_coverage`` by window and group_by queries (kept as the reference)."""
+    tr = (
+        ev.filter(pl.col("kind").is_in(list(cp._TRACKED)) & (pl.col("dur_ns") > 0))
+        .select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"))
+        .sort("rank", "ts_ns")
+    )
+    seg = (
+        tr.with_columns(pl.col("e").cum_max().shift(1).over("rank").alias("reach"))
+        .with_columns(
+            (pl.col("reach").is_null() | (pl.col("ts_ns") > pl.col("reach")))
+            .cum_sum()
+            .over("rank")
+            .alias("seg")
+        )
+        .group_by("rank", "seg")
+        .agg(pl.col("ts_ns").min().alias("s"), pl.col("e").max())
+        .sort("rank", "s")
+    )
+    i64 = np.int64
+    return {
+        int(k[0]): (
+            g.get_column("s").to_numpy().astype(i64),
+            g.get_column("e").to_numpy().astype(i64),
+        )  # type: ignore[call-overload]
+        for k, g in seg.partition_by("rank", as_dict=True).items()
+    }
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rank_coverage_equals_the_queries(seed: int) -> None:
+    """Random slices on a few ranks: nested, touching, overlapping, zero-length, untracked."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 150))
+    ts = rng.integers(0, 300, n)
+    ev = pl.DataFrame(
+        {
+            "rank": rng.integers(0, 3, n).astype(np.int32),
+            "kind": rng.choice(["cpu_op", "runtime", "driver", "python_function", "kernel"], n),
+            "ts_ns": ts,
+            "dur_ns": rng.integers(0, 25, n),
+        }
+    )
+    got = cp._rank_coverage(ev)
+    want = reference_rank_coverage(ev)
+    assert sorted(got) == sorted(want)
+    for r, (s, e) in want.items():
+        assert got[r][0].tolist() == s.tolist() and got[r][1].tolist() == e.tolist()

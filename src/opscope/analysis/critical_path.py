@@ -321,31 +321,32 @@ def _thread_host_nodes(
 def _rank_coverage(ev: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per rank, the union of every host thread's tracked slices of positive length (touching
     slices merge), as sorted, disjoint ``(starts, ends)``."""
+    i64 = np.int64
     tr = (
-        ev.filter(pl.col("kind").is_in(list(_TRACKED)) & (pl.col("dur_ns") > 0))
+        ev.lazy()
+        .filter(pl.col("kind").is_in(list(_TRACKED)) & (pl.col("dur_ns") > 0))
         .select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"))
         .sort("rank", "ts_ns")
+        .pipe(tree.collect)
     )
-    seg = (
-        tr.with_columns(pl.col("e").cum_max().shift(1).over("rank").alias("reach"))
-        .with_columns(
-            (pl.col("reach").is_null() | (pl.col("ts_ns") > pl.col("reach")))
-            .cum_sum()
-            .over("rank")
-            .alias("seg")
-        )
-        .group_by("rank", "seg")
-        .agg(pl.col("ts_ns").min().alias("s"), pl.col("e").max())
-        .sort("rank", "s")
-    )
-    i64 = np.int64
-    return {
-        int(k[0]): (
-            g.get_column("s").to_numpy().astype(i64),
-            g.get_column("e").to_numpy().astype(i64),
-        )  # type: ignore[call-overload]
-        for k, g in seg.partition_by("rank", as_dict=True).items()
-    }
+    # the merge in NumPy per rank (a running max of ends; a segment starts past it): the window
+    # and group_by queries it replaces were 6 ms on a 75k-event trace
+    rank = tr.get_column("rank").to_numpy()
+    ts = tr.get_column("ts_ns").to_numpy().astype(i64)
+    e = tr.get_column("e").to_numpy().astype(i64)
+    cuts = (np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist()
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for lo, hi in zip([0, *cuts], [*cuts, len(ts)], strict=True):
+        if lo == hi:
+            continue
+        t = ts[lo:hi]
+        reach = np.maximum.accumulate(e[lo:hi])
+        new = np.ones(len(t), dtype=bool)
+        new[1:] = t[1:] > reach[:-1]
+        first = np.flatnonzero(new)
+        last = np.append(first[1:] - 1, len(t) - 1)
+        out[int(rank[lo])] = (t[first], reach[last])
+    return out
 
 
 def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
