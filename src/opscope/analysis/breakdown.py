@@ -341,6 +341,31 @@ def idle_plan(
     return out.select(*keys, *(pl.col(c).cast(pl.Int64) for c in ("busy_ns", *IDLE_COLUMNS)))
 
 
+def queue_stretches(dev: pl.LazyFrame, rng: pl.LazyFrame, lane: list[str]) -> pl.LazyFrame:
+    """Each ``lane``'s launch queue as stretches: from every launch (``launch_ts``, else the
+    start) and every end of ``dev``'s work to the lane's next such point, ``q`` the work
+    launched and not yet ended, ``len`` the stretch's length clipped to its rank's range
+    ``[r0, r1]`` (``rng``: per rank). Shared by :func:`queue_lengths` and the out-of-core
+    load's per-segment sums (which merge exactly: the queue is empty at a cut)."""
+    pts = pl.concat(
+        [
+            dev.select(*lane, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
+            dev.select(
+                *lane, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")
+            ),
+        ]
+    ).sort([*lane, "t", "d"])  # at one instant the ends first: no phantom peak
+    pts = pts.with_columns(
+        pl.col("d").cum_sum().over(lane).alias("q"),
+        pl.col("t").shift(-1).over(lane).alias("t1"),
+    ).join(rng, on="rank")
+    return pts.with_columns(
+        (pl.min_horizontal(pl.coalesce("t1", "t"), "r1") - pl.max_horizontal("t", "r0"))
+        .clip(lower_bound=0)
+        .alias("len")
+    )
+
+
 def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     """Launch-queue length per (rank, device, stream) over each rank's analysed range."""
     schema = {
@@ -357,22 +382,7 @@ def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("w0").min().alias("r0"), pl.col("w1").max().alias("r1"))
     )
     lane = ["rank", "device", "stream"]
-    d = dev.lazy()
-    pts = pl.concat(
-        [
-            d.select(*lane, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
-            d.select(*lane, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")),
-        ]
-    ).sort([*lane, "t", "d"])  # at one instant the ends first: no phantom peak
-    pts = pts.with_columns(
-        pl.col("d").cum_sum().over(lane).alias("q"),
-        pl.col("t").shift(-1).over(lane).alias("t1"),
-    ).join(rng, on="rank")
-    pts = pts.with_columns(
-        (pl.min_horizontal(pl.coalesce("t1", "t"), "r1") - pl.max_horizontal("t", "r0"))
-        .clip(lower_bound=0)
-        .alias("len")
-    )
+    pts = queue_stretches(dev.lazy(), rng, lane)
     out = (
         pts.group_by(lane)
         .agg(

@@ -385,31 +385,22 @@ def _queue_parts(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     }  # fmt: skip
     if not dev.height or not win.height:
         return pl.DataFrame(schema=out_schema)
-    rng = win.group_by("rank").agg(pl.col("w0").min().alias("r0"), pl.col("w1").max().alias("r1"))
-    lane = QUEUE_KEYS
-    pts = pl.concat(
-        [
-            dev.select(*lane, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
-            dev.select(
-                *lane, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")
-            ),
-        ]
-    ).sort([*lane, "t", "d"])  # (as queue_lengths: at one instant the ends first)
-    pts = pts.with_columns(
-        pl.col("d").cum_sum().over(lane).alias("q"),
-        pl.col("t").shift(-1).over(lane).alias("t1"),
-    ).join(rng, on="rank")
-    pts = pts.with_columns(
-        (pl.min_horizontal(pl.coalesce("t1", "t"), "r1") - pl.max_horizontal("t", "r0"))
-        .clip(lower_bound=0)
-        .alias("len")
+    from opscope.analysis.breakdown import queue_stretches
+
+    rng = (
+        win.lazy()
+        .group_by("rank")
+        .agg(pl.col("w0").min().alias("r0"), pl.col("w1").max().alias("r1"))
     )
+    lane = list(QUEUE_KEYS)
     return (
-        pts.group_by(lane)
+        queue_stretches(dev.lazy(), rng, lane)
+        .group_by(lane)
         .agg(
             (pl.col("q") * pl.col("len")).sum().alias("area"),
             pl.col("q").filter(pl.col("len") > 0).max().alias("max"),
             pl.col("len").filter(pl.col("q") > 0).sum().alias("busy"),
         )
         .select([pl.col(c).cast(t) for c, t in out_schema.items()])
+        .collect(engine="in-memory")
     )
