@@ -7,7 +7,10 @@ never beyond a size bound, so that a small malicious archive cannot fill memory 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -260,3 +263,71 @@ class Stream:
             raise CorruptArchiveError(f"trailing garbage after gzip data at byte {end}", self.path)
         self._pending = rest + self._pending
         self._d = self._zmod.decompressobj(31)
+
+
+class ReadAhead:
+    """``read(n)`` of a text served from pieces that a worker thread reads ahead from
+    ``source`` (e.g. :meth:`Stream.read`): the inflating of the next pieces overlaps the
+    caller's work on this one (the out-of-core scan: the byte scanner and the inflater both
+    release the GIL, so on two cores they run side by side). At most ``depth`` pieces of
+    ``piece`` bytes wait in memory. Same bytes in the same order as ``source``; an error of
+    ``source`` is raised by the ``read`` that reaches it. ``close()`` stops the worker."""
+
+    def __init__(
+        self, source: Callable[[int], bytes], *, piece: int = 8 << 20, depth: int = 4
+    ) -> None:
+        self._source, self._piece = source, piece
+        self._q: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=depth)
+        self._buf, self._pos, self._eof = b"", 0, False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="opscope-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        item: bytes | BaseException
+        while not self._stop.is_set():
+            try:
+                item = self._source(self._piece)
+            except BaseException as e:  # handed to the reader, raised there
+                item = e
+            while not self._stop.is_set():
+                try:
+                    self._q.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not isinstance(item, bytes) or not item:
+                return
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes of the text; ``b""`` at its end."""
+        if self._pos >= len(self._buf):
+            if self._eof:
+                return b""
+            item = self._q.get()
+            if isinstance(item, BaseException):
+                self._eof = True
+                raise item
+            if not item:
+                self._eof = True
+                return b""
+            self._buf, self._pos = item, 0
+        if self._pos == 0 and n >= len(self._buf):
+            self._pos = len(self._buf)
+            return self._buf  # (the whole piece: no copy)
+        out = self._buf[self._pos : self._pos + n]
+        self._pos += len(out)
+        return out
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._q.get_nowait()
+        self._thread.join()
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

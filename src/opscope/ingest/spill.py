@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -268,6 +268,22 @@ def needs_decimal_times(scanned: fastscan.Scanned) -> bool:
     return scanned.exact and any(scanned.fields[c].texts for c in ("ts", "dur"))
 
 
+#: Inflate a ``.json.gz`` on a worker thread ahead of the scan (:class:`gz.ReadAhead`): the
+#: inflating overlaps the byte scanner. Off with ``$OPSCOPE_OOC_THREADS=0`` too.
+READ_AHEAD = True
+
+
+@contextlib.contextmanager
+def _reader(st: gz.Stream) -> Iterator[Callable[[int], bytes]]:
+    """``st.read``, read ahead on a worker thread when ``st`` inflates a gzip (a plain file's
+    read is a copy from the page cache: nothing to overlap)."""
+    if not (READ_AHEAD and st.gzip and window_link.worker_threads()):
+        yield st.read
+        return
+    with gz.ReadAhead(st.read) as ahead:
+        yield ahead.read
+
+
 def load(
     path: Path,
     progress: Callable[[str, int, int], None] | None,
@@ -284,14 +300,14 @@ def load(
     folder = cache.spill_folder(path)
     spill = Spill(folder)
     try:
-        with gz.Stream(path) as st:
+        with gz.Stream(path) as st, _reader(st) as read:
 
             def stream_progress(_: int) -> None:
                 if progress is not None:
                     progress("parse", st.consumed, st.size)
 
             window = min(WINDOW_BYTES, fastscan.WINDOW_BYTES)
-            got = fastscan.scan_stream(st.read, window=window, progress=stream_progress, sink=spill)
+            got = fastscan.scan_stream(read, window=window, progress=stream_progress, sink=spill)
         if got is None or not spill.files or needs_decimal_times(got[1]):
             return None
         header, scanned = got
