@@ -742,27 +742,14 @@ def _linked_segments(
         link._np(mem.get_column("_seg")), np.arange(n_seg + 1), side="left"
     )
     reader = _Prefetch(lambda k: (_segment_events(sp, pl_, k), _segment_flows(sp, pl_, k)), n_seg)
-    try:
-        yield from _linked_each(sp, pl_, out, progress, reader, mem, mem_bounds)
-    finally:
-        reader.close()
-
-
-def _linked_each(
-    sp: Spilled,
-    pl_: Plan,
-    out: _Out,
-    progress: Callable[[str, int, int], None] | None,
-    reader: _Prefetch,
-    mem: pl.DataFrame,
-    mem_bounds: IntArray,
-) -> Iterator[pl.DataFrame]:
-    """:func:`_linked_segments`' loop (``reader``: each segment's rows and raw flows)."""
     aggregates = _Aggregating(out.aggregates, pl_.steps)
     try:
-        yield from _linked_loop(sp, pl_, out, progress, reader, mem, mem_bounds, aggregates)
+        yield from _linked_each(sp, pl_, out, progress, reader, mem, mem_bounds, aggregates)
     finally:
-        aggregates.close()
+        try:
+            aggregates.close()
+        finally:
+            reader.close()
 
 
 class _Aggregating:
@@ -800,7 +787,7 @@ class _Aggregating:
                 self.pool.shutdown(wait=True)
 
 
-def _linked_loop(
+def _linked_each(
     sp: Spilled,
     pl_: Plan,
     out: _Out,
@@ -810,6 +797,8 @@ def _linked_loop(
     mem_bounds: IntArray,
     aggregates: _Aggregating,
 ) -> Iterator[pl.DataFrame]:
+    """:func:`_linked_segments`' loop (``reader``: each segment's rows and raw flows;
+    ``aggregates``: takes each linked segment's partial tables)."""
     n_seg = pl_.segments
     offset = 0
     for k in range(n_seg):  # one per segment
