@@ -152,11 +152,15 @@ def _op_parents(ops: pl.DataFrame) -> npt.NDArray[np.int64]:
     return np.where(ok, par, -1)
 
 
-def _owners(ops: pl.DataFrame, costed: pl.Series) -> pl.DataFrame:
-    """``id -> owner``: the outermost costed op among each op and its op ancestors."""
+def _owners(
+    ops: pl.DataFrame, costed: pl.Series, par: npt.NDArray[np.int64] | None = None
+) -> pl.DataFrame:
+    """``id -> owner``: the outermost costed op among each op and its op ancestors (``par``:
+    :func:`_op_parents` of ``ops`` when the caller has it already)."""
     # up the parent links as arrays (one step per nesting level for every op at once); each
     # costed ancestor found overwrites the nearer one, so the outermost wins
-    par = _op_parents(ops)
+    if par is None:
+        par = _op_parents(ops)
     is_costed = costed.to_numpy().astype(bool)
     n = len(par)
     owner = np.where(is_costed, np.arange(n), -1)
@@ -176,9 +180,13 @@ def _owners(ops: pl.DataFrame, costed: pl.Series) -> pl.DataFrame:
     )
 
 
-def _with_direct_descendant(ops: pl.DataFrame, direct: pl.Series) -> pl.Series:
-    """For each op: does any op below it have a direct (shape-based) formula?"""
-    par = _op_parents(ops)
+def _with_direct_descendant(
+    ops: pl.DataFrame, direct: pl.Series, par: npt.NDArray[np.int64] | None = None
+) -> pl.Series:
+    """For each op: does any op below it have a direct (shape-based) formula? (``par`` as in
+    :func:`_owners`.)"""
+    if par is None:
+        par = _op_parents(ops)
     below = np.zeros(len(par), dtype=bool)
     # from every op with a direct formula up its ancestors (each visited once per level)
     cur = np.unique(par[direct.to_numpy().astype(bool)])
@@ -337,15 +345,15 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     # the ops it runs (convolution_backward knows which gradients were needed)
     derived = ops.get_column("formula").fill_null("").str.starts_with("backward: ")
     direct = costed & ~derived
+    par = _op_parents(ops)  # once for both walks (a sort of every op id: ms on 40k ops)
     if derived.any():
-        costed = direct | (derived & ~_with_direct_descendant(ops, direct))
-    owners = _owners(ops, costed)
+        costed = direct | (derived & ~_with_direct_descendant(ops, direct, par))
+    owners = _owners(ops, costed, par)
     # from here two plans, the calls and the groups, each collected once (each eager step was
     # a query of fixed cost: ~34 per report on an op-bearing Ascend export); the peaks joined
     # for the (dtype, roof) pairs of the cost table, those of every call among them
-    pairs = set(
-        zip(costs.get_column("dtype").to_list(), costs.get_column("roof").to_list(), strict=True)
-    )
+    # (distinct pairs in one query: a Python set over every costed op's pair took ms)
+    pairs = set(costs.select("dtype", "roof").unique().iter_rows())
     owned = ops.lazy().join(owners.lazy(), on="id", how="left")
     is_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null()
     has_device = bool(
