@@ -145,6 +145,15 @@ LINK_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
 
 # --------------------------------------------------------------------------------- per rank
 
+#: The schema of each of :func:`rank_tables`' tables.
+_SCHEMAS: Final[dict[str, dict[str, type[pl.DataType]]]] = {
+    "steps": STEP_COLUMNS,
+    "collectives": COLLECTIVE_COLUMNS,
+    "links": LINK_COLUMNS,
+    "hccl": asc.HCCL_COLUMNS,
+    "stages": asc.STAGE_COLUMNS,
+}
+
 
 def rank_tables(
     profile: Profile,
@@ -158,6 +167,20 @@ def rank_tables(
     :data:`LINK_COLUMNS`. ``links`` is the Ascend ``read_communication()["links"]`` table,
     ``hccl`` its ``["collectives"]`` table and ``stages`` the pipeline stage
     (:mod:`opscope.analysis.cluster_ascend`); both are empty when not given."""
+    plans = _rank_plans(profile, links, hccl=hccl, stages=stages)
+    return {k: _conform(v, _SCHEMAS[k]) for k, v in plans.items()}
+
+
+def _rank_plans(
+    profile: Profile,
+    links: pl.DataFrame | None = None,
+    *,
+    hccl: pl.DataFrame | None = None,
+    stages: pl.DataFrame | None = None,
+) -> dict[str, pl.DataFrame | pl.LazyFrame]:
+    """:func:`rank_tables`, the steps and collectives as plans (in the columns and types of
+    their schemas): the in-process analysis hands them to :func:`aggregate`, which runs each in
+    its own query (a query each here too was a fixed cost per report)."""
     ev = profile.events
     colls = _collectives(ev)
     steps = _steps(profile, colls)
@@ -176,6 +199,8 @@ def _conform(
 ) -> pl.DataFrame:
     if isinstance(frame, pl.DataFrame) and frame.schema == pl.Schema(cols):
         return frame  # already those columns and types (rank_tables' empty tables): no query
+    if isinstance(frame, pl.LazyFrame) and frame.collect_schema() == pl.Schema(cols):
+        return frame.collect(engine="in-memory")  # a plan of _rank_plans: already conformed
     return _conformed(frame, cols).collect(engine="in-memory")
 
 
@@ -203,7 +228,7 @@ def _conformed(
     return lf.select(pl.col(c).cast(t, strict=False) for c, t in cols.items())
 
 
-def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
+def _collectives(ev: pl.DataFrame) -> pl.LazyFrame:
     dev_comm = pl.col("kind") == "communication"
     host_comm = pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(
         HOST_COLLECTIVE
@@ -241,10 +266,10 @@ def _collectives(ev: pl.DataFrame) -> pl.DataFrame:
         .cast(pl.Int32)
         .alias("seq")
     )
-    return _conform(out, COLLECTIVE_COLUMNS)
+    return _conformed(out, COLLECTIVE_COLUMNS)
 
 
-def _steps(profile: Profile, colls: pl.DataFrame) -> pl.DataFrame:
+def _steps(profile: Profile, colls: pl.LazyFrame) -> pl.LazyFrame:
     if profile.has_device:
         b = breakdown(profile, Options()).steps
         plan = b.lazy().select(
@@ -257,7 +282,7 @@ def _steps(profile: Profile, colls: pl.DataFrame) -> pl.DataFrame:
             "communication_not_overlapped_ns",
             pl.col("device_idle_ns").alias("idle_ns"),
         )
-        return _conform(plan, STEP_COLUMNS)
+        return _conformed(plan, STEP_COLUMNS)
     ev = profile.events
     st = profile.steps
     if st.height:
@@ -283,7 +308,9 @@ def _steps(profile: Profile, colls: pl.DataFrame) -> pl.DataFrame:
         & ~pl.col("name").str.starts_with("c10d::")
         & ~pl.col("name").str.contains("record_param_comms")
     ).select("rank", "ts_ns", "dur_ns")
-    comm = colls.select("rank", pl.col("start_ns").alias("ts_ns"), "dur_ns")
+    comm = colls.select("rank", pl.col("start_ns").alias("ts_ns"), "dur_ns").collect(
+        engine="in-memory"
+    )
 
     def clip(iv: pl.DataFrame, cls: str) -> pl.DataFrame:
         j = iv.join(win, on="rank")
@@ -317,7 +344,7 @@ def _steps(profile: Profile, colls: pl.DataFrame) -> pl.DataFrame:
         (pl.col("busy") - pl.col("compute")).alias("communication_not_overlapped_ns"),
         (pl.col("dur_ns") - pl.col("busy")).alias("idle_ns"),
     )
-    return _conform(out.sort("rank", "step"), STEP_COLUMNS)
+    return _conformed(out.sort("rank", "step"), STEP_COLUMNS)
 
 
 # --------------------------------------------------------------------------------- aggregate
@@ -677,7 +704,7 @@ def cluster(profile: Profile, options: Options) -> Cluster:
     links = options.extra.get("links")
     hccl = options.extra.get("hccl")
     stages = options.extra.get("stages")
-    t = rank_tables(
+    t = _rank_plans(
         profile,
         links if isinstance(links, pl.DataFrame) else None,
         hccl=hccl if isinstance(hccl, pl.DataFrame) else None,
