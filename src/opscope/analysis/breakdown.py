@@ -89,16 +89,19 @@ def union_ns(iv: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     if runs is not None:
         # each interval adds what it covers past the running end of those before it (its
         # whole length when it starts a segment): the sum per group is the union, no segments
-        _, new, covered = runs
+        first, new, covered = runs
         start = s.get_column("start").to_numpy()
         end = s.get_column("end").to_numpy()
         add = np.where(new, end - start, np.maximum(end - np.maximum(start, covered), 0))
-        return (  # one query (a fixed cost per query on small traces)
-            s.lazy()
-            .select(*keys, pl.lit(pl.Series("union_ns", add, dtype=pl.Int64)))
-            .group_by(keys)
-            .agg(pl.col("union_ns").sum())
-            .collect()
+        # the groups are contiguous runs of the sorted rows: summed in NumPy, their keys
+        # gathered from each run's first row (no group-by query: ms on 50k intervals)
+        at = np.flatnonzero(first)
+        idx = pl.Series(at, dtype=pl.Int64)
+        return pl.DataFrame(
+            [
+                *(s.get_column(k).gather(idx) for k in keys),
+                pl.Series("union_ns", np.add.reduceat(add, at), dtype=pl.Int64),
+            ]
         )
     return tree.collect(_union_lazy(s.lazy(), keys))
 
