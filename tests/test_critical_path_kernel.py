@@ -167,7 +167,7 @@ def test_sync_edges_equal_the_join_asof(seed: int) -> None:
         {"id": np.arange(n), "launch_id": [None] * n},
         schema={"id": pl.Int64, "launch_id": pl.Int64},
     )
-    edges = cp._edges(nodes, events).collect()
+    edges = pl.DataFrame(dict(zip(("src", "dst"), cp._edges(nodes, events), strict=True)))
     lane = (
         nodes.sort("start_ns", "end_ns")
         .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))

@@ -613,25 +613,59 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
 
 def _edges(
     nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None = None
-) -> pl.LazyFrame:
-    """(src, dst) event ids of lane-order, launch, sync and the ``cross``-thread edges, as a
-    plan (collected with its reader's query: a query per step was a fixed cost on small
-    traces)."""
-    lane = (
-        nodes.lazy()
+) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) event ids of lane-order, launch, sync and the ``cross``-thread edges, in that
+    order, as arrays (the Polars plan they replace was ~14 ms of a 75k-event trace's 120).
+
+    The order matters where it decides ties: :func:`longest_path` takes the first best edge into
+    a node, so the edges into one node keep the plan's order (lane, launch, copy, sync, cross)."""
+    i64 = np.int64
+    # lane: each node's predecessor on its lane in (start, end) order. The order is Polars' own
+    # sort of the same key columns: it is not stable, and between nodes with equal start and end
+    # its order of ties decides which is first (a stable sort moves 7 of 49 outputs)
+    order = (
+        nodes.select("start_ns", "end_ns")
+        .with_row_index("_row")
         .sort("start_ns", "end_ns")
-        .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
-        .filter(pl.col("src").is_not_null())
-        .select("src", pl.col("id").alias("dst"))
+        .get_column("_row")
+        .to_numpy()
+        .astype(i64)
     )
-    launch = (
-        events.lazy()
-        .select(pl.col("launch_id").alias("src"), pl.col("id").alias("dst"))
-        .filter(pl.col("src").is_not_null())
-    )
+    ids = nodes.get_column("id").to_numpy().astype(i64)
+    lanes: list[np.ndarray] = []
+    for c in ("rank", "step", "lane"):
+        col = nodes.get_column(c)
+        # a null is its own key, as over() groups it (never one in practice)
+        if col.null_count():
+            lanes += [col.is_null().to_numpy(), col.fill_null(0).to_numpy().astype(i64)]
+        else:
+            lanes.append(col.to_numpy().astype(i64))
+    lanes.append(nodes.get_column("lane_kind").fill_null("").to_numpy() == "device")
+    keys = [k[order] for k in lanes]
+    by_lane = np.lexsort([np.arange(len(order)), *keys[::-1]])  # stable: sorted order in a lane
+    same = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for k in keys:
+        same &= k[by_lane][1:] == k[by_lane][:-1]
+    lane_at = by_lane[1:][same]  # positions in the sorted order of the nodes with a predecessor
+    lane_src = by_lane[:-1][same]
+    in_order = np.argsort(lane_at, kind="stable")  # the plan's rows: in the sorted order
+    src_parts = [ids[order[lane_src[in_order]]]]
+    dst_parts = [ids[order[lane_at[in_order]]]]
+    # launch: the runtime call -> the work it launched
+    launch_s = events.get_column("launch_id")
+    has = launch_s.is_not_null().to_numpy()
+    l_src = launch_s.fill_null(0).to_numpy().astype(i64)[has]
+    l_dst = events.get_column("id").to_numpy().astype(i64)[has]
+    src_parts.append(l_src)
+    dst_parts.append(l_dst)
     # (whether there is a sync or a blocking copy: Series operations, not a query each)
     is_sync = nodes.get_column("is_sync")
-    sync_edges: list[pl.DataFrame] = []
+    # a blocking copy call waits for its own copy (and, through the stream, what precedes it)
+    waiting = nodes.get_column("is_wait") & ~is_sync
+    if waiting.any():
+        w = np.isin(l_src, ids[waiting.to_numpy()])
+        src_parts.append(l_dst[w])
+        dst_parts.append(l_src[w])
     if is_sync.any():
         syncs = nodes.filter(is_sync).sort("end_ns")
         # (the device nodes only when there is a sync to join them to)
@@ -654,31 +688,12 @@ def _edges(
                 on = d_lane == ln
                 j = np.searchsorted(d_end[on], s_end, side="right") - 1
                 hit = j >= 0
-                sync_edges.append(
-                    pl.DataFrame(
-                        {"src": d_id[on][j[hit]], "dst": s_id[hit]},
-                        schema={"src": pl.Int64, "dst": pl.Int64},
-                    )
-                )
-    # a blocking copy call waits for its own copy (and, through the stream, what precedes it)
-    waiting = nodes.get_column("is_wait") & ~is_sync
-    copy_edges = (
-        launch.select(pl.col("dst").alias("src"), pl.col("src").alias("dst")).join(
-            nodes.lazy().filter(waiting).select(pl.col("id").alias("dst")), on="dst", how="semi"
-        )
-        if waiting.any()
-        else pl.LazyFrame(schema={"src": pl.Int64, "dst": pl.Int64})  # no blocking copy call
-    )
-    parts = [
-        lane,
-        launch,
-        copy_edges,
-        *(e.lazy() for e in sync_edges),
-        *([] if cross is None else [cross.lazy()]),
-    ]
-    # a cast only where a part is not Int64 already
-    want = pl.Schema({"src": pl.Int64, "dst": pl.Int64})
-    return pl.concat([p if p.collect_schema() == want else p.cast(want) for p in parts])
+                src_parts.append(d_id[on][j[hit]].astype(i64))
+                dst_parts.append(s_id[hit].astype(i64))
+    if cross is not None and cross.height:
+        src_parts.append(cross.get_column("src").to_numpy().astype(i64))
+        dst_parts.append(cross.get_column("dst").to_numpy().astype(i64))
+    return np.concatenate(src_parts), np.concatenate(dst_parts)
 
 
 def _positions(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -727,9 +742,24 @@ def longest_path(
     synchronisation) only counts from the moment its last ``device`` predecessor ended: the time
     it spent waiting belongs to the device work it waited on.
     """
+    at, contrib, length = _longest_path_at(ids, start, end, src, dst, waits=waits, device=device)
+    return np.asarray(ids)[at].tolist(), contrib.tolist(), length
+
+
+def _longest_path_at(
+    ids: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+    *,
+    waits: np.ndarray | None = None,
+    device: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`longest_path` with the path as positions in ``ids`` and arrays."""
     n = len(ids)
     if n == 0:
-        return [], [], 0
+        return np.empty(0, np.int64), np.empty(0, np.int64), 0
     # edge endpoints -> positions in the end-time order, vectorised
     ks, kd = (
         _positions(np.asarray(ids), np.asarray(src)),
@@ -757,99 +787,119 @@ def longest_path(
     own = (enn - stn).astype(i64)
     # the pass over nodes and edges, compiled (it was a Python loop: ~1 us per node and edge)
     at, contrib, length = _kernels.longest(own, gains, ks.astype(i64), bounds)
-    return np.asarray(ids)[at].tolist(), contrib.tolist(), int(length)
+    return at, contrib, int(length)
 
 
 @analysis("critical_path")
 def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time."""
     nodes, cross = _graph(profile)
+    i64 = np.int64
     step_spans = profile.steps.lazy().select("rank", "step", "dur_ns")
-    paths = []
-    # edges belong to the step of their destination: partition once, not a filter per step
-    edges = (
-        _edges(nodes, profile.events, cross)
-        .join(nodes.lazy().select(pl.col("id").alias("dst"), "rank", "step"), on="dst")
-        .pipe(tree.collect)  # the eager calls' engine and optimisations
+    n_id = nodes.get_column("id").to_numpy().astype(i64)
+    n_start = nodes.get_column("start_ns").to_numpy().astype(i64)
+    n_end = nodes.get_column("end_ns").to_numpy().astype(i64)
+    n_wait = nodes.get_column("is_wait").to_numpy().astype(bool)
+    n_dev = (nodes.get_column("lane_kind") == "device").to_numpy()
+    # the steps in order of first appearance; per step its nodes by end, then start, in Polars'
+    # order (its sort is not stable: a node of equal end and start can come first either way,
+    # and the path then differs, so the order is Polars' sort of the same key columns)
+    groups = (
+        nodes.select("rank", "step", "end_ns", "start_ns")
+        .with_row_index("_row")
+        .partition_by("rank", "step", maintain_order=True, as_dict=True)
     )
-    by_step = {
-        (int(k[0]), int(k[1])): df
-        for k, df in edges.partition_by("rank", "step", as_dict=True).items()
-    }
-    empty_edges = pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
-    for (rank, step), group in nodes.group_by("rank", "step", maintain_order=True):
-        g = group.sort("end_ns", "start_ns")
-        ids = g.get_column("id").to_numpy()
-        e = by_step.get((int(rank), int(step)), empty_edges)  # type: ignore[call-overload]
-        p, c, _ = longest_path(
-            ids,
-            g.get_column("start_ns").to_numpy(),
-            g.get_column("end_ns").to_numpy(),
-            e.get_column("src").to_numpy(),
-            e.get_column("dst").to_numpy(),
-            waits=g.get_column("is_wait").to_numpy(),
-            device=(g.get_column("lane_kind") == "device").to_numpy(),
+    step_rows = [
+        g.sort("end_ns", "start_ns").get_column("_row").to_numpy().astype(i64)
+        for g in groups.values()
+    ]
+    group_of = np.zeros(len(n_id), dtype=i64)
+    for k, rows in enumerate(step_rows):
+        group_of[rows] = k
+    # edges belong to the step of their destination (an edge into no node is none); their order
+    # is kept within a step, as the first best edge into a node wins
+    src, dst = _edges(nodes, profile.events, cross)
+    dst_row = _positions(n_id, dst)
+    src, dst, dst_row = src[dst_row >= 0], dst[dst_row >= 0], dst_row[dst_row >= 0]
+    by_group = np.argsort(group_of[dst_row], kind="stable")
+    src, dst = src[by_group], dst[by_group]
+    cuts = np.searchsorted(group_of[dst_row][by_group], np.arange(len(step_rows) + 1))
+    path_rows: list[np.ndarray] = []
+    contribs: list[np.ndarray] = []
+    for k, rows in enumerate(step_rows):
+        at, c, _ = _longest_path_at(
+            n_id[rows],
+            n_start[rows],
+            n_end[rows],
+            src[cuts[k] : cuts[k + 1]],
+            dst[cuts[k] : cuts[k + 1]],
+            waits=n_wait[rows],
+            device=n_dev[rows],
         )
-        paths.append(
-            pl.DataFrame(
-                {
-                    "rank": [rank] * len(p),
-                    "step": [step] * len(p),
-                    "order": list(range(len(p))),
-                    "id": p,
-                    "on_path_ns": c,
-                },
-                schema={
-                    "rank": pl.Int32,
-                    "step": pl.Int32,
-                    "order": pl.Int64,
-                    "id": pl.Int64,
-                    "on_path_ns": pl.Int64,
-                },
-            )
-        )
-    schema = {"rank": pl.Int32, "step": pl.Int32, "order": pl.Int64, "id": pl.Int64,
-              "on_path_ns": pl.Int64}  # fmt: skip
-    path = pl.concat(paths) if paths else pl.DataFrame(schema=schema)
-    # each table below one lazy query on the eager calls' engine (their ~15 queries were a
-    # fixed cost of every report; the in-memory engine computes the share as they did)
+        path_rows.append(rows[at])
+        contribs.append(c)
+    # the steps by (rank, step), as the table was sorted (the keys are unique)
+    keys = [(int(k[0]), int(k[1])) for k in groups]  # type: ignore[call-overload]
+    by_step = sorted(range(len(keys)), key=keys.__getitem__)
+    rows = np.concatenate([path_rows[k] for k in by_step]) if keys else np.empty(0, i64)
     path = (
-        path.lazy()
-        .join(
-            nodes.lazy().select(
-                "id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op", "op_id"
+        nodes.select(
+            "rank", "step", "id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op", "op_id"
+        )
+        .lazy()
+        .select(
+            pl.col("rank").gather(rows),
+            pl.col("step").gather(rows),
+            pl.Series(
+                "order",
+                np.concatenate([np.arange(len(path_rows[k]), dtype=i64) for k in by_step])
+                if keys
+                else np.empty(0, i64),
             ),
-            on="id",
-            how="left",
+            # explicit host segments (idle gaps, host work cut off a call) are no event of the trace
+            pl.when(pl.col("id") >= 0).then(pl.col("id")).alias("id").gather(rows),
+            pl.Series(
+                "on_path_ns",
+                np.concatenate([contribs[k] for k in by_step]) if keys else np.empty(0, i64),
+            ),
+            pl.exclude("rank", "step", "id").gather(rows),
         )
-        .sort("rank", "step", "order")
-        # explicit host segments (idle gaps, host work cut off a call) are no event of the trace
-        .with_columns(pl.when(pl.col("id") >= 0).then(pl.col("id")).alias("id"))
         .pipe(tree.collect)
         .rechunk()
     )
-    span = (
-        nodes.lazy()
-        .group_by("rank", "step")
-        .agg((pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns"))
-    )
+    # per step: the path's length, its host and device parts, and the span of its nodes
+    host_ns, device_ns, span_ns = [], [], []
+    for k in by_step:
+        on_dev = n_dev[path_rows[k]]
+        device_ns.append(int(contribs[k][on_dev].sum()))
+        host_ns.append(int(contribs[k][~on_dev].sum()))
+        rows = step_rows[k]
+        span_ns.append(int(n_end[rows].max() - n_start[rows].min()))
     steps = (
-        path.lazy()
-        .group_by("rank", "step")
-        .agg(
-            pl.col("on_path_ns").sum().alias("path_ns"),
-            pl.col("on_path_ns").filter(pl.col("lane_kind") == "host").sum().alias("host_ns"),
-            pl.col("on_path_ns").filter(pl.col("lane_kind") == "device").sum().alias("device_ns"),
+        pl.DataFrame(
+            {
+                "rank": [keys[k][0] for k in by_step],
+                "step": [keys[k][1] for k in by_step],
+                "path_ns": [int(contribs[k].sum()) for k in by_step],
+                "host_ns": host_ns,
+                "device_ns": device_ns,
+                # a step's device work can finish after its ProfilerStep range on the host
+                # closes: the step's time is the span from its first to its last node
+                "step_ns": span_ns,
+            },
+            schema={
+                "rank": nodes.schema["rank"],
+                "step": nodes.schema["step"],
+                "path_ns": pl.Int64,
+                "host_ns": pl.Int64,
+                "device_ns": pl.Int64,
+                "step_ns": pl.Int64,
+            },
         )
-        .join(span, on=["rank", "step"], how="left")
-        .join(step_spans, on=["rank", "step"], how="left")
-        # a step's device work can finish after its ProfilerStep range on the host closes: the
-        # step's time is the span from its first to its last node
-        .with_columns(pl.col("span_ns").alias("step_ns"), pl.col("dur_ns").alias("host_step_ns"))
-        .drop("dur_ns", "span_ns")
-        .sort("rank", "step")
+        .lazy()
+        .join(step_spans, on=["rank", "step"], how="left", maintain_order="left")
+        .rename({"dur_ns": "host_step_ns"})
         .pipe(tree.collect)
-        .rechunk()
     )
     ops = (
         path.lazy()

@@ -1,0 +1,253 @@
+"""The edges and the per-step pass of ``critical_path`` in NumPy give exactly what the Polars plan
+and the per-step loop they replaced gave (both kept below as references), edge order included:
+the first best edge into a node wins, and the nodes of a step keep Polars' (unstable) order of
+ties in end and start time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from conftest import shared_trace
+from opscope import load
+from opscope.analysis import critical_path as cp
+from opscope.analysis import tree
+from opscope.analysis.registry import Options
+from opscope.model import Profile
+
+
+def reference_edges(
+    nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None = None
+) -> pl.LazyFrame:
+    """``_edges`` as the Polars plan it was (kept verbatim as the reference)."""
+    lane = (
+        nodes.lazy()
+        .sort("start_ns", "end_ns")
+        .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
+        .filter(pl.col("src").is_not_null())
+        .select("src", pl.col("id").alias("dst"))
+    )
+    launch = (
+        events.lazy()
+        .select(pl.col("launch_id").alias("src"), pl.col("id").alias("dst"))
+        .filter(pl.col("src").is_not_null())
+    )
+    is_sync = nodes.get_column("is_sync")
+    sync_edges: list[pl.DataFrame] = []
+    if is_sync.any():
+        syncs = nodes.filter(is_sync).sort("end_ns")
+        dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
+        for (rank, step), s in syncs.group_by("rank", "step") if dev.height else ():
+            d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
+            if d.height == 0:
+                continue
+            s_id = s.get_column("id").to_numpy()
+            s_end = s.get_column("end_ns").to_numpy()
+            d_lane = d.get_column("lane").to_numpy()
+            d_id = d.get_column("id").to_numpy()
+            d_end = d.get_column("end_ns").to_numpy()
+            for ln in d.get_column("lane").unique().to_list():
+                on = d_lane == ln
+                j = np.searchsorted(d_end[on], s_end, side="right") - 1
+                hit = j >= 0
+                sync_edges.append(
+                    pl.DataFrame(
+                        {"src": d_id[on][j[hit]], "dst": s_id[hit]},
+                        schema={"src": pl.Int64, "dst": pl.Int64},
+                    )
+                )
+    waiting = nodes.get_column("is_wait") & ~is_sync
+    copy_edges = (
+        launch.select(pl.col("dst").alias("src"), pl.col("src").alias("dst")).join(
+            nodes.lazy().filter(waiting).select(pl.col("id").alias("dst")), on="dst", how="semi"
+        )
+        if waiting.any()
+        else pl.LazyFrame(schema={"src": pl.Int64, "dst": pl.Int64})
+    )
+    parts = [
+        lane,
+        launch,
+        copy_edges,
+        *(e.lazy() for e in sync_edges),
+        *([] if cross is None else [cross.lazy()]),
+    ]
+    want = pl.Schema({"src": pl.Int64, "dst": pl.Int64})
+    return pl.concat([p if p.collect_schema() == want else p.cast(want) for p in parts])
+
+
+def reference_tables(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """``critical_path``'s path, ops and steps by the per-step loop of Polars queries it was
+    (kept as the reference), from the same graph."""
+    nodes, cross = cp._graph(profile)
+    step_spans = profile.steps.lazy().select("rank", "step", "dur_ns")
+    paths = []
+    edges = (
+        reference_edges(nodes, profile.events, cross)
+        .join(nodes.lazy().select(pl.col("id").alias("dst"), "rank", "step"), on="dst")
+        .pipe(tree.collect)
+    )
+    by_step = {
+        (int(k[0]), int(k[1])): df  # type: ignore[call-overload]
+        for k, df in edges.partition_by("rank", "step", as_dict=True).items()
+    }
+    empty_edges = pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
+    schema = {"rank": pl.Int32, "step": pl.Int32, "order": pl.Int64, "id": pl.Int64,
+              "on_path_ns": pl.Int64}  # fmt: skip
+    for (rank, step), group in nodes.group_by("rank", "step", maintain_order=True):
+        g = group.sort("end_ns", "start_ns")
+        e = by_step.get((int(rank), int(step)), empty_edges)  # type: ignore[call-overload]
+        p, c, _ = cp.longest_path(
+            g.get_column("id").to_numpy(),
+            g.get_column("start_ns").to_numpy(),
+            g.get_column("end_ns").to_numpy(),
+            e.get_column("src").to_numpy(),
+            e.get_column("dst").to_numpy(),
+            waits=g.get_column("is_wait").to_numpy(),
+            device=(g.get_column("lane_kind") == "device").to_numpy(),
+        )
+        paths.append(
+            pl.DataFrame(
+                {
+                    "rank": [rank] * len(p),
+                    "step": [step] * len(p),
+                    "order": list(range(len(p))),
+                    "id": p,
+                    "on_path_ns": c,
+                },
+                schema=schema,
+            )
+        )
+    path = pl.concat(paths) if paths else pl.DataFrame(schema=schema)
+    path = (
+        path.join(
+            nodes.select("id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op", "op_id"),
+            on="id",
+            how="left",
+        )
+        .sort("rank", "step", "order")
+        .with_columns(pl.when(pl.col("id") >= 0).then(pl.col("id")).alias("id"))
+    )
+    span = nodes.group_by("rank", "step").agg(
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns")
+    )
+    steps = (
+        path.group_by("rank", "step")
+        .agg(
+            pl.col("on_path_ns").sum().alias("path_ns"),
+            pl.col("on_path_ns").filter(pl.col("lane_kind") == "host").sum().alias("host_ns"),
+            pl.col("on_path_ns").filter(pl.col("lane_kind") == "device").sum().alias("device_ns"),
+        )
+        .join(span, on=["rank", "step"], how="left")
+        .join(step_spans.collect(), on=["rank", "step"], how="left")
+        .with_columns(pl.col("span_ns").alias("step_ns"), pl.col("dur_ns").alias("host_step_ns"))
+        .drop("dur_ns", "span_ns")
+        .sort("rank", "step")
+    )
+    ops = (
+        path.group_by("rank", "step", "op")
+        .agg(pl.col("on_path_ns").sum(), pl.len().alias("nodes"))
+        .join(steps.select("rank", "step", "step_ns"), on=["rank", "step"])
+        .with_columns((pl.col("on_path_ns") / pl.col("step_ns")).alias("share"))
+        .sort(["rank", "step", "on_path_ns", "op"], descending=[False, False, True, False])
+    )
+    return path, ops, steps
+
+
+def _random_nodes(seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Nodes on a few lanes of a few steps with many equal (start, end) pairs, launches, syncs,
+    blocking copies and cross-thread edges."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    host = rng.random(n) < 0.5
+    start = rng.integers(0, 40, n)
+    ids = rng.permutation(n).astype(np.int64) - int(rng.integers(0, n // 3 + 1))
+    wait = host & (rng.random(n) < 0.3)
+    nodes = pl.DataFrame(
+        {
+            "rank": rng.integers(0, 2, n),
+            "step": rng.integers(0, 3, n),
+            "id": ids,
+            "lane_kind": np.where(host, "host", "device"),
+            "lane": np.where(host, rng.integers(0, 3, n), rng.integers(0, 4, n)),
+            "start_ns": start,
+            "end_ns": start + rng.integers(0, 4, n),
+            "op_id": np.zeros(n, dtype=np.int64),
+            "name": ["x"] * n,
+            "is_sync": wait & (rng.random(n) < 0.5),
+            "is_wait": wait,
+        },
+        schema=cp._NODE_SCHEMA,
+    )
+    m = int(rng.integers(0, n + 1))
+    events = pl.DataFrame(
+        {
+            "id": rng.choice(np.concatenate((ids, [10_000, 10_001])), m),
+            "launch_id": [None if rng.random() < 0.3 else int(x) for x in rng.choice(ids, m)],
+        },
+        schema={"id": pl.Int64, "launch_id": pl.Int64},
+    )
+    k = int(rng.integers(0, n + 1))
+    cross = pl.DataFrame(
+        {"src": rng.choice(ids, k), "dst": rng.choice(ids, k)},
+        schema={"src": pl.Int64, "dst": pl.Int64},
+    )
+    return nodes, events, cross
+
+
+def _into(rows: list[tuple[int, int]]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for s, d in rows:
+        out.setdefault(d, []).append(s)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_same_edges_in_the_same_order_as_the_plan(seed: int) -> None:
+    """The same edges into each node in the same order (the order that decides ties; the order
+    between the sync edges of two steps varies in the plan itself: group_by's)."""
+    nodes, events, cross = _random_nodes(seed)
+    for c in (cross, None):
+        src, dst = cp._edges(nodes, events, c)
+        want = reference_edges(nodes, events, c).collect().rows()
+        assert _into(list(zip(src.tolist(), dst.tolist(), strict=True))) == _into(want)
+        assert len(src) == len(want)
+
+
+_TRACES = [
+    "gpu/hta_alexnet_a100_cuda_sync.json.gz",
+    "gpu/hta_triton_a100.json.gz",
+    "gpu/hta_nccl_a100_rank0of2.json.gz",
+    "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
+    "ascend/small_two_rank/test_rank_0",
+    "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
+]
+
+
+@pytest.mark.parametrize("rel", _TRACES)
+def test_same_tables_as_the_per_step_loop(rel: str) -> None:
+    """On real traces (ties in end and start on every step of the 75k-event one): the path, its
+    operators and its steps equal the per-step loop's, dtypes included."""
+    profile = load(shared_trace(rel), cache=False)
+    got = cp.critical_path(profile, Options())
+    for g, w in zip((got.path, got.ops, got.steps), reference_tables(profile), strict=True):
+        assert g.schema == w.schema
+        assert g.equals(w)
+
+
+def test_the_steps_keep_polars_order_of_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spy on the sort: the per-step order is Polars' sort by (end, start) of the step's rows
+    (a stable sort would order ties otherwise)."""
+    profile = load(shared_trace("multi_rank/hta_sampled_128rank_job/rank-1.json.gz"), cache=False)
+    seen: list[list[str]] = []
+    real = pl.DataFrame.sort
+
+    def spy(self: pl.DataFrame, by: Any, *more: Any, **kw: Any) -> pl.DataFrame:
+        seen.append([by, *more])
+        return real(self, by, *more, **kw)
+
+    monkeypatch.setattr(pl.DataFrame, "sort", spy)
+    cp.critical_path(profile, Options())
+    assert seen.count(["end_ns", "start_ns"]) == profile.steps.height
