@@ -255,3 +255,60 @@ def test_device_work_counts_in_the_step_it_runs_in() -> None:
     assert s0["idle_host_wait_ns"] == 900_000  # launched at 850 > 0
     assert s1["idle_other_ns"] == 700_000 and s1["idle_host_wait_ns"] == 0
     assert s0["device_busy_ns"] + s0["device_idle_ns"] == s0["dur_ns"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_clip_matches_brute_force(seed: int) -> None:
+    """Events of several ranks (null ranks, null and zero lengths, events spanning several
+    windows or none) clipped to each window of their rank they overlap: the same rows as
+    plain Python over every (event, window) pair; an event's own ``step`` kept, the window's
+    beside it as ``step_right``."""
+    import random
+
+    import polars as pl
+
+    from opscope.analysis.breakdown import _clip
+
+    rng = random.Random(seed)
+    base = rng.choice([0, 1_695_115_378_713_661_000])
+    wins = []
+    for r in range(3):
+        t = base + rng.randint(0, 50)
+        for k in range(rng.randint(0, 5)):
+            t += rng.randint(0, 20)  # gaps between windows, some none
+            d = rng.randint(1, 40)
+            wins.append((r, k if seed % 2 else None, t, t + d))
+            t += d
+    win = pl.DataFrame(
+        wins, schema={"rank": pl.Int32, "step": pl.Int32, "w0": pl.Int64, "w1": pl.Int64},
+        orient="row",
+    )  # fmt: skip
+    evs = [
+        (
+            rng.choice([0, 1, 2, 3, None]),
+            rng.randint(0, 9),
+            None if rng.random() < 0.05 else base + rng.randint(0, 300),
+            rng.choice([None, 0, rng.randint(1, 10), rng.randint(1, 150)]),
+            i,
+        )
+        for i in range(200)
+    ]
+    ev = pl.DataFrame(
+        evs,
+        schema={"rank": pl.Int32, "step": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
+                "id": pl.Int64},
+        orient="row",
+    )  # fmt: skip
+    want = [
+        (r, st, ts, d, i, wst, w0, w1, max(ts, w0), min(ts + d, w1))
+        for r, st, ts, d, i in evs
+        if r is not None and ts is not None and d is not None and d > 0
+        for wr, wst, w0, w1 in wins
+        if wr == r and max(ts, w0) < min(ts + d, w1)
+    ]
+    got = _clip(ev, win)
+    assert got.columns == [*ev.columns, "step_right", "w0", "w1", "start", "end"]
+    assert sorted(got.iter_rows(), key=repr) == sorted(want, key=repr)
+    no_step = _clip(ev.drop("step"), win)
+    assert no_step.columns == ["rank", "ts_ns", "dur_ns", "id", "step", "w0", "w1", "start", "end"]
+    assert no_step.height == len(want)

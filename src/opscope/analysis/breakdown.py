@@ -242,49 +242,75 @@ def _windows(profile: Profile) -> pl.DataFrame:
     )
 
 
-def _numbered(win: pl.DataFrame) -> pl.LazyFrame:
-    """The windows sorted by rank and start, numbered ``_k`` within their rank (what
-    :func:`_clip_lazy` reads three times per clip): computed once, not in every reading plan."""
-    numbered = (
-        win.lazy().sort("rank", "w0").with_columns(pl.int_range(pl.len()).over("rank").alias("_k"))
-    )
-    return tree.collect(numbered).lazy()
+def _ints(s: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(values as int64 with nulls read as 0, valid) of an integer column."""
+    if s.null_count() == 0:  # (a count Polars keeps: no query)
+        return s.to_numpy().astype(np.int64, copy=False), np.ones(len(s), dtype=bool)
+    return s.fill_null(0).to_numpy().astype(np.int64, copy=False), s.is_not_null().to_numpy()
 
 
-def _clip_lazy(ev: pl.LazyFrame, w: pl.LazyFrame, cls: str | None = None) -> pl.LazyFrame:
-    """``ev`` (``rank``, ``ts_ns``, ``dur_ns``, any other columns) once per window of ``w``
-    (:func:`_numbered`) it overlaps, clipped to it: ``step``, ``w0``, ``w1``, ``start``, ``end``
-    (and ``cls`` when given).
+def _clip(ev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """``ev`` (``rank``, ``ts_ns``, ``dur_ns``, any other columns) once per window of ``win``
+    (``rank``, ``step``, ``w0``, ``w1``) of its rank that it overlaps, clipped to it: ``ev``'s
+    columns, the window's ``step`` (``step_right`` when ``ev`` has a ``step``), ``w0``, ``w1``,
+    ``start``, ``end``; rows in no particular order. Zero-length
+    events, and events or windows with a null rank or time, count nowhere.
 
-    Two as-of joins find the first window ending after the event starts and the last window
-    starting before it ends; an event spanning several windows is repeated once per window (a
-    cross join of events and steps would be events × steps rows). One lazy query, collected on
-    the in-memory engine (the eager calls' engine) by the caller: a query per step was a fixed
-    cost on small traces.
+    Per rank, with the windows numbered by start: the first window ending after the event
+    starts and the last one starting before it ends (binary searches), the event repeated once
+    per window from the one to the other (a cross join of events and steps would be
+    events x steps rows). In NumPy: the as-of joins and the plan around them were a fixed cost
+    of ~0.6 ms on a 21-event trace and 2 ms on a 75k-event one.
     """
-    e = ev.filter(pl.col("dur_ns") > 0).with_columns(
-        pl.col("ts_ns").alias("_s"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("_e")
-    )
-    lo = w.select("rank", pl.col("w1").alias("_s"), pl.col("_k").alias("_lo")).sort("_s")
-    hi = w.select("rank", pl.col("w0").alias("_e"), pl.col("_k").alias("_hi")).sort("_e")
-    e = e.sort("_s").join_asof(
-        lo, on="_s", by="rank", strategy="forward", allow_exact_matches=False,
-        check_sortedness=False,
-    )  # fmt: skip
-    e = e.sort("_e").join_asof(
-        hi, on="_e", by="rank", strategy="backward", allow_exact_matches=False,
-        check_sortedness=False,
-    )  # fmt: skip
-    e = e.filter(pl.col("_lo").is_not_null() & pl.col("_hi").is_not_null())
-    e = e.filter(pl.col("_lo") <= pl.col("_hi"))
-    e = e.with_columns(pl.int_ranges("_lo", pl.col("_hi") + 1).alias("_k")).explode("_k")
-    j = e.join(w.select("rank", "_k", "step", "w0", "w1"), on=["rank", "_k"], how="inner")
-    j = j.with_columns(
-        pl.max_horizontal("_s", "w0").alias("start"), pl.min_horizontal("_e", "w1").alias("end")
-    ).filter(pl.col("end") > pl.col("start"))
-    if cls is not None:
-        j = j.with_columns(pl.lit(cls).alias("cls"))
-    return j.drop("_s", "_e", "_lo", "_hi", "_k")
+    wr, wok = _ints(win.get_column("rank"))
+    w0, ok0 = _ints(win.get_column("w0"))
+    w1, ok1 = _ints(win.get_column("w1"))
+    wid = np.flatnonzero(wok & ok0 & ok1)
+    order = wid[np.lexsort((w0[wid], wr[wid]))]  # by rank, then start: the windows' numbers
+    er, eok = _ints(ev.get_column("rank"))
+    s, sok = _ints(ev.get_column("ts_ns"))
+    d, dok = _ints(ev.get_column("dur_ns"))
+    e = s + d
+    live = np.flatnonzero(eok & sok & dok & (d > 0))
+    live = live[np.argsort(er[live], kind="stable")]  # each rank's events one slice
+    live_rank = er[live]
+    ranks = wr[order]
+    rows_at: list[np.ndarray] = []
+    win_at: list[np.ndarray] = []
+    for r in np.unique(ranks):
+        ws = order[ranks == r]
+        a, b = np.searchsorted(live_rank, [r, r + 1])
+        evi = live[a:b]
+        if not len(evi):
+            continue
+        by_end = np.argsort(w1[ws], kind="stable")
+        # the first window ending after the start; the last starting before the end
+        i = np.searchsorted(w1[ws][by_end], s[evi], side="right")
+        j = np.searchsorted(w0[ws], e[evi], side="left") - 1
+        has = (i < len(ws)) & (j >= 0)
+        lo = np.where(has, by_end[np.minimum(i, len(ws) - 1)], 0)
+        m = has & (lo <= j)
+        cnt = (j - lo + 1)[m]
+        nth = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        rows_at.append(np.repeat(evi[m], cnt))
+        win_at.append(ws[np.repeat(lo[m], cnt) + nth])
+    none = np.zeros(0, dtype=np.int64)
+    rows = np.concatenate(rows_at) if rows_at else none
+    at = np.concatenate(win_at) if win_at else none
+    start = np.maximum(s[rows], w0[at])
+    end = np.minimum(e[rows], w1[at])
+    keep = end > start
+    rows, at, start, end = rows[keep], at[keep], start[keep], end[keep]
+    w = win[at]
+    cols = [
+        w.get_column("step").alias("step_right" if "step" in ev.columns else "step"),
+        w.get_column("w0"),
+        w.get_column("w1"),
+        pl.Series("start", start, dtype=pl.Int64),
+        pl.Series("end", end, dtype=pl.Int64),
+    ]
+    out: pl.DataFrame = ev[rows]
+    return out.hstack(cols)
 
 
 def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -516,8 +542,7 @@ def _any_value(s: pl.Series) -> bool:
 def _breakdown_of(inp: _Inputs) -> Breakdown:
     win, dev = inp.win, inp.dev
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
-    numbered = _numbered(win)
-    cdev = tree.collect(_clip_lazy(dev.lazy(), numbered))
+    cdev = _clip(dev, win)
     cdev_lazy = cdev.lazy()
     # the device classes as one lazy query (a query per filter and per label was a fixed
     # cost on small traces); rows in the same order as the filters one by one
@@ -534,8 +559,8 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
     for host, cls in ((inp.host, "host_ops"), (inp.data, "data_loading")):
         # no host op (or no data loading) clips to no interval: the as-of joins skipped
         if host.height or not tree.SHORTCUTS:
-            clipped = _clip_lazy(host.lazy(), numbered, cls)
-            parts.append(clipped.select("rank", "step", "cls", "start", "end"))
+            clipped = _clip(host, win).lazy()
+            parts.append(clipped.select("rank", "step", pl.lit(cls).alias("cls"), "start", "end"))
     # Ascend steps with their own figures for every step: the device-wide idle split is nulled
     # below (it would not add up to free_ns), so only its busy time is needed: the union of all
     # device work, one more class here instead of the split's ~30 queries
