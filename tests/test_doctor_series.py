@@ -1,0 +1,127 @@
+"""The doctor's launch and kernel-origin checks by Series masks (and the kernel-origin check
+without the linker's queries when every kernel has its launch) give the checks the DataFrame
+queries gave: the queries are kept here as the reference, compared on real traces and on
+copies with launches unlinked, kernels orphaned and null names."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import polars as pl
+import pytest
+
+from conftest import shared_trace
+from opscope.doctor import checks
+from opscope.doctor.checks import UNLINKED_LAUNCH_WARN, Check
+from opscope.ingest import link, load
+from opscope.model import Profile
+
+_QUEUED = link.queued_before_profiling  # the linker's, not the spy a test puts in its place
+
+TRACES = [
+    "gpu/hta_triton_a100.json.gz",
+    "ascend/small_two_rank/test_rank_0",
+    "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
+]
+
+
+def _launch_links_ref(profile: Profile) -> list[Check]:
+    """check_launch_links as DataFrame filters (before the Series masks)."""
+    if not profile.has_device:
+        return []
+    ev = profile.events
+    launches = ev.filter(
+        pl.col("kind").is_in(["runtime", "driver"]) & pl.col("name").str.contains(checks._LAUNCH_RE)
+    )
+    linked = profile.kernels.get_column("launch_id").drop_nulls().unique()
+    unl = launches.filter(~pl.col("id").is_in(linked.implode()))
+    n_l, n_u = launches.height, unl.height
+    odd = dict(profile.meta.get("oddities") or {})
+    evidence: dict[str, Any] = {
+        "launches": n_l,
+        "launches_without_device_activity": n_u,
+        "kernels": profile.kernels.height,
+        "kernels_without_launch": int(profile.kernels.get_column("launch_id").is_null().sum()),
+        "flows_not_bound": int(odd.get("flow not bound to events", 0)),
+    }
+    if n_u:
+        top = unl.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(5)
+        evidence["unlinked_by_name"] = {str(n): int(c) for n, c in top.iter_rows()}
+    frac = n_u / n_l if n_l else 0.0
+    evidence["fraction"] = round(frac, 4)
+    status = "warning" if n_l and frac > UNLINKED_LAUNCH_WARN else "ok"
+    return [Check("incomplete.kernels", status, "", evidence)]
+
+
+def _origins_ref(profile: Profile) -> dict[str, Any] | None:
+    """check_kernel_origins' evidence with the linker always asked."""
+    k = profile.kernels
+    if k.is_empty():
+        return None
+    ev_all = profile.events
+    queued = ev_all.filter(pl.Series(_QUEUED(ev_all))).get_column("id")
+    early = int(k.get_column("id").is_in(queued.implode()).sum())
+    orphans = int(k.get_column("launch_id").is_null().sum()) - early
+    flows = profile.flows.get_column("kind").cast(pl.String)
+    return {
+        "kernels": k.height,
+        "kernels_without_launch": orphans,
+        "queued_before_profiling": early,
+        "fraction": round(orphans / k.height, 4),
+        "ac2g_flows": int((flows == "ac2g").sum()),
+    }
+
+
+def _variants(p: Profile) -> list[Profile]:
+    """The profile, and copies with every other device row's launch lost (its launch unlinked
+    and the kernel orphaned; the first one's too) and with some names null."""
+    out = [p]
+    ev = p.events
+    row = pl.int_range(pl.len())
+    dev = pl.col("kind").is_in(["kernel", "memcpy", "memset", "communication"])
+    nth = dev.cast(pl.Int64).cum_sum()
+    cut = ev.with_columns(
+        pl.when(dev & (nth % 2 == 1)).then(None).otherwise(pl.col("launch_id")).alias("launch_id")
+    )
+    out.append(replace(p, events=cut))
+    nulls = cut.with_columns(
+        pl.when(row % 3 == 0).then(None).otherwise(pl.col("name")).alias("name")
+    )
+    out.append(replace(p, events=nulls))
+    return out
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_launch_links_as_the_queries(rel: str) -> None:
+    seen_warning = False
+    for p in _variants(load(shared_trace(rel), cache=False)):
+        got, want = checks.check_launch_links(p), _launch_links_ref(p)
+        assert [(c.id, c.status, c.evidence) for c in got] == [
+            (c.id, c.status, c.evidence) for c in want
+        ]
+        seen_warning |= any(c.status == "warning" for c in got)
+    if rel.startswith("gpu"):
+        assert seen_warning  # the cut copies exercise the unlinked names
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_kernel_origins_as_the_queries(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = _QUEUED
+    asked: list[int] = []
+
+    def spy(events: pl.DataFrame, *a: Any, **k: Any) -> Any:
+        asked.append(events.height)
+        return real(events, *a, **k)
+
+    monkeypatch.setattr(link, "queued_before_profiling", spy)
+    for p in _variants(load(shared_trace(rel), cache=False)):
+        asked.clear()
+        got = checks.check_kernel_origins(p)
+        want = _origins_ref(p)
+        flows = [c for c in got if c.id == "incomplete.flows"]
+        assert (flows[0].evidence if flows else None) == want
+        if not p.kernels.is_empty():
+            orphaned = int(p.kernels.get_column("launch_id").is_null().sum())
+            # the linker is asked only when some kernel has no launch
+            assert asked == ([p.events.height] if orphaned else [])
