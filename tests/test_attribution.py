@@ -115,3 +115,24 @@ def test_real_cpu_run_lines_forward_and_backward(tmp_path: Path) -> None:
                 end = e["ts"] + e["dur"]
     got = res.lines.get_column("total_ns").sum() / 1000  # type: ignore[attr-defined]
     assert got == pytest.approx(total, rel=1e-6, abs=1.0)
+
+
+def test_op_times_and_the_resolution_walk_one_host_forest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """hotspots' op times and the resolution of the ops read the same host events' forest, built
+    once per Profile (each filtered the events and built its own)."""
+    from opscope.analysis import tree
+    from opscope.analysis.attribution import resolve_ops
+    from opscope.analysis.hotspots import op_times
+
+    built: list[int] = []
+    real = tree.Forest.of
+
+    def spy(events: pl.DataFrame) -> tree.Forest:
+        built.append(events.height)
+        return real(events)
+
+    monkeypatch.setattr(tree.Forest, "of", spy)
+    p = training().profile
+    res, ops = resolve_ops(p), op_times(p)
+    assert len(built) == 1 and built[0] == tree.host_forest(p)[1].ids.size
+    assert res.height == ops.height == p.ops.height

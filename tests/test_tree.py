@@ -135,3 +135,85 @@ def test_gather_equals_plain_indexing_with_nulls_at_minus_one(
         assert got.to_list() == want or (  # NaN != NaN: compare its place instead
             [repr(x) for x in got.to_list()] == [repr(x) for x in want]
         ), at
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_positions_by_table_equal_the_sorted_search(seed: int) -> None:
+    """The id-indexed table (dense ids) and the sort-and-search give the same positions: the
+    first where an id repeats, -1 for a null, an absent or an out-of-range id; and the table is
+    the path taken for dense ids, the search for repeated, negative or sparse ones."""
+    from opscope.analysis import tree
+
+    rng = np.random.default_rng(seed)
+    taken: list[str] = []
+    real = tree._positions_sorted
+
+    def spy(ids: Any, want: Any, null: Any) -> Any:
+        taken.append("sorted")
+        return real(ids, want, null)
+
+    cases = [
+        (rng.permutation(400)[:300], "table"),  # row numbers, some dropped, shuffled
+        (np.concatenate([rng.permutation(50), [7, 3]]), "sorted"),  # repeated ids
+        (rng.permutation(300) - 5, "sorted"),  # negative ids
+        (rng.choice(10**9, 200, replace=False), "sorted"),  # sparse ids
+    ]
+    for raw, path in cases:
+        ids = raw.astype(np.int64)
+        want = rng.integers(int(ids.min()) - 20, int(ids.max()) + 20, 500)
+        null = rng.random(500) < 0.1
+        taken.clear()
+        tree._positions_sorted = spy  # type: ignore[assignment]
+        try:
+            got = tree._positions(ids, want, null)
+        finally:
+            tree._positions_sorted = real  # type: ignore[assignment]
+        assert taken == ([] if path == "table" else ["sorted"])
+        assert got.tolist() == real(ids, want, null).tolist()
+        first: dict[int, int] = {}
+        for k, x in enumerate(ids.tolist()):
+            first.setdefault(x, k)
+        assert got.tolist() == [
+            -1 if nul else first.get(w, -1) for w, nul in zip(want.tolist(), null, strict=True)
+        ]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_nearest_up_by_jumps_equals_the_walk(seed: int) -> None:
+    """Pointer doubling gives the one-step walk's answer, with and without the event itself,
+    for any depth cut; it is the path taken on a shallow forest, and it hands a forest it cannot
+    finish within the cut (a deep chain, a cycle) to the walk, whose cut it keeps."""
+    rng = random.Random(seed)
+    n = 400
+    ids, parents = random_forest(rng, n)
+    # a chain of 300 under the first root and a cycle of three, so some walks are long or endless
+    chain_ids = list(range(10 * n + n, 10 * n + n + 300))
+    ids += chain_ids
+    parents += [ids[0], *chain_ids[:-1]]
+    ids += [1, 2, 3]
+    parents += [2, 3, 1]
+    f = Forest.of(
+        pl.DataFrame(
+            {"id": ids, "parent_id": parents}, schema=[("id", pl.Int64), ("parent_id", pl.Int64)]
+        )
+    )
+    m = len(ids)
+    shallow = Forest.of(
+        pl.DataFrame(
+            {"id": ids[:n], "parent_id": parents[:n]},
+            schema=[("id", pl.Int64), ("parent_id", pl.Int64)],
+        )
+    )
+    for density in (0.0, 0.02, 0.3):
+        has = np.array([rng.random() < density for _ in range(m)])
+        for include_self in (True, False):
+            for depth in (1, 2, 3, 7, 64, 200, 256):
+                want = f._walk_up(has, include_self=include_self, max_depth=depth)
+                got = f.nearest_up(has, include_self=include_self, max_depth=depth)
+                assert got.tolist() == want.tolist(), (density, include_self, depth)
+            sh = has[:n]
+            jumped = shallow._jump_up(sh, include_self, 256)
+            assert jumped is not None  # taken: the random forest is a few levels deep
+            assert jumped.tolist() == shallow._walk_up(sh, include_self=include_self).tolist()
+    # the chain is 300 deep: no mark within 256 steps of its end is not a "none" by jumps
+    assert f._jump_up(np.zeros(m, dtype=bool), True, 256) is None

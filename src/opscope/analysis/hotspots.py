@@ -24,7 +24,7 @@ import polars as pl
 
 from opscope.analysis import tree as _tree  # its SHORTCUTS switch, read when used
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import Forest, no_ops, per_profile
+from opscope.analysis.tree import host_forest, no_ops, per_profile
 from opscope.model import Profile, kinds
 
 #: Kinds of device work that count as kernel time (annotations are ranges, not work).
@@ -244,16 +244,14 @@ def _op_times(profile: Profile) -> pl.DataFrame:
             )
         )
         return pl.DataFrame(schema=plan.collect_schema())
-    # the columns used, then the filter (a filter copies every column it keeps)
-    tree = ev.select("id", "parent_id", "kind", "dur_ns").filter(
-        ~pl.col("kind").is_in(_DEVICE_KINDS)
-    )
-    forest = Forest.of(tree)
+    # the host events' forest, shared with attribution's resolution; their columns by position
+    rows, forest = host_forest(profile)
     n = len(forest)
-    not_py = (tree.get_column("kind") != "python_function").fill_null(True).to_numpy()
+    kind = ev.get_column("kind")
+    not_py = (kind != "python_function").fill_null(True).to_numpy()[rows]
     # children of an event: the events whose nearest non-Python ancestor it is
     hp = forest.nearest_up(not_py, include_self=False)
-    dur = tree.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64, copy=False)
+    dur = ev.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64, copy=False)[rows]
     kid = np.flatnonzero(not_py & (hp >= 0))
     child_ns = np.zeros(n, dtype=np.int64)
     np.add.at(child_ns, hp[kid], dur[kid])
@@ -263,18 +261,18 @@ def _op_times(profile: Profile) -> pl.DataFrame:
     vals = dev_self.get_column("device_self_ns").fill_null(0).to_numpy().astype(np.int64)
     np.add.at(own, at[at >= 0], vals[at >= 0])
     desc = forest.descendant_sum(own)
-    ops = ev.select(*_OP_COLUMNS, "kind").filter(pl.col("kind") == "cpu_op").select(_OP_COLUMNS)
-    at_op = np.flatnonzero((tree.get_column("kind") == "cpu_op").fill_null(False).to_numpy())
+    ops = profile.ops.select(_OP_COLUMNS)  # the cached cpu_op rows: no filter of the events
+    at_op = np.flatnonzero((kind == "cpu_op").fill_null(False).to_numpy()[rows])
     if len(at_op) == ops.height:
-        # the ops are the tree's cpu_op rows in the same order: their figures by position, not
-        # three joins on id (most of the time of this function on millions of events)
+        # the ops are the forest's cpu_op rows in the same order: their figures by position,
+        # not three joins on id (most of the time of this function on millions of events)
         child = pl.lit(pl.Series(child_ns[at_op], dtype=pl.Int64))
         return ops.with_columns(  # one query, the columns in the joins' order
             pl.Series("device_self_ns", own[at_op], dtype=pl.Int64),
             (pl.col("dur_ns") - child).clip(lower_bound=0).alias("self_ns"),
             pl.Series("device_ns", own[at_op] + desc[at_op], dtype=pl.Int64),
         )
-    ids = tree.get_column("id")
+    ids = pl.Series("id", forest.ids)
     children = pl.DataFrame([ids, pl.Series("child_ns", child_ns)])
     dev_incl = pl.DataFrame([ids, pl.Series("desc_ns", desc)])
     return _op_table(ev, children, dev_self, dev_incl)
