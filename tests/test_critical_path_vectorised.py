@@ -237,6 +237,28 @@ def test_same_nodes_as_the_loop_on_random_threads(seed: int) -> None:
     _same(ev, steps)
 
 
+@pytest.mark.parametrize("seed", range(100))
+def test_same_nodes_as_the_loop_with_null_steps_and_thread_ids(seed: int) -> None:
+    """Calls outside every step (a null step: a group of its own) and a thread of null tid (a
+    key of its own, its slices matched to it)."""
+    ev, steps = _random_events(random.Random(seed))
+    ev = ev.with_columns(
+        pl.when(pl.col("step") != -1).then(pl.col("step")).alias("step"),
+        pl.when(pl.col("tid") != 8).then(pl.col("tid")).alias("tid"),
+    )
+    assert ev.get_column("tid").null_count() > 0
+    _same(ev, steps)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_distinct_is_np_unique(seed: int) -> None:
+    from opscope.analysis.critical_path import _distinct
+
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-5, int(rng.choice([3, 20, 10_000])), int(rng.integers(0, 500)))
+    assert _distinct(x).tolist() == np.unique(x).tolist()
+
+
 def test_the_comparison_can_fail() -> None:
     ev, steps = _random_events(random.Random(3))
     want = reference_host_nodes(ev, steps)

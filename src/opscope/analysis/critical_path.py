@@ -120,6 +120,84 @@ _NODE_SCHEMA: Final = {
 }  # fmt: skip
 
 
+def _int_column(df: pl.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """A column's values as int64 (nulls as 0) and its null mask (None without a null: no
+    Series query then)."""
+    s = df.get_column(name)
+    if s.null_count():
+        return s.fill_null(0).to_numpy().astype(np.int64), s.is_null().to_numpy()
+    return s.to_numpy().astype(np.int64), None
+
+
+def _distinct(x: np.ndarray) -> np.ndarray:
+    """``np.unique(x)``: by a sort (NumPy's hash table was ~1 ms per call on 25k values), and
+    without one for the few values of a thread key column."""
+    if len(x) == 0:
+        return x
+    seen: list[Any] = []
+    rest = x
+    while len(rest) and len(seen) < 8:  # a column of a few values: a pass per value
+        seen.append(rest[0])
+        rest = rest[rest != rest[0]]
+    if not len(rest):
+        return np.sort(np.array(seen, dtype=x.dtype))
+    y = np.sort(x)
+    return y[np.concatenate(([True], y[1:] != y[:-1]))]
+
+
+def _thread_codes(
+    calls: pl.DataFrame, slices: pl.DataFrame
+) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
+    """A code per thread (rank, pid, tid; a null is a value of its own, as the semi join with
+    ``nulls_equal`` matched it) of each call and each slice (-1: a thread with no call), and
+    each code's key as Polars gives it (None for a null)."""
+    i64 = np.int64
+    c_code = np.zeros(calls.height, dtype=i64)
+    s_code = np.zeros(slices.height, dtype=i64)
+    s_ok = np.ones(slices.height, dtype=bool)
+    uniq: list[np.ndarray] = []
+    for col in ("rank", "pid", "tid"):
+        cv, cn = _int_column(calls, col)
+        sv, sn = _int_column(slices, col)
+        u = _distinct(cv if cn is None else cv[~cn])
+        null_code = len(u)  # after every value
+        c = np.searchsorted(u, cv)
+        if cn is not None:
+            c[cn] = null_code
+        j = np.clip(np.searchsorted(u, sv), 0, max(len(u) - 1, 0))
+        s = np.where(u[j] == sv, j, -1) if len(u) else np.full(len(sv), -1, dtype=i64)
+        if sn is not None:
+            s[sn] = null_code if cn is not None else -1
+        s_ok &= s >= 0
+        c_code = c_code * (len(u) + 1) + c
+        s_code = s_code * (len(u) + 1) + s
+        uniq.append(u)
+    s_code[~s_ok] = -1
+    # each code's key, decoded (only the codes of calls: few threads)
+    keys = []
+    for code in _distinct(c_code).tolist():
+        key: list[Any] = []
+        rest = code
+        for u in reversed(uniq):
+            rest, c = divmod(rest, len(u) + 1)
+            key.append(int(u[c]) if c < len(u) else None)
+        keys.append(tuple(reversed(key)))
+    return c_code, s_code, keys
+
+
+def _polars_order(ts: np.ndarray) -> np.ndarray:
+    """The row order of a frame sorted by ``ts_ns`` as Polars sorts it: not a stable sort, and
+    the order of equal times decides which slice is top-level and which call comes first."""
+    return (
+        pl.DataFrame({"ts_ns": ts}, schema={"ts_ns": pl.Int64})
+        .with_row_index("_row")
+        .sort("ts_ns")
+        .get_column("_row")
+        .to_numpy()
+        .astype(np.int64)
+    )
+
+
 def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """Host nodes of the threads that make runtime calls (see the module doc).
 
@@ -131,81 +209,166 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     synchronising call is its own node from its start, so that the host work before it keeps
     its time when the wait is handed to the device.
     """
+    i64 = np.int64
     thread = ["rank", "pid", "tid"]
-    # only the columns used: sorting and partitioning every column of the events (names, args)
-    # was most of this function's time
+    # three queries over the columns used, the rest in NumPy per thread (the joins, sorts and
+    # partitions per thread they replace were ~20 ms of a 75k-event trace and a fixed cost of
+    # every small one)
+    name = pl.col("name").fill_null("")
     rt = (
         ev.lazy()
         .filter(pl.col("kind").is_in(["runtime", "driver"]))
-        .select(*thread, "id", "ts_ns", "dur_ns", "step", "op_id", "name")
-        .pipe(tree.collect)  # one query (two were a fixed cost on small traces)
+        .select(
+            *thread,
+            "id",
+            "ts_ns",
+            "dur_ns",
+            "step",
+            "op_id",
+            "name",
+            name.str.contains(SYNC_PATTERN).alias("sync"),
+            name.str.contains(COPY_CALL).alias("copy"),
+        )
+        .pipe(tree.collect)
     )
     if not rt.height:
         return pl.DataFrame(schema=_NODE_SCHEMA)
-    step_ts = dict(
-        zip(
+    copies, tracked = pl.collect_all(
+        [
+            ev.lazy()
+            .select("kind", "launch_id", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+            # (a copy of unknown end: none, as the max of the group_by skipped it)
+            .filter(
+                pl.col("kind").is_in(list(_DEVICE_KINDS))
+                & pl.col("launch_id").is_not_null()
+                & pl.col("end").is_not_null()
+            )
+            .drop("kind"),
+            ev.lazy()
+            .filter(pl.col("kind").is_in(list(_TRACKED)))
+            .select(*thread, "id", "ts_ns", "dur_ns"),
+        ],
+        engine="in-memory",
+        optimizations=tree.EAGER_FLAGS,
+    )
+    n = rt.height
+    cid = rt.get_column("id").to_numpy().astype(i64)
+    ts = rt.get_column("ts_ns").to_numpy().astype(i64)
+    end = ts + rt.get_column("dur_ns").to_numpy().astype(i64)
+    # a copy call blocked when its (last-ending) copy ends before the call returns
+    copy_end = np.full(n, np.iinfo(i64).min, dtype=i64)
+    if copies.height:
+        at = _positions(cid, copies.get_column("launch_id").to_numpy().astype(i64))
+        np.maximum.at(copy_end, at[at >= 0], copies.get_column("end").to_numpy()[at >= 0])
+    sync = rt.get_column("sync").to_numpy().astype(bool)
+    blocking = rt.get_column("copy").to_numpy().astype(bool) & (copy_end > np.iinfo(i64).min)
+    wait = sync | (blocking & (copy_end <= end))
+    step, step_null = _int_column(rt, "step")
+    op, op_null = _int_column(rt, "op_id")
+    # the step starts of the rank, by step
+    step_start: dict[tuple[Any, Any], int] = {
+        k: t
+        for k, t in zip(
             zip(
                 steps.get_column("rank").to_list(), steps.get_column("step").to_list(), strict=True
             ),
             steps.get_column("ts_ns").to_list(),
             strict=True,
         )
-    )
-    copies = ev.filter(
-        pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("launch_id").is_not_null()
-    )
-    copy_end = copies.group_by("launch_id").agg(
-        (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("copy_end")
-    )
-    # per call, vectorised: whether it synchronises, and whether it is a copy that blocked
-    rt = rt.join(copy_end, left_on="id", right_on="launch_id", how="left").with_columns(
-        pl.col("name").fill_null("").str.contains(SYNC_PATTERN).alias("sync"),
-        (
-            pl.col("name").fill_null("").str.contains(COPY_CALL)
-            & (pl.col("copy_end") <= pl.col("ts_ns") + pl.col("dur_ns"))
-        )
-        .fill_null(False)
-        .alias("blocking_copy"),
-    )
-    threads = rt.select(thread).unique()
-    tracked = (
-        ev.filter(pl.col("kind").is_in(list(_TRACKED)))
-        .select(*thread, "id", "ts_ns", "dur_ns")
-        .join(threads, on=thread, how="semi", nulls_equal=True)
-    )
-    tracked_by = tracked.sort("ts_ns").partition_by(thread, as_dict=True)
-    parts: list[pl.DataFrame] = []
+        if t is not None and k[1] is not None
+    }
+    # threads in the order of their first call by start time, each thread's calls and slices
+    # in that order (the partitions of the frames sorted by start time)
+    c_code, s_code, keys = _thread_codes(rt, tracked)
+    c_order = _polars_order(ts)
+    t_ts = tracked.get_column("ts_ns").to_numpy().astype(i64)
+    t_end = t_ts + tracked.get_column("dur_ns").to_numpy().astype(i64)
+    t_id = tracked.get_column("id").to_numpy().astype(i64)
+    mine = np.flatnonzero(s_code >= 0)  # the slices of threads with calls, then sorted
+    s_order = mine[_polars_order(t_ts[mine])]
+    codes = _distinct(c_code)
+    code_ix = np.searchsorted(codes, c_code)  # keys[i] is the code's key
+    by_thread = np.argsort(code_ix[c_order], kind="stable")
+    c_rows = c_order[by_thread]
+    c_cut = np.searchsorted(code_ix[c_rows], np.arange(len(keys) + 1))
+    s_ix = np.searchsorted(codes, s_code[s_order])
+    s_rows = s_order[np.argsort(s_ix, kind="stable")]
+    s_cut = np.searchsorted(np.sort(s_ix), np.arange(len(keys) + 1))
+    # a thread's first call in the sorted order: the threads' order
+    first_at = np.full(len(keys), n, dtype=i64)
+    np.minimum.at(first_at, code_ix[c_order], np.arange(n, dtype=i64))
+    parts: list[dict[str, np.ndarray]] = []
     next_id = -1
-    for key, calls in rt.sort("ts_ns").partition_by(thread, as_dict=True).items():
-        rank, _pid, tid = (int(k) if k is not None else -1 for k in key)
-        part = _thread_host_nodes(calls, tracked_by.get(key), step_ts, rank, tid, next_id)
-        next_id -= int((part.get_column("id") < 0).sum())
+    for ix in np.argsort(first_at, kind="stable").tolist():
+        key = keys[ix]
+        sl = s_rows[s_cut[ix] : s_cut[ix + 1]]
+        rank = int(key[0]) if key[0] is not None else -1
+        tid = int(key[2]) if key[2] is not None else -1
+        part = _thread_host_nodes(
+            c_rows[c_cut[ix] : c_cut[ix + 1]], cid, ts, end, step, step_null, op, op_null,
+            sync, wait, t_ts[sl], t_end[sl], t_id[sl],
+            sorted((s, t) for (r, s), t in step_start.items() if r == rank), next_id,
+        )  # fmt: skip
+        part["rank"] = np.full(len(part["id"]), rank, dtype=np.int32)
+        part["lane"] = np.full(len(part["id"]), tid, dtype=i64)
+        next_id -= int((part["id"] < 0).sum())
         parts.append(part)
-    return pl.concat(parts) if parts else pl.DataFrame(schema=_NODE_SCHEMA)
+    col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    names = pl.concat([rt.get_column("name"), pl.Series(["", "(idle)"], dtype=pl.String)])
+    step_s = pl.Series("step", step[col["call"]], dtype=pl.Int32)
+    if step_null is not None and step_null[col["call"]].any():
+        step_s = step_s.set(pl.Series(step_null[col["call"]]), None)
+    op_s = pl.Series("op_id", col["op_id"], dtype=pl.Int64)
+    if col["op_null"].any():
+        op_s = op_s.set(pl.Series(col["op_null"]), None)
+    return pl.DataFrame(
+        {
+            "rank": col["rank"],
+            "step": step_s,
+            "id": col["id"],
+            "lane_kind": pl.repeat("host", len(col["id"]), dtype=pl.String, eager=True),
+            "lane": col["lane"],
+            "start_ns": col["start_ns"],
+            "end_ns": col["end_ns"],
+            "op_id": op_s,
+            "name": names.gather(col["name_row"]),
+            "is_sync": col["is_sync"],
+            "is_wait": col["is_wait"],
+        },
+        schema=_NODE_SCHEMA,
+    )
 
 
 def _thread_host_nodes(
-    calls: pl.DataFrame,
-    tr: pl.DataFrame | None,
-    step_ts: dict[tuple[Any, Any], int],
-    rank: int,
-    tid: int,
+    rows: np.ndarray,
+    cid_all: np.ndarray,
+    ts_all: np.ndarray,
+    end_all: np.ndarray,
+    step_all: np.ndarray,
+    step_null_all: np.ndarray | None,
+    op_all: np.ndarray,
+    op_null_all: np.ndarray | None,
+    sync_all: np.ndarray,
+    wait_all: np.ndarray,
+    t0: np.ndarray,
+    t1: np.ndarray,
+    sid: np.ndarray,
+    step_start: list[tuple[int, int]],
     first_id: int,
-) -> pl.DataFrame:
+) -> dict[str, np.ndarray]:
     """The host nodes of one thread (see :func:`_host_nodes`), as arrays: the time before each
     call is cut at every boundary of the thread's coverage (union of tracked slices) and at
     every top-level slice start; each piece is untracked (an idle node) or tracked (a node of
-    the top-level slice running at its start), and the last tracked piece is the call's own."""
+    the top-level slice running at its start), and the last tracked piece is the call's own.
+
+    ``rows``: the thread's calls (positions in the ``*_all`` arrays) in start order; ``t0``,
+    ``t1``, ``sid``: its tracked slices in start order; ``step_start``: (step, start) of the
+    rank's steps, sorted. Returns the columns, ``row`` being the call of each node (or ``n``,
+    ``n + 1`` for the names "" and "(idle)" of pieces, ``n`` the number of calls of all
+    threads)."""
     i64 = np.int64
+    n_all = len(cid_all)
     # coverage: union of tracked slices (in start order), and the top-level slices
-    if tr is None or tr.height == 0:
-        t0 = np.empty(0, dtype=i64)
-        t1 = np.empty(0, dtype=i64)
-        sid = np.empty(0, dtype=i64)
-    else:
-        t0 = tr.get_column("ts_ns").to_numpy().astype(i64)
-        t1 = t0 + tr.get_column("dur_ns").to_numpy().astype(i64)
-        sid = tr.get_column("id").to_numpy().astype(i64)
     reach = np.maximum.accumulate(t1) if len(t1) else t1
     before = np.concatenate(([np.iinfo(i64).min], reach[:-1])) if len(t1) else t1
     top = t0 >= before  # starts outside the slices seen so far
@@ -215,42 +378,30 @@ def _thread_host_nodes(
     seg_e = reach[last_of_seg] if len(seg_s) else seg_s
     top_ts = t0[top]
     top_id = sid[top]
-    bounds = np.unique(np.concatenate((seg_s, seg_e, top_ts)))
+    bounds = _distinct(np.concatenate((seg_s, seg_e, top_ts)))
 
-    # calls, in start order
-    n = calls.height
-    cid = calls.get_column("id").to_numpy().astype(i64)
-    ts = calls.get_column("ts_ns").to_numpy().astype(i64)
-    end = ts + calls.get_column("dur_ns").to_numpy().astype(i64)
-    step_col = calls.get_column("step")
-    op_s = calls.get_column("op_id")
-    # (null counts are kept by Polars: without nulls, no Series query per thread)
-    if op_s.null_count():
-        op_null = op_s.is_null().to_numpy()
-        op = op_s.fill_null(0).to_numpy().astype(i64)
-    else:
-        op_null = np.zeros(n, dtype=bool)
-        op = op_s.to_numpy().astype(i64)
-    sync = calls.get_column("sync").to_numpy().astype(bool)
-    wait = sync | calls.get_column("blocking_copy").to_numpy().astype(bool)
+    n = len(rows)
+    cid = cid_all[rows]
+    ts = ts_all[rows]
+    end = end_all[rows]
+    sn = step_all[rows]
+    op = op_all[rows]
+    op_null = np.zeros(n, dtype=bool) if op_null_all is None else op_null_all[rows]
+    sync = sync_all[rows]
+    wait = wait_all[rows]
     # start: the previous call of the same step's end, else the step's start, else the call
-    if step_col.null_count() == 0 and all(t is not None for t in step_ts.values()):
-        # the same lookup in NumPy (a dict lookup per call was ~0.1 us each, 7 ms on 75k events)
-        mine = sorted((s, t) for (r, s), t in step_ts.items() if r == rank and s is not None)
-        sv = np.array([s for s, _ in mine], dtype=i64)
-        tv = np.array([t for _, t in mine], dtype=i64)
-        sn = step_col.to_numpy().astype(i64)
-        j = np.clip(np.searchsorted(sv, sn), 0, max(len(sv) - 1, 0))
-        start = np.where(sv[j] == sn, tv[j], ts) if len(sv) else ts.copy()
+    sv = np.array([s for s, _ in step_start], dtype=i64)
+    tv = np.array([t for _, t in step_start], dtype=i64)
+    j = np.clip(np.searchsorted(sv, sn), 0, max(len(sv) - 1, 0))
+    start = np.where(sv[j] == sn, tv[j], ts) if len(sv) else ts.copy()
+    if step_null_all is not None:
+        s_null = step_null_all[rows]
+        start[s_null] = ts[s_null]  # a call outside every step: from its own start
+        # a null step is a group of its own: a code no step has
+        codes = np.where(s_null, (sn.min() if n else 0) - 1, sn)
     else:
-        steps = step_col.to_list()
-        start = np.array([step_ts.get((rank, s), t) for s, t in zip(steps, ts, strict=True)], i64)
+        codes = sn
     if n:
-        if step_col.null_count():
-            codes = step_col.rank("dense").fill_null(0).to_numpy().astype(i64)
-        else:  # the step values themselves: in the same order as their dense codes, and equal
-            # where the codes are (the codes' np.unique was a sort per thread)
-            codes = step_col.to_numpy().astype(i64)
         order = np.lexsort((np.arange(n), codes))
         same = codes[order][1:] == codes[order][:-1]
         start[order[1:][same]] = end[order[:-1][same]]
@@ -290,32 +441,22 @@ def _thread_host_nodes(
     row_call = np.concatenate((call_of[keep], np.arange(n)))
     order = np.argsort(row_call, kind="stable")
     row_call = row_call[order]
-    a = np.concatenate((pa[keep], call_start))[order]
-    b = np.concatenate((pb[keep], end))[order]
     rkind = np.concatenate((kind[keep], np.zeros(n, dtype=i64)))[order]
-    rop = np.concatenate((p_op[keep], op))[order]
-    rnull = np.concatenate((p_null[keep] | (kind[keep] == 2), op_null))[order]
     is_piece = rkind != 0
     rid = cid[row_call]
     rid[is_piece] = first_id - np.arange(int(is_piece.sum()), dtype=i64)
-    names = np.array([*calls.get_column("name").to_list(), "", "(idle)"], dtype=object)
-    name_ix = np.where(rkind == 0, row_call, n + rkind - 1)
-    return pl.DataFrame(
-        {
-            "rank": pl.Series([rank] * len(a), dtype=pl.Int32),
-            "step": step_col.gather(row_call).cast(pl.Int32),
-            "id": rid,
-            "lane_kind": pl.Series(["host"] * len(a), dtype=pl.String),
-            "lane": pl.Series(np.full(len(a), tid, dtype=i64)),
-            "start_ns": a,
-            "end_ns": b,
-            "op_id": pl.Series(rop).set(pl.Series(rnull), None) if rnull.any() else rop,
-            "name": pl.Series(names[name_ix].tolist(), dtype=pl.String),
-            "is_sync": sync[row_call] & ~is_piece,
-            "is_wait": wait[row_call] & ~is_piece,
-        },
-        schema=_NODE_SCHEMA,
-    )
+    call = rows[row_call]
+    return {
+        "call": call,
+        "name_row": np.where(rkind == 0, call, n_all + rkind - 1),
+        "id": rid,
+        "start_ns": np.concatenate((pa[keep], call_start))[order],
+        "end_ns": np.concatenate((pb[keep], end))[order],
+        "op_id": np.concatenate((p_op[keep], op))[order],
+        "op_null": np.concatenate((p_null[keep] | (kind[keep] == 2), op_null))[order],
+        "is_sync": sync[row_call] & ~is_piece,
+        "is_wait": wait[row_call] & ~is_piece,
+    }
 
 
 def _rank_coverage(ev: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
