@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from opscope.analysis.assemble import Report
-from opscope.jsonsafe import finite as _finite
+from opscope.jsonsafe import encode as _encode
 
 RenderFn = Callable[..., str]
 _RENDERERS: dict[str, RenderFn] = {}
@@ -44,8 +42,8 @@ def render(report: Report, fmt: str, **options: Any) -> str:
 
 @renderer("json")
 def _json(report: Report, **_: Any) -> str:
-    # to_json() isolates each section; finite() makes any value encodable
-    return msgspec.json.encode(_finite(report.to_json())).decode()
+    # to_json() isolates each section; jsonsafe makes any value encodable
+    return _encode(report.to_json()).decode()
 
 
 @renderer("markdown")
