@@ -14,6 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.padding import Padding
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
@@ -129,6 +130,10 @@ def test_other_cells_and_layouts_same_segments() -> None:
         dict(STORY, collapse_padding=True),
         dict(STORY, padding=(0, 2)),
         dict(STORY, leading=1),
+        dict(STORY, header_style="red on blue"),
+        dict(STORY, header_style=""),
+        dict(STORY, header_style=Style(bold=True, link="https://example.com")),
+        dict(STORY, box=None, header_style="italic"),
     ]
     for kw in layouts:
         tabs = _pair(**kw)
@@ -255,3 +260,101 @@ def test_string_cells_same_segments(highlight: bool) -> None:
     for width in [80, 20, 8]:
         for con in _consoles(width):
             assert _segments(tabs[1], con) == _segments(tabs[0], con), width
+
+
+def test_plain_header_and_rows_drawn_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A story table of plain cells that fit, its header included: no cell drawn by rich (a
+    spy on the Padding rich draws each cell in), the segments rich's; with styled column
+    headers too."""
+    rows = [["aten::mm", "1.0 ms"], ["aten::add", "22.5 ms"]]
+    drawn: list[object] = []
+    real = Console.render_lines
+
+    def spy(self: Console, renderable: object, *a: object, **k: object) -> object:
+        if isinstance(renderable, Padding):
+            drawn.append(renderable.renderable)
+        return real(self, renderable, *a, **k)  # type: ignore[arg-type]
+
+    for header_style in [None, "underline"]:
+        tabs = _pair(**STORY)
+        _fill(tabs, rows, ["left", "right"])
+        for tab in tabs:
+            tab.columns[1].header_style = header_style or ""
+        for con in _consoles(80):
+            monkeypatch.setattr(Console, "render_lines", spy)
+            got = _segments(tabs[1], con)
+            monkeypatch.undo()
+            assert drawn == []
+            assert got == _segments(tabs[0], con)
+
+
+TEXTS = [
+    *NAMES,
+    "e\u0301" * 30,  # combining accents: fewer cells than characters
+    "x" * 79,
+    "x" * 80,
+    "x" * 81,
+    "trailing   ",
+    "   ",
+    "a " * 50,
+]
+
+
+def _texts(cls: type[Text]) -> list[Text]:
+    out: list[Text] = []
+    for t in TEXTS:
+        out += [
+            cls(t),
+            cls(t, style="bold"),
+            cls(t, style="green", end=""),
+            cls(t, justify="right"),
+            cls(t, justify="left"),
+            cls(t, overflow="ellipsis"),
+            cls(t, no_wrap=True, overflow="ignore"),
+            cls.assemble(("1. ", "bold"), ("[high] ", "red"), (t, "bold")),
+            cls.assemble("  ", (t, "dim"), " · saves", style="italic"),
+        ]
+    return out
+
+
+@pytest.mark.parametrize("justify", [None, "left", "center", "default"])
+def test_fast_text_same_segments(justify: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FastText draws what Text draws, any text, style and justification; the one-line texts
+    that fit are drawn without Text.wrap (a spy)."""
+    wrapped: list[str] = []
+    real = Text.wrap
+
+    def spy(self: Text, *a: object, **k: object) -> object:
+        wrapped.append(self.plain)
+        return real(self, *a, **k)  # type: ignore[arg-type]
+
+    for width in [80, 40, 3]:
+        for con in _consoles(width):
+            opts = con.options.update(justify=justify)  # type: ignore[arg-type]
+            for slow, fast in zip(_texts(Text), _texts(fast_table.FastText), strict=True):
+                want = list(con.render(slow, opts))
+                monkeypatch.setattr(Text, "wrap", spy)
+                wrapped.clear()
+                got = list(con.render(fast, opts))
+                monkeypatch.undo()
+                assert got == want, (fast.plain, width)
+                eff = fast.justify or justify or "default"
+                fits = fast_table.cell_len(fast.plain) <= width and len(fast.plain) <= width
+                simple = "\n" not in fast.plain and "\t" not in fast.plain
+                if fits and simple and eff in ("default", "left") and fast.overflow != "ignore":
+                    assert wrapped == [], (fast.plain, width)
+
+
+def test_story_lines_are_fast_text() -> None:
+    import opscope
+    from opscope.report import terminal
+    from opscope.report.build import build_report
+    from opscope.report.story import story_of
+
+    path = shared_trace("gpu/tracelens_h100_bert_small.json.gz")
+    report = build_report(opscope.load(path, cache=False), top=20)
+    parts = terminal.draw_story(story_of(report), 80)
+    lines = [p for p in parts if isinstance(p, Text)]
+    tables = [p for p in parts if isinstance(p, Table)]
+    assert lines and all(type(p) is fast_table.FastText for p in lines)
+    assert tables and all(type(t.title) is fast_table.FastText for t in tables[1:])

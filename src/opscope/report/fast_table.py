@@ -1,22 +1,23 @@
-"""A rich :class:`~rich.table.Table` whose one-line body rows are drawn without rich's per-row
-machinery.
+"""A rich :class:`~rich.table.Table` whose one-line rows are drawn without rich's per-row
+machinery, and a :class:`~rich.text.Text` drawn without its wrapping when it is one line that
+fits.
 
 Rich draws every cell through a Padding, a Text wrap and a line split (~25 us a cell), and
 measures each through a Padding: most of a small report's terminal rendering, whose story tables
 hold ~100 cells of plain text each. A cell of plain :class:`~rich.text.Text` (no style, no spans,
 one line, no trailing blank, no tab) that fits its left- or right-justified column has known
-segments: the padding (unstyled ``Style()``), the text justified in the column (no style); those
-are made directly, any other cell is drawn by rich's own cell drawing, and the dividers are
-rich's. The header, the title and caption, and any table with a multi-line row, row styles,
-lines between rows, box edges or a footer go through rich's own code. The segments (and so every
-rendering: plain text, colours, HTML) are :class:`~rich.table.Table`'s: tests compare them
+segments: the padding, the text justified in the column, each with the cell's style (the
+header's styles in the header row; without one, ``Style()`` and no style); those are made
+directly, any other cell is drawn by rich's own cell drawing, and the dividers and the rule under
+the header are rich's. Any table with a multi-line row, row styles, lines between rows, box
+edges or a footer goes through rich's own code. :class:`FastText` (a story's lines, a table's
+title and caption) skips :meth:`~rich.text.Text.wrap` when there is nothing to wrap. The
+segments (and so every rendering: plain text, colours, HTML) are rich's: tests compare them
 segment for segment, and every story table of the 49 reference inputs.
 """
 
 from __future__ import annotations
 
-from copy import copy
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
@@ -27,7 +28,11 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+_JOIN = Text("\n")  # rich's separator of wrapped lines (Text.__rich_console__)
+
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.table import Column
 
@@ -161,20 +166,21 @@ class FastTable(Table):
     def _fast_rows(
         self, console: Console, options: ConsoleOptions, widths: list[int]
     ) -> list[list[list[Segment]]] | None:
-        """Every body row's cells' segments, or None when a cell takes more than one line.
+        """The header's (when shown) and every body row's cells' segments, or None when a cell
+        takes more than one line.
 
         A plain text cell that fits its left- or right-justified column is drawn directly; any
-        other (styled, cut with an ellipsis, centred, in a styled column) is drawn by rich as
-        in :meth:`rich.table.Table._render` (its padding, options and style)."""
+        other (styled, cut with an ellipsis, centred) is drawn by rich as in
+        :meth:`rich.table.Table._render` (its padding, options and style)."""
         _, pad_right, _, pad_left = self.padding
         n = len(self.columns)
-        row_style = console.get_style(Style.null())  # no row styles here (see _simple)
+        get_style = console.get_style
+        row_style = get_style(Style.null())  # no row styles here (see _simple)
+        table_header = get_style(self.header_style or "")
         shapes = []
         for i, (col, width) in enumerate(zip(self.columns, widths, strict=True)):
             left = 0 if i == 0 else pad_left
             right = 0 if i == n - 1 else pad_right
-            cell_style = console.get_style(col.style or "") + row_style
-            direct = not cell_style and col.justify in ("left", "right")
             cell_options = options.update(
                 width=width,
                 justify=col.justify,
@@ -183,30 +189,53 @@ class FastTable(Table):
                 height=None,
                 highlight=col.highlight,
             )
-            shape = (left, right, width, direct, col.justify == "right", cell_style, cell_options)
-            shapes.append(shape)
-        pads = {k: Segment(" " * k, _NULL) for k in {pad_left, pad_right} if k}
+            styles = (
+                get_style(col.style or "") + row_style,
+                table_header + get_style(col.header_style),
+            )
+            shapes.append((left, right, width, col.justify, styles, cell_options))
         rows: list[list[list[Segment]]] = []
+        if self.show_header:  # rich draws the header as a row styled by the header styles
+            header = self._fast_row(console, shapes, [c.header for c in self.columns], 1)
+            if header is None:
+                return None
+            rows.append(header)
         for cells in zip(*(c.cells for c in self.columns), strict=True):
-            row: list[list[Segment]] = []
-            for shape, cell in zip(shapes, cells, strict=True):
-                left, right, width, direct, right_justify, cell_style, cell_options = shape
-                text = _plain(cell) if direct else None
-                room = -1 if text is None else width - left - right - cell_len(text)
-                if text is None or room < 0:
-                    padded = Padding(cell, (0, right, 0, left))
-                    lines = console.render_lines(padded, cell_options, style=cell_style)
-                    if len(lines) != 1:
-                        return None
-                    row.append(Segment.set_shape(lines, width, 1)[0])
-                    continue
-                segs = [pads[left]] if left else []
-                segs.append(Segment(" " * room + text if right_justify else text + " " * room))
-                if right:
-                    segs.append(pads[right])
-                row.append(segs)
+            row = self._fast_row(console, shapes, cells, 0)
+            if row is None:
+                return None
             rows.append(row)
         return rows
+
+    @staticmethod
+    def _fast_row(
+        console: Console, shapes: list[Any], cells: Any, which: int
+    ) -> list[list[Segment]] | None:
+        """One row's cells' segments (``which`` picks the cell style: 0 body, 1 header)."""
+        row: list[list[Segment]] = []
+        for shape, cell in zip(shapes, cells, strict=True):
+            left, right, width, justify, styles, cell_options = shape
+            cell_style = styles[which]
+            direct = justify in ("left", "right") and not cell_style.link
+            text = _plain(cell) if direct else None
+            room = -1 if text is None else width - left - right - cell_len(text)
+            if text is None or room < 0:
+                padded = Padding(cell, (0, right, 0, left))
+                lines = console.render_lines(padded, cell_options, style=cell_style)
+                if len(lines) != 1:
+                    return None
+                row.append(Segment.set_shape(lines, width, 1)[0])
+                continue
+            # the Padding's blanks are unstyled, the Text's segment has no style; rich applies
+            # the cell's style (when it has one) to each
+            pad_style, text_style = (cell_style, cell_style) if cell_style else (_NULL, None)
+            segs = [Segment(" " * left, pad_style)] if left else []
+            body = " " * room + text if justify == "right" else text + " " * room
+            segs.append(Segment(body, text_style))
+            if right:
+                segs.append(Segment(" " * right, pad_style))
+            row.append(segs)
+        return row
 
     def _render(self, console: Console, options: ConsoleOptions, widths: list[int]) -> RenderResult:
         table_style = console.get_style(self.style or "")
@@ -215,11 +244,6 @@ class FastTable(Table):
         if rows is None:
             yield from super()._render(console, options, widths)
             return
-        # the header and its rule (or the top edge): rich's own drawing of the table, no rows
-        head = copy(self)
-        head.columns = [replace(c, _cells=[]) for c in self.columns]
-        head.rows = []
-        yield from Table._render(head, console, options, widths)
         new_line = Segment.line()
         if self.box is None:
             for row in rows:
@@ -230,9 +254,8 @@ class FastTable(Table):
         safe = self.safe_box if self.safe_box is not None else console.safe_box
         box = self.box.substitute(options, safe=safe)
         box = box if self.show_header else box.get_plain_headed_box()
-        total = len(rows) + self.show_header
-        for r, row in enumerate(rows):
-            k = r + self.show_header  # the row's place among rich's rows (the header first)
+        total = len(rows)
+        for k, row in enumerate(rows):  # the header first, when shown, as in rich
             place = 0 if k == 0 else (2 if k == total - 1 else 1)
             divider = (box.head_vertical, box.mid_vertical, box.foot_vertical)[place]
             # a blank divider takes the row's background (rows have no style here), as in rich
@@ -244,3 +267,35 @@ class FastTable(Table):
                     yield div
                 yield from segs
             yield new_line
+            if k == 0 and self.show_header:  # the rule under the header
+                yield Segment(box.get_row(widths, "head", edge=self.show_edge), border)
+                yield new_line
+
+
+class FastText(Text):
+    """:class:`~rich.text.Text` whose one line that fits is drawn as rich draws it without
+    wrapping it first (a split, a line division, a justification and a truncation, each copying
+    the text: ~25 us a line, a story has ~30)."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
+        justify = self.justify or options.justify or "default"
+        overflow = self.overflow or options.overflow or "fold"
+        width = options.max_width
+        plain = self.plain
+        size = cell_len(plain)
+        if (
+            justify not in ("default", "left")
+            or overflow == "ignore"  # rich neither justifies nor cuts then
+            or "\n" in plain
+            or "\t" in plain
+            or size > width
+            or len(plain) > width  # (rich trims blanks past the width counted in characters)
+        ):
+            yield from super().__rich_console__(console, options)
+            return
+        line: Text = self
+        if justify == "left" and size < width:  # padded to the width, as rich's justify does
+            line = self.copy()
+            line.truncate(width, overflow=overflow, pad=True)
+        # what Text.__rich_console__ draws of its one wrapped line
+        yield from _JOIN.join([line]).render(console, end=self.end)

@@ -23,7 +23,7 @@ from rich.text import Text
 from opscope.analysis.assemble import Report, SectionError, guarded
 from opscope.report import fmt
 from opscope.report.base import renderer
-from opscope.report.fast_table import FastTable
+from opscope.report.fast_table import FastTable, FastText
 from opscope.report.story import Headline, Story, StoryFinding, StoryTable, story_of
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -124,8 +124,8 @@ def _table(t: StoryTable, cells: list[list[str]], widths: list[int], room: int) 
     wide = [i for i in flex if widths[i] > room]
     room_wide = room + (spare // len(wide) if wide else 0)
     tab = FastTable(
-        title=Text(t.title, style="bold"),
-        caption=Text(t.basis + (f"; {t.more} more rows: --full" if t.more else "")),
+        title=FastText(t.title, style="bold"),
+        caption=FastText(t.basis + (f"; {t.more} more rows: --full" if t.more else "")),
         title_justify="left",
         caption_justify="left",
         box=box.SIMPLE_HEAD,
@@ -169,12 +169,12 @@ def headline(h: Headline, width: int) -> list[RenderableType]:
         if x
     )
     out: list[RenderableType] = [
-        Text.assemble(("opscope report", "bold"), f" · {what}"),
-        Text.assemble(("Step time ", "bold"), h.step_text()),
+        FastText.assemble(("opscope report", "bold"), f" · {what}"),
+        FastText.assemble(("Step time ", "bold"), h.step_text()),
     ]
     if h.parts:
         kind = "device" if h.device else "host"
-        out.append(Text(f"Where it goes ({kind} time, % {h.basis}):"))
+        out.append(FastText(f"Where it goes ({kind} time, % {h.basis}):"))
         tab = FastTable(box=None, show_header=False, pad_edge=False, padding=(0, 1))
         label_w = max(len(p.label) for p in h.parts) + 2
         bar_w = max(0, min(30, width - label_w - 22))
@@ -194,13 +194,13 @@ def headline(h: Headline, width: int) -> list[RenderableType]:
                 tab.add_row(*cells, *([Text(bar, style="cyan")] if bar_w else []))
         out.append(tab)
     for n in h.notes:
-        out.append(Text(f"  {n}", style="dim"))
+        out.append(FastText(f"  {n}", style="dim"))
     return out
 
 
 def finding_lines(f: StoryFinding, width: int) -> list[Text]:
     """A finding in three short lines: title; where and saving; the fix."""
-    title = Text.assemble(
+    title = FastText.assemble(
         (f"{f.rank}. ", "bold"),
         (f"[{f.severity}] ", _SEVERITY_STYLE.get(f.severity, "")),
         (fmt.clip(f.title, width - 6 - len(f.severity)), "bold"),
@@ -211,9 +211,9 @@ def finding_lines(f: StoryFinding, width: int) -> list[Text]:
         else "saving not estimated"
     )
     where = fmt.clip_left(f.where, max(10, width - len(saving) - 8)) if f.where else ""
-    out = [title, Text("   " + " · ".join(x for x in (where, saving) if x), style="")]
+    out = [title, FastText("   " + " · ".join(x for x in (where, saving) if x), style="")]
     if f.fix:
-        out.append(Text("   fix: " + fmt.clip(f.fix, width - 8), style="green"))
+        out.append(FastText("   fix: " + fmt.clip(f.fix, width - 8), style="green"))
     return out
 
 
@@ -221,19 +221,21 @@ def draw_story(story: Story, width: int) -> list[RenderableType]:
     """Every renderable of the story, in order."""
     out: list[RenderableType] = headline(story.headline, width)
     for w in story.warnings:
-        out.append(Text(w, style="yellow"))
-    out.append(Text(""))
+        out.append(FastText(w, style="yellow"))
+    out.append(FastText(""))
     if story.findings:
         n = len(story.findings) + story.more_findings
-        out.append(Text(f"Top findings ({len(story.findings)} of {n}, by saving)", style="bold"))
+        out.append(
+            FastText(f"Top findings ({len(story.findings)} of {n}, by saving)", style="bold")
+        )
         for f in story.findings:
             out += finding_lines(f, width)
         if story.more_findings:
-            out.append(Text(f"   … {story.more_findings} more: opscope report --full", "dim"))
+            out.append(FastText(f"   … {story.more_findings} more: opscope report --full", "dim"))
     else:
-        out.append(Text("No findings.", style="green"))
+        out.append(FastText("No findings.", style="green"))
     for t in story.tables:
-        out.append(Text(""))
+        out.append(FastText(""))
         out.append(story_table(t, width))
     return out
 
