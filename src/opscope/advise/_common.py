@@ -212,7 +212,7 @@ def ancestors(profile: Profile, ids: pl.Series | None = None) -> pl.DataFrame:
     (and itself at hops 0), up to ``MAX_WALK - 1`` hops."""
     forest = _forest(profile)
     start = profile.events.get_column("id") if ids is None else ids.cast(pl.Int64).unique()
-    i, anc, hops = forest.ancestor_pairs(forest.positions(start), max_depth=MAX_WALK - 1)
+    i, anc, hops = forest.ancestor_pairs(event_positions(profile, start), max_depth=MAX_WALK - 1)
     own = start.to_numpy()
     if start.null_count() == 0 and start.dtype == pl.Int64:
         # the ids themselves (hops 0) then their ancestors, as arrays: one frame built, not two
@@ -243,6 +243,59 @@ def _forest(profile: Profile) -> Any:
     return _memo("forest", profile, lambda: Forest.of(profile.events))
 
 
+@dataclass(frozen=True)
+class _Index:
+    """Positions of an id column by value: the column's own when its ids are its positions
+    (every loaded trace's events), else its stable sort order (the first row of a repeated
+    id, as :meth:`Forest.positions` finds it)."""
+
+    n: int
+    order: Any  # None when dense
+    keys: Any
+
+    @classmethod
+    def of(cls, ids: pl.Series) -> _Index:
+        if ids.null_count() == 0 and _dense(ids):
+            return cls(ids.len(), None, None)
+        arr = ids.fill_null(-1).to_numpy().astype(np.int64, copy=False)
+        # a null id is found by no lookup: its key is past every real one's reach
+        order = np.argsort(arr, kind="stable")
+        keys = arr[order]
+        if ids.null_count():
+            nulls = ids.is_null().to_numpy()[order]
+            order, keys = order[~nulls], keys[~nulls]
+        return cls(ids.len(), order, keys)
+
+    def find(self, wanted: Any) -> Any:
+        """The position of each of ``wanted`` (int64 array), -1 where absent."""
+        want = np.asarray(wanted, dtype=np.int64)
+        if self.order is None:
+            return np.where((want >= 0) & (want < self.n), want, -1)
+        out = np.full(len(want), -1, dtype=np.int64)
+        if not len(self.keys):
+            return out
+        at = np.searchsorted(self.keys, want)
+        at_c = np.minimum(at, len(self.keys) - 1)
+        found = (at < len(self.keys)) & (self.keys[at_c] == want)
+        out[found] = self.order[at_c[found]]
+        return out
+
+
+def _dense(ids: pl.Series) -> bool:
+    return bool(np.array_equal(ids.to_numpy(), np.arange(ids.len(), dtype=np.int64)))
+
+
+def event_positions(profile: Profile, ids: pl.Series) -> Any:
+    """The row of each of ``ids`` in ``profile.events`` (its :func:`_forest` position), -1 for
+    a null id or one not there: :meth:`Forest.positions` without its sort of every id on each
+    call (5-7 calls a report, 1 ms each on a 75k-event trace)."""
+    index: _Index = _memo("event_index", profile, lambda: _Index.of(profile.events["id"]))
+    found = index.find(ids.fill_null(-1).to_numpy() if ids.null_count() else ids.to_numpy())
+    if ids.null_count():
+        found[ids.is_null().to_numpy()] = -1
+    return found
+
+
 def outermost(profile: Profile, events: pl.DataFrame) -> pl.DataFrame:
     """The rows of ``events`` not nested inside another row of ``events`` (so nested ranges
     of the same thing count once)."""
@@ -256,7 +309,9 @@ def outermost(profile: Profile, events: pl.DataFrame) -> pl.DataFrame:
     # a fixed cost per call): the ids with an ancestor among the ids are the nested ones
     forest = _forest(profile)
     own = np.unique(ids.to_numpy().astype(np.int64))
-    i, anc_at, _ = forest.ancestor_pairs(forest.positions(pl.Series(own)), max_depth=MAX_WALK - 1)
+    i, anc_at, _ = forest.ancestor_pairs(
+        event_positions(profile, pl.Series(own)), max_depth=MAX_WALK - 1
+    )
     nested = own[i][np.isin(forest.ids[anc_at], own)]
     return events.filter(~pl.col("id").is_in(pl.Series(nested, dtype=pl.Int64).implode()))
 
@@ -346,23 +401,18 @@ def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
         return {}
     from opscope.analysis import tree
 
-    table: pl.DataFrame = _memo("locations", profile, lambda: _locations(profile))
     # each id once, deduplicated in Python (a unique() is one more fixed-cost query per call)
     uniq = list(dict.fromkeys(ids))
     keys = ("file", "line", "function", "module")
-    if tree.SHORTCUTS and _memo("locations_dense", profile, lambda: _dense_ids(table)):
-        # the table's ids are its row positions (every loaded trace's events): the rows are
-        # gathered by position, not found by a join that hashes the whole events-long table (3
-        # ms a call on a 75k-event trace, 8 calls a report); an id past the table has no place,
-        # as the left join gives it
-        n = table.height
-        got = table[[i for i in uniq if 0 <= i < n]]
-        rows = zip(*(got.get_column(k).to_list() for k in keys), strict=True)
-        none = (None, None, None, None)
-        pairs: Iterable[tuple[Any, tuple[Any, ...]]] = (
-            (i, next(rows) if 0 <= i < n else none) for i in uniq
-        )
+    pairs: Iterable[tuple[Any, tuple[Any, ...]]]
+    if tree.SHORTCUTS:
+        # the places of the asked ids only: their rows of the per-event inputs, and the op's
+        # and the stack's places found by position (the whole events-long table, joined with
+        # every op's place, was 11-16 ms once a report on a 75k-event trace, for the few
+        # hundred ids the rules ask)
+        pairs = zip(uniq, _places(profile, uniq), strict=True)
     else:
+        table: pl.DataFrame = _memo("locations", profile, lambda: _locations(profile))
         want = pl.DataFrame({"id": uniq}, schema={"id": pl.Int64})
         j = want.join(table, on="id", how="left")
         pairs = zip(
@@ -370,8 +420,8 @@ def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
             zip(*(j.get_column(k).to_list() for k in keys), strict=True),
             strict=True,
         )
-    # column lists zipped, not iter_rows(named=True), and one Location per distinct place (a
-    # rule may ask for 100k ids of a few hundred lines: building each was most of the time)
+    # one Location per distinct place (a rule may ask for 100k ids of a few hundred lines:
+    # building each was most of the time)
     places: dict[tuple[Any, ...], Location] = {}
     out: dict[int, Location] = {}
     for i, key in pairs:
@@ -385,22 +435,102 @@ def locate(profile: Profile, ids: Sequence[int]) -> dict[int, Location]:
 def _dense_ids(table: pl.DataFrame) -> bool:
     """Whether ``table``'s ``id`` column is 0, 1, ... (each row's id its position)."""
     ids = table.get_column("id")
-    return ids.null_count() == 0 and bool(
-        np.array_equal(ids.to_numpy(), np.arange(table.height, dtype=np.int64))
+    return ids.null_count() == 0 and _dense(ids)
+
+
+def _places(profile: Profile, ids: list[int]) -> list[tuple[Any, ...]]:
+    """(file, line, function, module) of each of ``ids``, as :func:`_locations` gives them (an
+    id not among the events unplaced): the event's row of :func:`_place_inputs`, then the
+    charged op's row of ``resolve_ops`` or, under no op, its stack's user frame."""
+    from opscope.analysis.attribution import resolve_ops
+
+    if _nowhere(profile):
+        return [(None, None, None, None)] * len(ids)  # the walks and look-ups would find none
+    inp: pl.DataFrame = _memo("place_inputs", profile, lambda: _place_inputs(profile))
+    at = event_positions(profile, pl.Series(ids, dtype=pl.Int64))
+    rows = _gather_rows(inp, at)
+    dev = rows.get_column("dev").to_list()
+    op = [
+        la if d else en
+        for d, la, en in zip(
+            dev, rows["launcher"].to_list(), rows["enclosing"].to_list(), strict=True
+        )
+    ]
+    res = resolve_ops(profile)
+    res_index: _Index = _memo("resolve_index", profile, lambda: _Index.of(res["id"]))
+    charged = _gather_rows(
+        res,
+        res_index.find([-1 if o is None else o for o in op]),
+        ("file", "line", "function", "module"),
+    )
+    placed = list(
+        zip(*(charged[k].to_list() for k in ("file", "line", "function", "module")), strict=True)
+    )
+    alone = [o is None and not d for o, d in zip(op, dev, strict=True)]
+    if any(alone):
+        # under no op: the event's own stack's user frame and its own module
+        frames: pl.DataFrame = _memo("user_frames", profile, lambda: _user_frames(profile))
+        fr_index: _Index = _memo(
+            "user_frames_index", profile, lambda: _Index.of(frames["stack_id"])
+        )
+        stack = rows.get_column("own_stack").to_list()
+        own = _gather_rows(
+            frames,
+            fr_index.find([-1 if a is None else a for a in stack]),
+            ("file", "line", "function"),
+        )
+        mods = rows.get_column("own_module").to_list()
+        own_rows = zip(*(own[k].to_list() for k in ("file", "line", "function")), mods, strict=True)
+        placed = [o if a else p for p, o, a in zip(placed, own_rows, alone, strict=True)]
+    return placed
+
+
+def _gather_rows(df: pl.DataFrame, at: Any, cols: Sequence[str] | None = None) -> pl.DataFrame:
+    """``df``'s rows (its ``cols``, default all) at the positions ``at``, a row of nulls where
+    -1 (one query)."""
+    return df.select((pl.all() if cols is None else pl.col(*cols)).gather(_null_at(at)))
+
+
+def _user_frames(profile: Profile) -> pl.DataFrame:
+    from opscope.analysis.attribution import user_frames
+
+    return user_frames(profile)
+
+
+def _place_inputs(profile: Profile) -> pl.DataFrame:
+    """Per event (the events' order): ``id``, ``dev`` (a device event), ``launcher`` (its
+    ``op_id``), ``enclosing`` (the nearest op at or above it), ``own_stack`` and
+    ``own_module`` (the nearest stack and module at or above it): what its place is found
+    from."""
+    from opscope.analysis.tree import gather
+
+    ev = profile.events
+    forest = _forest(profile)
+    kind = ev.get_column("kind").cast(pl.String)
+    is_op = (kind == "cpu_op").fill_null(False).to_numpy()
+    is_dev = kind.is_in(kinds.DEVICE_KINDS).fill_null(False)
+    stack = ev.get_column("stack_id")
+    module = ev.get_column("module")
+    return pl.DataFrame(
+        [
+            ev.get_column("id"),
+            pl.Series("dev", is_dev),
+            ev.get_column("op_id").alias("launcher"),
+            gather(ev.get_column("id"), _nearest_up(forest, is_op)).alias("enclosing"),
+            gather(stack, _nearest_up(forest, stack.is_not_null().to_numpy())).alias("own_stack"),
+            gather(module, _nearest_up(forest, module.is_not_null().to_numpy())).alias(
+                "own_module"
+            ),
+        ]
     )
 
 
 def _locations(profile: Profile) -> pl.DataFrame:
     """``[id, file, line, function, module]`` for every event (see :func:`locate`)."""
     from opscope.analysis.attribution import resolve_ops, user_frames
-    from opscope.analysis.tree import gather, no_ops
 
     ev = profile.events
-    if (
-        no_ops(profile)
-        and profile.stacks.height == 0
-        and ev.get_column("module").null_count() == ev.height
-    ):
+    if _nowhere(profile):
         # no op, no stack, no module: no event has a place (the small Ascend exports), and the
         # walks and joins below would find every one of them null
         st = profile.stacks.schema
@@ -410,36 +540,10 @@ def _locations(profile: Profile) -> pl.DataFrame:
             pl.lit(None, st["function"]).alias("function"),
             pl.lit(None, ev.schema["module"]).alias("module"),
         )
-    forest = _forest(profile)
-    kind = ev.get_column("kind").cast(pl.String)
-    is_op = (kind == "cpu_op").fill_null(False).to_numpy()
-    is_dev = kind.is_in(kinds.DEVICE_KINDS).fill_null(False)
-    enclosing = gather(ev.get_column("id"), _nearest_up(forest, is_op))
-    stack = ev.get_column("stack_id")
-    module = ev.get_column("module")
     # one plan from here, collected once (each join and select was a query of fixed cost)
-    base = (
-        pl.DataFrame(
-            [
-                ev.get_column("id"),
-                pl.Series("dev", is_dev),
-                ev.get_column("op_id").alias("launcher"),
-                enclosing.alias("enclosing"),
-                gather(stack, _nearest_up(forest, stack.is_not_null().to_numpy())).alias(
-                    "own_stack"
-                ),
-                gather(module, _nearest_up(forest, module.is_not_null().to_numpy())).alias(
-                    "own_module"
-                ),
-            ]
-        )
-        .lazy()
-        .with_columns(
-            pl.when(pl.col("dev"))
-            .then(pl.col("launcher"))
-            .otherwise(pl.col("enclosing"))
-            .alias("op")
-        )
+    inp: pl.DataFrame = _memo("place_inputs", profile, lambda: _place_inputs(profile))
+    base = inp.lazy().with_columns(
+        pl.when(pl.col("dev")).then(pl.col("launcher")).otherwise(pl.col("enclosing")).alias("op")
     )
     keys = ["file", "line", "function", "module"]
     charged = resolve_ops(profile).lazy().select(pl.col("id").alias("op"), *keys)
@@ -453,6 +557,18 @@ def _locations(profile: Profile) -> pl.DataFrame:
         "id",
         *(pl.when(alone).then(pl.col(f"own_{k}")).otherwise(pl.col(k)).alias(k) for k in keys),
     ).collect(engine="in-memory")
+
+
+def _nowhere(profile: Profile) -> bool:
+    """No op, no stack, no module: no event has a place (the small Ascend exports)."""
+    from opscope.analysis.tree import no_ops
+
+    ev = profile.events
+    return (
+        no_ops(profile)
+        and profile.stacks.height == 0
+        and ev.get_column("module").null_count() == ev.height
+    )
 
 
 def _nearest_up(forest: Any, has: Any) -> Any:
@@ -475,13 +591,109 @@ def _op_parents(profile: Profile) -> pl.DataFrame:
     ev = profile.events
     if no_ops(profile):  # no op, no parent to find (the empty table, without the walk)
         return pl.DataFrame(schema={"id": profile.ops.schema["id"], "op_parent": ev.schema["id"]})
-    forest = _forest(profile)
-    is_op = (ev.get_column("kind") == "cpu_op").fill_null(False).to_numpy()
-    up = forest.nearest_up(is_op, include_self=False, max_depth=MAX_WALK)
     from opscope.analysis.tree import gather
 
+    up = op_parent_positions(profile)
     par = pl.DataFrame([ev.get_column("id"), gather(ev.get_column("id"), up).alias("op_parent")])
     return profile.ops.select("id").join(par, on="id", how="left")
+
+
+def op_parent_positions(profile: Profile) -> Any:
+    """Per event (by position): the position of its nearest enclosing host op (not itself),
+    -1 at top level: :func:`op_parents` as an array, for rules that look up a few rows."""
+
+    def run() -> Any:
+        is_op = (profile.events.get_column("kind") == "cpu_op").fill_null(False).to_numpy()
+        return _forest(profile).nearest_up(is_op, include_self=False, max_depth=MAX_WALK)
+
+    return _memo("op_parent_positions", profile, run)
+
+
+def op_context(profile: Profile, rows: Any) -> list[pl.Series]:
+    """For the host ops at positions ``rows`` of ``profile.ops``: ``op_parent`` (the nearest
+    enclosing op's id), ``parent_name`` (its name) and ``cost_ns`` (:func:`op_cost`), what
+    joins of the ops with :func:`op_parents`, :func:`op_cost` and the ops' names give them,
+    looked up by position (two queries, not three joins over every op)."""
+    ops = profile.ops
+    ids = ops.get_column("id").to_numpy()[rows]
+    up = _null_at(op_parent_positions(profile)[event_positions(profile, pl.Series(ids))])
+    cost = op_cost(profile)
+    index: _Index = _memo("op_cost_index", profile, lambda: _Index.of(cost["id"]))
+    par = profile.events.select(
+        pl.col("id").gather(up).alias("op_parent"), pl.col("name").gather(up).alias("parent_name")
+    )
+    got = cost.select(pl.col("cost_ns").gather(_null_at(index.find(ids))))
+    return [*par.get_columns(), got.to_series()]
+
+
+def _null_at(at: Any) -> pl.Expr:
+    """Positions for a gather, a null gathered where -1."""
+    return pl.lit(pl.Series(np.ma.masked_array(np.maximum(at, 0), mask=at < 0), dtype=pl.Int64))
+
+
+#: Tables with fewer rows test each row's name (one query); larger ones each distinct name
+#: once, spread by codes (the codes a few queries once per table: not worth it on small ones).
+NAME_INDEX_MIN_ROWS = 8192
+
+
+def name_match(
+    profile: Profile,
+    table: str,
+    *,
+    names: Sequence[str] | None = None,
+    pattern: str | None = None,
+) -> pl.Expr:
+    """A predicate on ``profile.<table>`` (``"events"``, ``"ops"``, ``"kernels"``): its
+    name is one of ``names`` and matches the regex ``pattern`` (either optional); false where
+    the name is null (what a filter on ``is_in``/``str.contains`` keeps). On a large table the
+    mask of :func:`name_mask`: a regex over the 75k names of an events table was 4 ms a rule,
+    over its 400 distinct names 0.1 ms."""
+    if getattr(profile, table).height < NAME_INDEX_MIN_ROWS:
+        return _name_expr(names, pattern)
+    return pl.lit(pl.Series("hit", name_mask(profile, table, names=names, pattern=pattern)))
+
+
+def _name_expr(names: Sequence[str] | None, pattern: str | None) -> pl.Expr:
+    hit = pl.lit(True)
+    if names is not None:
+        hit = hit & pl.col("name").is_in(list(names))
+    if pattern is not None:
+        hit = hit & pl.col("name").str.contains(pattern)
+    return hit.fill_null(False)
+
+
+def name_mask(
+    profile: Profile,
+    table: str,
+    *,
+    names: Sequence[str] | None = None,
+    pattern: str | None = None,
+) -> Any:
+    """:func:`name_match` as a boolean array over the table's rows: on a large table each
+    distinct name tested once, its answer spread by the names' codes (memoised per table)."""
+    df = getattr(profile, table)
+    if df.height < NAME_INDEX_MIN_ROWS:
+        return df.select(_name_expr(names, pattern)).to_series().to_numpy()
+    uniq, at, codes = _memo(f"name_codes:{table}", profile, lambda: _name_codes(profile, table))
+    hit = np.ones(uniq.len(), dtype=bool)
+    if names is not None:
+        hit &= uniq.is_in(list(names)).to_numpy()
+    if pattern is not None:
+        hit &= uniq.str.contains(pattern).to_numpy()
+    by_code = np.zeros(int(codes.max()) + 1 if len(codes) else 0, dtype=bool)
+    by_code[at] = hit
+    return by_code[codes]
+
+
+def _name_codes(profile: Profile, table: str) -> tuple[pl.Series, Any, Any]:
+    """The distinct names of ``profile.<table>``, their codes, and each row's code (one no
+    name has for a null)."""
+    cat = getattr(profile, table).get_column("name").cast(pl.Categorical)
+    uniq = cat.unique().drop_nulls()
+    phys = cat.to_physical()
+    null = int(phys.max() or 0) + 1 if phys.len() else 0  # type: ignore[arg-type]
+    codes = phys.fill_null(null).to_numpy().astype(np.int64)
+    return uniq.cast(pl.String), uniq.to_physical().to_numpy().astype(np.int64), codes
 
 
 def shapes_table(df: pl.DataFrame) -> pl.DataFrame:

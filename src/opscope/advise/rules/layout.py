@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from opscope.advise import _common as c
@@ -48,6 +49,100 @@ def transposed_inputs(dims_s: str | None, strides_s: str | None) -> list[int]:
     return bad
 
 
+def _linked(profile: Profile) -> pl.LazyFrame | None:
+    """The copy and view ops (the only ones the rule flags) with their parent op's name and
+    their next two siblings (same rank, thread and parent op, in time; the lower id first
+    among ops starting together): name, id, input dims and strides of each; ``None`` when the
+    profile has no copy or view op.
+
+    The siblings found in NumPy over the ops' keys, and only the flagged names' rows built: a
+    plan sorting, joining and gathering every op was 15-20 ms on a 40k-op trace."""
+    ops = profile.ops
+    cand = np.flatnonzero(c.name_mask(profile, "ops", names=[*COPY_OPS, *VIEW_OPS]))
+    if not len(cand):
+        return None
+    low = np.iinfo(np.int64).min  # a null key: equal to itself only, before every value
+
+    def keyed(col: str) -> Any:
+        s = ops.get_column(col)
+        return (s.fill_null(low) if s.null_count() else s).to_numpy().astype(np.int64)
+
+    up = c.op_parent_positions(profile)[c.event_positions(profile, ops.get_column("id"))]
+    ids = c._forest(profile).ids
+    parent = np.where(up >= 0, ids[np.maximum(up, 0)], low)
+    rank, tid = keyed("rank"), keyed("tid")
+    order = np.lexsort((keyed("id"), keyed("ts_ns"), parent, tid, rank))
+    nxt = {}
+    for k in (1, 2):
+        a, b = order[:-k], order[k:]
+        same = (rank[a] == rank[b]) & (tid[a] == tid[b]) & (parent[a] == parent[b])
+        to = np.full(ops.height, -1, dtype=np.int64)
+        to[a[same]] = b[same]
+        nxt[k] = to[cand]
+    # three queries: the ops' rows and their siblings' columns, the parents' from the events,
+    # the costs (a Series method is a query too)
+    nxt_at = {k: c._null_at(nxt[k]) for k in (1, 2)}
+    rows = ops.select(
+        *(
+            pl.col(col).gather(pl.lit(pl.Series(cand)))
+            for col in (
+                "id",
+                "rank",
+                "tid",
+                "ts_ns",
+                "name",
+                "input_dims",
+                "input_types",
+                "input_strides",
+            )
+        ),
+        *(
+            pl.col(col).gather(nxt_at[k]).alias(f"next{k}{suffix}")
+            for k in (1, 2)
+            for col, suffix in (
+                ("name", ""),
+                ("id", "_id"),
+                ("input_dims", "_dims"),
+                ("input_strides", "_strides"),
+            )
+        ),
+    )
+    return rows.lazy().with_columns(c.op_context(profile, cand))
+
+
+def _copy_kernels(profile: Profile) -> pl.DataFrame | None:
+    """The layout-copy kernels whose next kernel on their stream (same rank and device, in
+    time; the lower id first among kernels starting together) is a matmul, with its name as
+    ``next_name``, in that order (by rank, device, stream, time and id); ``None`` when there
+    is none. The next kernel found in NumPy, its name matched once per distinct name: a sort of
+    every kernel and a window per stream were 8 ms on a 9k-kernel trace."""
+    k = profile.kernels
+    if k.height == 0:
+        return None
+    copy = c.name_mask(profile, "kernels", pattern=COPY_KERNELS)
+    if not copy.any():
+        return None
+    low = np.iinfo(np.int64).min  # a null key: equal to itself only, before every value
+    keys = [
+        (s.fill_null(low) if s.null_count() else s).to_numpy().astype(np.int64)
+        for s in k.select("id", "ts_ns", "stream", "device", "rank").get_columns()
+    ]
+    order = np.lexsort(keys)
+    a, b = order[:-1], order[1:]
+    same = np.ones(len(a), dtype=bool)
+    for key in keys[2:]:
+        same &= key[a] == key[b]
+    nxt = np.full(k.height, -1, dtype=np.int64)
+    nxt[a[same]] = b[same]
+    mm = c.name_mask(profile, "kernels", pattern=MATMUL_KERNELS)
+    rows = order[copy[order] & (nxt[order] >= 0)]
+    rows = rows[mm[nxt[rows]]]
+    if not len(rows):
+        return None
+    out: pl.DataFrame = k[rows].with_columns(k.get_column("name")[nxt[rows]].alias("next_name"))
+    return out
+
+
 class Layout:
     """Copies and transposed views feeding matmuls."""
 
@@ -76,50 +171,9 @@ class Layout:
         ops = profile.ops
         if ops.height == 0:
             return []
-        par = c.op_parents(profile)
-        # the ops with their next siblings one plan, collected once; the copies and views two
-        # plans on it collected together (each eager step was a query of fixed cost)
-        o = (
-            ops.lazy()
-            .select(
-                "id", "rank", "tid", "ts_ns", "name", "input_dims", "input_types", "input_strides"
-            )
-            .join(par.lazy(), on="id", how="left")
-            .join(c.op_cost(profile).lazy(), on="id", how="left")
-            .sort("rank", "tid", "ts_ns", "id")  # id: ops starting together keep one order
-        )
-        names = o.select(pl.col("id").alias("op_parent"), pl.col("name").alias("parent_name"))
-        o = o.join(names, on="op_parent", how="left")
-        # the row of the next two siblings (same rank, thread and parent op, in time), then
-        # every column gathered from it. Siblings are found by one stable sort on the group key
-        # (rows stay in time order within a group) and a shift where the key stays the same:
-        # a window per group (`shift().over(...)`) cost 0.15 s on a 40k-op trace, this 0.01 s.
-        key = ("rank", "tid", "op_parent")
-
-        def same(k: int) -> pl.Expr:
-            return pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-k)) for c in key)
-
-        o = (
-            o.with_row_index("_row")
-            .sort(key, maintain_order=True, nulls_last=True)
-            .with_columns(
-                pl.when(same(k)).then(pl.col("_row").shift(-k)).alias(f"_next{k}") for k in (1, 2)
-            )
-            .sort("_row")
-        )
-        o = o.with_columns(
-            pl.when(pl.col(f"_next{k}").is_not_null())
-            .then(pl.col(col).gather(pl.col(f"_next{k}").fill_null(0)))
-            .alias(f"next{k}{suffix}")
-            for k in (1, 2)
-            for col, suffix in (
-                ("name", ""),
-                ("id", "_id"),
-                ("input_dims", "_dims"),
-                ("input_strides", "_strides"),
-            )
-        ).drop("_row", "_next1", "_next2")
-        linked = o.collect(engine="in-memory").lazy()
+        linked = _linked(profile)
+        if linked is None:
+            return []
         mm = list(c.MATMUL_OPS)
         feeds_next = pl.col("next1").is_in(mm) | (
             pl.col("next1").is_in(VIEW_OPS) & pl.col("next2").is_in(mm)
@@ -139,7 +193,11 @@ class Layout:
             & pl.col("op_parent").is_null()
             & (pl.col("next1").is_in(mm) | pl.col("next2").is_in(mm))
         )
-        copies, views = pl.collect_all([copies_plan, views_plan], engine="in-memory")
+        # in the ops' order by thread and time (the first of ops starting together: the lower id)
+        copies, views = pl.collect_all(
+            [p.sort("rank", "tid", "ts_ns", "id") for p in (copies_plan, views_plan)],
+            engine="in-memory",
+        )
         findings = []
         for kind, df in (("copy", copies), ("view", views)):
             if df.height == 0:
@@ -257,17 +315,8 @@ class Layout:
         return None
 
     def _kernels(self, profile: Profile, steps: c.StepInfo) -> list[Finding]:
-        k = profile.kernels
-        if k.height == 0:
-            return []
-        k = k.sort("rank", "device", "stream", "ts_ns", "id").with_columns(
-            pl.col("name").shift(-1).over("rank", "device", "stream").alias("next_name")
-        )
-        hit = k.filter(
-            pl.col("name").str.contains(COPY_KERNELS)
-            & pl.col("next_name").fill_null("").str.contains(MATMUL_KERNELS)
-        )
-        if hit.height == 0:
+        hit = _copy_kernels(profile)
+        if hit is None:
             return []
         out = []
         for where, ids in c.group_by_location(profile, hit).items():

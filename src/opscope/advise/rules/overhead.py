@@ -50,25 +50,20 @@ FLOAT64_TYPES = ("float64",)
 
 
 def _sync_ops(profile: Profile) -> pl.DataFrame:
-    ops = c.user_level_ops(profile)
-    # Syncs nested in other ops (e.g. item inside a user op's implementation) count too.
-    # one plan, collected once (its joins and filters were a query each)
-    nested = (
-        profile.ops.lazy()
-        .filter(pl.col("name").is_in(SYNC_OPS))
-        .join(c.op_parents(profile).lazy(), on="id", how="left")
-        .join(c.op_cost(profile).lazy(), on="id", how="left")
-    )
-    names = profile.ops.lazy().select(
-        pl.col("id").alias("op_parent"), pl.col("name").alias("pname")
-    )
-    out = (
-        nested.join(names, on="op_parent", how="left")
+    """The sync ops, with ``op_parent``, ``cost_ns`` and ``pname`` (the parent op's name), but
+    not one called by another sync op. Syncs nested in other ops (e.g. item inside a user op's
+    implementation) count too."""
+    import numpy as np
+
+    rows = np.flatnonzero(c.name_mask(profile, "ops", names=SYNC_OPS))
+    par, pname, cost = c.op_context(profile, rows)
+    return (
+        profile.ops[rows]
+        .lazy()
+        .with_columns(par, cost, pname.alias("pname"))
         .filter(~pl.col("pname").fill_null("").is_in(SYNC_OPS))
         .collect(engine="in-memory")
     )
-    del ops
-    return out
 
 
 _IDLE_HOW = (
@@ -161,8 +156,8 @@ class HostSync:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         ops = _sync_ops(profile)
         rt = profile.events.filter(
-            pl.col("kind").is_in(["runtime", "driver", "cpu_op", "other"])
-            & pl.col("name").str.contains(SYNC_RUNTIME)
+            c.name_match(profile, "events", pattern=SYNC_RUNTIME),
+            pl.col("kind").is_in(["runtime", "driver", "cpu_op", "other"]),
         )
         if ops.height == 0 and rt.height == 0:
             return []
@@ -486,7 +481,7 @@ class DataLoader:
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         dl = profile.events.filter(
-            pl.col("name").str.contains(DATALOADER) & (pl.col("kind") != "python_function")
+            c.name_match(profile, "events", pattern=DATALOADER), pl.col("kind") != "python_function"
         )
         if dl.height == 0:
             return []
@@ -534,7 +529,7 @@ class Recompile:
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         ev = profile.events.filter(
-            pl.col("name").str.contains(RECOMPILE) & (pl.col("kind") != "python_function")
+            c.name_match(profile, "events", pattern=RECOMPILE), pl.col("kind") != "python_function"
         )
         if ev.height == 0:
             return []

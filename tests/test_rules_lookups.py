@@ -1,0 +1,255 @@
+"""The rules' look-ups by position and by distinct name equal the joins, windows and per-row
+string tests they replace: the name masks (with and without the distinct-name codes), event
+positions (dense ids, permuted ids, nulls, repeats), each op's parent/cost context, the layout
+rule's copy/view rows with their siblings and its copy-kernel rows, and the host-sync rule's
+sync ops. The references are the previous code, verbatim, run on real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import opscope
+from helpers import synth
+from opscope.advise import _common as c
+from opscope.advise.rules import layout, overhead
+from opscope.analysis.tree import _positions
+from opscope.model import Profile
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = [
+    SHARED / "compare" / "hta_trace_diff_control_a100_rank3of8.json.gz",  # 75k events, copies
+    SHARED / "gpu" / "kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+    SHARED / "gpu" / "tracelens_h100_bert_small.json.gz",
+    SHARED / "multi_rank" / "hta_sampled_128rank_job" / "rank-1.json.gz",
+    SHARED / "ascend" / "small_two_rank" / "test_rank_0",
+]
+
+
+def _profiles() -> list[Profile]:
+    out = [synth.training(steps=2, layers=3).profile]
+    out += [opscope.load(p, cache=False) for p in TRACES if p.exists()]
+    return out
+
+
+@pytest.fixture(scope="module")
+def profiles() -> list[Profile]:
+    return _profiles()
+
+
+# the previous code (references) ------------------------------------------------------------
+
+
+def _old_linked(profile: Profile) -> pl.DataFrame:
+    ops = profile.ops
+    par = c.op_parents(profile)
+    o = (
+        ops.lazy()
+        .select("id", "rank", "tid", "ts_ns", "name", "input_dims", "input_types", "input_strides")
+        .join(par.lazy(), on="id", how="left")
+        .join(c.op_cost(profile).lazy(), on="id", how="left")
+        .sort("rank", "tid", "ts_ns", "id")
+    )
+    names = o.select(pl.col("id").alias("op_parent"), pl.col("name").alias("parent_name"))
+    o = o.join(names, on="op_parent", how="left")
+    key = ("rank", "tid", "op_parent")
+
+    def same(k: int) -> pl.Expr:
+        return pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-k)) for c in key)
+
+    o = (
+        o.with_row_index("_row")
+        .sort(key, maintain_order=True, nulls_last=True)
+        .with_columns(
+            pl.when(same(k)).then(pl.col("_row").shift(-k)).alias(f"_next{k}") for k in (1, 2)
+        )
+        .sort("_row")
+    )
+    o = o.with_columns(
+        pl.when(pl.col(f"_next{k}").is_not_null())
+        .then(pl.col(col).gather(pl.col(f"_next{k}").fill_null(0)))
+        .alias(f"next{k}{suffix}")
+        for k in (1, 2)
+        for col, suffix in (
+            ("name", ""),
+            ("id", "_id"),
+            ("input_dims", "_dims"),
+            ("input_strides", "_strides"),
+        )
+    ).drop("_row", "_next1", "_next2")
+    return o.collect(engine="in-memory")
+
+
+def _old_copy_kernels(profile: Profile) -> pl.DataFrame:
+    k = profile.kernels.sort("rank", "device", "stream", "ts_ns", "id").with_columns(
+        pl.col("name").shift(-1).over("rank", "device", "stream").alias("next_name")
+    )
+    return k.filter(
+        pl.col("name").str.contains(layout.COPY_KERNELS)
+        & pl.col("next_name").fill_null("").str.contains(layout.MATMUL_KERNELS)
+    )
+
+
+def _old_sync_ops(profile: Profile) -> pl.DataFrame:
+    nested = (
+        profile.ops.lazy()
+        .filter(pl.col("name").is_in(overhead.SYNC_OPS))
+        .join(c.op_parents(profile).lazy(), on="id", how="left")
+        .join(c.op_cost(profile).lazy(), on="id", how="left")
+    )
+    names = profile.ops.lazy().select(
+        pl.col("id").alias("op_parent"), pl.col("name").alias("pname")
+    )
+    return (
+        nested.join(names, on="op_parent", how="left")
+        .filter(~pl.col("pname").fill_null("").is_in(overhead.SYNC_OPS))
+        .collect(engine="in-memory")
+    )
+
+
+# tests -------------------------------------------------------------------------------------
+
+PATTERNS = [
+    {"pattern": overhead.SYNC_RUNTIME},
+    {"pattern": layout.COPY_KERNELS},
+    {"names": list(overhead.SYNC_OPS)},
+    {"names": ["aten::copy_", "aten::mm", "no such op"]},
+    {"names": ["aten::copy_", "aten::addmm"], "pattern": "^aten::(copy|mm)"},
+    {"names": []},
+]
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_name_masks_equal_the_per_row_tests(
+    profiles: list[Profile], indexed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(c, "NAME_INDEX_MIN_ROWS", 0 if indexed else 1 << 40)
+    codes: list[str] = []
+    real = c._name_codes
+    monkeypatch.setattr(c, "_name_codes", lambda p, t: codes.append(t) or real(p, t))
+    for p in profiles:
+        for table in ("events", "ops", "kernels"):
+            df = getattr(p, table)
+            for kw in PATTERNS:
+                want = pl.lit(True)
+                if "names" in kw:
+                    want = want & pl.col("name").is_in(kw["names"])
+                if "pattern" in kw:
+                    want = want & pl.col("name").str.contains(str(kw["pattern"]))
+                rows = df.filter(want)
+                assert_frame_equal(df.filter(c.name_match(p, table, **kw)), rows)  # type: ignore[arg-type]
+                mask = c.name_mask(p, table, **kw)  # type: ignore[arg-type]
+                assert mask.dtype == np.bool_ and len(mask) == df.height
+                assert_frame_equal(df.filter(pl.Series(mask)), rows)
+    assert bool(codes) == indexed  # the codes path taken (or not) as the threshold says
+
+
+def test_name_mask_with_null_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(c, "NAME_INDEX_MIN_ROWS", 0)
+    p = synth.training(steps=1, layers=2).profile
+    ev = p.events.with_columns(
+        pl.when(pl.col("id") % 3 == 0).then(None).otherwise(pl.col("name")).alias("name")
+    )
+    q = p.with_tables(events=ev)
+    assert q.events.get_column("name").null_count() > 0
+    for kw in PATTERNS:
+        want = pl.lit(True)
+        if "names" in kw:
+            want = want & pl.col("name").is_in(kw["names"])
+        if "pattern" in kw:
+            want = want & pl.col("name").str.contains(str(kw["pattern"]))
+        mask = c.name_mask(q, "events", **kw)  # type: ignore[arg-type]
+        assert_frame_equal(q.events.filter(pl.Series(mask)), q.events.filter(want))
+
+
+def test_index_finds_what_forest_positions_finds() -> None:
+    rng = np.random.default_rng(3)
+    cases = [
+        pl.Series(np.arange(50), dtype=pl.Int64),  # dense: ids are positions
+        pl.Series(rng.permutation(50), dtype=pl.Int64),
+        pl.Series([5, 3, None, 3, 9, 0, None, 7], dtype=pl.Int64),  # nulls and a repeat
+        pl.Series([], dtype=pl.Int64),
+    ]
+    for ids in cases:
+        index = c._Index.of(ids)
+        assert (index.order is None) == (ids.to_list() == list(range(ids.len())))
+        want = np.array([-3, -1, 0, 3, 5, 7, 9, 12, 49, 50, 99], dtype=np.int64)
+        arr = ids.fill_null(-1).to_numpy().astype(np.int64)
+        ref = _positions(arr, want, np.zeros(len(want), dtype=bool))
+        # a null id is never found (the reference masks it by its stand-in value, -1)
+        ref[want == -1] = -1
+        got = index.find(want)
+        assert got.tolist() == ref.tolist(), ids.to_list()
+
+
+def test_event_positions_equal_forest_positions(profiles: list[Profile]) -> None:
+    for p in profiles:
+        forest = c._forest(p)
+        ids = p.events.get_column("id")
+        pick = pl.Series([*ids.to_list()[::7], None, -5, ids.len() + 3], dtype=pl.Int64)
+        assert c.event_positions(p, pick).tolist() == forest.positions(pick).tolist()
+
+
+def test_op_context_equals_the_joins(profiles: list[Profile]) -> None:
+    for p in profiles:
+        ops = p.ops
+        rows = np.arange(ops.height)[::3]
+        want = (
+            ops[rows]
+            .select("id")
+            .join(c.op_parents(p), on="id", how="left", maintain_order="left")
+            .join(
+                ops.select(pl.col("id").alias("op_parent"), pl.col("name").alias("parent_name")),
+                on="op_parent",
+                how="left",
+                maintain_order="left",
+            )
+            .join(c.op_cost(p), on="id", how="left", maintain_order="left")
+            .drop("id")
+        )
+        got = pl.DataFrame(c.op_context(p, rows))
+        assert_frame_equal(got, want)
+
+
+def test_layout_rows_equal_the_plan_over_every_op(profiles: list[Profile]) -> None:
+    flagged = 0
+    for p in profiles:
+        if p.ops.height == 0:
+            continue
+        old = _old_linked(p).filter(pl.col("name").is_in([*layout.COPY_OPS, *layout.VIEW_OPS]))
+        new = layout._linked(p)
+        if new is None:
+            assert old.height == 0
+            continue
+        # the same rows (the plan's order was its last join's, not the ops' order in time,
+        # which the rule now takes)
+        got = new.collect()
+        assert_frame_equal(got.select(old.columns).sort("id"), old.sort("id"))
+        flagged += got.height
+    assert flagged > 1000  # the 75k-event trace's copies among them
+
+
+def test_copy_kernels_equal_the_window_per_stream(profiles: list[Profile]) -> None:
+    found = 0
+    for p in profiles:
+        old = _old_copy_kernels(p)
+        new = layout._copy_kernels(p)
+        if new is None:
+            assert old.height == 0
+            continue
+        assert_frame_equal(new, old)
+        found += new.height
+    assert found > 0
+
+
+def test_sync_ops_equal_the_joins(profiles: list[Profile]) -> None:
+    n = 0
+    for p in profiles:
+        got, want = overhead._sync_ops(p), _old_sync_ops(p)
+        assert_frame_equal(got, want)
+        n += got.height
+    assert n > 0
