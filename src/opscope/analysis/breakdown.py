@@ -48,7 +48,7 @@ from opscope.analysis import tree
 from opscope.analysis.hotspots import projected, rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import per_profile
-from opscope.model import Profile, kinds
+from opscope.model import Profile
 
 #: Host events that are data loading.
 DATA_PATTERN = r"DataLoader|dataloader"
@@ -456,10 +456,12 @@ class Breakdown(Result):
 
 def _device_work(profile: Profile) -> pl.DataFrame:
     """Device work with its stream and the start of the runtime call that launched it."""
-    ev = profile.events.lazy()  # one plan (a query per step was a fixed cost on small traces)
+    # one plan (a query per step was a fixed cost on small traces), from the profile's device
+    # work (cached: the same rows in the same order as filtering every event again)
+    ev = profile.events.lazy()
     launch = ev.select(pl.col("id").alias("launch_id"), pl.col("ts_ns").alias("launch_ts"))
     return (
-        ev.filter(pl.col("kind").is_in(list(kinds.DEVICE_WORK)))
+        profile.kernels.lazy()
         .select(
             "rank",
             "kind",
@@ -512,7 +514,8 @@ def _inputs(profile: Profile) -> _Inputs:
     # ``step`` too: the host parts keep the event's own step (the window's is ``step_right``)
     ev = profile.events.lazy().select("rank", "step", "kind", "name", "ts_ns", "dur_ns")
     data = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
-    host = ev.filter(pl.col("kind") == "cpu_op").select("rank", "step", "ts_ns", "dur_ns")
+    # the host ops from the profile's (cached) ops: the same rows as filtering the events
+    host = profile.ops.lazy().select("rank", "step", "ts_ns", "dur_ns")
     return _Inputs(
         win=_windows(profile),
         dev=_device_work(profile),
