@@ -35,9 +35,12 @@ import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import polars as pl
+
+#: A DataFrame or a LazyFrame: eager steps, or the same steps in a plan.
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 UNKNOWN_RANK: Final = -1
 """A link's far end whose global rank the files do not give (an unprofiled member of a group
@@ -201,8 +204,9 @@ def matrix_links(lk: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
     ).drop("_set", "_top", "_src_rank_w", "_dst_rank_w")
 
 
-def hccl_per_rank(hccl: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: HCCL ops and the sums of their communication.json times (ns)."""
+def hccl_per_rank(hccl: FrameT) -> FrameT:
+    """Per rank: HCCL ops and the sums of their communication.json times (ns) (eager, or a plan
+    for a plan)."""
     return (
         hccl.group_by("rank")
         .agg(
@@ -219,8 +223,9 @@ def hccl_per_rank(hccl: pl.DataFrame) -> pl.DataFrame:
 def msprof_ranks(ranks: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
     """Per rank in msprof-analyze's terms (µs): Computing, Communication, not overlapped, Free,
     Stage, and the communication.json sums; ``wait_us`` is opscope's aligned wait."""
-    per = hccl_per_rank(hccl)
-    out = ranks.join(per, on="rank", how="left").sort("rank")
+    # one plan (the five eager steps were a query of fixed cost each)
+    per = hccl_per_rank(hccl.lazy())
+    out = ranks.lazy().join(per, on="rank", how="left").sort("rank")
     us = [
         ("compute_ns", "computing_us"),
         ("comm_ns", "communication_us"),
@@ -237,7 +242,7 @@ def msprof_ranks(ranks: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
         "rank",
         *[(pl.col(a) / 1000.0).alias(b) for a, b in us],
         pl.col("hccl_ops").fill_null(0),
-    )
+    ).collect(engine="in-memory")
 
 
 def rank_gaps(msprof: pl.DataFrame) -> dict[str, Any]:
