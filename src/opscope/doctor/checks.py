@@ -66,6 +66,8 @@ MAX_WORLD_SIZE: Final = 1 << 20
 
 #: Runtime / driver calls that launch device work (CUDA, HIP, Ascend task launches).
 _LAUNCH_RE: Final = r"(?i)(launch|memcpy|memset)"
+# the columns through which the linker routes device work to what issued it
+_ROUTES: Final = ("launch_id", "op_id")
 
 
 @dataclass(frozen=True)
@@ -402,12 +404,14 @@ def check_kernel_origins(profile: Profile) -> list[Check]:
     from opscope.ingest.link import queued_before_profiling
 
     no_launch = int(k.get_column("launch_id").is_null().sum())
+    ev_all = profile.events
+    routed = ev_all.height * 2 - sum(ev_all.get_column(c).null_count() for c in _ROUTES)
     early = 0
-    if no_launch:
+    if no_launch and routed:
         # the warm-up step's kernels on a device that lags the host: no launch to expect (the
-        # linker's one rule; they hold no step). Only work without a launch can be one, so a
-        # profile whose kernels all have theirs skips the linker's queries.
-        ev_all = profile.events
+        # linker's one rule; they hold no step). Only work without a launch can be one, and
+        # only before the first work with one (a launch or an op): a profile whose kernels all
+        # have their launch, or where no row has either, skips the linker's queries.
         # (a Series filter: the events' id column only, not a query over every column)
         queued = ev_all.get_column("id").filter(pl.Series(queued_before_profiling(ev_all)))
         early = int(k.get_column("id").is_in(queued.implode()).sum())
