@@ -236,3 +236,36 @@ def test_planted_kernel_in_generated_kineto_trace_found_through_loader(tmp_path:
     lines = run("attribution", prof).lines  # type: ignore[attr-defined]
     assert lines.get_column("bwd_ns").sum() == 6 * 2 * 30_000  # backward kernels found as such
     assert lines.get_column("fwd_ns").sum() == (6 * 2 * 20 + 280) * 1000
+
+
+@pytest.mark.parametrize("case", ["clean", "loaded", "planted"])
+def test_slow_calls_without_a_reported_group_skip_the_last_query(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No group reported (no outlier, or only a loaded machine's background): the empty tables
+    from the plans' schemas equal what the queries give with the shortcut off, and the queries
+    are not run; with a reported group they are."""
+    from opscope.analysis import anomalies, tree
+
+    if case == "clean":
+        profile = training(steps=6, layers=3).profile
+    elif case == "loaded":
+        profile, _ = _loaded_machine_profile()
+    else:
+        profile = training(steps=6, layers=3, slow_at=(4, 1), slow_factor=12).profile
+    ran: list[int] = []
+    real = pl.collect_all
+
+    def spy(plans: Any, **kw: Any) -> Any:
+        ran.append(len(plans))
+        return real(plans, **kw)
+
+    monkeypatch.setattr(pl, "collect_all", spy)
+    fast = anomalies.slow_calls(profile)
+    assert ran == ([2] if case == "planted" else [])
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    full = anomalies.slow_calls(profile)
+    assert ran[-1:] == [2]
+    for a, b in zip(fast, full, strict=True):
+        assert a.schema == b.schema and a.equals(b)
+    assert fast[0].height == (1 if case == "planted" else 0)
