@@ -504,31 +504,58 @@ def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFr
                       "d": pl.Int64, "dst": pl.Int64}  # fmt: skip
     if tree.SHORTCUTS and host.height == 0:  # no host node, no gap to cut (device work only)
         return host, pl.DataFrame(schema=stretch_schema)
-    host = host.with_columns(pl.col("id").shift(-1).over("rank", "lane", "step").alias("_next"))
-    is_idle = pl.col("name") == "(idle)"
-    idle = host.filter(is_idle)
-    if idle.height == 0:
-        return host.drop("_next"), pl.DataFrame(schema=stretch_schema)
+    name = host.get_column("name")
+    is_idle = (name == "(idle)").fill_null(False).to_numpy()
+    if not is_idle.any():
+        return host, pl.DataFrame(schema=stretch_schema)
+    # (a node of no name is neither idle nor kept, as the filters on the name dropped it)
+    kept = ~is_idle & ~name.is_null().to_numpy() if name.null_count() else ~is_idle
+    ids = host.get_column("id").to_numpy().astype(i64)
+    starts = host.get_column("start_ns").to_numpy().astype(i64)
+    ends = host.get_column("end_ns").to_numpy().astype(i64)
+    # each node's next node of its thread and step, in row order (as shift(-1).over(rank, lane,
+    # step) gave it; the queries per rank it replaces were ~16 per report)
+    keys: list[np.ndarray] = []
+    for c in ("rank", "lane", "step"):
+        v, null = _int_column(host, c)
+        keys += [v] if null is None else [v, null]
+    n = len(ids)
+    order = np.lexsort([np.arange(n), *keys[::-1]])
+    same = np.ones(max(n - 1, 0), dtype=bool)
+    for k in keys:
+        same &= k[order][1:] == k[order][:-1]
+    nxt_all = np.full(n, _NO_NODE, dtype=i64)
+    nxt_all[order[:-1][same]] = ids[order[1:][same]]
+    rank_all = keys[0]
     cover = _rank_coverage(ev)
-    next_id = min(int(host.get_column("id").min() or 0), 0) - 1  # type: ignore[arg-type]
-    pieces: list[pl.DataFrame] = []
-    stretches: list[pl.DataFrame] = []
-    for key, g in idle.partition_by("rank", as_dict=True, maintain_order=True).items():
-        seg_s, seg_e = cover.get(int(key[0]), (np.empty(0, i64), np.empty(0, i64)))  # type: ignore[call-overload]
-        a = g.get_column("start_ns").to_numpy().astype(i64)
-        b = g.get_column("end_ns").to_numpy().astype(i64)
+    next_id = min(int(ids.min()), 0) - 1
+    idle_rows = np.flatnonzero(is_idle)
+    out_rows = [np.flatnonzero(kept)]
+    out_id, out_a, out_b = [ids[out_rows[0]]], [starts[out_rows[0]]], [ends[out_rows[0]]]
+    st_rows: list[np.ndarray] = []
+    st_c: list[np.ndarray] = []
+    st_d: list[np.ndarray] = []
+    st_dst: list[np.ndarray] = []
+    idle_rank = rank_all[idle_rows]
+    # the ranks in order of their first idle node
+    _, first = np.unique(idle_rank, return_index=True)
+    for r in idle_rank[np.sort(first)].tolist():
+        g = idle_rows[idle_rank == r]
+        seg_s, seg_e = cover.get(int(r), (np.empty(0, i64), np.empty(0, i64)))
+        a = starts[g]
+        b = ends[g]
         # (an idle node always precedes a node of its thread and step: the null is defensive)
-        nxt = g.get_column("_next").fill_null(_NO_NODE).to_numpy().astype(i64)
+        nxt = nxt_all[g]
         # covered stretches of each idle node: the coverage segments overlapping (a, b), clipped
         lo = np.searchsorted(seg_e, a, side="right")
         m = np.maximum(np.searchsorted(seg_s, b, side="left") - lo, 0)
         s_off = np.cumsum(m) - m
-        s_node = np.repeat(np.arange(g.height), m)
+        s_node = np.repeat(np.arange(len(g)), m)
         j = np.arange(len(s_node)) - s_off[s_node] + lo[s_node]
         c = np.maximum(seg_s[j], a[s_node])
         d = np.minimum(seg_e[j], b[s_node])
         # uncovered pieces: [a, c0), [d0, c1), ..., [d(m-1), b); piece k follows stretch k-1
-        p_node = np.repeat(np.arange(g.height), m + 1)
+        p_node = np.repeat(np.arange(len(g)), m + 1)
         k = np.arange(len(p_node)) - (np.cumsum(m + 1) - (m + 1))[p_node]
         si = s_off[p_node] + k  # the stretch after piece k (if k < m)
         pa = np.where(k == 0, a[p_node], d[np.clip(si - 1, 0, None)] if len(d) else 0)
@@ -539,27 +566,40 @@ def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFr
         pid = np.zeros(len(pa), dtype=i64)
         pid[keep] = next_id - np.arange(int(keep.sum()), dtype=i64)
         next_id -= int(keep.sum())
-        pieces.append(
-            g.drop("_next")
-            .gather(p_node[keep])
-            .with_columns(
-                pl.Series("id", pid[keep]),
-                pl.Series("start_ns", pa[keep]),
-                pl.Series("end_ns", pb[keep]),
-            )
-        )
+        out_rows.append(g[p_node[keep]])
+        out_id.append(pid[keep])
+        out_a.append(pa[keep])
+        out_b.append(pb[keep])
         after = k > 0
-        stretches.append(
-            g.select("rank", "step", "lane")
-            .gather(p_node[after])
-            .with_columns(
-                pl.Series("c", c),
-                pl.Series("d", d),
-                pl.Series("dst", np.where(keep, pid, nxt[p_node])[after]),
-            )
+        dst = np.where(keep, pid, nxt[p_node])[after]
+        known = dst != _NO_NODE
+        st_rows.append(g[p_node[after]][known])
+        st_c.append(c[known])
+        st_d.append(d[known])
+        st_dst.append(dst[known])
+    rows = np.concatenate(out_rows)
+    # one query per table: the rows gathered, the cut times set
+    out = (
+        host.lazy()
+        .select(pl.all().gather(pl.Series(rows)))
+        .with_columns(
+            pl.Series("id", np.concatenate(out_id), dtype=pl.Int64),
+            pl.Series("start_ns", np.concatenate(out_a), dtype=pl.Int64),
+            pl.Series("end_ns", np.concatenate(out_b), dtype=pl.Int64),
         )
-    out = pl.concat([host.filter(~is_idle).drop("_next"), *pieces])
-    return out, pl.concat(stretches).filter(pl.col("dst") != _NO_NODE)
+        .pipe(tree.collect)
+    )
+    stretches = (
+        host.lazy()
+        .select(pl.col("rank", "step", "lane").gather(pl.Series(np.concatenate(st_rows))))
+        .with_columns(
+            pl.Series("c", np.concatenate(st_c), dtype=pl.Int64),
+            pl.Series("d", np.concatenate(st_d), dtype=pl.Int64),
+            pl.Series("dst", np.concatenate(st_dst), dtype=pl.Int64),
+        )
+        .pipe(tree.collect)
+    )
+    return out, stretches
 
 
 def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -569,32 +609,42 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
     if tree.SHORTCUTS and stretches.height == 0:
         return pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
     srcs = tree.collect(srcs.lazy())
-    by_step = {
-        (int(k[0]), int(k[1])): g.sort("end_ns")  # type: ignore[call-overload]
-        for k, g in srcs.partition_by("rank", "step", as_dict=True).items()
-    }
-    parts = []
-    for key, st in stretches.partition_by("rank", "step", as_dict=True).items():
-        g = by_step.get((int(key[0]), int(key[1])))  # type: ignore[call-overload]
-        if g is None:
+    # per (rank, step) of the stretches, in their order: the sources of that step by end time,
+    # in Polars' order of the step's rows sorted by end (the order of the edges into a node
+    # decides ties); the partitions and queries per step they replace were ~9 per report
+    s_rank, s_step = (_int_column(srcs, c)[0] for c in ("rank", "step"))
+    s_lane = srcs.get_column("lane").to_numpy()
+    s_id = srcs.get_column("id").to_numpy()
+    s_end = srcs.get_column("end_ns").to_numpy().astype(i64)
+    t_rank, t_step = (_int_column(stretches, c)[0] for c in ("rank", "step"))
+    t_lane = stretches.get_column("lane").to_numpy()
+    t_c = stretches.get_column("c").to_numpy().astype(i64)
+    t_d = stretches.get_column("d").to_numpy().astype(i64)
+    t_dst = stretches.get_column("dst").to_numpy()
+    key = np.stack((t_rank, t_step), axis=1)
+    _, first = np.unique(key, axis=0, return_index=True)
+    src_parts: list[np.ndarray] = [np.empty(0, i64)]
+    dst_parts: list[np.ndarray] = [np.empty(0, i64)]
+    for r, s in key[np.sort(first)].tolist():
+        mine = np.flatnonzero((s_rank == r) & (s_step == s))
+        if not len(mine):
             continue
-        end = g.get_column("end_ns").to_numpy().astype(i64)
-        lo = np.searchsorted(end, st.get_column("c").to_numpy().astype(i64), side="right")
-        hi = np.searchsorted(end, st.get_column("d").to_numpy().astype(i64), side="right")
+        g = mine[_polars_order(s_end[mine])]
+        end = s_end[g]
+        st = np.flatnonzero((t_rank == r) & (t_step == s))
+        lo = np.searchsorted(end, t_c[st], side="right")
+        hi = np.searchsorted(end, t_d[st], side="right")
         n = np.maximum(hi - lo, 0)
-        row = np.repeat(np.arange(st.height), n)
-        src = np.arange(len(row)) - (np.cumsum(n) - n)[row] + lo[row]
-        other = g.get_column("lane").to_numpy()[src] != st.get_column("lane").to_numpy()[row]
-        parts.append(
-            pl.DataFrame(
-                {
-                    "src": g.get_column("id").to_numpy()[src][other],
-                    "dst": st.get_column("dst").to_numpy()[row][other],
-                },
-                schema={"src": pl.Int64, "dst": pl.Int64},
-            )
-        )
-    return pl.concat(parts) if parts else pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
+        of = np.repeat(np.arange(len(st)), n)  # the stretch of each edge
+        row = st[of]
+        src = g[np.arange(len(of)) - (np.cumsum(n) - n)[of] + lo[of]]
+        other = s_lane[src] != t_lane[row]
+        src_parts.append(s_id[src][other].astype(i64))
+        dst_parts.append(t_dst[row][other].astype(i64))
+    return pl.DataFrame(
+        {"src": np.concatenate(src_parts), "dst": np.concatenate(dst_parts)},
+        schema={"src": pl.Int64, "dst": pl.Int64},
+    )
 
 
 def _nodes(profile: Profile) -> pl.DataFrame:
@@ -675,81 +725,91 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     call's op and name; no wait): the earlier work is in no node of this graph, so without it
     the wait would be a hole (or the time of an idle thread) on the path. The call's wait node
     starts where that node ends."""
-    waits = nodes.filter(pl.col("is_wait") & (pl.col("lane_kind") == "host"))
-    if tree.SHORTCUTS and waits.height == 0:  # no waiting call (no runtime call at all)
-        return nodes
-    dev = nodes.filter(pl.col("lane_kind") == "device").select("rank", "step", "lane", "end_ns")
-    # the stream a blocking copy waits on: its (last-ending) copy's
-    copy_lane = (
-        ev.filter(pl.col("launch_id").is_not_null())
-        .select("id", "launch_id")
-        .join(nodes.filter(pl.col("lane_kind") == "device"), on="id")
-        .sort("end_ns")
-        .group_by("launch_id")
-        .agg(pl.col("lane").last().alias("wlane"))
-    )
-    sync = (
-        waits.join(copy_lane, left_on="id", right_on="launch_id", how="left")
-        # a sync waits on every stream (null); a blocking copy with no copy in the graph: none
-        .with_columns(pl.when(pl.col("is_sync")).then(None).otherwise("wlane").alias("wlane"))
-        .filter(pl.col("is_sync") | pl.col("wlane").is_not_null())
-    )
-    if sync.height == 0 or dev.height == 0:
-        return nodes
     i64 = np.int64
-    cut_id: list[np.ndarray] = []
-    cut_at: list[np.ndarray] = []
-    # per rank, the device nodes' step (null mask), stream and end as arrays: the nodes of
-    # another step (and of the waited stream) by a mask, not two filters per (step, stream)
-    dev_by_rank = {
-        int(k[0]): (  # type: ignore[call-overload]
-            g.get_column("step").is_null().to_numpy(),
-            g.get_column("step").fill_null(0).to_numpy().astype(i64),
-            g.get_column("lane").to_numpy(),
-            g.get_column("end_ns").to_numpy(),
+    is_wait = nodes.get_column("is_wait").fill_null(False).to_numpy()
+    if tree.SHORTCUTS and not is_wait.any():  # no waiting call (no runtime call at all)
+        return nodes
+    kind = nodes.get_column("lane_kind")
+    on_dev = (kind == "device").fill_null(False).to_numpy()
+    waits = np.flatnonzero(is_wait & (kind == "host").fill_null(False).to_numpy())
+    if not len(waits) or not on_dev.any():
+        return nodes
+    ids = nodes.get_column("id").to_numpy().astype(i64)
+    starts = nodes.get_column("start_ns").to_numpy().astype(i64)
+    ends = nodes.get_column("end_ns").to_numpy().astype(i64)
+    rank, rank_null = _int_column(nodes, "rank")
+    step, step_null = _int_column(nodes, "step")
+    lane, lane_null = _int_column(nodes, "lane")
+    is_sync = nodes.get_column("is_sync").fill_null(False).to_numpy()
+    # the stream a blocking copy waits on: its (last-ending) copy's; a sync waits on every
+    # stream (no lane); a blocking copy with no copy in the graph on none (no split)
+    w_lane = np.zeros(len(waits), dtype=i64)
+    w_ok = is_sync[waits].copy()
+    if not w_ok.all():  # a blocking copy (only then the copies' streams: one query)
+        copy_lane = (
+            ev.lazy()
+            .filter(pl.col("launch_id").is_not_null())
+            .select("id", "launch_id")
+            .join(nodes.lazy().filter(pl.col("lane_kind") == "device"), on="id")
+            .sort("end_ns")
+            .group_by("launch_id")
+            .agg(pl.col("lane").last().alias("wlane"))
+            .drop_nulls("wlane")
+            .pipe(tree.collect)
         )
-        for k, g in dev.partition_by("rank", as_dict=True).items()
-    }
-    for key, s in sync.partition_by("rank", "step", "wlane", as_dict=True).items():
-        d = dev_by_rank.get(int(key[0]))  # type: ignore[call-overload]
-        if d is None:
+        at = _positions(copy_lane.get_column("launch_id").to_numpy().astype(i64), ids[waits[~w_ok]])
+        w_lane[~w_ok] = np.where(
+            at >= 0, copy_lane.get_column("wlane").to_numpy().astype(i64)[np.maximum(at, 0)], 0
+        )
+        w_ok[~w_ok] = at >= 0
+    waits, w_lane, w_sync = waits[w_ok], w_lane[w_ok], is_sync[waits[w_ok]]
+    # per (rank, step, stream waited on): the end of the last device node of the rank outside
+    # the step (on that stream) ending before the call returns
+    dev = np.flatnonzero(on_dev)
+    d_rank, d_step, d_lane, d_end = rank[dev], step[dev], lane[dev], ends[dev]
+    # (as the filter ``step != key``: a null step on either side keeps no device node; a
+    # null rank or stream is a key of its own)
+    d_known = np.ones(len(dev), dtype=bool) if step_null is None else ~step_null[dev]
+    d_rnull = np.zeros(len(dev), dtype=bool) if rank_null is None else rank_null[dev]
+    d_lnull = np.zeros(len(dev), dtype=bool) if lane_null is None else lane_null[dev]
+    cut = np.full(len(ids), _NO_NODE, dtype=i64)
+    w_rnull = np.zeros(len(waits), dtype=bool) if rank_null is None else rank_null[waits]
+    w_snull = np.zeros(len(waits), dtype=bool) if step_null is None else step_null[waits]
+    group = np.stack((w_rnull, rank[waits], w_snull, step[waits], w_sync, w_lane), axis=1)
+    for key in {tuple(g) for g in group.tolist()}:
+        r_null, r, s_null, s, sync, ln = key
+        if r_null or s_null:  # (no rank: dev_by_rank had none; no step: no device node)
             continue
-        d_null, d_step, d_lane, d_end = d
-        # as the filter ``step != key``: a null on either side keeps no row
-        keep = ~d_null & (d_step != key[1]) if key[1] is not None else np.zeros(len(d_end), bool)
-        if key[2] is not None:
-            keep &= d_lane == key[2]
+        keep = ~d_rnull & (d_rank == r) & d_known & (d_step != s)
+        if not sync:
+            keep &= ~d_lnull & (d_lane == ln)
         end = np.sort(d_end[keep])
-        a = s.get_column("start_ns").to_numpy().astype(i64)
-        b = s.get_column("end_ns").to_numpy().astype(i64)
-        k = np.searchsorted(end, b, side="right") - 1
+        mine = waits[(group == np.array(key, dtype=group.dtype)).all(axis=1)]
+        a = starts[mine]
+        k = np.searchsorted(end, ends[mine], side="right") - 1
         prev = np.where(k >= 0, end[np.maximum(k, 0)] if len(end) else a, a)
         hit = prev > a
-        cut_id.append(s.get_column("id").to_numpy()[hit])
-        cut_at.append(prev[hit])
-    if not cut_id or not sum(len(c) for c in cut_id):
+        cut[mine[hit]] = prev[hit]
+    has_cut = cut != _NO_NODE
+    if not has_cut.any():
         return nodes
-    cuts = pl.DataFrame(
-        {"id": np.concatenate(cut_id), "_cut": np.concatenate(cut_at)},
-        schema={"id": pl.Int64, "_cut": pl.Int64},
-    )
-    first_id = min(int(nodes.get_column("id").min() or 0), 0) - 1  # type: ignore[arg-type]
-    before = (
-        nodes.join(cuts, on="id", how="inner", maintain_order="left")
+    # the nodes with each cut wait starting at its cut, then the cut-off parts in node order
+    first_id = min(int(ids.min()), 0) - 1
+    before = np.flatnonzero(has_cut)
+    rows = np.concatenate((np.arange(len(ids)), before))
+    nb = len(before)
+    return (
+        nodes.lazy()
+        .select(pl.all().gather(pl.Series(rows)))
         .with_columns(
-            (first_id - pl.int_range(pl.len())).cast(pl.Int64).alias("id"),
-            pl.col("_cut").alias("end_ns"),
-            pl.lit(False).alias("is_sync"),
-            pl.lit(False).alias("is_wait"),
+            pl.Series("id", np.concatenate((ids, first_id - np.arange(nb, dtype=i64)))),
+            pl.Series("start_ns", np.concatenate((np.where(has_cut, cut, starts), starts[before]))),
+            pl.Series("end_ns", np.concatenate((ends, cut[before]))),
+            pl.Series("is_sync", np.concatenate((is_sync, np.zeros(nb, dtype=bool)))),
+            pl.Series("is_wait", np.concatenate((is_wait, np.zeros(nb, dtype=bool)))),
         )
-        .drop("_cut")
+        .pipe(tree.collect)
     )
-    after = (
-        nodes.join(cuts, on="id", how="left")
-        .with_columns(pl.coalesce("_cut", "start_ns").alias("start_ns"))
-        .drop("_cut")
-    )
-    return pl.concat([after, before])
 
 
 def _edges(
