@@ -397,12 +397,17 @@ def queue_stretches(dev: pl.LazyFrame, rng: pl.LazyFrame, lane: list[str]) -> pl
 
 def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     """Launch-queue length per (rank, device, stream) over each rank's analysed range."""
+    return tree.collect(_queue_plan(dev, win))
+
+
+def _queue_plan(dev: pl.DataFrame, win: pl.DataFrame) -> pl.LazyFrame:
+    """:func:`queue_lengths` as a plan (breakdown runs it with its other tables' plans)."""
     schema = {
         "rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64, "span_ns": pl.Int64,
         "mean": pl.Float64, "max": pl.Int64, "zero_ns": pl.Int64, "zero_pct": pl.Float64,
     }  # fmt: skip
     if not dev.height or not win.height:
-        return pl.DataFrame(schema=schema)
+        return pl.DataFrame(schema=schema).lazy()
     # one lazy query on the in-memory engine (the eager calls' engine): a query per step was
     # a fixed cost on small traces
     rng = (
@@ -428,7 +433,7 @@ def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
         .drop("_area", "_busy")
         .filter(pl.col("span_ns") > 0)
     )
-    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).sort(lane).pipe(tree.collect)
+    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).sort(lane)
 
 
 @dataclass(frozen=True)
@@ -659,10 +664,10 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
                 "free_ns",
             )
         )
-    steps = tree.collect(out.sort("rank", "step"))
+    steps_plan = out.sort("rank", "step")
     # per stream: every stream active on the rank, in every window (one plan)
     lanes = cdev.lazy().select("rank", "device", "stream").unique().join(wins, on="rank")
-    streams = (
+    streams_plan = (
         idle_plan(cdev, lanes, ["rank", "step", "device", "stream"])
         .join(wins, on=["rank", "step"], how="left", nulls_equal=True)
         .select(
@@ -675,7 +680,6 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
             *IDLE_COLUMNS,
         )
         .sort("rank", "step", "device", "stream")
-        .pipe(tree.collect)
     )
 
     def stats(df: pl.LazyFrame, rank: int | None) -> pl.LazyFrame:
@@ -690,18 +694,28 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
             (d.std() / d.mean()).alias("cv"),
         ).with_columns(pl.lit(rank, pl.Int32).alias("rank"))
 
-    # per rank (its rows in order, ranks as they first appear), then over all (rank null): one
-    # plan, not a query per rank and step
-    every = steps.lazy()
-    ranks = list(dict.fromkeys(steps.get_column("rank").to_list()))
+    # per rank (its rows in the steps table's order, ranks sorted, null first), then over all
+    # (rank null): one plan, not a query per rank and step. A step's length is its window's, so
+    # the windows give them without waiting for the steps table
+    every = wins.select("rank", "step", (pl.col("w1") - pl.col("w0")).alias("dur_ns")).sort(
+        "rank", "step"
+    )
+    present = set(win.get_column("rank").to_list())
+    ranks = [None] * (None in present) + sorted(r for r in present if r is not None)
     same = pl.col("rank").eq_missing
     allstats = pl.concat(
         [*(stats(every.filter(same(pl.lit(r, pl.Int32))), r) for r in ranks), stats(every, None)],
         how="diagonal",
     )
-    return Breakdown(
-        steps=steps,
-        stats=tree.collect(allstats.select("rank", pl.exclude("rank"))),
-        streams=streams,
-        queue=queue_lengths(dev, win),
+    # the four tables' plans in one call (a collect each was a fixed cost on small traces)
+    steps, streams, stats_df, queue = pl.collect_all(
+        [
+            steps_plan,
+            streams_plan,
+            allstats.select("rank", pl.exclude("rank")),
+            _queue_plan(dev, win),
+        ],
+        engine="in-memory",
+        optimizations=tree.EAGER_FLAGS,
     )
+    return Breakdown(steps=steps, stats=stats_df, streams=streams, queue=queue)
