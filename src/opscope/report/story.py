@@ -636,7 +636,10 @@ def _kind(rows: list[dict[str, Any]], col: str) -> str:
     # rows, and every column of every section's table is asked)
     for r in rows:
         v = r.get(col)
-        if v is not None and (type(v) is bool or not isinstance(v, int | float)):
+        t = type(v)
+        if t is float or t is int or v is None:  # exact types first: nearly every value
+            continue
+        if t is bool or not isinstance(v, int | float):
             return "text"
     return "auto"
 

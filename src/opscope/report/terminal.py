@@ -59,8 +59,8 @@ def story_table(t: StoryTable, width: int) -> Table:
         # drawing the table to measure it is most of a small report's time: when rich's widest
         # layout already fits, the drawn width (at most that) fits too, and the decision is made
         drawn = _widest(tab)
-        if drawn > width:
-            drawn = _drawn_width(tab)
+        if drawn > width:  # the bound is the width itself when rich measures what it counts
+            drawn = min(_PROBE_WIDTH, drawn) if _one_line_texts(tab) else _drawn_width(tab)
         if drawn <= width or room <= 8:
             break
         room = max(8, room - (drawn - width + len(flex) - 1) // max(1, len(flex)))
@@ -87,6 +87,18 @@ def _widest(tab: Table) -> int:
             longest = min(longest, col.max_width + pad)
         total += max(1, longest)
     return total
+
+
+def _one_line_texts(tab: Table) -> bool:
+    """Whether every cell (and shown header) of ``tab`` is a one-line Text: rich measures
+    those by their cells, as :func:`_widest` counts them, so that the bound is
+    :func:`_drawn_width` itself (up to its 1000 columns; a markup string or a text of several
+    lines is measured otherwise)."""
+    for col in tab.columns:
+        for x in [col.header, *col.cells] if tab.show_header else col.cells:
+            if not isinstance(x, Text) or len(x.plain.splitlines()) > 1:
+                return False
+    return True
 
 
 def _cell_len(x: object) -> int:

@@ -1,0 +1,94 @@
+"""story_table's width: for a table of one-line texts the bound `_widest` is rich's drawn width
+(so rich's layout is not asked: a spy), equal to `_drawn_width` on random tables; tables with a
+markup header or a text of several lines still ask rich; the terminal text of real traces is
+the one drawn when rich is always asked."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from conftest import shared_trace
+from opscope.report import terminal
+from opscope.report.fast_table import FastTable
+from opscope.report.terminal import _PROBE_WIDTH, _drawn_width, _one_line_texts, _widest
+
+WORDS = [
+    "aten::mm",
+    "日本語カーネル",
+    "x",
+    "",
+    "void at::native::kernel<float>",
+    "[[1,2]]",
+    "é" * 9,
+]
+
+
+def _table(rng: random.Random, cls: type[Table], header: str | None = None) -> Table:
+    tab = cls(
+        title=Text("A title", style="bold"),
+        caption=Text("device time"),
+        box=rng.choice([box.SIMPLE_HEAD, None]),
+        show_edge=False,
+        pad_edge=False,
+        expand=False,
+        show_header=rng.random() < 0.8,
+    )
+    name = header if header is not None else Text("name")  # a str: rich parses it as markup
+    tab.add_column(name, no_wrap=True, overflow="ellipsis", max_width=rng.choice([None, 6, 30]))
+    tab.add_column(
+        Text("calls"), justify="right", no_wrap=True, min_width=rng.choice([None, 5, 12])
+    )
+    tab.add_column(Text("where"), no_wrap=True, overflow="ellipsis")
+    for _ in range(rng.randrange(1, 6)):
+        n = rng.choice([1, 10, 400])
+        tab.add_row(Text(rng.choice(WORDS) * n), Text(str(rng.randrange(10**6))), Text("w"))
+    return tab
+
+
+@pytest.mark.parametrize("cls", [Table, FastTable])
+def test_one_line_texts_widest_is_drawn_width(cls: type[Table]) -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        tab = _table(rng, cls)
+        assert _one_line_texts(tab)
+        assert min(_PROBE_WIDTH, _widest(tab)) == _drawn_width(tab)
+
+
+def test_other_cells_are_not_one_line_texts() -> None:
+    rng = random.Random(3)
+    tab = _table(rng, Table, header="[bold]name[/]")  # markup: rich measures what it draws
+    assert tab.show_header and not _one_line_texts(tab)
+    tab = _table(random.Random(3), Table)
+    tab.add_row(Text("two\nlines"), Text("1"), Text("w"))
+    assert not _one_line_texts(tab)
+
+
+def test_real_reports_same_text_and_rich_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import opscope
+    from opscope.report.build import build_report
+
+    asked: list[int] = []
+    real = terminal._drawn_width
+
+    def spy(tab: Table) -> int:
+        asked.append(1)
+        return real(tab)
+
+    for rel in ["multi_rank/hta_sampled_128rank_job/rank-1.json.gz", "gpu/hta_triton_a100.json.gz"]:
+        report = build_report(opscope.load(shared_trace(rel), cache=False), top=20)
+        for full in (False, True):
+            monkeypatch.setattr(terminal, "_drawn_width", spy)
+            fast = terminal.render_terminal(report, full=full)
+            assert asked == []  # every story table is one-line texts
+            monkeypatch.setattr(terminal, "_one_line_texts", lambda tab: False)
+            slow = terminal.render_terminal(report, full=full)
+            monkeypatch.undo()
+            assert fast == slow
+            if full:
+                assert asked  # the tables did need shrinking: rich was asked on that path
+            asked.clear()
