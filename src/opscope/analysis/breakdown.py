@@ -222,17 +222,19 @@ def _runs(s: pl.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.
     return first, new, covered
 
 
-def _windows(profile: Profile) -> pl.DataFrame:
+def _windows(profile: Profile) -> pl.LazyFrame:
+    """The windows (see the module doc) as a plan: ``rank``, ``step``, ``w0``, ``w1``."""
     st = profile.steps
     if st.height:
-        return st.select(
+        return st.lazy().select(
             "rank",
             "step",
             pl.col("ts_ns").alias("w0"),
             (pl.col("ts_ns") + pl.col("dur_ns")).alias("w1"),
         )
     return (
-        profile.events.group_by("rank")
+        profile.events.lazy()
+        .group_by("rank")
         .agg(
             pl.col("ts_ns").min().alias("w0"),
             (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("w1"),
@@ -459,8 +461,9 @@ class Breakdown(Result):
         }
 
 
-def _device_work(profile: Profile) -> pl.DataFrame:
-    """Device work with its stream and the start of the runtime call that launched it."""
+def _device_work(profile: Profile) -> pl.LazyFrame:
+    """Device work with its stream and the start of the runtime call that launched it (a
+    plan)."""
     # one plan (a query per step was a fixed cost on small traces), from the profile's device
     # work (cached: the same rows in the same order as filtering every event again)
     ev = profile.events.lazy()
@@ -477,7 +480,6 @@ def _device_work(profile: Profile) -> pl.DataFrame:
             "launch_id",
         )
         .join(launch, on="launch_id", how="left")
-        .collect(engine="in-memory")
     )
 
 
@@ -521,11 +523,15 @@ def _inputs(profile: Profile) -> _Inputs:
     data = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
     # the host ops from the profile's (cached) ops: the same rows as filtering the events
     host = profile.ops.lazy().select("rank", "step", "ts_ns", "dur_ns")
+    # the four in one call on the eager calls' engine (a collect each was a fixed cost)
+    win, dev, host_df, data_df = pl.collect_all(
+        [_windows(profile), _device_work(profile), host, ev.filter(data)], engine="in-memory"
+    )
     return _Inputs(
-        win=_windows(profile),
-        dev=_device_work(profile),
-        host=host.collect(engine="in-memory"),  # the eager calls' engine
-        data=ev.filter(data).collect(engine="in-memory"),
+        win=win,
+        dev=dev,
+        host=host_df,
+        data=data_df,
         has_dev=profile.has_device,
         steps=profile.steps,
     )
