@@ -253,3 +253,43 @@ def test_sync_ops_equal_the_joins(profiles: list[Profile]) -> None:
         assert_frame_equal(got, want)
         n += got.height
     assert n > 0
+
+
+def _old_kernel_blocks(profile: Profile, ids: pl.Series) -> pl.DataFrame:
+    k = profile.kernels.filter(pl.col("op_id").is_not_null())
+    if "blocks" not in k.columns or k.height == 0:
+        return pl.DataFrame(schema={"id": pl.Int64, "blocks": pl.Int64})
+    k = k.filter(pl.col("blocks").is_not_null()).select("op_id", "blocks")
+    if k.height == 0:
+        return pl.DataFrame(schema={"id": pl.Int64, "blocks": pl.Int64})
+    anc = c.ancestors(profile, k.get_column("op_id")).filter(pl.col("anc_id").is_in(ids.implode()))
+    return (
+        k.rename({"op_id": "id"})
+        .join(anc, on="id")
+        .group_by("anc_id")
+        .agg(pl.col("blocks").max())
+        .rename({"anc_id": "id"})
+    )
+
+
+def test_kernel_blocks_equal_the_ancestor_table(profiles: list[Profile]) -> None:
+    from opscope.advise.rules import gemm
+
+    found = 0
+    for p in profiles:
+        ops = p.ops.get_column("id")
+        for ids in (ops, ops[::5], ops.head(0)):
+            got, want = gemm._kernel_blocks(p, ids), _old_kernel_blocks(p, ids)
+            assert_frame_equal(got.sort("id"), want.sort("id"))
+            found += got.height
+    assert found > 1000
+
+
+def test_sync_ops_and_dtype_rows_when_none(profiles: list[Profile]) -> None:
+    """No sync op / no dtype hit: the empty tables the full paths give (schema included)."""
+    for p in profiles:
+        if overhead._sync_ops(p).height == 0:
+            assert_frame_equal(overhead._sync_ops(p), _old_sync_ops(p))
+        t = p.ops.select("id", "name", "input_dims", "input_types")
+        got = c.has_tensor_dtype(t, ("no such dtype",))
+        assert got.height == 0 and got.schema == t.schema

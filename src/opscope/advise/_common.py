@@ -616,6 +616,13 @@ def op_context(profile: Profile, rows: Any) -> list[pl.Series]:
     looked up by position (two queries, not three joins over every op)."""
     ops = profile.ops
     ids = ops.get_column("id").to_numpy()[rows]
+    ev = profile.events.schema
+    if not len(ids):  # no row: the empty columns, without the two queries
+        return [
+            pl.Series("op_parent", [], ev["id"]),
+            pl.Series("parent_name", [], ev["name"]),
+            pl.Series("cost_ns", [], op_cost(profile).schema["cost_ns"]),
+        ]
     up = _null_at(op_parent_positions(profile)[event_positions(profile, pl.Series(ids))])
     cost = op_cost(profile)
     index: _Index = _memo("op_cost_index", profile, lambda: _Index.of(cost["id"]))
@@ -628,7 +635,12 @@ def op_context(profile: Profile, rows: Any) -> list[pl.Series]:
 
 def _null_at(at: Any) -> pl.Expr:
     """Positions for a gather, a null gathered where -1."""
-    return pl.lit(pl.Series(np.ma.masked_array(np.maximum(at, 0), mask=at < 0), dtype=pl.Int64))
+    at = np.asarray(at, dtype=np.int64)
+    if bool((at >= 0).all()):
+        return pl.lit(pl.Series(at, dtype=pl.Int64))
+    # through a float NaN (exact: positions are far below 2**53); a masked array cost 0.2 ms
+    # to convert on a few rows
+    return pl.lit(pl.Series(np.where(at >= 0, at, np.nan), nan_to_null=True, dtype=pl.Int64))
 
 
 #: Tables with fewer rows test each row's name (one query); larger ones each distinct name
@@ -672,6 +684,8 @@ def name_mask(
     """:func:`name_match` as a boolean array over the table's rows: on a large table each
     distinct name tested once, its answer spread by the names' codes (memoised per table)."""
     df = getattr(profile, table)
+    if df.height == 0:
+        return np.zeros(0, dtype=bool)
     if df.height < NAME_INDEX_MIN_ROWS:
         return df.select(_name_expr(names, pattern)).to_series().to_numpy()
     uniq, at, codes = _memo(f"name_codes:{table}", profile, lambda: _name_codes(profile, table))
@@ -680,14 +694,23 @@ def name_mask(
         hit &= uniq.is_in(list(names)).to_numpy()
     if pattern is not None:
         hit &= uniq.str.contains(pattern).to_numpy()
-    by_code = np.zeros(int(codes.max()) + 1 if len(codes) else 0, dtype=bool)
+    size = max(int(codes.max()) if len(codes) else -1, int(at.max()) if len(at) else -1) + 1
+    by_code = np.zeros(size, dtype=bool)
     by_code[at] = hit
     return by_code[codes]
 
 
 def _name_codes(profile: Profile, table: str) -> tuple[pl.Series, Any, Any]:
-    """The distinct names of ``profile.<table>``, their codes, and each row's code (one no
-    name has for a null)."""
+    """The distinct names of the events, their codes, and each row of ``profile.<table>``'s
+    code (one no name has for a null). The ops and kernels are rows of the events: their
+    codes are the events' at their rows (one cast to codes a profile, not one a table)."""
+    if table != "events":
+        uniq, at, codes = _memo(
+            "name_codes:events", profile, lambda: _name_codes(profile, "events")
+        )
+        rows = event_positions(profile, getattr(profile, table).get_column("id"))
+        if bool((rows >= 0).all()):
+            return uniq, at, codes[rows]
     cat = getattr(profile, table).get_column("name").cast(pl.Categorical)
     uniq = cat.unique().drop_nulls()
     phys = cat.to_physical()
@@ -897,6 +920,8 @@ def has_tensor_dtype(df: pl.DataFrame, wanted: Sequence[str]) -> pl.DataFrame:
         types = parse_types(types_s)
         if any(t in wanted and i < len(dims) and len(dims[i]) > 0 for i, t in enumerate(types)):
             hits.append((dims_s, types_s))
+    if not hits:
+        return df.clear()  # what the semi join with no pair keeps, without the query
     sel = pl.DataFrame(
         {"input_dims": [h[0] for h in hits], "input_types": [h[1] for h in hits]},
         schema={"input_dims": pl.String, "input_types": pl.String},

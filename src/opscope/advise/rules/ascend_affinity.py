@@ -304,7 +304,8 @@ def _find(profile: Profile, results: Mapping[str, Any]) -> list[dict[str, Any]]:
         return []
     spec = c.perf_model(profile, results).spec
     hits: list[dict[str, Any]] = []
-    for _, grp in ops.group_by("rank", "tid", maintain_order=True):
+    # a frame per thread in one pass (iterating a group_by was a query per group)
+    for grp in ops.partition_by("rank", "tid", maintain_order=True):
         names = grp.get_column("name").to_list()
         if not any(n.startswith("aten::") for n in names):
             continue

@@ -198,7 +198,9 @@ class AscendDynamicShape:
         calls = _compiled_kernels(profile, calls)
         share = _dynamic_share(profile)
         out = []
-        for (op_type,), grp in calls.group_by("op_type", maintain_order=True):
+        # a frame per op type in one pass (iterating a group_by was a query per group)
+        for grp in calls.partition_by("op_type", maintain_order=True):
+            op_type = grp.get_column("op_type")[0]
             out.append(self._finding(profile, steps, str(op_type), grp, share, idle_after))
         return out
 

@@ -86,9 +86,9 @@ def _pmu(profile: Profile) -> pl.DataFrame | None:
         .pivot(on="metric", index="event_id", values="value", aggregate_function="first")
         .rename({"event_id": "id"})
     )
-    for col in want:
-        if col not in wide.columns:
-            wide = wide.with_columns(pl.lit(0.0).alias(col))
+    missing = [col for col in want if col not in wide.columns]
+    if missing:  # one query for all (a with_columns per column was a query each)
+        wide = wide.with_columns(pl.lit(0.0).alias(col) for col in missing)
     return wide.select(
         pl.col("id").cast(pl.Int64),
         (
@@ -212,7 +212,8 @@ class AscendFusibleSequence:
         spec = c.perf_model(profile, results).spec
         steps = c.step_info(profile)
         out = []
-        for _, grp in k.group_by("rank", maintain_order=True):
+        # a frame per rank in one pass (iterating a group_by was a query per group)
+        for grp in k.partition_by("rank", maintain_order=True):
             out += self._rank(profile, results, steps, spec, grp, claimed)
         return out
 

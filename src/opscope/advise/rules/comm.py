@@ -31,15 +31,14 @@ def _exposed(profile: Profile) -> tuple[float, float]:
     st = breakdown(profile, Options()).steps
     if st.height == 0 or "communication_ns" not in st.columns:
         return 0.0, 0.0
-    r0 = st.get_column("rank").min()
-    # the first rank's rows of the two columns as Series (not a filter of the whole table)
-    mine = st.get_column("rank") == r0 if r0 is not None else None
-
-    def total(col: str) -> float:
-        s = st.get_column(col)
-        return float((s if mine is None else s.filter(mine)).fill_null(0).sum())
-
-    return total("communication_ns"), total("communication_not_overlapped_ns")
+    # the first rank's sums of the two columns in one query (a Series step each was a query)
+    rank = pl.col("rank")
+    mine = pl.when(rank.min().is_null()).then(True).otherwise(rank == rank.min())
+    sums = st.select(
+        pl.col(c).filter(mine).fill_null(0).sum()
+        for c in ("communication_ns", "communication_not_overlapped_ns")
+    ).row(0)
+    return float(sums[0]), float(sums[1])
 
 
 class CommExposed:

@@ -121,20 +121,39 @@ def _gemm_calls_of(profile: Profile, results: Mapping[str, Any]) -> tuple[Any, p
 
 
 def _kernel_blocks(profile: Profile, ids: pl.Series) -> pl.DataFrame:
-    """``[id, blocks]``: the largest grid (thread blocks) of the kernels under each op."""
-    k = profile.kernels.filter(pl.col("op_id").is_not_null())
+    """``[id, blocks]``: the largest grid (thread blocks) of the kernels under each op.
+
+    The kernels' ops walked up in NumPy and the pairs reaching one of ``ids`` kept (the pairs
+    of every kernel's op as a table, filtered, joined and grouped: 8-10 ms on a 9k-kernel
+    trace)."""
+    import numpy as np
+
+    empty = pl.DataFrame(schema={"id": pl.Int64, "blocks": pl.Int64})
+    k = profile.kernels
     if "blocks" not in k.columns or k.height == 0:
-        return pl.DataFrame(schema={"id": pl.Int64, "blocks": pl.Int64})
-    k = k.filter(pl.col("blocks").is_not_null()).select("op_id", "blocks")
+        return empty
+    k = k.select("op_id", "blocks").filter(
+        pl.col("op_id").is_not_null() & pl.col("blocks").is_not_null()
+    )
     if k.height == 0:
-        return pl.DataFrame(schema={"id": pl.Int64, "blocks": pl.Int64})
-    anc = c.ancestors(profile, k.get_column("op_id")).filter(pl.col("anc_id").is_in(ids.implode()))
-    return (
-        k.rename({"op_id": "id"})
-        .join(anc, on="id")
-        .group_by("anc_id")
-        .agg(pl.col("blocks").max())
-        .rename({"anc_id": "id"})
+        return empty
+    op = k.get_column("op_id").to_numpy().astype(np.int64)
+    blocks = k.get_column("blocks").to_numpy()
+    forest = c._forest(profile)
+    # each kernel's op itself (hops 0), then its ancestors: c.ancestors' pairs
+    i, anc, _ = forest.ancestor_pairs(
+        c.event_positions(profile, pl.Series(op)), max_depth=c.MAX_WALK - 1
+    )
+    src = np.concatenate([np.arange(len(op)), i])
+    dst = np.concatenate([op, forest.ids[anc]])
+    keep = np.isin(dst, ids.to_numpy())
+    if not keep.any():
+        return empty
+    uniq, inv = np.unique(dst[keep], return_inverse=True)
+    best = np.full(len(uniq), np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(best, inv, blocks[src[keep]])
+    return pl.DataFrame(
+        {"id": uniq, "blocks": best}, schema={"id": pl.Int64, "blocks": k.schema["blocks"]}
     )
 
 

@@ -57,6 +57,8 @@ def _sync_ops(profile: Profile) -> pl.DataFrame:
 
     rows = np.flatnonzero(c.name_mask(profile, "ops", names=SYNC_OPS))
     par, pname, cost = c.op_context(profile, rows)
+    if not len(rows):  # the empty table of the columns below (no query to find it empty)
+        return profile.ops.clear().with_columns(par, cost, pname.alias("pname"))
     return (
         profile.ops[rows]
         .lazy()
