@@ -1,0 +1,135 @@
+"""The graph's top-level operator nodes (threads without runtime calls) and each node's
+operator name, found on arrays, equal the anti join, parent join and name join they replaced
+(kept below as the reference) on real traces, a CPU-only one among them, and on random events."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from conftest import shared_trace
+from opscope import load
+from opscope.analysis import critical_path as cp
+from opscope.analysis import tree
+from opscope.model import Profile
+from test_critical_path_vectorised import _random_events
+
+
+def reference_top_nodes(ev: pl.DataFrame) -> pl.DataFrame:
+    """The top-level operators of threads without runtime calls, by the joins they were."""
+    lazy = ev.lazy()
+    runtime = lazy.filter(pl.col("kind").is_in(["runtime", "driver"]))
+    threads_rt = runtime.select("rank", "pid", "tid").unique()
+    ops = lazy.filter(pl.col("kind") == "cpu_op").join(
+        threads_rt, on=["rank", "pid", "tid"], how="anti", nulls_equal=True
+    )
+    parent_kind = lazy.select(pl.col("id").alias("parent_id"), pl.col("kind").alias("pk"))
+    top = ops.join(parent_kind, on="parent_id", how="left").filter(
+        pl.col("pk").is_null() | (pl.col("pk") != "cpu_op")
+    )
+    return top.select(
+        "rank", "step", "id", pl.lit("host").alias("lane_kind"), pl.col("tid").alias("lane"),
+        pl.col("ts_ns").alias("start_ns"),
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), pl.col("id").alias("op_id"),
+        "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
+    ).pipe(tree.collect)  # fmt: skip
+
+
+def reference_nodes(profile: Profile) -> pl.DataFrame:
+    """``_nodes`` with the top-level operators and the operator names by joins."""
+    ev = profile.events.select(
+        "rank", "pid", "tid", pl.col("step").fill_null(-1), "id", "parent_id", "kind", "name",
+        "ts_ns", "dur_ns", "op_id", "launch_id", "device", "stream",
+    )  # fmt: skip
+    lazy = ev.lazy()
+    names = lazy.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
+    host, _ = cp._cross_thread_waits(cp._host_nodes(ev, profile.steps), ev)
+    top = reference_top_nodes(ev)
+    dev = lazy.filter(pl.col("kind").is_in(list(cp._DEVICE_KINDS))).select(
+        "rank", "step", "id", pl.lit("device").alias("lane_kind"),
+        (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000
+         + pl.coalesce("stream", "tid", pl.lit(-1, dtype=pl.Int64))).alias("lane"),
+        pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+        "op_id", "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
+    )  # fmt: skip
+    nodes = (
+        pl.concat([host.lazy(), top.lazy(), dev], how="vertical_relaxed")
+        .join(names, on="op_id", how="left")
+        .with_columns(
+            pl.when(pl.col("name") == "(idle)")
+            .then(pl.lit(cp.IDLE_OP))
+            .otherwise(pl.coalesce("op", "name"))
+            .alias("op"),
+            pl.when(pl.col("name") == "").then(pl.col("op")).otherwise("name").alias("name"),
+        )
+        .pipe(tree.collect)
+    )
+    return cp._split_earlier_waits(nodes, ev)
+
+
+_CPU_ONLY = Path(
+    "/work/corpus/facebookresearch_tests_data_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+)
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "gpu/hta_alexnet_a100_cuda_sync.json.gz",
+        "gpu/hta_triton_a100.json.gz",
+        "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
+        "ascend/small_two_rank/test_rank_0",
+        "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
+        "cpu-only",
+    ],
+)
+def test_same_nodes_as_the_joins(rel: str) -> None:
+    if rel == "cpu-only":
+        if not _CPU_ONLY.exists():
+            pytest.skip("CPU-only corpus trace not found")
+        profile = load(_CPU_ONLY, cache=False)
+    else:
+        profile = load(shared_trace(rel), cache=False)
+    got = cp._nodes(profile)
+    want = reference_nodes(profile)
+    assert got.schema == want.schema
+    assert got.equals(want)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_same_top_nodes_as_the_joins_on_random_events(seed: int) -> None:
+    """Random threads of calls and slices, plus threads of operators only (one of null tid),
+    nested under operators, under other events or under unknown parents."""
+    ev, _ = _random_events(random.Random(seed))
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(0, 30))
+    ids = np.arange(20_000, 20_000 + k)
+    parent = [
+        None if x < 0.3 else int(rng.choice(ev.get_column("id").to_numpy())) if x < 0.6
+        else int(rng.choice(ids)) if x < 0.9 else 99_999
+        for x in rng.random(k)
+    ]  # fmt: skip
+    other = pl.DataFrame(
+        {"id": ids, "rank": [0] * k, "pid": [1] * k,
+         "tid": [None if t == 0 else int(t) for t in rng.integers(0, 3, k)],
+         "kind": rng.choice(["cpu_op", "cpu_op", "python_function"], k).tolist(),
+         "ts_ns": rng.integers(0, 200, k), "dur_ns": rng.integers(0, 30, k),
+         "step": rng.integers(-1, 2, k), "op_id": [None] * k, "name": [f"o{i}" for i in ids],
+         "launch_id": [None] * k},
+        schema=ev.schema,
+    )  # fmt: skip
+    ev = pl.concat(
+        [
+            ev.with_columns(pl.lit(None, pl.Int64).alias("parent_id")),
+            other.with_columns(pl.Series("parent_id", parent, dtype=pl.Int64)),
+        ]
+    )
+    got = cp._top_op_nodes(ev)
+    got = got.collect() if isinstance(got, pl.LazyFrame) else got
+    want = reference_top_nodes(ev)
+    assert got.schema == want.schema
+    assert got.equals(want)
