@@ -408,3 +408,70 @@ def test_broadcast_of_one_shape_skips_the_fold(monkeypatch: pytest.MonkeyPatch) 
     assert folds == []  # the shortcut was taken
     assert flops._broadcast([(4, 1), (1, 16)]) == (4, 16)
     assert folds == [1]
+
+
+def test_op_costs_rows_equal_a_row_by_row_reference() -> None:
+    """Every row's cost as a plain loop computes it: its key's formula (UNKNOWN for a name
+    without one), then for an autograd node whose fwd_id is a row that is real forward work
+    (a name, not passed through, some cost), twice that row's cost. Rows out of id order,
+    repeated keys, a node of a node, links to a missing id, to a pass-through op and to a
+    row of unknown cost, and a null link."""
+    from opscope.analysis.flops import (
+        _PASSTHROUGH_BACKWARD,
+        BACKWARD_FACTOR,
+        UNKNOWN,
+        cost,
+        has_formula,
+        is_autograd_node,
+    )
+
+    mm, mm_t = "[[4,5],[5,6]]", '["float","float"]'
+    rows = [  # id, name, dims, types, fwd_id
+        (9, "aten::mm", mm, mm_t, None),
+        (3, "MmBackward0", "[[4,6]]", '["float"]', 9),
+        (5, "aten::add", mm, mm_t, None),
+        (4, "AddBackward0", "[[4,6]]", '["float"]', 5),
+        (7, "MmBackward0", "[[4,6]]", '["float"]', 3),  # a node's node: its pre-backward cost
+        (2, "MmBackward0", "[[4,6]]", '["float"]', 99),  # no such id
+        (8, "aten::view", "[[4,6],[]]", '["float","Scalar"]', None),
+        (1, "ViewBackward0", "[[4,6]]", '["float"]', 8),  # forward of unknown cost
+        (6, "MmBackward0", "[[4,6]]", '["float"]', None),
+        (10, "aten::mm", mm, mm_t, None),
+    ]
+    ev = pl.DataFrame(
+        {
+            "id": [r[0] for r in rows],
+            "name": [r[1] for r in rows],
+            "input_dims": [r[2] for r in rows],
+            "input_types": [r[3] for r in rows],
+            "concrete_inputs": [None] * len(rows),
+            "fwd_id": [r[4] for r in rows],
+        },
+        schema_overrides={"fwd_id": pl.Int64, "name": pl.String},
+    )
+
+    def own(r: tuple[Any, ...]) -> Any:
+        if not has_formula(r[1]):
+            return UNKNOWN
+        return cost(r[1], r[2], r[3], None)
+
+    by_id = {r[0]: r for r in rows}
+    want = []
+    for r in rows:
+        c = own(r)
+        f = by_id.get(r[4]) if r[4] is not None else None
+        if r[1] is not None and is_autograd_node(r[1]) and f is not None and f[1] is not None:
+            fc = own(f)
+            base = f[1].split("::")[-1].split(".")[0]
+            if base not in _PASSTHROUGH_BACKWARD and (fc.flops is not None or fc.bytes is not None):
+                c = type(fc)(
+                    None if fc.flops is None else fc.flops * BACKWARD_FACTOR,
+                    None if fc.bytes is None else fc.bytes * BACKWARD_FACTOR,
+                    f"backward: {BACKWARD_FACTOR} x forward ({fc.formula})",
+                    fc.dtype,
+                    fc.roof,
+                )
+        want.append((r[0], c.flops, c.bytes, c.formula, c.dtype, c.roof))
+    got = op_costs(ev)
+    assert got.rows() == want
+    assert got.schema["flops"] == pl.Int64 and got.schema["formula"] == pl.String
