@@ -1,7 +1,8 @@
 """The doctor's launch and kernel-origin checks by Series masks (and the kernel-origin check
-without the linker's queries when every kernel has its launch) give the checks the DataFrame
-queries gave: the queries are kept here as the reference, compared on real traces and on
-copies with launches unlinked, kernels orphaned and null names."""
+without the linker's queries when every kernel has its launch), and the last-step check without
+its count query on one-step traces, give the checks the DataFrame queries gave: the queries are
+kept here as the reference, compared on real traces and on copies with launches unlinked,
+kernels orphaned and null names, and with one step or several."""
 
 from __future__ import annotations
 
@@ -133,3 +134,70 @@ def test_kernel_origins_as_the_queries(rel: str, monkeypatch: pytest.MonkeyPatch
         assert (True, False) in seen  # nothing routed at all: the linker not asked
     else:
         assert {(True, True), (False, True)} <= seen
+
+
+def _last_step_ref(profile: Profile) -> list[Check]:
+    """check_last_step with its count query always run (before the one-step shortcut)."""
+    if not profile.has_device or profile.steps.is_empty():
+        return []
+    per = (
+        profile.kernels.lazy()
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .len()
+        .collect(engine="in-memory")
+    )
+    per_rank: dict[Any, dict[Any, int]] = {}
+    for r, step, n in per.select("rank", "step", "len").iter_rows():
+        per_rank.setdefault(r, {})[step] = n
+    cut: dict[str, Any] = {}
+    for rank, steps in checks._step_times(profile).items():
+        nums = [s for s, _ in steps]
+        if len(nums) < 2:
+            continue
+        counts = per_rank.get(rank, {})
+        last = nums[-1]
+        median_prev = checks._median([float(counts.get(s, 0)) for s in nums[:-1]])
+        if median_prev > 0 and counts.get(last, 0) < 0.5 * median_prev:
+            cut[str(rank)] = {
+                "last_step": last,
+                "device_ops_in_last_step": int(counts.get(last, 0)),
+                "median_device_ops_in_earlier_steps": median_prev,
+            }
+    if cut:
+        return [Check("incomplete.last_step", "warning", "", {"ranks": cut})]
+    if profile.steps.height >= 2:
+        return [Check("incomplete.last_step", "ok", "")]
+    return []
+
+
+def _one_step_each(p: Profile) -> list[Profile]:
+    """The profile, and copies whose steps are the first of each rank only / the first twice
+    (the last step then without kernels: a cut trace)."""
+    steps = p.steps.sort("rank", "step")
+    first = steps.group_by("rank", maintain_order=True).head(1)
+    again = first.with_columns(pl.col("step") + 1)
+    return [p, replace(p, steps=first), replace(p, steps=pl.concat([first, again]))]
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_last_step_as_the_query(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    collected: list[int] = []
+    real = pl.LazyFrame.collect
+
+    def spy(self: pl.LazyFrame, *a: Any, **k: Any) -> Any:
+        collected.append(1)
+        return real(self, *a, **k)
+
+    for p in _one_step_each(load(shared_trace(rel), cache=False)):
+        want = _last_step_ref(p)
+        checks._step_times(p)  # (memoised: its own query is not the one watched)
+        monkeypatch.setattr(pl.LazyFrame, "collect", spy)
+        got = checks.check_last_step(p)
+        monkeypatch.undo()
+        assert [(c.id, c.status, c.evidence) for c in got] == [
+            (c.id, c.status, c.evidence) for c in want
+        ]
+        several = any(len(s) >= 2 for s in checks._step_times(p).values())
+        assert bool(collected) == several  # the count query only when a rank has 2+ steps
+        collected.clear()

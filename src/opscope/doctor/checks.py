@@ -303,20 +303,23 @@ def check_last_step(profile: Profile) -> list[Check]:
     """The trace stops before the last step's device work (kernels missing after the cut)."""
     if not profile.has_device or profile.steps.is_empty():
         return []
-    per = (
-        profile.kernels.lazy()
-        .filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .len()
-        .collect(engine="in-memory")
-    )
-    # the kernels per step of each rank as dicts (a filter per rank was a query each)
+    step_times = _step_times(profile)
+    # the kernels per step of each rank as dicts (a filter per rank was a query each); none
+    # asked when no rank has an earlier step to compare its last with (a one-step trace)
     per_rank: dict[Any, dict[Any, int]] = {}
-    for r, step, n in per.select("rank", "step", "len").iter_rows():
-        per_rank.setdefault(r, {})[step] = n
+    if any(len(steps) >= 2 for steps in step_times.values()):
+        per = (
+            profile.kernels.lazy()
+            .filter(pl.col("step").is_not_null())
+            .group_by("rank", "step")
+            .len()
+            .collect(engine="in-memory")
+        )
+        for r, step, n in per.select("rank", "step", "len").iter_rows():
+            per_rank.setdefault(r, {})[step] = n
     out: list[Check] = []
     cut: dict[str, Any] = {}
-    for rank, steps in _step_times(profile).items():
+    for rank, steps in step_times.items():
         nums = [s for s, _ in steps]
         if len(nums) < 2:
             continue
