@@ -336,7 +336,6 @@ def _roofline(profile: Profile, device_name: str | None) -> RooflineResult:
 def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     """The roofline (see :func:`_roofline`) computed in full; also right without host ops."""
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
-    ev = profile.events
     ops = profile.ops
     costs = host_op_costs(profile)
     ops = ops.join(costs.rename({"flops": "our_flops", "bytes": "our_bytes"}), on="id", how="left")
@@ -353,15 +352,21 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     # a query of fixed cost: ~34 per report on an op-bearing Ascend export); the peaks joined
     # for the (dtype, roof) pairs of the cost table, those of every call among them
     # (distinct pairs in one query: a Python set over every costed op's pair took ms)
-    pairs = set(costs.select("dtype", "roof").unique().iter_rows())
+    pairs = set(
+        costs.lazy().select("dtype", "roof").unique().collect(engine="in-memory").iter_rows()
+    )
     owned = ops.lazy().join(owners.lazy(), on="id", how="left")
     is_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null()
+    # from the profile's cached device work (LOCAL_WORK is part of it: the same rows in the
+    # same order as filtering every event again)
+    dev = profile.kernels
     has_device = bool(
         (
-            ev.get_column("kind").is_in(list(_DEVICE_KINDS)) & ev.get_column("op_id").is_not_null()
+            dev.get_column("kind").is_in(list(_DEVICE_KINDS))
+            & dev.get_column("op_id").is_not_null()
         ).any()
     )
-    kernels = ev.lazy().filter(is_device)
+    kernels = dev.lazy().filter(is_device)
     kern = kernels.join(
         owned.select(pl.col("id").alias("op_id"), "owner"), on="op_id", how="inner"
     ).filter(pl.col("owner").is_not_null())
@@ -477,11 +482,11 @@ def _without_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     tests/test_report_speed_empty.py checks it equals :func:`_with_ops`."""
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
     has_device = (
-        profile.events.filter(
+        profile.kernels.filter(
             pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null()
         ).height
         > 0
-    )
+    )  # (from the cached device work, which holds every such row: not every event again)
     o = profile.ops.schema
     calls_schema: dict[str, pl.DataType | type[pl.DataType]] = {
         **{k: o[k] for k in ("id", "rank", "step", "name", "input_dims", "input_types")},
