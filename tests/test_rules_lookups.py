@@ -293,3 +293,18 @@ def test_sync_ops_and_dtype_rows_when_none(profiles: list[Profile]) -> None:
         t = p.ops.select("id", "name", "input_dims", "input_types")
         got = c.has_tensor_dtype(t, ("no such dtype",))
         assert got.height == 0 and got.schema == t.schema
+
+
+def test_shifted_equals_the_window_per_thread(profiles: list[Profile]) -> None:
+    from opscope.advise.rules import fusion
+
+    rows = 0
+    for p in profiles:
+        s = fusion._seq(p)
+        for k in (-2, -1, 0, 1, 4):
+            for col in ("name", "cost_ns", "input_dims"):
+                got = s.select(fusion._shifted(col, k).alias("x"))
+                want = s.select(pl.col(col).shift(-k).over("rank", "tid").alias("x"))
+                assert_frame_equal(got, want)
+        rows += s.height
+    assert rows > 1000

@@ -305,7 +305,10 @@ class Alignment:
         """Distinct (name, input_dims, input_types) of matmul-like work, with calls and cost."""
         kern = profile.kernels.filter(
             pl.col("input_dims").is_not_null()
-            & (pl.col("name").str.contains(_KERNEL_MM) | pl.col("name").str.contains(_KERNEL_FA))
+            & (
+                c.name_match(profile, "kernels", pattern=_KERNEL_MM)
+                | c.name_match(profile, "kernels", pattern=_KERNEL_FA)
+            )
         )
         if kern.height:
             # Ascend kernel rows carry their own shapes: the device's view is the truth.
@@ -321,7 +324,7 @@ class Alignment:
                 .with_columns(pl.lit(False).alias("dev"))
                 .collect(engine="in-memory")
             )
-        if src.height and not bool(src.get_column("dev").any()):
+        if src.height and not kern.height:  # host ops (dev false on every row)
             from opscope.advise.rules.fusion import in_attention_spans
 
             # fusion-attention claims the matmuls of a materialised attention span

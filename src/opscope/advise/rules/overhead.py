@@ -377,20 +377,29 @@ def _idle_ns(profile: Profile) -> float:
     steps' time. (A sum over ranks set against one rank's step read "device idle 107% of the
     step" on a two-rank run; the gaps of an asynchronous run's kernels, past the end of a
     short host-side window, read 215%.)"""
-    # the rank and whether its kernels carry steps from the columns, then one query (each
-    # eager step was a query of fixed cost)
+    out: float = c._memo("overhead.idle_ns", profile, lambda: _idle_of(profile))
+    return out  # two rules ask
+
+
+def _idle_of(profile: Profile) -> float:
+    """:func:`_idle_ns` computed."""
+    # the rank and whether its kernels carry steps: one query (a Series step each was one),
+    # then one query
     kern = profile.kernels
-    timed = kern.get_column("ts_ns").is_not_null()
-    if not timed.any():
+    timed = pl.col("ts_ns").is_not_null()
+    first = pl.col("rank").filter(timed).min()
+    mine = timed & pl.when(first.is_null()).then(True).otherwise(pl.col("rank") == first)
+    any_timed, r0, stepped = kern.select(
+        timed.any(), first, pl.col("step").filter(mine).count()
+    ).row(0)
+    if not any_timed:
         return 0.0
-    r0 = kern.get_column("rank").filter(timed).min()
-    mine = timed if r0 is None else timed & (kern.get_column("rank") == r0)
     k = kern.lazy().select("rank", "device", "step", "ts_ns", "dur_ns").drop_nulls(["ts_ns"])
     if r0 is not None:
         k = k.filter(pl.col("rank") == r0)
     by = ["device"]
     k = k.with_columns(pl.col("device").fill_null(0), end=pl.col("ts_ns") + pl.col("dur_ns"))
-    if kern.get_column("step").filter(mine).drop_nulls().len():
+    if stepped:
         k = k.filter(pl.col("step").is_not_null())
         by.append("step")
     k = k.sort([*by, "ts_ns"]).with_columns(

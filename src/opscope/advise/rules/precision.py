@@ -64,7 +64,7 @@ class Precision:
         kern = profile.kernels.filter(
             pl.col("input_types").is_not_null()
             & (
-                pl.col("name").str.contains(_KERNEL_MM)
+                c.name_match(profile, "kernels", pattern=_KERNEL_MM)
                 | pl.col("op_type").fill_null("").str.contains(_KERNEL_MM)
             )
         )
