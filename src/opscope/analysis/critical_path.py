@@ -129,6 +129,13 @@ def _int_column(df: pl.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray | N
     return s.to_numpy().astype(np.int64), None
 
 
+def _clip(x: np.ndarray, lo: int, hi: int | None) -> np.ndarray:
+    """``np.clip(x, lo, hi)`` for integers (np.clip's generic loop was ~10 ms of a 75k-event
+    trace's nodes)."""
+    x = np.maximum(x, lo)
+    return x if hi is None else np.minimum(x, hi)
+
+
 def _distinct(x: np.ndarray) -> np.ndarray:
     """``np.unique(x)``: by a sort (NumPy's hash table was ~1 ms per call on 25k values), and
     without one for the few values of a thread key column."""
@@ -164,7 +171,7 @@ def _thread_codes(
         c = np.searchsorted(u, cv)
         if cn is not None:
             c[cn] = null_code
-        j = np.clip(np.searchsorted(u, sv), 0, max(len(u) - 1, 0))
+        j = _clip(np.searchsorted(u, sv), 0, max(len(u) - 1, 0))
         s = np.where(u[j] == sv, j, -1) if len(u) else np.full(len(sv), -1, dtype=i64)
         if sn is not None:
             s[sn] = null_code if cn is not None else -1
@@ -326,7 +333,7 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             "rank": col["rank"],
             "step": step_s,
             "id": col["id"],
-            "lane_kind": pl.repeat("host", len(col["id"]), dtype=pl.String, eager=True),
+            "lane_kind": pl.Series(["host"], dtype=pl.String).new_from_index(0, len(col["id"])),
             "lane": col["lane"],
             "start_ns": col["start_ns"],
             "end_ns": col["end_ns"],
@@ -392,7 +399,7 @@ def _thread_host_nodes(
     # start: the previous call of the same step's end, else the step's start, else the call
     sv = np.array([s for s, _ in step_start], dtype=i64)
     tv = np.array([t for _, t in step_start], dtype=i64)
-    j = np.clip(np.searchsorted(sv, sn), 0, max(len(sv) - 1, 0))
+    j = _clip(np.searchsorted(sv, sn), 0, max(len(sv) - 1, 0))
     start = np.where(sv[j] == sn, tv[j], ts) if len(sv) else ts.copy()
     if step_null_all is not None:
         s_null = step_null_all[rows]
@@ -414,10 +421,10 @@ def _thread_host_nodes(
     call_of = np.repeat(np.arange(n), count)
     first = np.cumsum(count) - count
     k = np.arange(len(call_of)) - first[call_of]  # piece number within its call
-    inner = np.clip(lo[call_of] + k - 1, 0, max(len(bounds) - 1, 0))
+    inner = _clip(lo[call_of] + k - 1, 0, max(len(bounds) - 1, 0))
     pa = np.where(k == 0, start[call_of], bounds[inner] if len(bounds) else start[call_of])
     is_last = k == count[call_of] - 1
-    inner_b = np.clip(lo[call_of] + k, 0, max(len(bounds) - 1, 0))
+    inner_b = _clip(lo[call_of] + k, 0, max(len(bounds) - 1, 0))
     pb = np.where(is_last, ts[call_of], bounds[inner_b] if len(bounds) else ts[call_of])
     seg = np.searchsorted(seg_e, pa, side="right")
     tracked = np.zeros(len(pa), dtype=bool)
@@ -558,9 +565,9 @@ def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFr
         p_node = np.repeat(np.arange(len(g)), m + 1)
         k = np.arange(len(p_node)) - (np.cumsum(m + 1) - (m + 1))[p_node]
         si = s_off[p_node] + k  # the stretch after piece k (if k < m)
-        pa = np.where(k == 0, a[p_node], d[np.clip(si - 1, 0, None)] if len(d) else 0)
+        pa = np.where(k == 0, a[p_node], d[_clip(si - 1, 0, None)] if len(d) else 0)
         pb = np.where(
-            k == m[p_node], b[p_node], c[np.clip(si, 0, max(len(c) - 1, 0))] if len(c) else 0
+            k == m[p_node], b[p_node], c[_clip(si, 0, max(len(c) - 1, 0))] if len(c) else 0
         )
         keep = pa < pb
         pid = np.zeros(len(pa), dtype=i64)
@@ -865,7 +872,7 @@ def _edges(
             lanes += [col.is_null().to_numpy(), col.fill_null(0).to_numpy().astype(i64)]
         else:
             lanes.append(col.to_numpy().astype(i64))
-    lanes.append(nodes.get_column("lane_kind").fill_null("").to_numpy() == "device")
+    lanes.append((nodes.get_column("lane_kind") == "device").fill_null(False).to_numpy())
     keys = [k[order] for k in lanes]
     by_lane = np.lexsort([np.arange(len(order)), *keys[::-1]])  # stable: sorted order in a lane
     same = np.ones(max(len(order) - 1, 0), dtype=bool)
@@ -946,7 +953,7 @@ def _positions_sorted(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
     n = len(ids)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
-    i = np.clip(np.searchsorted(sorted_ids, x), 0, n - 1)
+    i = _clip(np.searchsorted(sorted_ids, x), 0, n - 1)
     return np.where(sorted_ids[i] == x, order[i], -1)
 
 
@@ -982,14 +989,26 @@ def _longest_path_at(
     device: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`longest_path` with the path as positions in ``ids`` and arrays."""
-    n = len(ids)
+    # edge endpoints -> positions in the end-time order, vectorised
+    ks = _positions(np.asarray(ids), np.asarray(src))
+    kd = _positions(np.asarray(ids), np.asarray(dst))
+    return _longest_path_of(start, end, ks, kd, waits=waits, device=device)
+
+
+def _longest_path_of(
+    start: np.ndarray,
+    end: np.ndarray,
+    ks: np.ndarray,
+    kd: np.ndarray,
+    *,
+    waits: np.ndarray | None = None,
+    device: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`longest_path` of the edges ``ks`` -> ``kd`` given as positions in the end-time
+    order (-1: a node not in it)."""
+    n = len(start)
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64), 0
-    # edge endpoints -> positions in the end-time order, vectorised
-    ks, kd = (
-        _positions(np.asarray(ids), np.asarray(src)),
-        _positions(np.asarray(ids), np.asarray(dst)),
-    )
     ok = (ks >= 0) & (kd >= 0) & (ks != kd)
     ks, kd = ks[ok], kd[ok]
     ok = end[ks] <= end[kd]
@@ -1045,19 +1064,25 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     # is kept within a step, as the first best edge into a node wins
     src, dst = _edges(nodes, profile.events, cross)
     dst_row = _positions(n_id, dst)
-    src, dst, dst_row = src[dst_row >= 0], dst[dst_row >= 0], dst_row[dst_row >= 0]
+    src_row = _positions(n_id, src)[dst_row >= 0]
+    dst_row = dst_row[dst_row >= 0]
     by_group = np.argsort(group_of[dst_row], kind="stable")
-    src, dst = src[by_group], dst[by_group]
-    cuts = np.searchsorted(group_of[dst_row][by_group], np.arange(len(step_rows) + 1))
+    src_row, dst_row = src_row[by_group], dst_row[by_group]
+    cuts = np.searchsorted(group_of[dst_row], np.arange(len(step_rows) + 1))
+    # each node's position in its step's order: the edges' ends as the step's positions (an
+    # edge from a node of another step is none), found once, not per step
+    at_in_step = np.zeros(len(n_id), dtype=i64)
+    for rows in step_rows:
+        at_in_step[rows] = np.arange(len(rows), dtype=i64)
     path_rows: list[np.ndarray] = []
     contribs: list[np.ndarray] = []
     for k, rows in enumerate(step_rows):
-        at, c, _ = _longest_path_at(
-            n_id[rows],
+        e_src = src_row[cuts[k] : cuts[k + 1]]
+        at, c, _ = _longest_path_of(
             n_start[rows],
             n_end[rows],
-            src[cuts[k] : cuts[k + 1]],
-            dst[cuts[k] : cuts[k + 1]],
+            np.where((e_src >= 0) & (group_of[e_src] == k), at_in_step[e_src], -1),
+            at_in_step[dst_row[cuts[k] : cuts[k + 1]]],
             waits=n_wait[rows],
             device=n_dev[rows],
         )
