@@ -125,13 +125,14 @@ def test_op_times_and_the_resolution_walk_one_host_forest(monkeypatch: pytest.Mo
     from opscope.analysis.hotspots import op_times
 
     built: list[int] = []
-    real = tree.Forest.of
+    real = tree.collect
 
-    def spy(events: pl.DataFrame) -> tree.Forest:
-        built.append(events.height)
-        return real(events)
+    def spy(plan: pl.LazyFrame) -> pl.DataFrame:
+        out = real(plan)
+        built.append(out.height)  # tree's own queries: the forest's only
+        return out
 
-    monkeypatch.setattr(tree.Forest, "of", spy)
+    monkeypatch.setattr(tree, "collect", spy)
     p = training().profile
     res, ops = resolve_ops(p), op_times(p)
     assert len(built) == 1 and built[0] == tree.host_forest(p)[1].ids.size

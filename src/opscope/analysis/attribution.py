@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from opscope.analysis.hotspots import (
@@ -32,7 +33,14 @@ from opscope.analysis.hotspots import (
     rows,
 )
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import _positions, collect, gather, host_forest, no_ops, per_profile
+from opscope.analysis.tree import (
+    IntArray,
+    _positions,
+    collect,
+    host_forest,
+    no_ops,
+    per_profile,
+)
 from opscope.model import Profile
 
 KEYS: list[str] = ["file", "line", "function", "module"]
@@ -76,61 +84,84 @@ def resolve_ops(profile: Profile) -> pl.DataFrame:
 def _resolve(profile: Profile) -> pl.DataFrame:
     """:func:`resolve_ops` computed in full (also right, and empty, without host ops)."""
     # In NumPy over the host events' forest (shared with hotspots' op times), by position: the
-    # links between events are row positions, not joins on ids (five queries and two joins
-    # were most of this function's 19 ms on a 75k-event trace).
+    # links between events are row positions, not joins on ids. The columns read come in one
+    # query and leave in two gathers (each Series method is a query of its own: a fixed cost
+    # each, and joins and Series steps were most of this function's 19 ms on a 75k-event
+    # trace, most of its time on a small one).
     rows, forest = host_forest(profile)
     ev = profile.events
-    at = pl.Series(rows, dtype=pl.Int64)
+    cols = collect(
+        ev.lazy().select(
+            (pl.col("kind") == "cpu_op").fill_null(False).alias("is_op"),
+            pl.col("fwd_id").fill_null(-1).alias("fwd"),
+            pl.col("fwd_id").is_not_null().alias("has_fwd"),
+            pl.col("is_backward").fill_null(False).alias("backward"),
+            pl.col("stack_id").fill_null(-1).cast(pl.Int64).alias("stack"),
+            pl.col("stack_id").is_not_null().alias("has_stack"),
+            pl.col("module").is_not_null().alias("has_module"),
+        )
+    )
 
-    def host(column: str) -> pl.Series:
-        return ev.get_column(column).gather(at)
+    def host(column: str) -> npt.NDArray[Any]:
+        return cols.get_column(column).to_numpy()[rows]
 
-    is_op = (ev.get_column("kind") == "cpu_op").fill_null(False).to_numpy()[rows]
+    is_op = host("is_op")
     ops = np.flatnonzero(is_op)
-    fwd = host("fwd_id")
-    with_fwd = is_op & fwd.is_not_null().to_numpy()
+    fwd = host("fwd").astype(np.int64, copy=False)
+    with_fwd = is_op & host("has_fwd")
     # the nearest op at or above (below, for the engine's wrapper) that has a forward link:
     # a backward op (or one under a forward link) is charged to that forward op, the one
     # above first
     up = forest.nearest_up(with_fwd)[ops]
     down = forest.nearest_down(with_fwd)[ops]
-    backward = host("is_backward").fill_null(False).to_numpy()[ops]
+    backward = host("backward")[ops]
     target = np.where(backward | (up >= 0), np.where(up >= 0, up, down), -1)
     linked = target >= 0
-    src_id = np.where(linked, fwd.fill_null(0).to_numpy()[np.maximum(target, 0)], forest.ids[ops])
+    src_id = np.where(linked, fwd[np.maximum(target, 0)], forest.ids[ops])
     # Stack and module: nearest at or above the source op, through any host event (python frames
     # carry no stack_id themselves, but an annotation might); a source op outside the host
     # events has neither
-    src = forest.positions(pl.Series(src_id, dtype=pl.Int64))
+    src = _positions(forest.ids, src_id, np.zeros(len(src_id), dtype=bool))
 
-    def nearest(column: str) -> pl.Series:
-        values = host(column)
-        found = forest.nearest_up(values.is_not_null().to_numpy())
-        return gather(values, np.where(src >= 0, found[np.maximum(src, 0)], -1))
+    def nearest(has: str) -> IntArray:
+        """The host position of each op's nearest event at or above its source with ``has``."""
+        found = forest.nearest_up(host(has))
+        return np.where(src >= 0, found[np.maximum(src, 0)], -1)
 
-    stack_id = nearest("stack_id")
+    at_stack, at_module = nearest("has_stack"), nearest("has_module")
+    # the events' rows, null where none: one query gathers both columns
+    found = ev.select(
+        pl.col("stack_id").gather(_nullable(np.where(at_stack >= 0, rows[at_stack], -1))),
+        pl.col("module").gather(_nullable(np.where(at_module >= 0, rows[at_module], -1))),
+    )
     frames = user_frames(profile)
-    # the innermost user frame of each op's stack (null without one), by position in frames
     keys = frames.get_column("stack_id")
     if keys.null_count():  # a null key joins nothing: one no stack id can equal
         keys = keys.fill_null(np.iinfo(np.int64).min)
+    # the innermost user frame of each op's stack (null without one), by position in frames
+    stack = host("stack").astype(np.int64, copy=False)
     fr = _positions(
         keys.to_numpy().astype(np.int64, copy=False),
-        stack_id.fill_null(-1).to_numpy(),
-        stack_id.is_null().to_numpy(),
+        np.where(at_stack >= 0, stack[np.maximum(at_stack, 0)], -1),
+        at_stack < 0,
     )
-    ids = ev.get_column("id")
+    user = frames.select(pl.col(c).gather(_nullable(fr)) for c in ("file", "line", "function"))
     return pl.DataFrame(
         [
-            pl.Series("id", forest.ids[ops], dtype=ids.dtype),
+            pl.Series("id", forest.ids[ops], dtype=ev.schema["id"]),
             pl.Series("is_backward", backward | linked, dtype=pl.Boolean),
             pl.Series("src_id", src_id, dtype=pl.Int64),
-            stack_id,
-            nearest("module"),
-            *(gather(frames.get_column(c), fr) for c in ("file", "line", "function")),
+            found.get_column("stack_id"),
+            found.get_column("module"),
+            *user.get_columns(),
             pl.Series("top_level", ~forest.has_ancestor(is_op)[ops]),
         ]
     )
+
+
+def _nullable(at: IntArray) -> pl.Series:
+    """Positions for a gather, null where -1."""
+    return pl.Series(np.ma.masked_array(np.maximum(at, 0), mask=at < 0), dtype=pl.Int64)
 
 
 def user_frames(profile: Profile) -> pl.DataFrame:

@@ -24,7 +24,7 @@ import polars as pl
 
 from opscope.analysis import tree as _tree  # its SHORTCUTS switch, read when used
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import host_forest, no_ops, per_profile
+from opscope.analysis.tree import collect, host_forest, no_ops, per_profile
 from opscope.model import Profile, kinds
 
 #: Kinds of device work that count as kernel time (annotations are ranges, not work).
@@ -217,12 +217,13 @@ def op_times(profile: Profile, pairs: pl.DataFrame | None = None) -> pl.DataFram
 
 
 def _device_self(ev: pl.DataFrame) -> pl.DataFrame:
-    """(id, device_self_ns): the device time of the work each op launched itself."""
-    kern = ev.select("kind", "op_id", "dur_ns").filter(
-        pl.col("kind").is_in(DEVICE_WORK) & pl.col("op_id").is_not_null()
-    )
-    return (
-        kern.group_by("op_id")
+    """(id, device_self_ns): the device time of the work each op launched itself (never null:
+    a sum of no duration is 0)."""
+    return collect(  # one query (four eager steps were four)
+        ev.lazy()
+        .select("kind", "op_id", "dur_ns")
+        .filter(pl.col("kind").is_in(DEVICE_WORK) & pl.col("op_id").is_not_null())
+        .group_by("op_id")
         .agg(pl.col("dur_ns").sum().alias("device_self_ns"))
         .rename({"op_id": "id"})
     )
@@ -244,25 +245,32 @@ def _op_times(profile: Profile) -> pl.DataFrame:
             )
         )
         return pl.DataFrame(schema=plan.collect_schema())
-    # the host events' forest, shared with attribution's resolution; their columns by position
+    # the host events' forest, shared with attribution's resolution; the columns read at its
+    # rows, from one query (each Series method is a query: a fixed cost each)
     rows, forest = host_forest(profile)
     n = len(forest)
-    kind = ev.get_column("kind")
-    not_py = (kind != "python_function").fill_null(True).to_numpy()[rows]
+    cols = collect(
+        ev.lazy().select(
+            (pl.col("kind") != "python_function").fill_null(True).alias("not_py"),
+            pl.col("dur_ns").fill_null(0).cast(pl.Int64),
+            (pl.col("kind") == "cpu_op").fill_null(False).alias("is_op"),
+        )
+    )
+    not_py = cols.get_column("not_py").to_numpy()[rows]
     # children of an event: the events whose nearest non-Python ancestor it is
     hp = forest.nearest_up(not_py, include_self=False)
-    dur = ev.get_column("dur_ns").fill_null(0).to_numpy().astype(np.int64, copy=False)[rows]
+    dur = cols.get_column("dur_ns").to_numpy()[rows]
     kid = np.flatnonzero(not_py & (hp >= 0))
     child_ns = np.zeros(n, dtype=np.int64)
     np.add.at(child_ns, hp[kid], dur[kid])
     dev_self = _device_self(ev)
     own = np.zeros(n, dtype=np.int64)
     at = forest.positions(dev_self.get_column("id"))
-    vals = dev_self.get_column("device_self_ns").fill_null(0).to_numpy().astype(np.int64)
+    vals = dev_self.get_column("device_self_ns").to_numpy().astype(np.int64)
     np.add.at(own, at[at >= 0], vals[at >= 0])
     desc = forest.descendant_sum(own)
     ops = profile.ops.select(_OP_COLUMNS)  # the cached cpu_op rows: no filter of the events
-    at_op = np.flatnonzero((kind == "cpu_op").fill_null(False).to_numpy()[rows])
+    at_op = np.flatnonzero(cols.get_column("is_op").to_numpy()[rows])
     if len(at_op) == ops.height:
         # the ops are the forest's cpu_op rows in the same order: their figures by position,
         # not three joins on id (most of the time of this function on millions of events)

@@ -338,10 +338,19 @@ def host_forest(profile: Profile) -> tuple[IntArray, Forest]:
 
     Built once per Profile: hotspots' op times and attribution's resolution both walk it (each
     built it, a filter of the events and a forest each). Only positions are kept, not the
-    rows' columns: a reader gathers the columns it reads (``column.gather(rows)``)."""
-    ev = profile.events
-    host = ~ev.get_column("kind").is_in(kinds.DEVICE_KINDS)
-    rows = np.flatnonzero(host.fill_null(False).to_numpy())  # a filter drops a null
-    at = pl.Series(rows, dtype=pl.Int64)
-    ids, par = ev.get_column("id").gather(at), ev.get_column("parent_id").gather(at)
-    return rows, Forest.of(pl.DataFrame([ids, par]))
+    rows' columns: a reader takes the columns it reads at ``rows``."""
+    # one query (each Series method is one: a fixed cost each, most of a small trace's time)
+    t = collect(
+        profile.events.lazy()
+        .select(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
+            "id",
+            pl.col("parent_id").fill_null(-1).alias("parent"),
+            pl.col("parent_id").is_null().alias("root"),
+            "kind",
+        )
+        .filter(~pl.col("kind").is_in(kinds.DEVICE_KINDS))
+    )
+    ids = t.get_column("id").to_numpy().astype(np.int64, copy=False)
+    parent = _positions(ids, t.get_column("parent").to_numpy(), t.get_column("root").to_numpy())
+    return t.get_column("row").to_numpy(), Forest(ids, parent)
