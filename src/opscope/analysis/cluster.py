@@ -456,15 +456,9 @@ def aggregate(
     :class:`Cluster`: wait per collective, per-rank totals, slow ranks, step gap, slow links."""
     # (each table one query from the given frames or plans to its end: a report's fixed cost
     # is its number of queries)
-    st = _conformed(steps, STEP_COLUMNS).sort("rank", "step").collect(engine="in-memory")
     lk = _conform(links if links is not None else pl.DataFrame(), LINK_COLUMNS)
     key = ["step", "collective", "group", "seq"]
-    step_ns = st.get_column("dur_ns").median()
-    decisive_ns = max(
-        MIN_COLLECTIVE_WAIT_US * 1000,
-        MIN_COLLECTIVE_WAIT_SHARE * (float(step_ns) if step_ns is not None else 0.0),  # type: ignore[arg-type]
-    )
-    co = (
+    co_plan = (
         _conformed(collectives, COLLECTIVE_COLUMNS)
         .with_columns(
             pl.col("start_ns").max().over(key).alias("max_start"),
@@ -483,14 +477,24 @@ def aggregate(
                 (pl.col("ranks_seen") > 1)
                 & (pl.col("wait_ns") <= LATE_WAIT_RATIO * pl.col("wait_ns").median().over(key))
             ).alias("last"),
-            # Who came last only says something where somebody waited for it.
-            ((pl.col("ranks_seen") > 1) & (pl.col("wait_ns").max().over(key) >= decisive_ns)).alias(
-                "decisive"
-            ),
+            # the longest wait of the collective, for "decisive" below (its threshold needs
+            # the steps table, collected in the same call)
+            pl.col("wait_ns").max().over(key).alias("_max_wait"),
         )
         .drop("max_start")
         .sort("rank", "start_ns", "seq", maintain_order=True)
-        .collect(engine="in-memory")
+    )
+    st_plan = _conformed(steps, STEP_COLUMNS).sort("rank", "step")
+    st, co = pl.collect_all([st_plan, co_plan], engine="in-memory")
+    step_ns = st.get_column("dur_ns").median()
+    decisive_ns = max(
+        MIN_COLLECTIVE_WAIT_US * 1000,
+        MIN_COLLECTIVE_WAIT_SHARE * (float(step_ns) if step_ns is not None else 0.0),  # type: ignore[arg-type]
+    )
+    co = co.select(
+        pl.exclude("_max_wait"),
+        # Who came last only says something where somebody waited for it.
+        ((pl.col("ranks_seen") > 1) & (pl.col("_max_wait") >= decisive_ns)).alias("decisive"),
     )
     per_rank_coll = (
         co.lazy()
