@@ -899,9 +899,11 @@ def _edges(
         src_parts.append(l_dst[w])
         dst_parts.append(l_src[w])
     if is_sync.any():
-        syncs = nodes.filter(is_sync).sort("end_ns")
+        # (the columns read only: sorting and filtering the names was most of the cost)
+        slim = nodes.select("rank", "step", "id", "lane", "end_ns")
+        syncs = slim.filter(is_sync).sort("end_ns")
         # (the device nodes only when there is a sync to join them to)
-        dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
+        dev = slim.filter(nodes.get_column("lane_kind") == "device").sort("end_ns")
         # the last device node of each stream that ends before the sync returns
         for (rank, step), s in syncs.group_by("rank", "step") if dev.height else ():
             d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
