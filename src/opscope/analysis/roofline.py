@@ -28,7 +28,7 @@ import polars as pl
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import Forest, gather, no_ops, per_profile_args
+from opscope.analysis.tree import Forest, gather, no_ops, per_profile, per_profile_args
 from opscope.model import Profile, kinds
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -298,13 +298,9 @@ def _metrics(
 def _pmu(profile: Profile, kernels: FrameT, key: str) -> FrameT | None:
     """Duration-weighted mean of the Ascend PMU columns per ``key`` of ``kernels`` (eager, or
     a plan for a plan)."""
-    km = profile.kernel_metrics
-    if km.height == 0:
+    wide = _pmu_wide(profile)
+    if wide is None:
         return None
-    km = km.filter(pl.col("metric").is_in(list(PMU_METRICS)))
-    if km.height == 0:
-        return None
-    wide = km.pivot(on="metric", index="event_id", values="value", aggregate_function="first")
     j = kernels.select(pl.col("id").alias("event_id"), key, "dur_ns").join(
         wide.lazy() if isinstance(kernels, pl.LazyFrame) else wide,  # type: ignore[arg-type]
         on="event_id",
@@ -317,6 +313,20 @@ def _pmu(profile: Profile, kernels: FrameT, key: str) -> FrameT | None:
             for m in present
         ]
     )
+
+
+@per_profile
+def _pmu_wide(profile: Profile) -> pl.DataFrame | None:
+    """The PMU metrics of :data:`PMU_METRICS` one column each per ``event_id`` (None without
+    any): once per profile (the ops' and the kernels' groups, and the schema of a profile
+    without ops, all read it; a filter and a pivot each time were a fixed cost)."""
+    km = profile.kernel_metrics
+    if km.height == 0:
+        return None
+    km = km.filter(pl.col("metric").is_in(list(PMU_METRICS)))
+    if km.height == 0:
+        return None
+    return km.pivot(on="metric", index="event_id", values="value", aggregate_function="first")
 
 
 @analysis("roofline")
@@ -501,11 +511,10 @@ def _without_ops(profile: Profile, device_name: str | None) -> RooflineResult:
         "time_ns": pl.Int64, "kernels": pl.UInt32, "formula": pl.String, "dtype": pl.String,
         "roof": pl.String, "time_source": pl.String, **_METRIC_SCHEMA,
     }  # fmt: skip
-    km = profile.kernel_metrics
-    if km.height:
+    wide = _pmu_wide(profile)
+    if wide is not None:
         # the PMU columns the full path joins to the groups (null for every group: none)
-        have = set(km.filter(pl.col("metric").is_in(list(PMU_METRICS))).get_column("metric"))
-        groups_schema.update({m: pl.Float64 for m in PMU_METRICS if m in have})
+        groups_schema.update({m: pl.Float64 for m in PMU_METRICS if m in wide.columns})
     return RooflineResult(
         calls=pl.DataFrame(schema=calls_schema),
         groups=pl.DataFrame(schema=groups_schema),
@@ -546,8 +555,11 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     if k.height == 0:
         return empty
     costs = ascend_kernel_costs(k)
-    k = k.join(costs, on="id", how="left", suffix="_model").filter(
-        pl.col("flops_model").is_not_null() | pl.col("bytes_model").is_not_null()
+    k = (  # one query (a join and a filter eagerly were two)
+        k.lazy()
+        .join(costs.lazy(), on="id", how="left", suffix="_model")
+        .filter(pl.col("flops_model").is_not_null() | pl.col("bytes_model").is_not_null())
+        .collect(engine="in-memory")
     )
     if k.height == 0:
         return empty
