@@ -1001,28 +1001,35 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # each distinct key with the positions of its rows: the costs go back to the rows by
     # position (a gather per column), not by a join on the four string keys (13 of the 20 ms
     # of this function on a 75k-event trace)
+    # (few queries: each Series method but a handful is one, of fixed cost)
     keys = (
         ev.lazy()
         .select(_KEY)
         .with_row_index("row")
         .filter(pl.col("name").is_in(costed, nulls_equal=True))
         .group_by(_KEY)
-        .agg("row")
+        .agg("row", pl.len().alias("n"))
         .collect(engine="in-memory")
     )
-    table = _cost_table(keys.select(_KEY), cost, _KEY)
-    at = np.full(ev.height, -1, dtype=np.int64)
-    row = keys.get_column("row")
-    at[row.explode().to_numpy()] = np.repeat(
-        np.arange(keys.height, dtype=np.int64), row.list.len().to_numpy()
+    # the costs of the keys, then UNKNOWN: the cost of every row of no key
+    found = [cost(*k) for k in zip(*(keys.get_column(c).to_list() for c in _KEY), strict=True)]
+    found.append(UNKNOWN)
+    table = pl.DataFrame(
+        {
+            "flops": [c.flops for c in found],
+            "bytes": [c.bytes for c in found],
+            "formula": [c.formula for c in found],
+            "dtype": [c.dtype for c in found],
+            "roof": [c.roof for c in found],
+        },
+        schema=_COST_SCHEMA,
     )
-    gathered = [tree.gather(table.get_column(c), at) for c in _COST_SCHEMA]
-    out_df = pl.DataFrame(
-        [
-            ev.get_column("id"),
-            *(s if s.name != "formula" else s.fill_null(UNKNOWN.formula) for s in gathered),
-        ]
+    at = np.full(ev.height, keys.height, dtype=np.int64)
+    at[keys.get_column("row").explode().to_numpy()] = np.repeat(
+        np.arange(keys.height, dtype=np.int64), keys.get_column("n").to_numpy()
     )
+    gathered = table.select(pl.all().gather(pl.Series(at, dtype=pl.Int64)))
+    out_df = pl.DataFrame([ev.get_column("id"), *gathered.get_columns()])
     # Autograd nodes: cost of the forward op times the backward factor.
     # in Python over the unique names, not map_elements: the same names (nulls skipped), without
     # Polars' bytecode inspection of the function (4 ms on its first call in a process)
@@ -1045,36 +1052,53 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # by position, in NumPy: each node's forward op is the row whose id is its fwd_id (ids are
     # unique), and only the nodes' rows change (a join of every row and a conditional per
     # column were 6 of the 16 ms of this function on a 75k-event trace)
-    name, fwd_id = ev.get_column("name"), ev.get_column("fwd_id")
-    flops, nbytes = out_df.get_column("flops"), out_df.get_column("bytes")
-    forward = (
-        name.is_not_null() & ~name.is_in(passed) & (flops.is_not_null() | nbytes.is_not_null())
-    ).fill_null(False)
-    node = np.flatnonzero(name.is_in(node_names.implode()).fill_null(False).to_numpy())
-    link = fwd_id.gather(pl.Series(node, dtype=pl.Int64))  # the nodes' links only
-    src = tree._positions(
+    flags = pl.DataFrame(
+        [
+            ev.get_column("name"),
+            ev.get_column("fwd_id"),
+            out_df.get_column("flops"),
+            out_df.get_column("bytes"),
+        ]
+    ).select(
+        (
+            pl.col("name").is_not_null()
+            & ~pl.col("name").is_in(passed)
+            & (pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
+        )
+        .fill_null(False)
+        .alias("forward"),
+        pl.col("name").is_in(node_names.implode()).fill_null(False).alias("node"),
+        pl.col("fwd_id").fill_null(-1).alias("link"),
+        pl.col("fwd_id").is_null().alias("no_link"),
+    )
+    node = np.flatnonzero(flags.get_column("node").to_numpy())
+    src = tree._positions(  # the nodes' forward rows
         ev.get_column("id").to_numpy().astype(np.int64, copy=False),
-        link.fill_null(-1).to_numpy(),
-        link.is_null().to_numpy(),
+        flags.get_column("link").to_numpy()[node],
+        flags.get_column("no_link").to_numpy()[node],
     )
     hit = src >= 0
-    hit[hit] = forward.to_numpy()[src[hit]]
+    hit[hit] = flags.get_column("forward").to_numpy()[src[hit]]
     at, src = node[hit], src[hit]
     if not len(at):
         return out_df
     frm = pl.Series(src, dtype=pl.Int64)
-
-    def backward(column: str) -> pl.Series:
-        # a copy (scatter writes in place): the nodes' rows from their forward op's
-        values = out_df.get_column(column).clone()
-        got = values.gather(frm)
-        if column in ("flops", "bytes"):
-            got = got * BACKWARD_FACTOR
-        elif column == "formula":
-            got = f"backward: {BACKWARD_FACTOR} x forward (" + got + ")"
-        return values.scatter(at, got)
-
-    return pl.DataFrame([out_df.get_column("id"), *(backward(c) for c in _COST_SCHEMA)])
+    got = out_df.select(
+        pl.col("flops").gather(frm) * BACKWARD_FACTOR,
+        pl.col("bytes").gather(frm) * BACKWARD_FACTOR,
+        (
+            pl.lit(f"backward: {BACKWARD_FACTOR} x forward (") + pl.col("formula").gather(frm) + ")"
+        ).alias("formula"),
+        pl.col("dtype").gather(frm),
+        pl.col("roof").gather(frm),
+    )
+    # the nodes' rows replaced, in copies (scatter writes in place)
+    return pl.DataFrame(
+        [
+            out_df.get_column("id"),
+            *(out_df.get_column(c).clone().scatter(at, got.get_column(c)) for c in _COST_SCHEMA),
+        ]
+    )
 
 
 # Ascend kernels ---------------------------------------------------------------------------------
