@@ -447,42 +447,47 @@ def _places(profile: Profile, ids: list[int]) -> list[tuple[Any, ...]]:
     if _nowhere(profile):
         return [(None, None, None, None)] * len(ids)  # the walks and look-ups would find none
     inp: pl.DataFrame = _memo("place_inputs", profile, lambda: _place_inputs(profile))
+    op_at, alone_at, stack_at = _memo("place_arrays", profile, lambda: _place_arrays(inp))
     at = event_positions(profile, pl.Series(ids, dtype=pl.Int64))
-    rows = _gather_rows(inp, at)
-    dev = rows.get_column("dev").to_list()
-    op = [
-        la if d else en
-        for d, la, en in zip(
-            dev, rows["launcher"].to_list(), rows["enclosing"].to_list(), strict=True
-        )
-    ]
+    known = at >= 0
+    at0 = np.where(known, at, 0) if len(op_at) else np.zeros(0, dtype=np.int64)
+    # the charged op (-1: none) and whether the event is under no op; an id not among the
+    # events is unplaced (no op, no stack)
+    op = np.where(known, op_at[at0], -1) if len(op_at) else np.full(len(at), -1)
+    alone = np.where(known, alone_at[at0], True) if len(op_at) else np.ones(len(at), bool)
     res = resolve_ops(profile)
     res_index: _Index = _memo("resolve_index", profile, lambda: _Index.of(res["id"]))
-    charged = _gather_rows(
-        res,
-        res_index.find([-1 if o is None else o for o in op]),
-        ("file", "line", "function", "module"),
-    )
-    placed = list(
-        zip(*(charged[k].to_list() for k in ("file", "line", "function", "module")), strict=True)
-    )
-    alone = [o is None and not d for o, d in zip(op, dev, strict=True)]
-    if any(alone):
+    keys = ("file", "line", "function", "module")
+    charged = _gather_rows(res, res_index.find(op), keys)
+    placed = list(zip(*(charged[k].to_list() for k in keys), strict=True))
+    if alone.any():
         # under no op: the event's own stack's user frame and its own module
         frames: pl.DataFrame = _memo("user_frames", profile, lambda: _user_frames(profile))
         fr_index: _Index = _memo(
             "user_frames_index", profile, lambda: _Index.of(frames["stack_id"])
         )
-        stack = rows.get_column("own_stack").to_list()
         own = _gather_rows(
             frames,
-            fr_index.find([-1 if a is None else a for a in stack]),
+            fr_index.find(np.where(known, stack_at[at0], -1) if len(op_at) else op),
             ("file", "line", "function"),
         )
-        mods = rows.get_column("own_module").to_list()
+        mods = _gather_rows(inp, at, ("own_module",)).get_column("own_module").to_list()
         own_rows = zip(*(own[k].to_list() for k in ("file", "line", "function")), mods, strict=True)
         placed = [o if a else p for p, o, a in zip(placed, own_rows, alone, strict=True)]
     return placed
+
+
+def _place_arrays(inp: pl.DataFrame) -> tuple[Any, Any, Any]:
+    """Per event, from :func:`_place_inputs`: the charged op's id (its launcher for a device
+    event, else the op at or above it; -1 for none), whether it is under no op (a host
+    event without one), its own stack (-1 for none): arrays, so that each :func:`locate` is
+    one query."""
+    cols = inp.select(pl.col("launcher", "enclosing", "own_stack").fill_null(-1), "dev")
+    dev = cols.get_column("dev").to_numpy()
+    op = np.where(
+        dev, cols.get_column("launcher").to_numpy(), cols.get_column("enclosing").to_numpy()
+    ).astype(np.int64)
+    return op, (op < 0) & ~dev, cols.get_column("own_stack").to_numpy().astype(np.int64)
 
 
 def _gather_rows(df: pl.DataFrame, at: Any, cols: Sequence[str] | None = None) -> pl.DataFrame:
@@ -613,7 +618,7 @@ def op_context(profile: Profile, rows: Any) -> list[pl.Series]:
     """For the host ops at positions ``rows`` of ``profile.ops``: ``op_parent`` (the nearest
     enclosing op's id), ``parent_name`` (its name) and ``cost_ns`` (:func:`op_cost`), what
     joins of the ops with :func:`op_parents`, :func:`op_cost` and the ops' names give them,
-    looked up by position (two queries, not three joins over every op)."""
+    looked up by position (one query, not three joins over every op)."""
     ops = profile.ops
     ids = ops.get_column("id").to_numpy()[rows]
     ev = profile.events.schema
@@ -626,11 +631,13 @@ def op_context(profile: Profile, rows: Any) -> list[pl.Series]:
     up = _null_at(op_parent_positions(profile)[event_positions(profile, pl.Series(ids))])
     cost = op_cost(profile)
     index: _Index = _memo("op_cost_index", profile, lambda: _Index.of(cost["id"]))
-    par = profile.events.select(
-        pl.col("id").gather(up).alias("op_parent"), pl.col("name").gather(up).alias("parent_name")
+    # one query: the parents' columns from the events, the costs from their table's column
+    got = profile.events.select(
+        pl.col("id").gather(up).alias("op_parent"),
+        pl.col("name").gather(up).alias("parent_name"),
+        pl.lit(cost.get_column("cost_ns")).gather(_null_at(index.find(ids))).alias("cost_ns"),
     )
-    got = cost.select(pl.col("cost_ns").gather(_null_at(index.find(ids))))
-    return [*par.get_columns(), got.to_series()]
+    return got.get_columns()
 
 
 def _null_at(at: Any) -> pl.Expr:

@@ -60,8 +60,8 @@ def _sync_ops(profile: Profile) -> pl.DataFrame:
     if not len(rows):  # the empty table of the columns below (no query to find it empty)
         return profile.ops.clear().with_columns(par, cost, pname.alias("pname"))
     return (
-        profile.ops[rows]
-        .lazy()
+        profile.ops.lazy()
+        .select(pl.all().gather(pl.lit(pl.Series(rows, dtype=pl.Int64))))
         .with_columns(par, cost, pname.alias("pname"))
         .filter(~pl.col("pname").fill_null("").is_in(SYNC_OPS))
         .collect(engine="in-memory")
