@@ -92,3 +92,55 @@ def test_real_reports_same_text_and_rich_not_asked(monkeypatch: pytest.MonkeyPat
             if full:
                 assert asked  # the tables did need shrinking: rich was asked on that path
             asked.clear()
+
+
+@pytest.mark.parametrize("width", [200, 80, 40, 12])
+def test_known_widths_are_rich_layout(width: int) -> None:
+    """A FastTable given its one-line texts' column widths draws what rich's Table draws, at
+    any console width (taken where they fit, rich's layout where they do not)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    rng = random.Random(width)
+    taken = 0
+    for _ in range(150):
+        state = rng.getstate()
+        slow = _table(rng, Table)
+        rng.setstate(state)
+        fast = _table(rng, FastTable)  # the same table, drawn by FastTable
+        assert isinstance(fast, FastTable)
+        fast.known_widths = terminal._column_widths(fast)
+        for con in (
+            Console(file=StringIO(), width=width, record=True),
+            Console(file=StringIO(), width=width, force_terminal=True, color_system="truecolor"),
+        ):
+            assert list(con.render(fast)) == list(con.render(slow))
+        fits = sum(fast.known_widths) + terminal._separators(fast) <= width
+        taken += fits
+    assert taken  # some tables fit: the widths were taken
+
+
+def test_story_tables_take_their_known_widths(monkeypatch: pytest.MonkeyPatch) -> None:
+    import opscope
+    from opscope.report.build import build_report
+
+    measured: list[int] = []
+    real = Table._calculate_column_widths
+
+    def spy(self: Table, *a: object) -> object:
+        measured.append(len(self.columns))
+        return real(self, *a)  # type: ignore[arg-type]
+
+    rel = "multi_rank/hta_sampled_128rank_job/rank-1.json.gz"
+    report = build_report(opscope.load(shared_trace(rel), cache=False), top=20)
+    # rich's layout for every table: the widths never taken
+    monkeypatch.setattr(FastTable, "_calculate_column_widths", Table._calculate_column_widths)
+    want = terminal.render_terminal(report)
+    monkeypatch.undo()
+    monkeypatch.setattr(Table, "_calculate_column_widths", spy)
+    got = terminal.render_terminal(report)
+    monkeypatch.undo()
+    assert got == want
+    # only the headline's table (no widths known) asks rich's layout
+    assert len(measured) == 1

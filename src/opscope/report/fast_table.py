@@ -10,10 +10,11 @@ segments: the padding, the text justified in the column, each with the cell's st
 header's styles in the header row; without one, ``Style()`` and no style); those are made
 directly, any other cell is drawn by rich's own cell drawing, and the dividers and the rule under
 the header are rich's. Any table with a multi-line row, row styles, lines between rows, box
-edges or a footer goes through rich's own code. :class:`FastText` (a story's lines, a table's
-title and caption) skips :meth:`~rich.text.Text.wrap` when there is nothing to wrap. The
-segments (and so every rendering: plain text, colours, HTML) are rich's: tests compare them
-segment for segment, and every story table of the 49 reference inputs.
+edges or a footer goes through rich's own code; a table whose maker knows rich's column widths
+for it (``known_widths``) is not measured again where they fit. :class:`FastText` (a story's
+lines, a table's title and caption) skips :meth:`~rich.text.Text.wrap` when there is nothing to
+wrap. The segments (and so every rendering: plain text, colours, HTML) are rich's: tests
+compare them segment for segment, and every story table of the 49 reference inputs.
 """
 
 from __future__ import annotations
@@ -87,6 +88,24 @@ def _measure_padded(text: Text, extra: int, max_width: int) -> Measurement:
 
 class FastTable(Table):
     """:class:`~rich.table.Table`, its one-line body rows drawn directly (same segments)."""
+
+    #: The column widths rich's layout gives this table (padding included) wherever they fit,
+    #: when its maker knows them (terminal.story_table: one-line texts, measured by their
+    #: cells): taken instead of measuring every cell again at each drawing.
+    known_widths: list[int] | None = None
+
+    def _calculate_column_widths(self, console: Console, options: ConsoleOptions) -> list[int]:
+        known = self.known_widths
+        if (
+            known is not None
+            and len(known) == len(self.columns)
+            and sum(known) <= options.max_width  # rich's layout keeps each column's widest
+            and not self.expand
+            and self.min_width is None
+            and all(c.width is None for c in self.columns)
+        ):
+            return list(known)
+        return super()._calculate_column_widths(console, options)
 
     def _simple(self) -> bool:
         """The layouts whose body rows :meth:`_fast_rows` draws as rich would: one-line rows,

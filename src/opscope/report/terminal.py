@@ -37,7 +37,7 @@ def _fit_width(width: int, fixed: list[int], flexible: int) -> int:
     return max(8, (width - used) // max(1, flexible))
 
 
-def story_table(t: StoryTable, width: int) -> Table:
+def story_table(t: StoryTable, width: int) -> FastTable:
     """One story table drawn to fit ``width`` columns (text cells cut, numbers kept whole)."""
     cells = [[t.cell(r, c) for c in t.columns] for r in t.rows]
     widths = [
@@ -58,23 +58,38 @@ def story_table(t: StoryTable, width: int) -> Table:
     for _ in range(4):  # rich's own layout decides the last few columns: measure, then shrink
         # drawing the table to measure it is most of a small report's time: when rich's widest
         # layout already fits, the drawn width (at most that) fits too, and the decision is made
-        drawn = _widest(tab)
+        columns = _column_widths(tab)
+        exact = _one_line_texts(tab)
+        drawn = sum(columns) + _separators(tab)
         if drawn > width:  # the bound is the width itself when rich measures what it counts
-            drawn = min(_PROBE_WIDTH, drawn) if _one_line_texts(tab) else _drawn_width(tab)
+            drawn = min(_PROBE_WIDTH, drawn) if exact else _drawn_width(tab)
         if drawn <= width or room <= 8:
+            if exact and drawn <= width:
+                # rich's own widths of this table wherever it fits: not measured again
+                tab.known_widths = columns
             break
         room = max(8, room - (drawn - width + len(flex) - 1) // max(1, len(flex)))
         tab = _table(t, cells, widths, room)
     return tab
 
 
+def _separators(tab: Table) -> int:
+    return len(tab.columns) - 1 if tab.box else 0
+
+
 def _widest(tab: Table) -> int:
     """An upper bound of :func:`_drawn_width` without drawing: rich's widths of an unexpanded
     table (each column its longest cell plus padding, clamped to its min/max width), plus the
     separators; the title and caption are wrapped to the table's width."""
+    return sum(_column_widths(tab)) + _separators(tab)
+
+
+def _column_widths(tab: Table) -> list[int]:
+    """Each column's longest cell plus padding, clamped to its min/max width: rich's widths
+    of an unexpanded table that fits, when its cells are one-line texts."""
     n = len(tab.columns)
     left, right = tab.padding[3], tab.padding[1]
-    total = n - 1 if tab.box else 0
+    out = []
     for i, col in enumerate(tab.columns):
         pad = (0 if i == 0 and not tab.pad_edge else left) + (
             0 if i == n - 1 and not tab.pad_edge else right
@@ -85,8 +100,8 @@ def _widest(tab: Table) -> int:
             longest = max(longest, col.min_width + pad)
         if col.max_width is not None:
             longest = min(longest, col.max_width + pad)
-        total += max(1, longest)
-    return total
+        out.append(max(1, longest))
+    return out
 
 
 def _one_line_texts(tab: Table) -> bool:
@@ -129,7 +144,7 @@ def _probe() -> Console:
     return Console(width=_PROBE_WIDTH, height=25, file=StringIO())
 
 
-def _table(t: StoryTable, cells: list[list[str]], widths: list[int], room: int) -> Table:
+def _table(t: StoryTable, cells: list[list[str]], widths: list[int], room: int) -> FastTable:
     flex = [i for i, c in enumerate(t.columns) if c.kind not in _FIXED]
     # a text column narrower than its share gives the rest to the others
     spare = sum(max(0, room - widths[i]) for i in flex)
