@@ -218,3 +218,30 @@ def test_a_sync_only_graph_reads_no_copy_stream(monkeypatch: pytest.MonkeyPatch)
     assert not any("launch_id" in q for q in queries)
     monkeypatch.undo()
     assert got.equals(reference_split_earlier_waits(nodes, ev))
+
+
+def _same_coverage(ev: pl.DataFrame, steps: pl.DataFrame) -> None:
+    cover: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    host = cp._host_nodes(ev, steps, cover)
+    if host.height == 0:
+        return
+    want = cp._rank_coverage(ev)
+    assert sorted(cover) == sorted(want)
+    for r, (s, e) in want.items():
+        assert cover[r][0].tolist() == s.tolist() and cover[r][1].tolist() == e.tolist()
+    got = cp._cross_thread_waits(host, ev, cover)
+    alone = cp._cross_thread_waits(host, ev)
+    assert got[0].equals(alone[0]) and got[1].equals(alone[1])
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_the_host_nodes_coverage_is_the_rank_coverage(seed: int) -> None:
+    """The coverage read from the host nodes' tracked slices (no query of its own) is
+    ``_rank_coverage``'s, and the waits cut with it are the same."""
+    _same_coverage(*_three_threads(seed))
+
+
+@pytest.mark.parametrize("rel", _TRACES)
+def test_the_host_nodes_coverage_on_real_traces(rel: str) -> None:
+    profile = load(shared_trace(rel), cache=False)
+    _same_coverage(profile.events.with_columns(pl.col("step").fill_null(-1)), profile.steps)

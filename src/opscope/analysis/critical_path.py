@@ -205,7 +205,11 @@ def _polars_order(ts: np.ndarray) -> np.ndarray:
     )
 
 
-def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def _host_nodes(
+    ev: pl.DataFrame,
+    steps: pl.DataFrame,
+    coverage: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> pl.DataFrame:
     """Host nodes of the threads that make runtime calls (see the module doc).
 
     Per thread, the time from the previous call's end (or the step's start) to the end of call
@@ -215,6 +219,9 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     op); earlier tracked pieces are nodes of the top-level slice running at their end. A
     synchronising call is its own node from its start, so that the host work before it keeps
     its time when the wait is handed to the device.
+
+    ``coverage``, when given, receives :func:`_rank_coverage` of ``ev`` from the tracked slices
+    read here (when there is a runtime call: else no node has a gap to cut).
     """
     i64 = np.int64
     thread = ["rank", "pid", "tid"]
@@ -291,6 +298,11 @@ def _host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     t_ts = tracked.get_column("ts_ns").to_numpy().astype(i64)
     t_end = t_ts + tracked.get_column("dur_ns").to_numpy().astype(i64)
     t_id = tracked.get_column("id").to_numpy().astype(i64)
+    if coverage is not None:  # (the rank coverage of the same slices: no query of its own)
+        dur, dur_null = _int_column(tracked, "dur_ns")
+        pos = dur > 0 if dur_null is None else (dur > 0) & ~dur_null
+        rank_all, _ = _int_column(tracked, "rank")
+        coverage.update(_coverage(rank_all[pos], t_ts[pos], t_end[pos]))
     mine = np.flatnonzero(s_code >= 0)  # the slices of threads with calls, then sorted
     s_order = mine[_polars_order(t_ts[mine])]
     codes = _distinct(c_code)
@@ -469,19 +481,28 @@ def _thread_host_nodes(
 def _rank_coverage(ev: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per rank, the union of every host thread's tracked slices of positive length (touching
     slices merge), as sorted, disjoint ``(starts, ends)``."""
-    i64 = np.int64
     tr = (
         ev.lazy()
         .filter(pl.col("kind").is_in(list(_TRACKED)) & (pl.col("dur_ns") > 0))
         .select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"))
-        .sort("rank", "ts_ns")
         .pipe(tree.collect)
     )
+    return _coverage(
+        tr.get_column("rank").to_numpy(),
+        tr.get_column("ts_ns").to_numpy().astype(np.int64),
+        tr.get_column("e").to_numpy().astype(np.int64),
+    )
+
+
+def _coverage(
+    rank: np.ndarray, ts: np.ndarray, e: np.ndarray
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """:func:`_rank_coverage` of slices ``[ts, e)`` of positive length, in any order (the union
+    does not depend on the order of equal starts)."""
     # the merge in NumPy per rank (a running max of ends; a segment starts past it): the window
     # and group_by queries it replaces were 6 ms on a 75k-event trace
-    rank = tr.get_column("rank").to_numpy()
-    ts = tr.get_column("ts_ns").to_numpy().astype(i64)
-    e = tr.get_column("e").to_numpy().astype(i64)
+    order = np.lexsort((ts, rank))
+    rank, ts, e = rank[order], ts[order], e[order]
     cuts = (np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist()
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for lo, hi in zip([0, *cuts], [*cuts, len(ts)], strict=True):
@@ -497,14 +518,18 @@ def _rank_coverage(ev: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]
     return out
 
 
-def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _cross_thread_waits(
+    host: pl.DataFrame,
+    ev: pl.DataFrame,
+    cover: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Cut the idle nodes of ``host`` (:func:`_host_nodes`' table, in its row order) at the time
     other host threads of the rank run tracked work: then the thread waits on them, not idles.
 
     Returns the host nodes with each idle node replaced by its uncovered pieces (new ids < 0),
     and its **covered stretches** ``[c, d)`` (rank, step, lane) with ``dst``: the thread's node
     after the stretch (its next uncovered piece, else the node after the idle node); see
-    :func:`_stretch_edges`.
+    :func:`_stretch_edges`. ``cover``: :func:`_rank_coverage` of ``ev`` when known.
     """
     i64 = np.int64
     stretch_schema = {"rank": pl.Int32, "step": pl.Int32, "lane": pl.Int64, "c": pl.Int64,
@@ -534,7 +559,8 @@ def _cross_thread_waits(host: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFr
     nxt_all = np.full(n, _NO_NODE, dtype=i64)
     nxt_all[order[:-1][same]] = ids[order[1:][same]]
     rank_all = keys[0]
-    cover = _rank_coverage(ev)
+    if cover is None:
+        cover = _rank_coverage(ev)
     next_id = min(int(ids.min()), 0) - 1
     idle_rows = np.flatnonzero(is_idle)
     out_rows = [np.flatnonzero(kept)]
@@ -707,7 +733,8 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         "ts_ns", "dur_ns", "op_id", "launch_id", "device", "stream",
     )  # fmt: skip
     lazy = ev.lazy()
-    host = _host_nodes(ev, profile.steps)
+    cover: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    host = _host_nodes(ev, profile.steps, cover)
     # threads without runtime calls: their top-level operators (no operator: none, the same
     # empty table without a query)
     top_nodes = pl.DataFrame(schema=_NODE_SCHEMA) if tree.no_ops(profile) else _top_op_nodes(ev)
@@ -718,7 +745,7 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
         "op_id", "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
     )  # fmt: skip
-    host, stretches = _cross_thread_waits(host, ev)
+    host, stretches = _cross_thread_waits(host, ev, cover)
     nodes = pl.concat([host.lazy(), top_nodes.lazy(), dev], how="vertical_relaxed").pipe(
         tree.collect
     )
