@@ -219,6 +219,10 @@ def headline(h: Headline, width: int) -> list[RenderableType]:
                     fmt.pct(q.pct),
                 ]
                 tab.add_row(*cells, *([Text(bar, style="cyan")] if bar_w else []))
+        if _one_line_texts(tab):  # rich's widths of it, where they fit: not measured again
+            columns = _column_widths(tab)
+            if sum(columns) + _separators(tab) <= width:
+                tab.known_widths = columns
         out.append(tab)
     for n in h.notes:
         out.append(FastText(f"  {n}", style="dim"))
