@@ -269,3 +269,18 @@ def test_slow_calls_without_a_reported_group_skip_the_last_query(
     for a, b in zip(fast, full, strict=True):
         assert a.schema == b.schema and a.equals(b)
     assert fast[0].height == (1 if case == "planted" else 0)
+
+
+@pytest.mark.parametrize("device", [True, False])
+def test_op_times_costs_and_ops_are_the_same_rows_in_order(device: bool) -> None:
+    """inefficient_shapes puts each op's costs beside its times by position: the op times, the
+    op costs and the cached ops must be row for row the same ops (a join on id was the
+    reference)."""
+    from opscope.analysis.flops import host_op_costs
+    from opscope.analysis.hotspots import op_times
+
+    p = training(steps=3, layers=2, device=device).profile
+    ids = p.ops.get_column("id").to_list()
+    assert op_times(p).get_column("id").to_list() == ids
+    assert host_op_costs(p).get_column("id").to_list() == ids
+    assert len(ids) > 0

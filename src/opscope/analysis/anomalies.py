@@ -278,25 +278,27 @@ def no_outliers_shortcut() -> bool:
     return _tree.SHORTCUTS
 
 
-def _costs_plan(profile: Profile) -> pl.LazyFrame:
-    """(id, flops, bytes) per op: the roofline engineer's formulas, else the trace's flops (a
-    plan: inefficient_shapes runs it inside its own query)."""
-    ops = profile.ops.lazy()
-    c = host_op_costs(profile).lazy().select("id", "flops", "bytes")
-    return c.join(ops.select("id", pl.col("flops").alias("f0")), on="id", how="left").select(
-        "id", pl.coalesce("flops", "f0").alias("flops"), "bytes"
-    )
-
-
 def inefficient_shapes(profile: Profile) -> pl.DataFrame:
     """Shapes of an op running far below a no-larger shape of the same op (see module doc)."""
     if no_ops(profile):
         # no op, no shape to judge (a trace of kernels only): the empty table without the
         # dozen fixed-cost queries that would find it empty
         return pl.DataFrame(schema=_EFFICIENCY_SCHEMA)
-    # the groups one query, each metric's rows one more (each eager step was a query)
-    t = op_times(profile).lazy().with_columns(pl.col("device_ns").alias("time_ns"))
-    t = t.join(_costs_plan(profile), on="id", how="left").filter(pl.col("time_ns") > 0)
+    # the groups one query, each metric's rows one more (each eager step was a query). Each
+    # op's FLOPs and bytes: the roofline engineer's formulas, else the trace's flops. By
+    # position, not two joins on id: the op times, the op costs and the ops are the same
+    # rows in the same order (each is the cached cpu_op rows, row for row)
+    costs, ops = host_op_costs(profile), profile.ops
+    t = (
+        op_times(profile)
+        .lazy()
+        .with_columns(
+            pl.col("device_ns").alias("time_ns"),
+            pl.coalesce(pl.lit(costs.get_column("flops")), pl.lit(ops.get_column("flops"))),
+            pl.lit(costs.get_column("bytes")),
+        )
+        .filter(pl.col("time_ns") > 0)
+    )
     g = (
         t.group_by("name", "input_dims", "input_types")
         .agg(
