@@ -536,12 +536,15 @@ def aggregate(
         )
         .sort("rank")
     )
-    # the rank totals and the step gap in one call (a collect each was a fixed cost)
-    ranks, gap = pl.collect_all([ranks_plan, _step_gap(st)], engine="in-memory")
-    slow = _slow_ranks(ranks)
     hc = _conform_sorted(
         hccl if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS, "rank", "start_ns"
     )
+    # the rank totals, the step gap and the msprof figures in one call (a collect each was a
+    # fixed cost; the msprof plan computes the few rank rows again)
+    ranks, gap, msprof = pl.collect_all(
+        [ranks_plan, _step_gap(st), asc.msprof_plan(ranks_plan, hc)], engine="in-memory"
+    )
+    slow = _slow_ranks(ranks)
     if tree.SHORTCUTS and not lk.height:
         # no link row (every GPU trace, most Ascend ranks): the link tables are empty; their
         # schemas from the plans (the matrix's remap keeps the columns, ends cast to Int32),
@@ -564,7 +567,7 @@ def aggregate(
         top=top,
         failed=failed,
         hccl=hc,
-        msprof=asc.msprof_ranks(ranks, hc),
+        msprof=msprof,
         stages=sg,
         stage_imbalance=asc.stage_imbalance(ranks, sg),
     )

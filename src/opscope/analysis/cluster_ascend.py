@@ -223,7 +223,12 @@ def hccl_per_rank(hccl: FrameT) -> FrameT:
 def msprof_ranks(ranks: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
     """Per rank in msprof-analyze's terms (µs): Computing, Communication, not overlapped, Free,
     Stage, and the communication.json sums; ``wait_us`` is opscope's aligned wait."""
-    # one plan (the five eager steps were a query of fixed cost each)
+    return msprof_plan(ranks.lazy(), hccl).collect(engine="in-memory")
+
+
+def msprof_plan(ranks: pl.LazyFrame, hccl: pl.DataFrame) -> pl.LazyFrame:
+    """:func:`msprof_ranks` as a plan over the plan of ``ranks`` (run with the caller's other
+    plans: the five eager steps it replaces were a query of fixed cost each)."""
     per = hccl_per_rank(hccl.lazy())
     out = ranks.lazy().join(per, on="rank", how="left").sort("rank")
     us = [
@@ -242,7 +247,7 @@ def msprof_ranks(ranks: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
         "rank",
         *[(pl.col(a) / 1000.0).alias(b) for a, b in us],
         pl.col("hccl_ops").fill_null(0),
-    ).collect(engine="in-memory")
+    )
 
 
 def rank_gaps(msprof: pl.DataFrame) -> dict[str, Any]:
