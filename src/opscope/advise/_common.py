@@ -331,7 +331,7 @@ def _op_cost(profile: Profile) -> pl.DataFrame:
     ops = profile.ops.select("id", "dur_ns")
     if not profile.has_device:
         return ops.select("id", pl.col("dur_ns").fill_null(0).alias("cost_ns"))
-    if not profile.kernels.get_column("op_id").is_not_null().any():
+    if not present(profile.kernels.get_column("op_id")):
         return ops.select("id", pl.lit(0, pl.Int64).alias("cost_ns"))
     # two queries: the kernel time per op (its ids start the walk up), then the roll-up
     per = (
@@ -584,6 +584,12 @@ def _nearest_up(forest: Any, has: Any) -> Any:
     return forest.nearest_up(has)
 
 
+def present(s: pl.Series) -> int:
+    """How many values of ``s`` are not null: from its null count, which Polars keeps (a
+    ``drop_nulls``/``is_not_null`` on the Series is a query of fixed cost)."""
+    return s.len() - s.null_count()
+
+
 def op_parents(profile: Profile) -> pl.DataFrame:
     """``[id, op_parent]``: each host op's nearest enclosing host op (null at top level)."""
     out: pl.DataFrame = _memo("op_parents", profile, lambda: _op_parents(profile))
@@ -729,36 +735,47 @@ def _name_codes(profile: Profile, table: str) -> tuple[pl.Series, Any, Any]:
 def shapes_table(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with ``dims`` (list of shapes) and ``dtypes`` (list of names) parsed, per unique
     input string (never per event)."""
-    dims_u = df.get_column("input_dims").unique().to_list()
-    types_u = df.get_column("input_types").unique().to_list()
+    # two queries: the distinct strings of both columns, then one plan decoding the parsed
+    # values' JSON text (see _nested) and joining them (each unique and decode was one)
+    dims_u, types_u = df.select(
+        pl.col("input_dims").unique().implode(), pl.col("input_types").unique().implode()
+    ).row(0)
     dmap = pl.DataFrame(
         [
             pl.Series("input_dims", dims_u, dtype=pl.String),
-            _nested("dims", [parse_dims(s) for s in dims_u], pl.List(pl.List(pl.Int64))),
+            _json_text("dims", [parse_dims(s) for s in dims_u]),
         ]
     )
     tmap = pl.DataFrame(
         [
             pl.Series("input_types", types_u, dtype=pl.String),
-            _nested("dtypes", [parse_types(s) for s in types_u], pl.List(pl.String)),
+            _json_text("dtypes", [parse_types(s) for s in types_u]),
         ]
     )
-    # one plan, collected once (two eager joins were two queries)
     return (
         df.lazy()
-        .join(dmap.lazy(), on="input_dims", how="left", nulls_equal=True)
-        .join(tmap.lazy(), on="input_types", how="left", nulls_equal=True)
+        .join(
+            dmap.lazy().with_columns(pl.col("dims").str.json_decode(pl.List(pl.List(pl.Int64)))),
+            on="input_dims",
+            how="left",
+            nulls_equal=True,
+        )
+        .join(
+            tmap.lazy().with_columns(pl.col("dtypes").str.json_decode(pl.List(pl.String))),
+            on="input_types",
+            how="left",
+            nulls_equal=True,
+        )
         .collect(engine="in-memory")
     )
 
 
-def _nested(name: str, values: list[Any], dtype: pl.DataType) -> pl.Series:
-    """A nested list column of ``values`` (Python lists or None), decoded from their JSON text:
-    Polars builds a nested column from Python lists one inner Series per row (2.8 ms for 170
-    rows of shapes), from the text in one native decode (0.4 ms); the same column (test)."""
+def _json_text(name: str, values: list[Any]) -> pl.Series:
+    """``values`` (Python lists or None) as their JSON text, for a native decode: Polars
+    builds a nested column from Python lists one inner Series per row (2.8 ms for 170 rows of
+    shapes), from the text in one native decode (0.4 ms); the same column (test)."""
     enc = msgspec.json.encode
-    text = [None if v is None else enc(v).decode() for v in values]
-    return pl.Series(name, text, dtype=pl.String).str.json_decode(dtype)
+    return pl.Series(name, [None if v is None else enc(v).decode() for v in values], pl.String)
 
 
 def shape_groups(calls: pl.DataFrame, *extra: pl.Expr) -> pl.DataFrame:

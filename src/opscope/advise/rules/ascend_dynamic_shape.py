@@ -88,7 +88,7 @@ def _op_types(profile: Profile, calls: pl.DataFrame) -> pl.DataFrame:
     )
     kern = profile.kernels
     typed = kern.get_column("op_id").is_not_null() & kern.get_column("op_type").is_not_null()
-    if typed.any() and out.get_column("host_op").drop_nulls().len():
+    if typed.any() and c.present(out.get_column("host_op")):
         k = kern.filter(typed)
         ktype = (
             c.ancestors(profile, k.get_column("op_id"))
@@ -110,7 +110,7 @@ def _compiled_kernels(profile: Profile, calls: pl.DataFrame) -> pl.DataFrame:
     """``calls`` with ``k_dims`` and ``k_op``: the input shapes and host op of the kernel each
     call compiled (the first kernel of its operator type starting after the call starts)."""
     # one plan (the test for kernels with a type from the column)
-    if not profile.kernels.get_column("op_type").is_not_null().any():
+    if not c.present(profile.kernels.get_column("op_type")):
         return calls.with_columns(
             pl.lit(None, pl.String).alias("k_dims"), pl.lit(None, pl.Int64).alias("k_op")
         )

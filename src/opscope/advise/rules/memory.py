@@ -72,7 +72,7 @@ class Fragmentation:
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         m = _dev_mem(profile)
-        if m.height == 0 or m.get_column("total_reserved").drop_nulls().len() == 0:
+        if m.height == 0 or not c.present(m.get_column("total_reserved")):
             return []
         # an equal peak twice: the first in time (and in trace order at one instant)
         peak = m.sort(
@@ -210,7 +210,7 @@ class KeptAlive:
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         m = _dev_mem(profile)
-        if m.height == 0 or m.get_column("step").drop_nulls().len() == 0:
+        if m.height == 0 or not c.present(m.get_column("step")):
             return []
         ends = (
             m.filter(pl.col("step").is_not_null())

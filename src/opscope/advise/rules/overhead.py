@@ -617,14 +617,18 @@ class AscendSlowPaths:
                 )
         src = (
             profile.kernels
-            if profile.kernels.get_column("input_types").is_not_null().any()  # (no filter)
+            if c.present(profile.kernels.get_column("input_types"))  # (no filter)
             else c.user_level_ops(profile)
         )
+        plan = src.lazy()  # one query (each eager step was one)
         if "cost_ns" not in src.columns:
-            src = src.with_columns(pl.col("dur_ns").alias("cost_ns"))
-        src = src.filter(pl.col("input_types").is_not_null())
-        if src.height:
-            t = src.select("id", "name", "input_dims", "input_types", "cost_ns")
+            plan = plan.with_columns(pl.col("dur_ns").alias("cost_ns"))
+        t = (
+            plan.filter(pl.col("input_types").is_not_null())
+            .select("id", "name", "input_dims", "input_types", "cost_ns")
+            .collect(engine="in-memory")
+        )
+        if t.height:
             f64 = c.has_tensor_dtype(t, FLOAT64_TYPES)
             for where, ids in c.group_by_location(profile, f64).items():
                 rs = f64.filter(pl.col("id").is_in(ids))
