@@ -575,30 +575,39 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
             (~is_comm, "not_comm"),
         )
     ]
+    # at most this many intervals: each device piece in one class of its kind and maybe in
+    # not_comm (and busy), the clipped host pieces once
+    most = 2 * cdev.height
     for host, cls in ((inp.host, "host_ops"), (inp.data, "data_loading")):
         # no host op (or no data loading) clips to no interval: the as-of joins skipped
         if host.height or not tree.SHORTCUTS:
-            clipped = _clip(host, win).lazy()
-            parts.append(clipped.select("rank", "step", code[cls], "start", "end"))
+            clipped = _clip(host, win)
+            most += clipped.height
+            parts.append(clipped.lazy().select("rank", "step", code[cls], "start", "end"))
     # Ascend steps with their own figures for every step: the device-wide idle split is nulled
     # below (it would not add up to free_ns), so only its busy time is needed: the union of all
     # device work, one more class here instead of the split's ~30 queries
     busy_only = tree.SHORTCUTS and _own_figures_everywhere(inp.steps)
     if busy_only:
         parts.append(cdev_lazy.select("rank", "step", code["busy"], "start", "end"))
+        most += cdev.height
     else:
         cols.remove("busy")
-    iv = tree.collect(pl.concat(parts))
-    del parts  # the clipped copies: only their intervals are needed now
     # the steps table as one plan from here (a query per step was a fixed cost on small traces):
-    # the unions per (rank, step, class) (below the NumPy runs' size, in the plan), one column
-    # per class (a class with no interval in a step: 0, as the pivot's gaps filled were)
+    # the unions per (rank, step, class) (below the NumPy runs' size, in the plan, the
+    # intervals too: fewer than that many for certain, no query to count them), one column per
+    # class (a class with no interval in a step: 0, as the pivot's gaps filled were)
     by_class = ["rank", "step", "cls"]
-    unions = (
-        union_ns(iv, by_class).lazy()
-        if iv.height >= RUNS_MIN_ROWS
-        else _union_lazy(iv.lazy().sort([*by_class, "start"]), by_class)
-    )
+    if most >= RUNS_MIN_ROWS:
+        iv = tree.collect(pl.concat(parts))
+        del parts  # the clipped copies: only their intervals are needed now
+        unions = (
+            union_ns(iv, by_class).lazy()
+            if iv.height >= RUNS_MIN_ROWS
+            else _union_lazy(iv.lazy().sort([*by_class, "start"]), by_class)
+        )
+    else:
+        unions = _union_lazy(pl.concat(parts).sort([*by_class, "start"]), by_class)
     per_class = unions.group_by("rank", "step").agg(
         pl.col("union_ns").filter(pl.col("cls") == i).sum().alias(c) for i, c in enumerate(cols)
     )
