@@ -348,7 +348,13 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
     ops = profile.ops
     costs = host_op_costs(profile)
-    ops = ops.join(costs.rename({"flops": "our_flops", "bytes": "our_bytes"}), on="id", how="left")
+    ops = (  # one query (a rename and a join eagerly were two)
+        ops.lazy()
+        .join(
+            costs.lazy().rename({"flops": "our_flops", "bytes": "our_bytes"}), on="id", how="left"
+        )
+        .collect(engine="in-memory")
+    )
     costed = ops.get_column("our_flops").is_not_null() | ops.get_column("our_bytes").is_not_null()
     # a cost derived from the forward op (autograd nodes) yields to exact, shape-based costs of
     # the ops it runs (convolution_backward knows which gradients were needed)
