@@ -133,3 +133,24 @@ def test_same_top_nodes_as_the_joins_on_random_events(seed: int) -> None:
     want = reference_top_nodes(ev)
     assert got.schema == want.schema
     assert got.equals(want)
+
+
+@pytest.mark.parametrize("dtype", [pl.Int16, pl.Int32, pl.Int64, pl.UInt32, pl.UInt64])
+@pytest.mark.parametrize("seed", range(10))
+def test_int_column_is_fill_null_and_is_null(dtype: pl.DataType, seed: int) -> None:
+    """The float copy read for a column with nulls gives its exact values (else the queries)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 50))
+    top = {pl.Int16: 2**15, pl.Int32: 2**31, pl.UInt32: 2**32}.get(dtype, 2**62)
+    values = [
+        None if rng.random() < 0.3 else int(rng.integers(0, top)) * (1 if rng.random() < 0.5 or
+        dtype in (pl.UInt32, pl.UInt64) else -1) // (1 if seed % 2 else 2**40 if top > 2**41 else 1)
+        for _ in range(n)
+    ]  # fmt: skip
+    df = pl.DataFrame({"x": values}, schema={"x": dtype})
+    got, null = cp._int_column(df, "x")
+    assert got.tolist() == df.get_column("x").fill_null(0).cast(pl.Int64).to_list()
+    want_null = df.get_column("x").is_null().to_list()
+    assert (null is None and not any(want_null)) or (
+        null is not None and null.tolist() == want_null
+    )

@@ -124,9 +124,21 @@ def _int_column(df: pl.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray | N
     """A column's values as int64 (nulls as 0) and its null mask (None without a null: no
     Series query then)."""
     s = df.get_column(name)
-    if s.null_count():
-        return s.fill_null(0).to_numpy().astype(np.int64), s.is_null().to_numpy()
-    return s.to_numpy().astype(np.int64), None
+    if not s.null_count():
+        return s.to_numpy().astype(np.int64), None
+    # with nulls: NumPy's float copy (NaN for null, no query), exact below 2**(mantissa + 1)
+    f = s.to_numpy()
+    if f.dtype.kind == "f":
+        null = np.isnan(f)
+        v = np.where(null, 0, f)
+        if not len(v) or np.abs(v).max() < 2.0 ** (np.finfo(f.dtype).nmant + 1):
+            return v.astype(np.int64), null
+    return s.fill_null(0).to_numpy().astype(np.int64), s.is_null().to_numpy()
+
+
+def _flag(s: pl.Series) -> np.ndarray:
+    """A Boolean column as a NumPy mask, null as False (no Series query without a null)."""
+    return (s.fill_null(False) if s.null_count() else s).to_numpy().astype(bool)
 
 
 def _clip(x: np.ndarray, lo: int, hi: int | None) -> np.ndarray:
@@ -152,20 +164,32 @@ def _distinct(x: np.ndarray) -> np.ndarray:
     return y[np.concatenate(([True], y[1:] != y[:-1]))]
 
 
+_Column = tuple[np.ndarray, "np.ndarray | None"]
+
+
 def _thread_codes(
     calls: pl.DataFrame, slices: pl.DataFrame
 ) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
     """A code per thread (rank, pid, tid; a null is a value of its own, as the semi join with
     ``nulls_equal`` matched it) of each call and each slice (-1: a thread with no call), and
     each code's key as Polars gives it (None for a null)."""
+    thread = ("rank", "pid", "tid")
+    return _thread_codes_of(
+        [_int_column(calls, c) for c in thread], [_int_column(slices, c) for c in thread]
+    )
+
+
+def _thread_codes_of(
+    calls: list[_Column], slices: list[_Column]
+) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
+    """:func:`_thread_codes` of the thread columns as (values, null mask) arrays."""
     i64 = np.int64
-    c_code = np.zeros(calls.height, dtype=i64)
-    s_code = np.zeros(slices.height, dtype=i64)
-    s_ok = np.ones(slices.height, dtype=bool)
+    c_code = np.zeros(len(calls[0][0]), dtype=i64)
+    s_code = np.zeros(len(slices[0][0]), dtype=i64)
+    s_ok = np.ones(len(s_code), dtype=bool)
     uniq: list[np.ndarray] = []
-    for col in ("rank", "pid", "tid"):
-        cv, cn = _int_column(calls, col)
-        sv, sn = _int_column(slices, col)
+    for (cv, cn0), (sv, sn) in zip(calls, slices, strict=True):
+        cn = cn0 if cn0 is not None and cn0.any() else None  # (a call of null key: a key)
         u = _distinct(cv if cn is None else cv[~cn])
         null_code = len(u)  # after every value
         c = np.searchsorted(u, cv)
@@ -689,11 +713,16 @@ def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
     """The host nodes of threads without runtime calls: their top-level operators (no parent,
     or a parent that is no operator). The thread and parent matches on arrays (the anti join
     and the join with every event's kind were ~4 ms of a 75k-event trace, most often for none)."""
-    kind = ev.get_column("kind")
-    is_op = (kind == "cpu_op").fill_null(False).to_numpy()
-    is_rt = kind.is_in(["runtime", "driver"]).fill_null(False).to_numpy()
-    threads = ev.select("rank", "pid", "tid")
-    _, code, _ = _thread_codes(threads.filter(pl.Series(is_rt)), threads)
+    kind = pl.col("kind")
+    flags = ev.select(
+        (kind == "cpu_op").fill_null(False).alias("op"),
+        kind.is_in(["runtime", "driver"]).fill_null(False).alias("rt"),
+    )
+    is_op = flags.get_column("op").to_numpy()
+    is_rt = flags.get_column("rt").to_numpy()
+    threads = [_int_column(ev, c) for c in ("rank", "pid", "tid")]
+    calls = [(v[is_rt], None if null is None else null[is_rt]) for v, null in threads]
+    _, code, _ = _thread_codes_of(calls, threads)
     cand = np.flatnonzero(is_op & (code < 0))  # (a thread of no call: no code)
     if len(cand):
         parent, parent_null = _int_column(ev, "parent_id")
@@ -784,12 +813,15 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     the wait would be a hole (or the time of an idle thread) on the path. The call's wait node
     starts where that node ends."""
     i64 = np.int64
-    is_wait = nodes.get_column("is_wait").fill_null(False).to_numpy()
+    is_wait = _flag(nodes.get_column("is_wait"))
     if tree.SHORTCUTS and not is_wait.any():  # no waiting call (no runtime call at all)
         return nodes
-    kind = nodes.get_column("lane_kind")
-    on_dev = (kind == "device").fill_null(False).to_numpy()
-    waits = np.flatnonzero(is_wait & (kind == "host").fill_null(False).to_numpy())
+    kind = nodes.select(
+        (pl.col("lane_kind") == "device").fill_null(False).alias("device"),
+        (pl.col("lane_kind") == "host").fill_null(False).alias("host"),
+    )
+    on_dev = kind.get_column("device").to_numpy()
+    waits = np.flatnonzero(is_wait & kind.get_column("host").to_numpy())
     if not len(waits) or not on_dev.any():
         return nodes
     ids = nodes.get_column("id").to_numpy().astype(i64)
@@ -798,7 +830,7 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     rank, rank_null = _int_column(nodes, "rank")
     step, step_null = _int_column(nodes, "step")
     lane, lane_null = _int_column(nodes, "lane")
-    is_sync = nodes.get_column("is_sync").fill_null(False).to_numpy()
+    is_sync = _flag(nodes.get_column("is_sync"))
     # the stream a blocking copy waits on: its (last-ending) copy's; a sync waits on every
     # stream (no lane); a blocking copy with no copy in the graph on none (no split)
     w_lane = np.zeros(len(waits), dtype=i64)
@@ -911,9 +943,9 @@ def _edges(
     src_parts = [ids[order[lane_src[in_order]]]]
     dst_parts = [ids[order[lane_at[in_order]]]]
     # launch: the runtime call -> the work it launched
-    launch_s = events.get_column("launch_id")
-    has = launch_s.is_not_null().to_numpy()
-    l_src = launch_s.fill_null(0).to_numpy().astype(i64)[has]
+    launch, no_launch = _int_column(events, "launch_id")
+    has = np.ones(len(launch), dtype=bool) if no_launch is None else ~no_launch
+    l_src = launch[has]
     l_dst = events.get_column("id").to_numpy().astype(i64)[has]
     src_parts.append(l_src)
     dst_parts.append(l_dst)
