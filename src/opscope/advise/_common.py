@@ -140,10 +140,15 @@ def _device_kind(profile: Profile) -> str:
 
 
 def device_name(profile: Profile) -> str | None:
-    """The first non-CPU device name of the profile, if any."""
-    dev = profile.devices.filter(pl.col("vendor").fill_null("") != "cpu")
-    names = dev.get_column("name").drop_nulls().to_list()
-    return str(names[0]) if names else None
+    """The first non-CPU device name of the profile, if any (once a profile)."""
+
+    def run() -> str | None:
+        dev = profile.devices.filter(pl.col("vendor").fill_null("") != "cpu")
+        names = [n for n in dev.get_column("name").to_list() if n is not None]
+        return str(names[0]) if names else None
+
+    out: str | None = _memo("device_name", profile, run)
+    return out
 
 
 def target_of(profile: Profile, results: Mapping[str, Any]) -> str:
@@ -507,27 +512,41 @@ def _place_inputs(profile: Profile) -> pl.DataFrame:
     ``op_id``), ``enclosing`` (the nearest op at or above it), ``own_stack`` and
     ``own_module`` (the nearest stack and module at or above it): what its place is found
     from."""
-    from opscope.analysis.tree import gather
-
     ev = profile.events
     forest = _forest(profile)
-    kind = ev.get_column("kind").cast(pl.String)
-    is_op = (kind == "cpu_op").fill_null(False).to_numpy()
-    is_dev = kind.is_in(kinds.DEVICE_KINDS).fill_null(False)
-    stack = ev.get_column("stack_id")
-    module = ev.get_column("module")
+    is_op, is_dev, has_stack, has_module = _event_masks(profile)
+    # one query: the three walks' rows gathered together (a gather each was one or two)
+    up = ev.select(
+        pl.col("id").gather(_null_at(_nearest_up(forest, is_op))).alias("enclosing"),
+        pl.col("stack_id").gather(_null_at(_nearest_up(forest, has_stack))).alias("own_stack"),
+        pl.col("module").gather(_null_at(_nearest_up(forest, has_module))).alias("own_module"),
+    )
     return pl.DataFrame(
         [
             ev.get_column("id"),
             pl.Series("dev", is_dev),
             ev.get_column("op_id").alias("launcher"),
-            gather(ev.get_column("id"), _nearest_up(forest, is_op)).alias("enclosing"),
-            gather(stack, _nearest_up(forest, stack.is_not_null().to_numpy())).alias("own_stack"),
-            gather(module, _nearest_up(forest, module.is_not_null().to_numpy())).alias(
-                "own_module"
-            ),
+            *up.get_columns(),
         ]
     )
+
+
+def _event_masks(profile: Profile) -> tuple[Any, Any, Any, Any]:
+    """Per event: whether it is a host op, a device event, has a stack, has a module (one
+    query, once a profile)."""
+
+    def run() -> tuple[Any, Any, Any, Any]:
+        kind = pl.col("kind").cast(pl.String)
+        got = profile.events.select(
+            (kind == "cpu_op").fill_null(False),
+            kind.is_in(kinds.DEVICE_KINDS).fill_null(False).alias("dev"),
+            pl.col("stack_id").is_not_null(),
+            pl.col("module").is_not_null(),
+        )
+        return tuple(s.to_numpy() for s in got.get_columns())  # type: ignore[return-value]
+
+    out: tuple[Any, Any, Any, Any] = _memo("event_masks", profile, run)
+    return out
 
 
 def _locations(profile: Profile) -> pl.DataFrame:
@@ -614,7 +633,7 @@ def op_parent_positions(profile: Profile) -> Any:
     -1 at top level: :func:`op_parents` as an array, for rules that look up a few rows."""
 
     def run() -> Any:
-        is_op = (profile.events.get_column("kind") == "cpu_op").fill_null(False).to_numpy()
+        is_op = _event_masks(profile)[0]
         return _forest(profile).nearest_up(is_op, include_self=False, max_depth=MAX_WALK)
 
     return _memo("op_parent_positions", profile, run)

@@ -71,8 +71,11 @@ class Precision:
         if kern.height:
             src = kern.with_columns(pl.col("dur_ns").alias("cost_ns"))
         else:
-            src = profile.ops.filter(pl.col("name").is_in(_HOST_MM)).join(
-                c.op_cost(profile), on="id", how="left"
+            src = (  # one query
+                profile.ops.lazy()
+                .filter(pl.col("name").is_in(_HOST_MM))
+                .join(c.op_cost(profile).lazy(), on="id", how="left")
+                .collect(engine="in-memory")
             )
         if src.height == 0:
             return []
