@@ -561,7 +561,7 @@ def _cross_thread_waits(
     if tree.SHORTCUTS and host.height == 0:  # no host node, no gap to cut (device work only)
         return host, pl.DataFrame(schema=stretch_schema)
     name = host.get_column("name")
-    is_idle = (name == "(idle)").fill_null(False).to_numpy()
+    is_idle = _flag(name == "(idle)")
     if not is_idle.any():
         return host, pl.DataFrame(schema=stretch_schema)
     # (a node of no name is neither idle nor kept, as the filters on the name dropped it)
@@ -931,7 +931,7 @@ def _edges(
             lanes += [col.is_null().to_numpy(), col.fill_null(0).to_numpy().astype(i64)]
         else:
             lanes.append(col.to_numpy().astype(i64))
-    lanes.append((nodes.get_column("lane_kind") == "device").fill_null(False).to_numpy())
+    lanes.append(_flag(nodes.get_column("lane_kind") == "device"))
     keys = [k[order] for k in lanes]
     by_lane = np.lexsort([np.arange(len(order)), *keys[::-1]])  # stable: sorted order in a lane
     same = np.ones(max(len(order) - 1, 0), dtype=bool)
