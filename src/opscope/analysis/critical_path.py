@@ -220,8 +220,9 @@ def _polars_order(ts: np.ndarray) -> np.ndarray:
     """The row order of a frame sorted by ``ts_ns`` as Polars sorts it: not a stable sort, and
     the order of equal times decides which slice is top-level and which call comes first."""
     return (
-        pl.DataFrame({"ts_ns": ts}, schema={"ts_ns": pl.Int64})
-        .with_row_index("_row")
+        pl.DataFrame(
+            {"_row": np.arange(len(ts)), "ts_ns": ts}, schema={"_row": pl.Int64, "ts_ns": pl.Int64}
+        )
         .sort("ts_ns")
         .get_column("_row")
         .to_numpy()
@@ -915,9 +916,10 @@ def _edges(
     # sort of the same key columns: it is not stable, and between nodes with equal start and end
     # its order of ties decides which is first (a stable sort moves 7 of 49 outputs)
     order = (
-        nodes.select("start_ns", "end_ns")
-        .with_row_index("_row")
+        nodes.lazy()
+        .select(pl.int_range(pl.len()).alias("_row"), "start_ns", "end_ns")
         .sort("start_ns", "end_ns")
+        .pipe(tree.collect)
         .get_column("_row")
         .to_numpy()
         .astype(i64)
@@ -1109,11 +1111,9 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     # the steps in order of first appearance; per step its nodes by end, then start, in Polars'
     # order (its sort is not stable: a node of equal end and start can come first either way,
     # and the path then differs, so the order is Polars' sort of the same key columns)
-    groups = (
-        nodes.select("rank", "step", "end_ns", "start_ns")
-        .with_row_index("_row")
-        .partition_by("rank", "step", maintain_order=True, as_dict=True)
-    )
+    groups = nodes.select(
+        pl.int_range(pl.len()).alias("_row"), "rank", "step", "end_ns", "start_ns"
+    ).partition_by("rank", "step", maintain_order=True, as_dict=True)
     step_rows = [
         g.sort("end_ns", "start_ns").get_column("_row").to_numpy().astype(i64)
         for g in groups.values()
