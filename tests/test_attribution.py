@@ -137,3 +137,6 @@ def test_op_times_and_the_resolution_walk_one_host_forest(monkeypatch: pytest.Mo
     res, ops = resolve_ops(p), op_times(p)
     assert len(built) == 1 and built[0] == tree.host_forest(p)[1].ids.size
     assert res.height == ops.height == p.ops.height
+    # charges_plan puts each top-level op's duration beside its resolution by position: the
+    # resolution's rows are the cached ops, row for row
+    assert res.get_column("id").to_list() == p.ops.get_column("id").to_list()

@@ -225,14 +225,11 @@ def charges_plan(profile: Profile) -> pl.LazyFrame:
         res.select(pl.col("id").alias("op_id"), *cols), on="op_id", how="left"
     ).with_columns(pl.lit(True).alias("device"), pl.col("is_backward").fill_null(False))
     host = (
-        res.filter(pl.col("top_level"))
-        .join(ev.select("id", "dur_ns"), on="id")
-        .select(
-            pl.col("id").alias("event_id"),
-            pl.col("id").alias("op_id"),
-            pl.col("dur_ns").alias("time_ns"),
-            *cols,
-        )
+        # each op's own duration by position, not a join with the events on id: the
+        # resolution's rows are the cached ops, row for row
+        res.with_columns(pl.lit(profile.ops.get_column("dur_ns")).alias("time_ns"))
+        .filter(pl.col("top_level"))
+        .select(pl.col("id").alias("event_id"), pl.col("id").alias("op_id"), "time_ns", *cols)
         .with_columns(pl.lit(False).alias("device"))
     )
     return pl.concat([dev.select(order), host.select(order)])
