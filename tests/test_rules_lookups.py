@@ -308,3 +308,31 @@ def test_shifted_equals_the_window_per_thread(profiles: list[Profile]) -> None:
                 assert_frame_equal(got, want)
         rows += s.height
     assert rows > 1000
+
+
+def test_rules_forest_equals_forest_of_the_events(profiles: list[Profile]) -> None:
+    from opscope.analysis.tree import Forest
+
+    for p in profiles:
+        got, want = c._forest(p), Forest.of(p.events)
+        assert got.ids.tolist() == want.ids.tolist()
+        assert got.parent.tolist() == want.parent.tolist()
+
+
+def test_rules_forest_with_ids_that_are_not_positions() -> None:
+    from opscope.analysis.tree import Forest
+
+    p = synth.training(steps=1, layers=2).profile
+    ev = p.events.with_columns(
+        (pl.col("id") * 3 + 7).alias("id"),
+        # a parent outside the events (-> no parent) and a few nulls
+        pl.when(pl.col("id") % 5 == 0)
+        .then(10**9)
+        .otherwise(pl.col("parent_id") * 3 + 7)
+        .alias("parent_id"),
+    ).reverse()
+    q = p.with_tables(events=ev)
+    assert not c._dense_ids(q.events) and q.events.get_column("parent_id").null_count()
+    got, want = c._forest(q), Forest.of(q.events)
+    assert got.parent.tolist() == want.parent.tolist()
+    assert (got.parent == -1).sum() > q.events.get_column("parent_id").null_count()

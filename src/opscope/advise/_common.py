@@ -245,7 +245,14 @@ def _forest(profile: Profile) -> Any:
     """The parent links of every event as arrays (:class:`opscope.analysis.tree.Forest`)."""
     from opscope.analysis.tree import Forest
 
-    return _memo("forest", profile, lambda: Forest.of(profile.events))
+    def run() -> Forest:
+        # Forest.of with the parents found through the events' index (their ids are their
+        # positions on a loaded trace: no sort of every id, 2-3 ms on a 75k-event trace)
+        ev = profile.events
+        ids = ev.get_column("id").to_numpy().astype(np.int64, copy=False)
+        return Forest(ids, event_positions(profile, ev.get_column("parent_id")))
+
+    return _memo("forest", profile, run)
 
 
 @dataclass(frozen=True)
