@@ -336,3 +336,42 @@ def test_rules_forest_with_ids_that_are_not_positions() -> None:
     got, want = c._forest(q), Forest.of(q.events)
     assert got.parent.tolist() == want.parent.tolist()
     assert (got.parent == -1).sum() > q.events.get_column("parent_id").null_count()
+
+
+def _old_op_cost(profile: Profile) -> pl.DataFrame:
+    ops = profile.ops.select("id", "dur_ns")
+    per = (
+        profile.kernels.lazy()
+        .filter(pl.col("op_id").is_not_null())
+        .select(pl.col("op_id").alias("id"), "dur_ns")
+        .group_by("id")
+        .agg(pl.col("dur_ns").sum())
+        .collect(engine="in-memory")
+    )
+    anc = c.ancestors(profile, per.get_column("id"))
+    rolled = (
+        per.lazy()
+        .join(anc.lazy(), on="id")
+        .group_by("anc_id")
+        .agg(pl.col("dur_ns").sum().alias("cost_ns"))
+        .rename({"anc_id": "id"})
+    )
+    return (
+        ops.lazy()
+        .select("id")
+        .join(rolled, on="id", how="left")
+        .with_columns(pl.col("cost_ns").fill_null(0))
+        .collect(engine="in-memory")
+    )
+
+
+def test_op_cost_equals_the_ancestor_roll_up(profiles: list[Profile]) -> None:
+    costed = 0
+    for p in profiles:
+        if p.ops.height == 0 or not p.has_device or not c.present(p.kernels["op_id"]):
+            continue
+        got, want = c._op_cost(p), _old_op_cost(p)
+        assert got.get_column("id").to_list() == p.ops.get_column("id").to_list()
+        assert_frame_equal(got.sort("id"), want.sort("id"))
+        costed += int((got.get_column("cost_ns") > 0).sum())
+    assert costed > 1000
