@@ -6,6 +6,7 @@ traces."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -199,25 +200,35 @@ def test_same_waits_and_splits_as_the_queries_on_real_traces(rel: str) -> None:
 
 def test_a_sync_only_graph_reads_no_copy_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """Waits that are all syncs (no blocking copy): the copies' streams are never read (a
-    spy on the query), and the split is the reference's."""
+    spy on the launch column read), and the split is the reference's; with the blocking copies
+    of the same trace they are."""
     from test_critical_path_kernel import reference_split_earlier_waits
 
     profile = load(shared_trace("gpu/hta_alexnet_a100_cuda_sync.json.gz"), cache=False)
     ev = profile.events.with_columns(pl.col("step").fill_null(-1))
-    nodes = cp._nodes(profile).with_columns(pl.col("is_wait") & pl.col("is_sync"))
-    assert nodes.get_column("is_wait").any()
-    queries: list[str] = []
-    real = tree.collect
+    syncs = cp._nodes(profile).with_columns(pl.col("is_wait") & pl.col("is_sync"))
+    assert syncs.get_column("is_wait").any()
+    copy_profile = load(
+        shared_trace("multi_rank/hta_sampled_128rank_job/rank-1.json.gz"), cache=False
+    )
+    copy_ev = copy_profile.events.with_columns(pl.col("step").fill_null(-1))
+    nodes = cp._nodes(copy_profile)
+    assert (nodes.get_column("is_wait") & ~nodes.get_column("is_sync")).any()
+    read: list[str] = []
+    real = cp._int_column
 
-    def spy(plan: pl.LazyFrame) -> pl.DataFrame:
-        queries.append(plan.explain(optimized=False))
-        return real(plan)
+    def spy(df: pl.DataFrame, name: str) -> Any:
+        read.append(name)
+        return real(df, name)
 
-    monkeypatch.setattr(tree, "collect", spy)
-    got = cp._split_earlier_waits(nodes, ev)
-    assert not any("launch_id" in q for q in queries)
+    monkeypatch.setattr(cp, "_int_column", spy)
+    got = cp._split_earlier_waits(syncs, ev)
+    assert "launch_id" not in read
+    got_copies = cp._split_earlier_waits(nodes, copy_ev)
+    assert "launch_id" in read
     monkeypatch.undo()
-    assert got.equals(reference_split_earlier_waits(nodes, ev))
+    assert got.equals(reference_split_earlier_waits(syncs, ev))
+    assert got_copies.equals(reference_split_earlier_waits(nodes, copy_ev))
 
 
 def _same_coverage(ev: pl.DataFrame, steps: pl.DataFrame) -> None:

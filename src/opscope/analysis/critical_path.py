@@ -836,23 +836,22 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     # stream (no lane); a blocking copy with no copy in the graph on none (no split)
     w_lane = np.zeros(len(waits), dtype=i64)
     w_ok = is_sync[waits].copy()
-    if not w_ok.all():  # a blocking copy (only then the copies' streams: one query)
-        copy_lane = (
-            ev.lazy()
-            .filter(pl.col("launch_id").is_not_null())
-            .select("id", "launch_id")
-            .join(nodes.lazy().filter(pl.col("lane_kind") == "device"), on="id")
-            .sort("end_ns")
-            .group_by("launch_id")
-            .agg(pl.col("lane").last().alias("wlane"))
-            .drop_nulls("wlane")
-            .pipe(tree.collect)
-        )
-        at = _positions(copy_lane.get_column("launch_id").to_numpy().astype(i64), ids[waits[~w_ok]])
-        w_lane[~w_ok] = np.where(
-            at >= 0, copy_lane.get_column("wlane").to_numpy().astype(i64)[np.maximum(at, 0)], 0
-        )
-        w_ok[~w_ok] = at >= 0
+    if not w_ok.all():  # a blocking copy (only then the copies' streams)
+        # each launch's device node ending last (of equal ends, the last in Polars' order of
+        # the launched events sorted by end, as the join, sort and group_by it replaces took it)
+        launch, no_launch = _int_column(ev, "launch_id")
+        launched = np.flatnonzero(~no_launch) if no_launch is not None else np.arange(len(launch))
+        at = _positions(ids, ev.get_column("id").to_numpy().astype(i64)[launched])
+        ok = at >= 0
+        ok[ok] = on_dev[at[ok]]
+        node = at[ok]
+        order = _polars_order(ends[node])[::-1]  # the last first
+        last_of, first = np.unique(launch[launched[ok]][order], return_index=True)
+        last = node[order][first]
+        known = np.ones(len(last), dtype=bool) if lane_null is None else ~lane_null[last]
+        c_at = _positions(last_of[known], ids[waits[~w_ok]])
+        w_lane[~w_ok] = np.where(c_at >= 0, lane[last[known]][np.maximum(c_at, 0)], 0)
+        w_ok[~w_ok] = c_at >= 0
     waits, w_lane, w_sync = waits[w_ok], w_lane[w_ok], is_sync[waits[w_ok]]
     # per (rank, step, stream waited on): the end of the last device node of the rank outside
     # the step (on that stream) ending before the call returns
