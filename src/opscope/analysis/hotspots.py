@@ -354,6 +354,19 @@ class Hotspots(Result):
 def _agg(
     df: pl.DataFrame | pl.LazyFrame, keys: list[str], base: int, span: int, device: bool
 ) -> pl.DataFrame:
+    plan, empty = _agg_plan(df, keys, base, span, device)
+    if empty is not None:
+        return empty
+    # the in-memory engine, as the eager calls: the default (streaming) engine divides exactly
+    # where the in-memory one multiplies by the reciprocal, and one chunk as the eager sort gave
+    # (a corpus trace's 18.865000000000002 became 18.865 otherwise)
+    return plan.collect(engine="in-memory").rechunk()
+
+
+def _agg_plan(
+    df: pl.DataFrame | pl.LazyFrame, keys: list[str], base: int, span: int, device: bool
+) -> tuple[pl.LazyFrame, pl.DataFrame | None]:
+    """The aggregate's plan, and its table already when that needs no query (else None)."""
     aggs = [
         pl.len().alias("calls"),
         pl.col("dur_ns").sum().alias("total_ns"),
@@ -376,11 +389,8 @@ def _agg(
     if _tree.SHORTCUTS and isinstance(df, pl.DataFrame) and not df.height:
         # no row to group (the ops of a profile without host ops): the plan's empty table from
         # its schema, without the query (tests/test_report_speed_empty.py)
-        return pl.DataFrame(schema=plan.collect_schema())
-    # the in-memory engine, as the eager calls: the default (streaming) engine divides exactly
-    # where the in-memory one multiplies by the reciprocal, and one chunk as the eager sort gave
-    # (a corpus trace's 18.865000000000002 became 18.865 otherwise)
-    return plan.collect(engine="in-memory").rechunk()
+        return plan, pl.DataFrame(schema=plan.collect_schema())
+    return plan, None
 
 
 class _Tables(NamedTuple):
@@ -449,40 +459,47 @@ def _op_tables(profile: Profile) -> _Tables:
     device = profile.has_device
     # cached filter; lazy: each table below is one query
     kern = profile.kernels.lazy().with_columns(pl.col("dur_ns").alias("self_ns"))
-    op_tab = _agg(ops, ["name"], base, span_ns, device)
-    shape_tab = _agg(ops, ["name", "input_dims", "input_types"], base, span_ns, device)
-    kern_tab = _agg(kern, ["name"], base, span_ns, False)
-    # Ascend kernels carry their operator type: op_statistic.csv's grouping.
-    types_tab = _agg(
-        kern.filter(pl.col("op_type").is_not_null()),
-        ["op_type", "core_type"],
-        base,
-        span_ns,
-        False,
-    )
-    per_step = (
-        pl.concat(  # one lazy query
-            [
-                ops.lazy()
-                .group_by("step", "name")
-                .agg(
-                    pl.len().alias("calls"),
-                    pl.col("dur_ns").sum().alias("total_ns"),
-                    pl.col("self_ns").sum().alias("self_ns"),
-                )
-                .with_columns(pl.lit("op").alias("what")),
-                kern.lazy()
-                .group_by("step", "name")
-                .agg(
-                    pl.len().alias("calls"),
-                    pl.col("dur_ns").sum().alias("total_ns"),
-                    pl.col("self_ns").sum().alias("self_ns"),
-                )
-                .with_columns(pl.lit("kernel").alias("what")),
-            ]
-        )
-        .sort(["step", "what", "total_ns", "name"], descending=[False, False, True, False])
-        .collect(engine="in-memory")  # (see _agg)
-        .rechunk()
+    # the tables' plans run together (one call, each plan's result as _agg gives it)
+    tables = [
+        _agg_plan(ops, ["name"], base, span_ns, device),
+        _agg_plan(ops, ["name", "input_dims", "input_types"], base, span_ns, device),
+        _agg_plan(kern, ["name"], base, span_ns, False),
+        # Ascend kernels carry their operator type: op_statistic.csv's grouping.
+        _agg_plan(
+            kern.filter(pl.col("op_type").is_not_null()),
+            ["op_type", "core_type"],
+            base,
+            span_ns,
+            False,
+        ),
+        (
+            pl.concat(
+                [
+                    ops.lazy()
+                    .group_by("step", "name")
+                    .agg(
+                        pl.len().alias("calls"),
+                        pl.col("dur_ns").sum().alias("total_ns"),
+                        pl.col("self_ns").sum().alias("self_ns"),
+                    )
+                    .with_columns(pl.lit("op").alias("what")),
+                    kern.lazy()
+                    .group_by("step", "name")
+                    .agg(
+                        pl.len().alias("calls"),
+                        pl.col("dur_ns").sum().alias("total_ns"),
+                        pl.col("self_ns").sum().alias("self_ns"),
+                    )
+                    .with_columns(pl.lit("kernel").alias("what")),
+                ]
+            ).sort(["step", "what", "total_ns", "name"], descending=[False, False, True, False]),
+            None,
+        ),
+    ]
+    # the in-memory engine and one chunk each (see _agg)
+    run = [plan for plan, empty in tables if empty is None]
+    done = iter(d.rechunk() for d in pl.collect_all(run, engine="in-memory")) if run else iter([])
+    op_tab, shape_tab, kern_tab, types_tab, per_step = (
+        next(done) if empty is None else empty for _, empty in tables
     )
     return _Tables(op_tab, shape_tab, kern_tab, types_tab, per_step, step_ns, span_ns)
