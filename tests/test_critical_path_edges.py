@@ -251,3 +251,17 @@ def test_the_steps_keep_polars_order_of_ties(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(pl.DataFrame, "sort", spy)
     cp.critical_path(profile, Options())
     assert seen.count(["end_ns", "start_ns"]) == profile.steps.height
+
+
+def test_steps_take_the_step_ranges_as_a_left_join() -> None:
+    """A step range repeated, one missing and one of a null step: the steps table is the
+    reference's left join (a repeated range repeats the row, a missing one is null)."""
+    profile = load(shared_trace("multi_rank/hta_sampled_128rank_job/rank-1.json.gz"), cache=False)
+    steps = profile.steps
+    odd = pl.concat([steps, steps.head(1), steps.head(1).with_columns(pl.lit(None).alias("step"))])
+    for table in (odd, steps.tail(1), steps.clear()):
+        p = profile.with_tables(steps=table)
+        got = cp.critical_path(p, Options()).steps
+        want = reference_tables(p)[2]
+        assert got.schema == want.schema
+        assert got.equals(want)

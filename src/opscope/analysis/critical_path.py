@@ -1101,7 +1101,6 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time."""
     nodes, cross = _graph(profile)
     i64 = np.int64
-    step_spans = profile.steps.lazy().select("rank", "step", "dur_ns")
     n_id = nodes.get_column("id").to_numpy().astype(i64)
     n_start = nodes.get_column("start_ns").to_numpy().astype(i64)
     n_end = nodes.get_column("end_ns").to_numpy().astype(i64)
@@ -1185,31 +1184,41 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         host_ns.append(int(contribs[k][~on_dev].sum()))
         rows = step_rows[k]
         span_ns.append(int(n_end[rows].max() - n_start[rows].min()))
-    steps = (
-        pl.DataFrame(
-            {
-                "rank": [keys[k][0] for k in by_step],
-                "step": [keys[k][1] for k in by_step],
-                "path_ns": [int(contribs[k].sum()) for k in by_step],
-                "host_ns": host_ns,
-                "device_ns": device_ns,
-                # a step's device work can finish after its ProfilerStep range on the host
-                # closes: the step's time is the span from its first to its last node
-                "step_ns": span_ns,
-            },
-            schema={
-                "rank": nodes.schema["rank"],
-                "step": nodes.schema["step"],
-                "path_ns": pl.Int64,
-                "host_ns": pl.Int64,
-                "device_ns": pl.Int64,
-                "step_ns": pl.Int64,
-            },
-        )
-        .lazy()
-        .join(step_spans, on=["rank", "step"], how="left", maintain_order="left")
-        .rename({"dur_ns": "host_step_ns"})
-        .pipe(tree.collect)
+    # each step's ProfilerStep range, as a left join on (rank, step) gives it (a null key
+    # matches nothing; a repeated one repeats the row): a dict, not a query
+    spans: dict[tuple[int, int], list[Any]] = {}
+    for r, st, d in zip(
+        profile.steps.get_column("rank").to_list(),
+        profile.steps.get_column("step").to_list(),
+        profile.steps.get_column("dur_ns").to_list(),
+        strict=True,
+    ):
+        if r is not None and st is not None:
+            spans.setdefault((r, st), []).append(d)
+    rows_of = [(k, d) for k in by_step for d in spans.get(keys[k], [None])]
+    ix = {k: i for i, k in enumerate(by_step)}
+    path_ns = [int(contribs[k].sum()) for k in by_step]
+    steps = pl.DataFrame(
+        {
+            "rank": [keys[k][0] for k, _ in rows_of],
+            "step": [keys[k][1] for k, _ in rows_of],
+            "path_ns": [path_ns[ix[k]] for k, _ in rows_of],
+            "host_ns": [host_ns[ix[k]] for k, _ in rows_of],
+            "device_ns": [device_ns[ix[k]] for k, _ in rows_of],
+            # a step's device work can finish after its ProfilerStep range on the host closes:
+            # the step's time is the span from its first to its last node
+            "step_ns": [span_ns[ix[k]] for k, _ in rows_of],
+            "host_step_ns": [d for _, d in rows_of],
+        },
+        schema={
+            "rank": nodes.schema["rank"],
+            "step": nodes.schema["step"],
+            "path_ns": pl.Int64,
+            "host_ns": pl.Int64,
+            "device_ns": pl.Int64,
+            "step_ns": pl.Int64,
+            "host_step_ns": profile.steps.schema["dur_ns"],
+        },
     )
     ops = (
         path.lazy()
