@@ -553,7 +553,10 @@ def _any_value(s: pl.Series) -> bool:
     return s.null_count() < len(s)
 
 
-def _breakdown_of(inp: _Inputs) -> Breakdown:
+def _breakdown_of(inp: _Inputs, *, per_trace: bool = True) -> Breakdown:
+    """The breakdown of ``inp``'s windows. ``per_trace=False``: the steps and streams tables only
+    (the statistics and the launch queue empty), for the out-of-core load's segments, which
+    sum the queue over the whole trace themselves and recompute the statistics at read time."""
     win, dev = inp.win, inp.dev
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
     cdev = _clip(dev, win)
@@ -727,6 +730,11 @@ def _breakdown_of(inp: _Inputs) -> Breakdown:
         how="diagonal",
     )
     # the four tables' plans in one call (a collect each was a fixed cost on small traces)
+    if not per_trace:
+        steps, streams = pl.collect_all(
+            [steps_plan, streams_plan], engine="in-memory", optimizations=tree.EAGER_FLAGS
+        )
+        return Breakdown(steps=steps, stats=pl.DataFrame(), streams=streams)
     steps, streams, stats_df, queue = pl.collect_all(
         [
             steps_plan,

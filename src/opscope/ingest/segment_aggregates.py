@@ -197,7 +197,7 @@ class Collector:
         # time, so each window's start falls in one segment's [first, last] start)
         own = inp.win.filter(pl.col("w0").is_between(lo, hi))
         if own.height:
-            res = bd._breakdown_of(dataclasses.replace(inp, win=own, has_dev=True))
+            res = bd._breakdown_of(dataclasses.replace(inp, win=own, has_dev=True), per_trace=False)
             self._put("bd_steps", res.steps)
             self._put("bd_streams", res.streams)
         self._put("bd_queue", _queue_parts(inp.dev, inp.win))
