@@ -269,7 +269,7 @@ class _Index:
     def of(cls, ids: pl.Series) -> _Index:
         if ids.null_count() == 0 and _dense(ids):
             return cls(ids.len(), None, None)
-        arr = ids.fill_null(-1).to_numpy().astype(np.int64, copy=False)
+        arr = (ids.fill_null(-1) if ids.null_count() else ids).to_numpy().astype(np.int64)
         # a null id is found by no lookup: its key is past every real one's reach
         order = np.argsort(arr, kind="stable")
         keys = arr[order]

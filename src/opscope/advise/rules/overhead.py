@@ -86,8 +86,10 @@ def _device_ends(profile: Profile, rank: Any) -> tuple[Any, Any] | None:
     if rank not in by_rank:
         import numpy as np
 
-        k = profile.kernels.select("rank", "ts_ns", "dur_ns").drop_nulls().sort("rank", "ts_ns")
-        kr = k.filter(pl.col("rank") == rank) if rank is not None else k
+        plan = profile.kernels.lazy().select("rank", "ts_ns", "dur_ns").drop_nulls()
+        if rank is not None:
+            plan = plan.filter(pl.col("rank") == rank)
+        kr = plan.sort("rank", "ts_ns").collect(engine="in-memory")  # one query
         if kr.height == 0:
             by_rank[rank] = None
         else:
