@@ -256,7 +256,7 @@ def test_collective_bytes_use_the_table() -> None:
             ],
         }
     )
-    out = _collectives(ev).sort("start_ns")
+    out = _collectives(ev).collect().sort("start_ns")  # (a plan: cluster runs it with others)
     assert out.get_column("bytes").to_list() == [1000 * size for _, size in rows]
 
 
