@@ -81,7 +81,7 @@ def reference_edges(
 def reference_tables(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``critical_path``'s path, ops and steps by the per-step loop of Polars queries it was
     (kept as the reference), from the same graph."""
-    nodes, cross = cp._graph(profile)
+    nodes, cross = cp._nodes(profile), cp._graph(profile)[1]
     step_spans = profile.steps.lazy().select("rank", "step", "dur_ns")
     paths = []
     edges = (
@@ -265,3 +265,17 @@ def test_steps_take_the_step_ranges_as_a_left_join() -> None:
         want = reference_tables(p)[2]
         assert got.schema == want.schema
         assert got.equals(want)
+
+
+@pytest.mark.parametrize("keep", ["none", "cpu_op"])
+def test_same_tables_without_events_or_device_work(keep: str) -> None:
+    """No event at all (empty tables of the same dtypes) and operators only."""
+    profile = load(shared_trace("gpu/hta_triton_a100.json.gz"), cache=False)
+    ev = profile.events
+    p = profile.with_tables(
+        events=ev.clear() if keep == "none" else ev.filter(pl.col("kind") == keep)
+    )
+    got = cp.critical_path(p, Options())
+    for g, w in zip((got.path, got.ops, got.steps), reference_tables(p), strict=True):
+        assert g.schema == w.schema
+        assert g.equals(w)

@@ -707,7 +707,31 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
 
 def _nodes(profile: Profile) -> pl.DataFrame:
     """Every node of every step: host segments and device work, with their attribution."""
-    return _graph(profile)[0]
+    nodes, _, ev = _graph(profile)
+    op = _op_names(nodes, ev)
+    return nodes.with_columns(
+        _op_expr(pl.col("name"), op).alias("op"), _name_expr(pl.col("name"), op).alias("name")
+    )
+
+
+def _op_names(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.Series:
+    """Per node, the name of the event its op_id is (null where none): a gather by position, not
+    a join with every event (~3 ms of a 75k-event trace)."""
+    op_id, op_null = _int_column(nodes, "op_id")
+    at = _positions(ev.get_column("id").to_numpy().astype(np.int64), op_id)
+    miss = at < 0 if op_null is None else (at < 0) | op_null
+    op = ev.get_column("name").gather(np.where(miss, 0, at))
+    return op.set(pl.Series(miss), None) if miss.any() else op
+
+
+def _op_expr(name: pl.Expr, op: pl.Series) -> pl.Expr:
+    """A node's operator: its op's name, else its own (an idle gap: :data:`IDLE_OP`)."""
+    return pl.when(name == "(idle)").then(pl.lit(IDLE_OP)).otherwise(pl.coalesce(pl.lit(op), name))
+
+
+def _name_expr(name: pl.Expr, op: pl.Series) -> pl.Expr:
+    """A node's name: its own, else (a host piece of no name) its op's."""
+    return pl.when(name == "").then(pl.lit(op)).otherwise(name)
 
 
 def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
@@ -754,9 +778,11 @@ def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
     )
 
 
-def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every node of every step (host segments and device work, with their attribution), and
-    the cross-thread edges of :func:`_cross_thread_waits`."""
+def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Every node of every step (host segments and device work, with their op_id: their
+    operator and the name of a host piece come from :func:`_op_names`, read for the nodes on
+    the path only), the cross-thread edges of :func:`_cross_thread_waits`, and the columns of
+    the events read."""
     # the columns used, before any filter: filtering every column of the events is the cost
     ev = profile.events.select(
         "rank", "pid", "tid", pl.col("step").fill_null(-1), "id", "parent_id", "kind", "name",
@@ -779,21 +805,6 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
     nodes = pl.concat([host.lazy(), top_nodes.lazy(), dev], how="vertical_relaxed").pipe(
         tree.collect
     )
-    # each node's operator: the name of the event its op_id is (a gather by position, not a
-    # join with every event: ~3 ms of a 75k-event trace)
-    op_id, op_null = _int_column(nodes, "op_id")
-    at = _positions(ev.get_column("id").to_numpy().astype(np.int64), op_id)
-    miss = at < 0 if op_null is None else (at < 0) | op_null
-    op = ev.get_column("name").gather(np.where(miss, 0, at))
-    if miss.any():
-        op = op.set(pl.Series(miss), None)
-    nodes = nodes.with_columns(
-        pl.when(pl.col("name") == "(idle)")
-        .then(pl.lit(IDLE_OP))
-        .otherwise(pl.coalesce(pl.lit(op), "name"))
-        .alias("op"),
-        pl.when(pl.col("name") == "").then(pl.lit(op)).otherwise("name").alias("name"),
-    )
     nodes = _split_earlier_waits(nodes, ev)
     # the nodes that can end a cross-thread wait: every host node, the split waits included
     # (a plan: read only when there is a stretch)
@@ -802,7 +813,7 @@ def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         .filter(pl.col("lane_kind") == "host")
         .select("rank", "step", "lane", "id", "end_ns")
     )
-    return nodes, _stretch_edges(stretches, srcs)
+    return nodes, _stretch_edges(stretches, srcs), ev
 
 
 def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
@@ -1099,7 +1110,7 @@ def _longest_path_of(
 @analysis("critical_path")
 def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time."""
-    nodes, cross = _graph(profile)
+    nodes, cross, ev = _graph(profile)
     i64 = np.int64
     n_id = nodes.get_column("id").to_numpy().astype(i64)
     n_start = nodes.get_column("start_ns").to_numpy().astype(i64)
@@ -1151,9 +1162,12 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     keys = [(int(k[0]), int(k[1])) for k in groups]  # type: ignore[call-overload]
     by_step = sorted(range(len(keys)), key=keys.__getitem__)
     rows = np.concatenate([path_rows[k] for k in by_step]) if keys else np.empty(0, i64)
+    # the operators of the nodes on the path only
+    op = _op_names(nodes.select(pl.col("op_id").gather(rows)), ev)
+    name = pl.col("name").gather(rows)
     path = (
         nodes.select(
-            "rank", "step", "id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op", "op_id"
+            "rank", "step", "id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op_id"
         )
         .lazy()
         .select(
@@ -1171,7 +1185,10 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
                 "on_path_ns",
                 np.concatenate([contribs[k] for k in by_step]) if keys else np.empty(0, i64),
             ),
-            pl.exclude("rank", "step", "id").gather(rows),
+            pl.col("lane_kind", "lane", "start_ns", "end_ns").gather(rows),
+            _name_expr(name, op).alias("name"),
+            _op_expr(name, op).alias("op"),
+            pl.col("op_id").gather(rows),
         )
         .pipe(tree.collect)
         .rechunk()
