@@ -944,24 +944,26 @@ _COST_SCHEMA: Final = {
 _KEY: Final = ("name", "input_dims", "input_types", "concrete_inputs")
 
 
+def _cost_frame(costs: Sequence[Cost]) -> pl.DataFrame:
+    """``costs`` as a table of :data:`_COST_SCHEMA`, one row each in order."""
+    return pl.DataFrame(
+        {
+            "flops": [c.flops for c in costs],
+            "bytes": [c.bytes for c in costs],
+            "formula": [c.formula for c in costs],
+            "dtype": [c.dtype for c in costs],
+            "roof": [c.roof for c in costs],
+        },
+        schema=_COST_SCHEMA,
+    )
+
+
 def _cost_table(keys: pl.DataFrame, fn: Callable[..., Cost], cols: Sequence[str]) -> pl.DataFrame:
     """Apply ``fn`` to every row of ``keys`` (one per unique shape: a loop over groups)."""
     # the key columns as they are when they are the frame's (op_costs'), without a select (a
     # query of fixed cost)
     picked = keys if keys.columns == list(cols) else keys.select(cols)
-    rows = [fn(*r) for r in picked.iter_rows()]
-    return keys.hstack(
-        pl.DataFrame(
-            {
-                "flops": [c.flops for c in rows],
-                "bytes": [c.bytes for c in rows],
-                "formula": [c.formula for c in rows],
-                "dtype": [c.dtype for c in rows],
-                "roof": [c.roof for c in rows],
-            },
-            schema=_COST_SCHEMA,
-        )
-    )
+    return keys.hstack(_cost_frame([fn(*r) for r in picked.iter_rows()]))
 
 
 @per_profile
@@ -1014,16 +1016,7 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # the costs of the keys, then UNKNOWN: the cost of every row of no key
     found = [cost(*k) for k in zip(*(keys.get_column(c).to_list() for c in _KEY), strict=True)]
     found.append(UNKNOWN)
-    table = pl.DataFrame(
-        {
-            "flops": [c.flops for c in found],
-            "bytes": [c.bytes for c in found],
-            "formula": [c.formula for c in found],
-            "dtype": [c.dtype for c in found],
-            "roof": [c.roof for c in found],
-        },
-        schema=_COST_SCHEMA,
-    )
+    table = _cost_frame(found)
     at = np.full(ev.height, keys.height, dtype=np.int64)
     at[keys.get_column("row").explode().to_numpy()] = np.repeat(
         np.arange(keys.height, dtype=np.int64), keys.get_column("n").to_numpy()

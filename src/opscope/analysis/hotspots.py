@@ -459,6 +459,11 @@ def _op_tables(profile: Profile) -> _Tables:
     device = profile.has_device
     # cached filter; lazy: each table below is one query
     kern = profile.kernels.lazy().with_columns(pl.col("dur_ns").alias("self_ns"))
+    step_sums = [  # per (step, name), of the ops and of the kernels
+        pl.len().alias("calls"),
+        pl.col("dur_ns").sum().alias("total_ns"),
+        pl.col("self_ns").sum().alias("self_ns"),
+    ]
     # the tables' plans run together (one call, each plan's result as _agg gives it)
     tables = [
         _agg_plan(ops, ["name"], base, span_ns, device),
@@ -477,19 +482,11 @@ def _op_tables(profile: Profile) -> _Tables:
                 [
                     ops.lazy()
                     .group_by("step", "name")
-                    .agg(
-                        pl.len().alias("calls"),
-                        pl.col("dur_ns").sum().alias("total_ns"),
-                        pl.col("self_ns").sum().alias("self_ns"),
-                    )
+                    .agg(step_sums)
                     .with_columns(pl.lit("op").alias("what")),
                     kern.lazy()
                     .group_by("step", "name")
-                    .agg(
-                        pl.len().alias("calls"),
-                        pl.col("dur_ns").sum().alias("total_ns"),
-                        pl.col("self_ns").sum().alias("self_ns"),
-                    )
+                    .agg(step_sums)
                     .with_columns(pl.lit("kernel").alias("what")),
                 ]
             ).sort(["step", "what", "total_ns", "name"], descending=[False, False, True, False]),
