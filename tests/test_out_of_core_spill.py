@@ -66,8 +66,8 @@ def spied(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Spied]:
     def call(self: spill.Spill, first_row: int, window: fastscan.Scanned) -> None:
         s.windows.append(window.n)
         real_call(self, first_row, window)
+        self.write.wait()  # (made and written on a worker thread while the next window is read)
         s.files.append(self.files[-1])
-        self.write.wait()  # (written on a worker thread while the next window is read)
         assert self.files[-1].is_file(), "the window's rows are on disk once it is handed over"
 
     def load(*a: Any, **kw: Any) -> Profile | None:

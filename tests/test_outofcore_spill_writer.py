@@ -1,6 +1,6 @@
-"""The spill's file writes on a worker thread (opscope.ingest.spill._Writer): every write handed
-over is on disk after wait(), a failed write raises its error at wait() (never lost), and the
-synchronous mode writes at once."""
+"""The spill's per-window jobs on a worker thread (opscope.ingest.spill._Writer): every job handed
+over has ended after wait() (its files on disk), in the order handed over, a failed job raises its
+error at wait() (never lost), and the synchronous mode runs each at once."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_writes_on_disk_after_wait(tmp_path: Path) -> None:
     w = spill._Writer()
     frames = [pl.DataFrame({"a": list(range(i, i + 100))}) for i in range(5)]
     for i, df in enumerate(frames):
-        w(df, tmp_path / f"f{i}.parquet", compression="lz4", statistics=False)
+        w.run(df.write_parquet, tmp_path / f"f{i}.parquet", compression="lz4", statistics=False)
     w.wait()
     w.close()
     for i, df in enumerate(frames):
@@ -25,7 +25,7 @@ def test_writes_on_disk_after_wait(tmp_path: Path) -> None:
 
 def test_failed_write_raises_at_wait(tmp_path: Path) -> None:
     w = spill._Writer()
-    w(pl.DataFrame({"a": [1]}), tmp_path / "no such folder" / "f.parquet")
+    w.run(pl.DataFrame({"a": [1]}).write_parquet, tmp_path / "no such folder" / "f.parquet")
     with pytest.raises(Exception, match=r"(?i)no such file|not found|os error"):
         w.wait()
     w.close()  # (no error left to raise)
@@ -34,7 +34,19 @@ def test_failed_write_raises_at_wait(tmp_path: Path) -> None:
 def test_synchronous_mode_writes_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spill, "BACKGROUND_WRITES", False)
     w = spill._Writer()
-    w(pl.DataFrame({"a": [1, 2]}), tmp_path / "f.parquet")
+    w.run(pl.DataFrame({"a": [1, 2]}).write_parquet, tmp_path / "f.parquet")
     assert (tmp_path / "f.parquet").is_file()
     assert not w.pending
     w.close()
+
+
+def test_jobs_run_in_the_order_handed_over() -> None:
+    # the windows' jobs share state (provisional track ids, flow counts): one at a time, in order
+    w = spill._Writer()
+    assert w.pool is not None
+    seen: list[int] = []
+    for i in range(50):
+        w.run(seen.append, i)
+    w.wait()
+    w.close()
+    assert seen == list(range(50))

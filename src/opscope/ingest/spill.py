@@ -41,7 +41,7 @@ from typing import Any
 
 import polars as pl
 
-from opscope.ingest import cache, fastscan, gz, kineto, window_link
+from opscope.ingest import cache, fastscan, gz, jsonscan, kineto, window_link
 from opscope.model import Profile
 
 ROW_GROUP_ROWS = 16_384
@@ -75,34 +75,38 @@ _ODDITY_ORDER = (
 
 
 BACKGROUND_WRITES = True
-"""Write each window's files on a worker thread while the scanner reads the next window."""
+"""Make and write each window's tables on a worker thread while the scanner reads the next
+window."""
 
 
 class _Writer:
-    """The spill's Parquet writes. With :data:`BACKGROUND_WRITES` they run on one worker
-    thread: the encoding releases the GIL, which the scanner holds while it reads the next
-    window, so the two overlap on a second core. :meth:`wait` at each window's start keeps one
-    window's files in flight at most (their frames are the memory it adds)."""
+    """The spill's per-window work after the scan: its tables made (events, flows, memory
+    rows) and written to Parquet. With :data:`BACKGROUND_WRITES` it runs on one worker thread:
+    the frames' work and the encoding release the GIL, which the scanner holds while it reads
+    the next window, so the two overlap on a second core. :meth:`wait` at each window's start
+    keeps one window in flight at most (its frames are the memory it adds)."""
 
     def __init__(self) -> None:
         on = BACKGROUND_WRITES and window_link.worker_threads()
         self.pool = ThreadPoolExecutor(max_workers=1) if on else None
         self.pending: list[Future[None]] = []
 
-    def __call__(self, df: pl.DataFrame, file: Path, **options: Any) -> None:
+    def run(self, job: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """``job(*args, **kwargs)`` on the worker (in order, after what was handed over
+        before), or now without it."""
         if self.pool is None:
-            df.write_parquet(file, **options)
+            job(*args, **kwargs)
         else:
-            self.pending.append(self.pool.submit(df.write_parquet, file, **options))
+            self.pending.append(self.pool.submit(job, *args, **kwargs))
 
     def wait(self) -> None:
-        """Every write handed over is on disk (a failed write raises its error here)."""
+        """Every job handed over has ended (a failed one raises its error here)."""
         pending, self.pending = self.pending, []
         for job in pending:
             job.result()
 
     def close(self) -> None:
-        """Stop the worker once its writes end (their errors left to :meth:`wait`)."""
+        """Stop the worker once its jobs end (their errors left to :meth:`wait`)."""
         if self.pool is not None:
             self.pool.shutdown(wait=True)
 
@@ -156,9 +160,17 @@ class Spill:
         self.write = _Writer()
 
     def __call__(self, first_row: int, window: fastscan.Scanned) -> None:
-        self.write.wait()  # the previous window's files (written while this one was read)
-        cols, (ts_ns, dur_ns) = window.columns()
+        # the previous window's tables and files (made while this one was read)
+        self.write.wait()
+        cols, times = window.columns()  # (here: it reads the scan's growing string tables)
         del window
+        # the window's tables made and written on the writer's thread while the scanner reads
+        # the next window (the frames' work releases the GIL the scanner holds); one window at
+        # a time, in order, so the provisional track ids and flow counts are the same
+        self.write.run(self._window, cols, times)
+
+    def _window(self, cols: jsonscan.Columns, times: tuple[pl.Series, pl.Series]) -> None:
+        ts_ns, dur_ns = times
         raw = cols.frame()
         cols.frames.clear()
         raw = self._times_and_tracks(raw, ts_ns, dur_ns)
@@ -171,14 +183,16 @@ class Spill:
         self.n_flows += flows.height
         self.flow_starts += flows.filter(pl.col("phase") == "s").height
         flow_file = self.folder / f"flows-{len(self.flow_files):05d}.parquet"
-        self.write(flows, flow_file, compression="lz4", statistics=False)
+        flows.write_parquet(flow_file, compression="lz4", statistics=False)
         self.flow_files.append(flow_file)
         self.memory.append(kineto._memory_rows(raw, 0))
         self.names.append(kineto._thread_names(raw))
         self.ranges.append(raw.filter(pl.col("cat_l") == "cuda_profiler_range").select("dur_ns"))
         events = kineto._events_table([raw], 0, self.oddities).drop("id")
         file = self.folder / f"events-{len(self.files):05d}.parquet"
-        self.write(events, file, compression="lz4", statistics=False, row_group_size=ROW_GROUP_ROWS)
+        events.write_parquet(
+            file, compression="lz4", statistics=False, row_group_size=ROW_GROUP_ROWS
+        )
         self.files.append(file)
         self.rows += events.height
         self.facts.add(events)
@@ -308,6 +322,7 @@ def load(
 
             window = min(WINDOW_BYTES, fastscan.WINDOW_BYTES)
             got = fastscan.scan_stream(read, window=window, progress=stream_progress, sink=spill)
+        spill.write.wait()  # (the last window's tables: made on the writer's thread)
         if got is None or not spill.files or needs_decimal_times(got[1]):
             return None
         header, scanned = got
