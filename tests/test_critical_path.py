@@ -13,7 +13,8 @@ import polars as pl
 import pytest
 
 from conftest import shared_trace
-from opscope.analysis.critical_path import IDLE_OP, _nodes, critical_path, longest_path
+from opscope.analysis.critical_path import IDLE_OP, critical_path, longest_path
+from opscope.analysis.critical_path_graph import _nodes
 from opscope.analysis.registry import Options
 from opscope.model import Profile
 

@@ -14,6 +14,7 @@ import pytest
 from conftest import shared_trace
 from opscope import load
 from opscope.analysis import critical_path as cp
+from opscope.analysis import critical_path_graph as cpg
 from opscope.analysis import tree
 from opscope.analysis.registry import Options
 from opscope.model import Profile
@@ -81,7 +82,7 @@ def reference_edges(
 def reference_tables(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``critical_path``'s path, ops and steps by the per-step loop of Polars queries it was
     (kept as the reference), from the same graph."""
-    nodes, cross = cp._nodes(profile), cp._graph(profile)[1]
+    nodes, cross = cpg._nodes(profile), cpg._graph(profile)[1]
     step_spans = profile.steps.lazy().select("rank", "step", "dur_ns")
     paths = []
     edges = (
@@ -179,7 +180,7 @@ def _random_nodes(seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
             "is_sync": wait & (rng.random(n) < 0.5),
             "is_wait": wait,
         },
-        schema=cp._NODE_SCHEMA,
+        schema=cpg._NODE_SCHEMA,
     )
     m = int(rng.integers(0, n + 1))
     events = pl.DataFrame(
@@ -210,7 +211,7 @@ def test_same_edges_in_the_same_order_as_the_plan(seed: int) -> None:
     between the sync edges of two steps varies in the plan itself: group_by's)."""
     nodes, events, cross = _random_nodes(seed)
     for c in (cross, None):
-        src, dst = cp._edges(nodes, events, c)
+        src, dst = cpg._edges(nodes, events, c)
         want = reference_edges(nodes, events, c).collect().rows()
         assert _into(list(zip(src.tolist(), dst.tolist(), strict=True))) == _into(want)
         assert len(src) == len(want)

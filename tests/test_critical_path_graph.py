@@ -14,6 +14,7 @@ import pytest
 from conftest import shared_trace
 from opscope import load
 from opscope.analysis import critical_path as cp
+from opscope.analysis import critical_path_graph as cpg
 from opscope.analysis import tree
 from opscope.model import Profile
 from test_critical_path_vectorised import _random_events
@@ -47,9 +48,9 @@ def reference_nodes(profile: Profile) -> pl.DataFrame:
     )  # fmt: skip
     lazy = ev.lazy()
     names = lazy.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
-    host, _ = cp._cross_thread_waits(cp._host_nodes(ev, profile.steps), ev)
+    host, _ = cpg._cross_thread_waits(cpg._host_nodes(ev, profile.steps), ev)
     top = reference_top_nodes(ev)
-    dev = lazy.filter(pl.col("kind").is_in(list(cp._DEVICE_KINDS))).select(
+    dev = lazy.filter(pl.col("kind").is_in(list(cpg._DEVICE_KINDS))).select(
         "rank", "step", "id", pl.lit("device").alias("lane_kind"),
         (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000
          + pl.coalesce("stream", "tid", pl.lit(-1, dtype=pl.Int64))).alias("lane"),
@@ -68,7 +69,7 @@ def reference_nodes(profile: Profile) -> pl.DataFrame:
         )
         .pipe(tree.collect)
     )
-    return cp._split_earlier_waits(nodes, ev)
+    return cpg._split_earlier_waits(nodes, ev)
 
 
 _CPU_ONLY = Path(
@@ -94,7 +95,7 @@ def test_same_nodes_as_the_joins(rel: str) -> None:
         profile = load(_CPU_ONLY, cache=False)
     else:
         profile = load(shared_trace(rel), cache=False)
-    got = cp._nodes(profile)
+    got = cpg._nodes(profile)
     want = reference_nodes(profile)
     assert got.schema == want.schema
     assert got.equals(want)
@@ -128,7 +129,7 @@ def test_same_top_nodes_as_the_joins_on_random_events(seed: int) -> None:
             other.with_columns(pl.Series("parent_id", parent, dtype=pl.Int64)),
         ]
     )
-    got = cp._top_op_nodes(ev)
+    got = cpg._top_op_nodes(ev)
     got = got.collect() if isinstance(got, pl.LazyFrame) else got
     want = reference_top_nodes(ev)
     assert got.schema == want.schema
@@ -148,7 +149,7 @@ def test_int_column_is_fill_null_and_is_null(dtype: pl.DataType, seed: int) -> N
         for _ in range(n)
     ]  # fmt: skip
     df = pl.DataFrame({"x": values}, schema={"x": dtype})
-    got, null = cp._int_column(df, "x")
+    got, null = cpg._int_column(df, "x")
     assert got.tolist() == df.get_column("x").fill_null(0).cast(pl.Int64).to_list()
     want_null = df.get_column("x").is_null().to_list()
     assert (null is None and not any(want_null)) or (

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from opscope.analysis import _critical_path_kernels as kernels
-from opscope.analysis import critical_path as cp
+from opscope.analysis import critical_path_graph as cpg
 from opscope.analysis.critical_path import longest_path
 from test_critical_path_vectorised import reference_longest_path
 
@@ -102,25 +102,25 @@ def test_positions_by_table_equal_the_binary_search(seed: int) -> None:
         ids = rng.permutation(np.unique(ids))  # no repeat
     x = rng.integers(-spread * n, spread * n + 1, int(rng.integers(0, 3 * n)))
     x = np.concatenate((x, rng.choice(ids, 5)))
-    assert cp._positions(ids, x).tolist() == cp._positions_sorted(ids, x).tolist()
+    assert cpg._positions(ids, x).tolist() == cpg._positions_sorted(ids, x).tolist()
 
 
 def test_positions_take_the_table_when_ids_are_dense(monkeypatch: pytest.MonkeyPatch) -> None:
     searched: list[int] = []
-    real = cp._positions_sorted
+    real = cpg._positions_sorted
 
     def spy(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
         searched.append(len(x))
         return real(ids, x)
 
-    monkeypatch.setattr(cp, "_positions_sorted", spy)
+    monkeypatch.setattr(cpg, "_positions_sorted", spy)
     ids = np.array([5, -3, 0, 7, 2])
     x = np.array([7, 8, -3, -4, 100, 5, 2])
-    assert cp._positions(ids, x).tolist() == [3, -1, 1, -1, -1, 0, 4]
+    assert cpg._positions(ids, x).tolist() == [3, -1, 1, -1, -1, 0, 4]
     assert searched == []  # dense and unique: the table
-    assert cp._positions(np.array([5, 5, 1]), np.array([5, 1])).tolist() == [0, 2]
+    assert cpg._positions(np.array([5, 5, 1]), np.array([5, 1])).tolist() == [0, 2]
     assert searched == [2]  # a repeated id: the search
-    assert cp._positions(np.array([0, 10**9]), np.array([10**9])).tolist() == [1]
+    assert cpg._positions(np.array([0, 10**9]), np.array([10**9])).tolist() == [1]
     assert searched == [2, 1]  # sparse: the search
 
 
@@ -161,13 +161,13 @@ def test_sync_edges_equal_the_join_asof(seed: int) -> None:
             "is_sync": host & (rng.random(n) < 0.6),
             "is_wait": np.zeros(n, dtype=bool),
         },
-        schema=cp._NODE_SCHEMA,
+        schema=cpg._NODE_SCHEMA,
     )
     events = pl.DataFrame(
         {"id": np.arange(n), "launch_id": [None] * n},
         schema={"id": pl.Int64, "launch_id": pl.Int64},
     )
-    edges = pl.DataFrame(dict(zip(("src", "dst"), cp._edges(nodes, events), strict=True)))
+    edges = pl.DataFrame(dict(zip(("src", "dst"), cpg._edges(nodes, events), strict=True)))
     lane = (
         nodes.sort("start_ns", "end_ns")
         .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
@@ -276,7 +276,7 @@ def test_split_earlier_waits_equal_the_filters(seed: int) -> None:
             "is_sync": is_wait & (rng.random(n) < 0.5),
             "is_wait": is_wait,
         },
-        schema=cp._NODE_SCHEMA,
+        schema=cpg._NODE_SCHEMA,
     )
     # device nodes launched by random host nodes (a blocking copy waits on its copy's stream)
     ids = nodes.get_column("id").to_numpy()
@@ -288,14 +288,14 @@ def test_split_earlier_waits_equal_the_filters(seed: int) -> None:
     events = pl.DataFrame(
         {"id": ids, "launch_id": launch}, schema={"id": pl.Int64, "launch_id": pl.Int64}
     )
-    got = cp._split_earlier_waits(nodes, events)
+    got = cpg._split_earlier_waits(nodes, events)
     assert got.equals(reference_split_earlier_waits(nodes, events))
 
 
 def reference_rank_coverage(ev: pl.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """``_rank_coverage`` by window and group_by queries (kept as the reference)."""
     tr = (
-        ev.filter(pl.col("kind").is_in(list(cp._TRACKED)) & (pl.col("dur_ns") > 0))
+        ev.filter(pl.col("kind").is_in(list(cpg._TRACKED)) & (pl.col("dur_ns") > 0))
         .select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"))
         .sort("rank", "ts_ns")
     )
@@ -335,7 +335,7 @@ def test_rank_coverage_equals_the_queries(seed: int) -> None:
             "dur_ns": rng.integers(0, 25, n),
         }
     )
-    got = cp._rank_coverage(ev)
+    got = cpg._rank_coverage(ev)
     want = reference_rank_coverage(ev)
     assert sorted(got) == sorted(want)
     for r, (s, e) in want.items():

@@ -16,13 +16,13 @@ import polars as pl
 import pytest
 
 from conftest import SHARED_TRACES
-from opscope.analysis.critical_path import (
+from opscope.analysis.critical_path import longest_path
+from opscope.analysis.critical_path_graph import (
     _NODE_SCHEMA,
     _TRACKED,
     COPY_CALL,
     SYNC_PATTERN,
     _host_nodes,
-    longest_path,
 )
 from opscope.model import kinds
 
@@ -252,7 +252,7 @@ def test_same_nodes_as_the_loop_with_null_steps_and_thread_ids(seed: int) -> Non
 
 @pytest.mark.parametrize("seed", range(30))
 def test_distinct_is_np_unique(seed: int) -> None:
-    from opscope.analysis.critical_path import _distinct
+    from opscope.analysis.critical_path_graph import _distinct
 
     rng = np.random.default_rng(seed)
     x = rng.integers(-5, int(rng.choice([3, 20, 10_000])), int(rng.integers(0, 500)))

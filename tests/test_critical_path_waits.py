@@ -14,7 +14,7 @@ import pytest
 
 from conftest import shared_trace
 from opscope import load
-from opscope.analysis import critical_path as cp
+from opscope.analysis import critical_path_graph as cpg
 from opscope.analysis import tree
 from test_critical_path_vectorised import _random_events
 
@@ -43,7 +43,7 @@ def reference_cross_thread_waits(
     idle = host.filter(is_idle)
     if idle.height == 0:
         return host.drop("_next"), pl.DataFrame(schema=stretch_schema)
-    cover = cp._rank_coverage(ev)
+    cover = cpg._rank_coverage(ev)
     next_id = min(int(host.get_column("id").min() or 0), 0) - 1  # type: ignore[arg-type]
     pieces: list[pl.DataFrame] = []
     stretches: list[pl.DataFrame] = []
@@ -52,7 +52,7 @@ def reference_cross_thread_waits(
         a = g.get_column("start_ns").to_numpy().astype(i64)
         b = g.get_column("end_ns").to_numpy().astype(i64)
         # (an idle node always precedes a node of its thread and step: the null is defensive)
-        nxt = g.get_column("_next").fill_null(cp._NO_NODE).to_numpy().astype(i64)
+        nxt = g.get_column("_next").fill_null(cpg._NO_NODE).to_numpy().astype(i64)
         # covered stretches of each idle node: the coverage segments overlapping (a, b), clipped
         lo = np.searchsorted(seg_e, a, side="right")
         m = np.maximum(np.searchsorted(seg_s, b, side="left") - lo, 0)
@@ -93,7 +93,7 @@ def reference_cross_thread_waits(
             )
         )
     out = pl.concat([host.filter(~is_idle).drop("_next"), *pieces])
-    return out, pl.concat(stretches).filter(pl.col("dst") != cp._NO_NODE)
+    return out, pl.concat(stretches).filter(pl.col("dst") != cpg._NO_NODE)
 
 
 def reference_stretch_edges(
@@ -137,12 +137,12 @@ def reference_stretch_edges(
 
 
 def _same_waits(host: pl.DataFrame, ev: pl.DataFrame) -> int:
-    got, got_st = cp._cross_thread_waits(host, ev)
+    got, got_st = cpg._cross_thread_waits(host, ev)
     want, want_st = reference_cross_thread_waits(host, ev)
     assert got.schema == want.schema and got.equals(want)
     assert got_st.schema == want_st.schema and got_st.equals(want_st)
     srcs = got.lazy().select("rank", "step", "lane", "id", "end_ns")
-    e = cp._stretch_edges(got_st, srcs)
+    e = cpg._stretch_edges(got_st, srcs)
     assert e.equals(reference_stretch_edges(want_st, srcs))
     return got_st.height
 
@@ -167,14 +167,14 @@ def _three_threads(seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
 @pytest.mark.parametrize("seed", range(200))
 def test_same_waits_as_the_queries_on_random_threads(seed: int) -> None:
     ev, steps = _three_threads(seed)
-    _same_waits(cp._host_nodes(ev, steps), ev)
+    _same_waits(cpg._host_nodes(ev, steps), ev)
 
 
 def test_the_random_threads_have_stretches() -> None:
     total = 0
     for seed in range(50):
         ev, steps = _three_threads(seed)
-        total += _same_waits(cp._host_nodes(ev, steps), ev)
+        total += _same_waits(cpg._host_nodes(ev, steps), ev)
     assert total > 50
 
 
@@ -193,9 +193,9 @@ def test_same_waits_and_splits_as_the_queries_on_real_traces(rel: str) -> None:
 
     profile = load(shared_trace(rel), cache=False)
     ev = profile.events.with_columns(pl.col("step").fill_null(-1))
-    _same_waits(cp._host_nodes(ev, profile.steps), ev)
-    nodes = cp._nodes(profile)
-    assert cp._split_earlier_waits(nodes, ev).equals(reference_split_earlier_waits(nodes, ev))
+    _same_waits(cpg._host_nodes(ev, profile.steps), ev)
+    nodes = cpg._nodes(profile)
+    assert cpg._split_earlier_waits(nodes, ev).equals(reference_split_earlier_waits(nodes, ev))
 
 
 def test_a_sync_only_graph_reads_no_copy_stream(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -206,25 +206,25 @@ def test_a_sync_only_graph_reads_no_copy_stream(monkeypatch: pytest.MonkeyPatch)
 
     profile = load(shared_trace("gpu/hta_alexnet_a100_cuda_sync.json.gz"), cache=False)
     ev = profile.events.with_columns(pl.col("step").fill_null(-1))
-    syncs = cp._nodes(profile).with_columns(pl.col("is_wait") & pl.col("is_sync"))
+    syncs = cpg._nodes(profile).with_columns(pl.col("is_wait") & pl.col("is_sync"))
     assert syncs.get_column("is_wait").any()
     copy_profile = load(
         shared_trace("multi_rank/hta_sampled_128rank_job/rank-1.json.gz"), cache=False
     )
     copy_ev = copy_profile.events.with_columns(pl.col("step").fill_null(-1))
-    nodes = cp._nodes(copy_profile)
+    nodes = cpg._nodes(copy_profile)
     assert (nodes.get_column("is_wait") & ~nodes.get_column("is_sync")).any()
     read: list[str] = []
-    real = cp._int_column
+    real = cpg._int_column
 
     def spy(df: pl.DataFrame, name: str) -> Any:
         read.append(name)
         return real(df, name)
 
-    monkeypatch.setattr(cp, "_int_column", spy)
-    got = cp._split_earlier_waits(syncs, ev)
+    monkeypatch.setattr(cpg, "_int_column", spy)
+    got = cpg._split_earlier_waits(syncs, ev)
     assert "launch_id" not in read
-    got_copies = cp._split_earlier_waits(nodes, copy_ev)
+    got_copies = cpg._split_earlier_waits(nodes, copy_ev)
     assert "launch_id" in read
     monkeypatch.undo()
     assert got.equals(reference_split_earlier_waits(syncs, ev))
@@ -233,15 +233,15 @@ def test_a_sync_only_graph_reads_no_copy_stream(monkeypatch: pytest.MonkeyPatch)
 
 def _same_coverage(ev: pl.DataFrame, steps: pl.DataFrame) -> None:
     cover: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    host = cp._host_nodes(ev, steps, cover)
+    host = cpg._host_nodes(ev, steps, cover)
     if host.height == 0:
         return
-    want = cp._rank_coverage(ev)
+    want = cpg._rank_coverage(ev)
     assert sorted(cover) == sorted(want)
     for r, (s, e) in want.items():
         assert cover[r][0].tolist() == s.tolist() and cover[r][1].tolist() == e.tolist()
-    got = cp._cross_thread_waits(host, ev, cover)
-    alone = cp._cross_thread_waits(host, ev)
+    got = cpg._cross_thread_waits(host, ev, cover)
+    alone = cpg._cross_thread_waits(host, ev)
     assert got[0].equals(alone[0]) and got[1].equals(alone[1])
 
 
