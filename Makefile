@@ -29,8 +29,17 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# Two workers (one test file each at a time: module fixtures built once), then the tests whose
+# timing a busy core could move, alone. WORKERS=0 runs everything in this process.
+WORKERS ?= 2
 test: lint typecheck
+ifeq ($(WORKERS),0)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+else
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not timing" $(PYTEST_ARGS) \
+	  || [ $$? -eq 5 ]  # (5: PYTEST_ARGS picked no such test)
+	$(BIN)/python -m pytest -q -m timing $(PYTEST_ARGS) || [ $$? -eq 5 ]
+endif
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

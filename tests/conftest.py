@@ -7,6 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# In CI every property test draws the same examples run after run (a seed from the test's name):
+# a red CI run is then a real regression, reproducible, never the draw of the day. Locally the
+# draws stay random, to keep finding new cases (OPSCOPE_HYPOTHESIS=ci to replay CI's).
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI") or os.environ.get("OPSCOPE_HYPOTHESIS") == "ci":
+    settings.load_profile("ci")
 
 SHARED_TRACES = Path(
     os.environ.get(

@@ -288,6 +288,24 @@ def test_fuzz_kineto_salvage(data: bytes) -> None:
     load_bytes(data, salvage=True)
 
 
+def test_duration_beyond_int64_ns_is_a_missing_duration() -> None:
+    """Found by the salvage fuzz: a 9.2e15 µs ``dur`` in a trace whose 13-digit fractional
+    duration sends it down the exact decimal path overflowed the Int64 ns column instead of
+    reading as no duration."""
+    data = (
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1,'
+        b' "ts": 4439974.5, "dur": 9223372036854776.0},'
+        b' {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1,'
+        b' "ts": 4439975.5, "dur": 1000000000000.5}]}'
+    )
+    p = _WORK / "huge_dur.json"
+    p.write_bytes(data)
+    prof = load(p, salvage=True, cache=False)
+    check_profile(prof)
+    got = dict(prof.events.select("name", "dur_ns").iter_rows())
+    assert got["b"] == 1_000_000_000_000_500 and got["a"] in (0, None)
+
+
 @FUZZ
 @given(mutated(), st.integers(0, 9))
 def test_fuzz_kineto_gzip(data: bytes, level: int) -> None:

@@ -485,9 +485,14 @@ def _dec_ns(raw: msgspec.Raw) -> int | None:
     if not text or text == b"null":
         return None
     try:
-        return int((Decimal(text.decode()) * 1000).to_integral_value())
+        ns = int((Decimal(text.decode()) * 1000).to_integral_value())
     except Exception:
         return None
+    # beyond Int64 (garbage input): null, as float_us_to_ns gives, counted as a missing ts / dur
+    return ns if -_NS_LIMIT < ns < _NS_LIMIT else None
+
+
+_NS_LIMIT = 9_200_000_000_000_000_000  # 9.2e15 µs: float_us_to_ns's bound, inside Int64
 
 
 def float_us_to_ns(us: pl.Expr) -> pl.Expr:
