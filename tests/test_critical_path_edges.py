@@ -280,3 +280,60 @@ def test_same_tables_without_events_or_device_work(keep: str) -> None:
     for g, w in zip((got.path, got.ops, got.steps), reference_tables(p), strict=True):
         assert g.schema == w.schema
         assert g.equals(w)
+
+
+def test_unique_order_is_polars_order_without_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys with no two rows equal in all of them: the NumPy order is Polars' sort's (the only
+    one); a tie in every key (or the shortcuts off): None, so Polars sorts."""
+    rng = np.random.default_rng(19)
+    for n in (0, 1, 2, 7, 300):
+        a = rng.integers(0, 5, n)
+        b = rng.permutation(n).astype(np.int64)  # unique: no tie in (a, b)
+        got = cpg.unique_order(a, b)
+        want = pl.DataFrame({"a": a, "b": b}).with_row_index().sort("a", "b")["index"]
+        assert got is not None and got.tolist() == want.to_list()
+        single = cpg.unique_order(b)
+        assert single is not None and single.tolist() == np.argsort(b).tolist()
+    tied = np.array([3, 1, 3], dtype=np.int64)
+    assert cpg.unique_order(tied) is None
+    assert cpg.unique_order(tied, np.array([0, 1, 0], dtype=np.int64)) is None
+    assert cpg.unique_order(tied, np.array([0, 1, 2], dtype=np.int64)) is not None
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    assert cpg.unique_order(np.array([2, 1], dtype=np.int64)) is None
+
+
+@pytest.mark.parametrize(
+    "rel", ["gpu/hta_triton_a100.json.gz", "multi_rank/hta_sampled_128rank_job/rank-1.json.gz"]
+)
+def test_tie_free_orders_skip_polars_sorts(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spy on unique_order and on partition_by: where no step has two nodes of equal end and
+    start (the triton trace), the steps' order is NumPy's and no partition is made; where one
+    has (the sampled rank), Polars' partition and sorts. Either way the tables equal those of
+    the shortcuts off (every order from Polars' sorts)."""
+    fast: list[bool] = []
+    real_order = cpg.unique_order
+
+    def spy(*keys: np.ndarray) -> np.ndarray | None:
+        out = real_order(*keys)
+        fast.append(out is not None)
+        return out
+
+    parts: list[Any] = []
+    real_part = pl.DataFrame.partition_by
+
+    def part_spy(self: pl.DataFrame, *a: Any, **kw: Any) -> Any:
+        parts.append(a)
+        return real_part(self, *a, **kw)
+
+    monkeypatch.setattr(cpg, "unique_order", spy)
+    monkeypatch.setattr(cp, "unique_order", spy)
+    monkeypatch.setattr(pl.DataFrame, "partition_by", part_spy)
+    got = cp.critical_path(load(shared_trace(rel), cache=False), Options())
+    tie_free = rel.startswith("gpu/")
+    assert fast and all(fast) == tie_free
+    assert (not parts) == tie_free
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    want = cp.critical_path(load(shared_trace(rel), cache=False), Options())
+    for g, w in zip((got.path, got.ops, got.steps), (want.path, want.ops, want.steps), strict=True):
+        assert g.schema == w.schema
+        assert g.equals(w)

@@ -59,6 +59,7 @@ from opscope.analysis.critical_path_graph import (
     _op_expr,
     _op_names,
     _positions,
+    unique_order,
 )
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
@@ -182,6 +183,44 @@ def _longest_path_of(
     return at, contrib, int(length)
 
 
+def _step_rows(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
+    """The steps' (rank, step) keys in order of first appearance, and per step its nodes' rows
+    in Polars' order of a sort by (end, start) (see :func:`critical_path`)."""
+    fast = _step_rows_unique(nodes)
+    if fast is not None:
+        return fast
+    groups = nodes.select(
+        pl.int_range(pl.len()).alias("_row"), "rank", "step", "end_ns", "start_ns"
+    ).partition_by("rank", "step", maintain_order=True, as_dict=True)
+    step_rows = [
+        g.sort("end_ns", "start_ns").get_column("_row").to_numpy().astype(np.int64)
+        for g in groups.values()
+    ]
+    return [(int(k[0]), int(k[1])) for k in groups], step_rows  # type: ignore[call-overload]
+
+
+def _step_rows_unique(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[np.ndarray]] | None:
+    """:func:`_step_rows` by one NumPy sort, when no two nodes of a step have the same end and
+    start (Polars' order is then the only one) and no key is null; else None. The partition and
+    a sort per step it replaces were queries of fixed cost (most of a small trace's part)."""
+    cols = [nodes.get_column(c) for c in ("rank", "step", "end_ns", "start_ns")]
+    if any(c.null_count() for c in cols):
+        return None
+    rank, step, end, start = (c.to_numpy().astype(np.int64) for c in cols)
+    order = unique_order(rank, step, end, start)
+    if order is None:
+        return None
+    if not len(order):
+        return [], []
+    r, s = rank[order], step[order]
+    cuts = np.flatnonzero(np.concatenate(([True], (r[1:] != r[:-1]) | (s[1:] != s[:-1]))))
+    parts = np.split(order, cuts[1:])
+    # the steps in order of their first row, as partition_by(maintain_order=True) gives them
+    seen = np.argsort(np.minimum.reduceat(order, cuts), kind="stable")
+    keys = [(int(r[cuts[k]]), int(s[cuts[k]])) for k in seen.tolist()]
+    return keys, [parts[k] for k in seen.tolist()]
+
+
 @analysis("critical_path")
 def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time."""
@@ -195,13 +234,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     # the steps in order of first appearance; per step its nodes by end, then start, in Polars'
     # order (its sort is not stable: a node of equal end and start can come first either way,
     # and the path then differs, so the order is Polars' sort of the same key columns)
-    groups = nodes.select(
-        pl.int_range(pl.len()).alias("_row"), "rank", "step", "end_ns", "start_ns"
-    ).partition_by("rank", "step", maintain_order=True, as_dict=True)
-    step_rows = [
-        g.sort("end_ns", "start_ns").get_column("_row").to_numpy().astype(i64)
-        for g in groups.values()
-    ]
+    keys, step_rows = _step_rows(nodes)
     group_of = np.zeros(len(n_id), dtype=i64)
     for k, rows in enumerate(step_rows):
         group_of[rows] = k
@@ -234,7 +267,6 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         path_rows.append(rows[at])
         contribs.append(c)
     # the steps by (rank, step), as the table was sorted (the keys are unique)
-    keys = [(int(k[0]), int(k[1])) for k in groups]  # type: ignore[call-overload]
     by_step = sorted(range(len(keys)), key=keys.__getitem__)
     rows = np.concatenate([path_rows[k] for k in by_step]) if keys else np.empty(0, i64)
     # the operators of the nodes on the path only

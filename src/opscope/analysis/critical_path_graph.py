@@ -137,9 +137,30 @@ def _thread_codes_of(
     return c_code, s_code, keys
 
 
+def unique_order(*keys: np.ndarray) -> np.ndarray | None:
+    """The rows' order sorted by ``keys`` (the first the primary), when no two rows are equal in
+    every key: any sort gives that order then, Polars' unstable one too. None where two rows
+    tie (or the shortcuts are off): then only Polars' own sort gives its order of the ties."""
+    if not tree.SHORTCUTS:
+        return None
+    order = np.lexsort(keys[::-1]) if len(keys) > 1 else np.argsort(keys[0], kind="stable")
+    if len(order) > 1:
+        tie = np.ones(len(order) - 1, dtype=bool)
+        for k in keys:
+            ks = k[order]
+            tie &= ks[1:] == ks[:-1]
+        if tie.any():
+            return None
+    return order.astype(np.int64, copy=False)
+
+
 def _polars_order(ts: np.ndarray) -> np.ndarray:
     """The row order of a frame sorted by ``ts_ns`` as Polars sorts it: not a stable sort, and
     the order of equal times decides which slice is top-level and which call comes first."""
+    # without equal times, a NumPy sort (Polars' sort was a query, a fixed cost of ~0.2 ms)
+    fast = unique_order(ts)
+    if fast is not None:
+        return fast
     return (
         pl.DataFrame(
             {"_row": np.arange(len(ts)), "ts_ns": ts}, schema={"_row": pl.Int64, "ts_ns": pl.Int64}
@@ -846,8 +867,16 @@ def _edges(
     # lane: each node's predecessor on its lane in (start, end) order. The order is Polars' own
     # sort of the same key columns: it is not stable, and between nodes with equal start and end
     # its order of ties decides which is first (a stable sort moves 7 of 49 outputs)
+    start, end = nodes.get_column("start_ns"), nodes.get_column("end_ns")
+    fast = (
+        unique_order(start.to_numpy(), end.to_numpy())
+        if not start.null_count() and not end.null_count()  # (Polars sorts nulls first)
+        else None
+    )
     order = (
-        nodes.lazy()
+        fast
+        if fast is not None
+        else nodes.lazy()
         .select(pl.int_range(pl.len()).alias("_row"), "start_ns", "end_ns")
         .sort("start_ns", "end_ns")
         .pipe(tree.collect)
