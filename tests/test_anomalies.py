@@ -284,3 +284,37 @@ def test_op_times_costs_and_ops_are_the_same_rows_in_order(device: bool) -> None
     assert op_times(p).get_column("id").to_list() == ids
     assert host_op_costs(p).get_column("id").to_list() == ids
     assert len(ids) > 0
+
+
+def _pairwise_reference_rates(recs: list[dict[str, Any]], size: str) -> list[Any]:
+    """The definition: per shape, the best rate of the op's other shapes no larger."""
+    out = []
+    for r in recs:
+        ref = [o["rate"] for o in recs if o is not r and o[size] <= r[size]]
+        out.append(max(ref) if ref else None)
+    return out
+
+
+def test_reference_rates_equal_the_pairwise_definition() -> None:
+    """The sorted running maximum equals the pairwise loop on random shapes: repeated sizes
+    and rates (ties), one shape, every shape of one size."""
+    import random
+
+    from opscope.analysis.anomalies import _reference_rates
+
+    rng = random.Random(19)
+    cases: list[list[dict[str, Any]]] = [
+        [{"s": 4.0, "rate": 1.0}],
+        [{"s": 4.0, "rate": r} for r in (1.0, 3.0, 3.0, 2.0)],
+    ]
+    for _ in range(3000):
+        cases.append(
+            [
+                {"s": rng.choice([1.0, 2.0, 2.5, 3.0, 1e12]), "rate": rng.choice([0.5, 1.0, 2.0])}
+                if rng.random() < 0.7
+                else {"s": rng.random() * 4, "rate": rng.random() * 4}
+                for _ in range(rng.randint(1, 10))
+            ]
+        )
+    for recs in cases:
+        assert _reference_rates(recs, "s") == _pairwise_reference_rates(recs, "s")

@@ -328,9 +328,9 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
         for recs in by_name.values():
             if len(recs) < 2:
                 continue
-            for r in recs:
-                ref = [o["rate"] for o in recs if o is not r and o[size] <= r[size]]
-                if ref and r["rate"] < EFF_RATIO * max(ref):
+            refs = _reference_rates(recs, size)
+            for r, best in zip(recs, refs, strict=True):
+                if best is not None and r["rate"] < EFF_RATIO * best:
                     out.append(
                         {
                             "name": r["name"],
@@ -339,8 +339,8 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
                             "metric": metric,
                             "calls": r["calls"],
                             "rate": r["rate"],
-                            "reference_rate": max(ref),
-                            "ratio": r["rate"] / max(ref),
+                            "reference_rate": best,
+                            "ratio": r["rate"] / best,
                             "time_ns": r["time_ns"],
                         }
                     )
@@ -351,6 +351,36 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
     return pl.DataFrame(out, schema=_EFFICIENCY_SCHEMA).sort(
         by, descending=[True] + [False] * (len(by) - 1), nulls_last=True
     )
+
+
+def _reference_rates(recs: list[dict[str, Any]], size: str) -> list[Any]:
+    """Per shape of one op, the highest ``rate`` of the op's other shapes no larger in ``size``
+    (None when there is none). By one sort of the sizes, a running maximum over the smaller
+    ones and the two best of each size (the pairwise loop it replaces was quadratic in an
+    op's shapes: ~1 ms of a 4.8k-event rank's report)."""
+    order = sorted(range(len(recs)), key=lambda i: recs[i][size])
+    out: list[Any] = [None] * len(recs)
+    below: Any = None  # the best rate of the sizes smaller than the current one
+    i = 0
+    while i < len(order):
+        j = i
+        while j < len(order) and recs[order[j]][size] == recs[order[i]][size]:
+            j += 1
+        same = order[i:j]
+        rates = [recs[k]["rate"] for k in same]
+        # the best of the other shapes of this size: the best one's is the second best
+        first = max(range(len(rates)), key=rates.__getitem__)
+        top = rates[first]
+        second = max(rates[:first] + rates[first + 1 :], default=None)
+        for n, k in enumerate(same):
+            other = second if n == first else top
+            if other is None or below is None:
+                out[k] = below if other is None else other
+            else:
+                out[k] = max(other, below)
+        below = top if below is None else max(below, top)
+        i = j
+    return out
 
 
 _EFFICIENCY_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
