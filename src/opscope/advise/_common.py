@@ -151,6 +151,61 @@ def device_name(profile: Profile) -> str | None:
     return out
 
 
+def _kind_codes(profile: Profile) -> tuple[Any, dict[str, int]]:
+    """Each event's kind as its code (-1 for none) and the code of each kind name, once a
+    profile: a kind's mask is then an array comparison, where a comparison of the kind
+    column with a name (or a filter of the events by kind) is a query of fixed cost."""
+
+    def run() -> tuple[Any, dict[str, int]]:
+        kind = profile.events.get_column("kind")
+        phys = kind.to_physical()
+        codes = (phys.fill_null(-1) if phys.null_count() else phys).to_numpy().astype(np.int64)
+        cats = kind.dtype.categories.to_list() if isinstance(kind.dtype, pl.Enum) else None
+        if cats is None:  # not the model's Enum: each row's name, coded here
+            names = kind.cast(pl.String).to_list()
+            cats = list(dict.fromkeys(n for n in names if n is not None))
+            at = {n: i for i, n in enumerate(cats)}
+            codes = np.array([-1 if n is None else at[n] for n in names], dtype=np.int64)
+        return codes, {str(n): i for i, n in enumerate(cats)}
+
+    out: tuple[Any, dict[str, int]] = _memo("kind_codes", profile, run)
+    return out
+
+
+def kind_mask(profile: Profile, *kind_names: str) -> Any:
+    """Per event, whether its kind is one of ``kind_names`` (a boolean array; false for an
+    event without a kind, as a filter drops it)."""
+    codes, at = _kind_codes(profile)
+    want = [at[k] for k in kind_names if k in at]
+    if len(want) == 1:
+        return codes == want[0]
+    return np.isin(codes, np.array(want, dtype=np.int64))
+
+
+def kind_counts(profile: Profile) -> dict[str, int]:
+    """How many events of each kind the profile holds (kinds it has none of: absent)."""
+
+    def run() -> dict[str, int]:
+        codes, at = _kind_codes(profile)
+        n = np.bincount(codes[codes >= 0], minlength=len(at))
+        return {k: int(n[i]) for k, i in at.items() if n[i]}
+
+    out: dict[str, int] = _memo("kind_counts", profile, run)
+    return out
+
+
+def absent(profile: Profile, *kind_names: str) -> bool:
+    """Whether the profile holds no event of any of ``kind_names`` (and the shortcuts,
+    :data:`opscope.analysis.tree.SHORTCUTS`, are on): a rule that reads only those events
+    finds nothing, and returns before its queries."""
+    from opscope.analysis import tree
+
+    if not tree.SHORTCUTS:
+        return False
+    counts = kind_counts(profile)
+    return not any(counts.get(k) for k in kind_names)
+
+
 def target_of(profile: Profile, results: Mapping[str, Any]) -> str:
     """The device the advice is for: ``results["target"]`` or the profile's own device."""
     t = results.get("target")
@@ -194,17 +249,24 @@ def step_info(profile: Profile) -> StepInfo:
 def _step_info(profile: Profile) -> StepInfo:
     st = profile.steps
     if st.height:
-        r0 = st.get_column("rank").min()
-        st = st.filter(pl.col("rank") == r0) if r0 is not None else st
-        dur = st.get_column("dur_ns").drop_nulls()
+        rank = st.get_column("rank")
+        r0 = rank.min()
+        # (Series reads: a filter and a drop_nulls are queries of fixed cost, and a table of
+        # one rank's steps without a missing duration, the usual one, needs neither)
+        if r0 is not None and (rank.null_count() or rank.max() != r0):
+            st = st.filter(pl.col("rank") == r0)
+        dur = st.get_column("dur_ns")
+        if dur.null_count():
+            dur = dur.drop_nulls()
         if dur.len():
             return StepInfo(int(dur.len()), float(dur.mean()))  # type: ignore[arg-type]
     ev = profile.events
     if ev.height == 0:
         return StepInfo(1, 0.0)
-    steps = ev.filter(pl.col("kind") == "step")
-    if steps.height:
-        return StepInfo(steps.height, float(steps.get_column("dur_ns").mean()))  # type: ignore[arg-type]
+    if not absent(profile, "step"):
+        steps = ev.filter(pl.col("kind") == "step")
+        if steps.height:
+            return StepInfo(steps.height, float(steps.get_column("dur_ns").mean()))  # type: ignore[arg-type]
     span = ev.select((pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()).item()
     return StepInfo(1, float(span or 0))
 

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 
 import polars as pl
 
+from opscope.advise._common import kind_counts, kind_mask, present
 from opscope.analysis.tree import per_profile
 from opscope.ingest.summary import header_world_size
 from opscope.model import Profile
@@ -212,7 +213,7 @@ def _step_times(profile: Profile) -> dict[int, list[tuple[int, int]]]:
         .collect(engine="in-memory")
     )
     out: dict[int, list[tuple[int, int]]] = {}
-    for rank, step, dur in st.iter_rows():
+    for rank, step, dur in zip(*(s.to_list() for s in st.get_columns()), strict=True):
         out.setdefault(int(rank if rank is not None else 0), []).append((int(step), int(dur)))
     return out
 
@@ -357,11 +358,14 @@ def check_launch_links(profile: Profile) -> list[Check]:
     # Series masks and filters, not DataFrame filters over every event column (a fixed cost of
     # ~0.15 ms a query, and a copy of every column of the matching rows); the name test on the
     # host-runtime rows only (a null test drops the row, as in a DataFrame filter)
-    kind = ev.get_column("kind")
-    runtime = (kind == "runtime") | (kind == "driver")
+    # (the kinds' mask an array: a comparison of the kind column is a query too)
+    runtime = pl.Series(kind_mask(profile, "runtime", "driver"))
     names = ev.get_column("name").filter(runtime)
-    launch = names.str.contains(_LAUNCH_RE)
-    ids = ev.get_column("id").filter(runtime).filter(launch)
+    if names.len():
+        launch = names.str.contains(_LAUNCH_RE)
+        ids = ev.get_column("id").filter(runtime).filter(launch)
+    else:  # no runtime call, no launch (an export of device work only)
+        launch, ids = names.is_null(), ev.get_column("id").head(0)
     n_l = ids.len()
     if n_l:
         unlinked = ~ids.is_in(profile.kernels.get_column("launch_id").implode())
@@ -374,7 +378,7 @@ def check_launch_links(profile: Profile) -> list[Check]:
         "launches": n_l,
         "launches_without_device_activity": n_u,
         "kernels": profile.kernels.height,
-        "kernels_without_launch": int(profile.kernels.get_column("launch_id").is_null().sum()),
+        "kernels_without_launch": profile.kernels.get_column("launch_id").null_count(),
         "flows_not_bound": unbound,
     }
     if n_u:
@@ -406,7 +410,7 @@ def check_kernel_origins(profile: Profile) -> list[Check]:
         return []
     from opscope.ingest.link import queued_before_profiling
 
-    no_launch = int(k.get_column("launch_id").is_null().sum())
+    no_launch = k.get_column("launch_id").null_count()  # (kept by the column: no query)
     ev_all = profile.events
     routed = ev_all.height * 2 - sum(ev_all.get_column(c).null_count() for c in _ROUTES)
     early = 0
@@ -425,7 +429,9 @@ def check_kernel_origins(profile: Profile) -> list[Check]:
         "kernels_without_launch": orphans,
         "queued_before_profiling": early,
         "fraction": round(frac, 4),
-        "ac2g_flows": int((profile.flows.get_column("kind") == "ac2g").sum()),
+        "ac2g_flows": (
+            int((profile.flows.get_column("kind") == "ac2g").sum()) if profile.flows.height else 0
+        ),
     }
     if early:
         notes = [
@@ -551,14 +557,13 @@ _OPTIONS: Final = (
 
 
 def _data_counts(profile: Profile) -> dict[str, int]:
-    ev = profile.events
-    kinds = ev.get_column("kind")  # an Enum compared with its name: no text column made
     ops = profile.ops  # cached for the analyses and rules: not a second filter of the events
-    shapes = int(
-        (ops.get_column("input_dims").is_not_null() & (ops.get_column("input_dims") != "[]")).sum()
-    )
+    dims = ops.get_column("input_dims")
+    # (no comparison of an op table without shapes: each is a query of fixed cost)
+    shapes = int((dims.is_not_null() & (dims != "[]")).sum()) if present(dims) else 0
     return {
-        "with_stack": int((kinds == "python_function").sum()) + profile.stacks.height,
+        # the kinds counted once a profile, not compared row by row here
+        "with_stack": kind_counts(profile).get("python_function", 0) + profile.stacks.height,
         "record_shapes": shapes,
         "profile_memory": profile.memory.height,
         "_ops": ops.height,

@@ -101,7 +101,11 @@ class Alignment:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        from opscope.analysis.tree import no_ops
+
         target = c.target_of(profile, results)
+        if no_ops(profile) and not c.present(profile.kernels.get_column("input_dims")):
+            return []  # no shape on any kernel, no host op: no candidate (the queries find none)
         rows = self._candidates(profile)
         if rows.height == 0:
             return []

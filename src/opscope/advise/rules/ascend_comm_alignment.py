@@ -177,6 +177,8 @@ class AscendCommByteAlignment:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":
             return []
+        if c.absent(profile, "other"):
+            return []  # no HCCL task (the plane tasks are "other" events): nothing to test
         tasks = _tasks(profile)
         if tasks.height == 0 or "aligned" not in tasks.columns:
             return []

@@ -85,8 +85,10 @@ def transit(profile: Profile, skip_ranks: Collection[int] = ()) -> pl.DataFrame:
     keep = (pl.col("kind") == "other") & pl.col("device").is_not_null()
     if skip_ranks:
         keep = keep & ~pl.col("rank").is_in(sorted(skip_ranks))
-    ev = profile.events.filter(keep & pl.col("args").is_not_null())
     empty = pl.DataFrame(schema=_TRANSIT_SCHEMA)
+    if c.absent(profile, "other"):
+        return empty  # no HCCL task (an export of the communication files only)
+    ev = profile.events.filter(keep & pl.col("args").is_not_null())
     if ev.height == 0:
         return empty
     t = ev.select(
@@ -223,6 +225,9 @@ def transit_sizes(profile: Profile) -> pl.DataFrame:
     # the trace's tasks of the other ranks only: parsing the args of every task of a rank the
     # files cover (938 on a 4k-event AlexNet rank: 5 ms) was thrown away
     tasks = transit(profile, ranks)
+    if tasks.height == 0 and c.absent(profile, "other"):
+        # the files' rows alone (what the concatenation with no task gives, without its query)
+        return files.with_columns(pl.lit("communication files").alias("source"))
     return pl.concat(
         [
             files.lazy().with_columns(pl.lit("communication files").alias("source")),
@@ -448,7 +453,11 @@ def _rank_caps(profile: Profile, ranks: list[int]) -> dict[int, float]:
     compute hides; a rank without that figure gets 0 (nothing shown exposed)."""
     ev = profile.events
     # (Series operations: the kernels' ranks; the steps' sum over a query only for bare ranks)
-    with_kernels = set(ev.get_column("rank").filter(ev.get_column("kind") == "kernel").to_list())
+    with_kernels = (
+        set()
+        if c.absent(profile, "kernel")
+        else set(ev.get_column("rank").filter(ev.get_column("kind") == "kernel").to_list())
+    )
     bare = [r for r in ranks if r not in with_kernels]
     if not bare:
         return {}

@@ -193,6 +193,8 @@ class AscendFusibleSequence:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend" or not profile.has_device:
             return []
+        if c.absent(profile, "kernel"):
+            return []  # no compute kernel: no run of fusible ones (the plan below finds none)
         pmu = _pmu(profile)
         plan = (  # one query
             profile.kernels.lazy()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -31,14 +32,23 @@ def _exposed(profile: Profile) -> tuple[float, float]:
     st = breakdown(profile, Options()).steps
     if st.height == 0 or "communication_ns" not in st.columns:
         return 0.0, 0.0
-    # the first rank's sums of the two columns in one query (a Series step each was a query)
-    rank = pl.col("rank")
-    mine = pl.when(rank.min().is_null()).then(True).otherwise(rank == rank.min())
-    sums = st.select(
-        pl.col(c).filter(mine).fill_null(0).sum()
-        for c in ("communication_ns", "communication_not_overlapped_ns")
-    ).row(0)
+    # the first rank's sums of the two columns (every row when no rank is known); the rows
+    # picked by a filter only when several ranks are there (each is a query of fixed cost)
+    rank = st.get_column("rank")
+    r0 = rank.min()
+    if r0 is not None and (rank.null_count() or rank.max() != r0):
+        st = st.filter(pl.col("rank") == r0)
+    cols = ("communication_ns", "communication_not_overlapped_ns")
+    sums = [st.get_column(c).sum() for c in cols]  # (a sum leaves out the nulls)
     return float(sums[0]), float(sums[1])
+
+
+def by_count(names: list[Any]) -> list[Any]:
+    """The distinct names, the most frequent first, equal counts by name (a missing name first,
+    where a sort puts nulls): ``group_by("name").len().sort(["len", "name"], descending=[True,
+    False])``'s order, counted in Python (the group-by and sort were a query)."""
+    count = Counter(names)
+    return sorted(count, key=lambda n: (-count[n], n is not None, n or ""))
 
 
 class CommExposed:
@@ -61,16 +71,23 @@ class CommExposed:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        comm_k = profile.events.filter(pl.col("kind") == "communication")
-        if comm_k.height == 0:
+        # the collectives' three columns read as Series by the kinds' mask (a filter of
+        # every column of the events is a query of fixed cost)
+        mask = pl.Series(c.kind_mask(profile, "communication"))
+        if not mask.any():
             return []
+        ev = profile.events
+        comm_k = pl.DataFrame([ev.get_column(n).filter(mask) for n in ("id", "name", "dur_ns")])
         steps = c.step_info(profile)
         comm, exposed = _exposed(profile)
         out: list[Finding] = []
         small_f: Finding | None = None
         small_saving = 0.0
-        small = comm_k.filter(pl.col("dur_ns") < SMALL_MSG_US * 1000)
-        if small.height / max(steps.n, 1) >= SMALL_MSG_MIN_PER_STEP and comm > 0:
+        # how many are small counted over the durations' array (a null one is not small, as a
+        # filter drops it); their rows taken only when there are enough to flag
+        n_small = int((comm_k.get_column("dur_ns").to_numpy() < SMALL_MSG_US * 1000).sum())
+        if n_small / max(steps.n, 1) >= SMALL_MSG_MIN_PER_STEP and comm > 0:
+            small = comm_k.filter(pl.col("dur_ns") < SMALL_MSG_US * 1000)
             # the small messages' share of the exposed time: what bucketing can remove
             small_ns = float(small.get_column("dur_ns").sum())
             small_saving = exposed * small_ns / comm
@@ -104,15 +121,7 @@ class CommExposed:
             )
             out.append(small_f)
         if exposed > 0 and steps.pct(exposed) >= EXPOSED_MIN_PCT:
-            # equal counts by name: group_by's row order varies with the thread count
-            names = (
-                comm_k.lazy()
-                .group_by("name")
-                .len()
-                .sort(["len", "name"], descending=[True, False])
-                .head(5)
-                .collect(engine="in-memory")
-            )
+            names = by_count(comm_k.get_column("name").to_list())[:5]
             # the small messages' share is the small-message finding's (bucketing removes it):
             # counted there, so that the two never claim the same exposed time twice
             rest = max(exposed - small_saving, 0.0)
@@ -137,7 +146,7 @@ class CommExposed:
                     "# FSDP: backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch",
                     evidence={
                         **c.evidence(
-                            names.get_column("name").to_list(),
+                            names,
                             comm_k.height,
                             {
                                 "comm_us_per_step": round(steps.per_step_us(comm), 3),

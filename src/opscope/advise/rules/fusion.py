@@ -487,6 +487,8 @@ class Foreach:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        if c.absent(profile, "user_annotation", "cpu_op"):
+            return []  # no annotation or op to find the optimizer step in
         ev_ = profile.events
         ann = ev_.filter(
             c.name_match(profile, "events", pattern="^" + re.escape(OPT_PREFIX)),

@@ -19,6 +19,7 @@ from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
 from opscope.advise.rules.fusion import in_attention_spans
+from opscope.analysis import tree as _tree  # its SHORTCUTS switch, read when used
 from opscope.model import Profile
 
 GEMM_OPS: Final = (
@@ -414,6 +415,8 @@ def moe_expert_groups(profile: Profile, results: Mapping[str, Any]) -> list[dict
 
     def run() -> list[dict[str, Any]]:
         model = c.perf_model(profile, results)
+        if _tree.SHORTCUTS and model.calls.height == 0:
+            return []  # no costed call (the filter below would find none)
         calls = model.calls.filter(
             pl.col("name").is_in(GEMM_OPS)
             & (pl.col("roof") == "matrix")

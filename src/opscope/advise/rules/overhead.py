@@ -47,6 +47,8 @@ DATALOADER_MIN_PCT = 10.0
 IDLE_MIN_PCT = 20.0
 RECOMPILE = r"(?i)aclopCompile|opCompile|TorchDynamo.*recompil|CompileFunction"
 FLOAT64_TYPES = ("float64",)
+# The event kinds a runtime sync call can have.
+_SYNC_KINDS = ["runtime", "driver", "cpu_op", "other"]
 
 
 def _sync_ops(profile: Profile) -> pl.DataFrame:
@@ -158,10 +160,14 @@ class HostSync:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
+        from opscope.analysis.tree import no_ops
+
+        if no_ops(profile) and c.absent(profile, *_SYNC_KINDS):
+            return []  # no sync op, no runtime sync: both tables below would be empty
         ops = _sync_ops(profile)
         rt = profile.events.filter(
             c.name_match(profile, "events", pattern=SYNC_RUNTIME),
-            pl.col("kind").is_in(["runtime", "driver", "cpu_op", "other"]),
+            pl.col("kind").is_in(_SYNC_KINDS),
         )
         if ops.height == 0 and rt.height == 0:
             return []
@@ -329,6 +335,8 @@ class LaunchBound:
 
     @staticmethod
     def _device(profile: Profile, steps: c.StepInfo) -> list[Finding]:
+        if c.absent(profile, "kernel"):
+            return []  # (the filter below would find none)
         k = profile.kernels.filter(pl.col("kind") == "kernel")
         if k.height == 0:
             return []
@@ -594,10 +602,16 @@ class AscendSlowPaths:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":
             return []
+        from opscope.analysis import tree
+
         steps = c.step_info(profile)
         out = []
-        aicpu = profile.kernels.filter(pl.col("core_type").fill_null("").str.contains("(?i)AI_CPU"))
-        if aicpu.height:
+        kern = profile.kernels
+        if tree.SHORTCUTS and not c.present(kern.get_column("core_type")):
+            aicpu = None  # no kernel with a core type: none on AI_CPU (the filter finds none)
+        else:
+            aicpu = kern.filter(pl.col("core_type").fill_null("").str.contains("(?i)AI_CPU"))
+        if aicpu is not None and aicpu.height:
             cost = float(aicpu.get_column("dur_ns").sum())
             names = sorted(set(aicpu.get_column("name").to_list()))
             for where, ids in c.group_by_location(profile, aicpu).items():
@@ -622,6 +636,8 @@ class AscendSlowPaths:
             if c.present(profile.kernels.get_column("input_types"))  # (no filter)
             else c.user_level_ops(profile)
         )
+        if tree.SHORTCUTS and not c.present(src.get_column("input_types")):
+            return out  # no dtype recorded: no float64 work to find (the query finds no row)
         plan = src.lazy()  # one query (each eager step was one)
         if "cost_ns" not in src.columns:
             plan = plan.with_columns(pl.col("dur_ns").alias("cost_ns"))

@@ -61,6 +61,10 @@ class Precision:
         ratio = best / fp32
         if ratio < MIN_PEAK_RATIO:
             return []
+        from opscope.analysis.tree import no_ops
+
+        if no_ops(profile) and not c.present(profile.kernels.get_column("input_types")):
+            return []  # no dtype on any kernel, no host op: no fp32 matmul (the queries find none)
         kern = profile.kernels.filter(
             pl.col("input_types").is_not_null()
             & (

@@ -1,0 +1,183 @@
+"""The rules' shortcuts on absent inputs (issue 19 item 8) change nothing.
+
+A rule that reads only events of some kinds (runtime syncs, HCCL plane tasks, compute kernels,
+optimizer annotations), only host ops, or only shapes and dtypes, returns before its queries
+when the profile has none of them (``advise._common.absent``, ``analysis.tree.no_ops``, a null
+count): the queries would find nothing. ``opscope.analysis.tree.SHORTCUTS`` switches them off;
+each rule's findings must then be the same, field for field, and the shortcut must be taken: a
+spy counts the DataFrames the rule makes (fewer with the shortcut). The whole report with and
+without the shortcuts is compared byte for byte in test_report_speed_empty/_tiny.
+
+Also here: ``kind_mask`` / ``kind_counts`` (the kinds as codes, once a profile) against the
+kind column's own comparisons, and comm-exposed's names counted in Python against the
+group-by and sort they replace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import opscope
+from conftest import SHARED_TRACES
+from opscope.advise import _common as c
+from opscope.advise.rule import rules
+from opscope.analysis import tree
+from opscope.model import Profile
+from test_report_speed_empty import _kernels_only
+
+ASCEND_DATA = Path("/work/ascend_data")
+_COMM_ONLY = ASCEND_DATA / "st/level2/rank_1_ascend_pt"  # 15 collectives, nothing else
+
+# the rules that take a shortcut on each input
+_TAKEN = {
+    "comm_only": [
+        "overhead-host-sync",  # no op, no runtime call
+        "ascend-comm-byte-alignment",  # no HCCL task ("other" events)
+        "ascend-comm-packet",  # the trace's tasks (none) not parsed, not concatenated
+        "ascend-fusible-sequence",  # no compute kernel
+        "fusion-optimizer-foreach",  # no annotation, no op
+        "shape-alignment",  # no shape, no op
+        "moe-expert-loop",  # no costed call
+        "overhead-ascend-slow-path",  # no core type, no dtype
+    ],
+    "kernels_only": [
+        "overhead-host-sync",
+        "fusion-optimizer-foreach",
+        "shape-alignment",
+        "precision-fp32-matmul",
+        "moe-expert-loop",
+    ],
+}
+
+
+@pytest.fixture
+def frames(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """A count of the DataFrames made (every eager result and collected plan is one)."""
+    made: list[int] = [0]
+    real = pl.DataFrame._from_pydf.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: Any, py_df: Any) -> Any:
+        made[0] += 1
+        return real(cls, py_df)
+
+    monkeypatch.setattr(pl.DataFrame, "_from_pydf", classmethod(counted))
+    yield made
+
+
+def _run(path: Path, rid: str, on: bool, made: list[int], mp: pytest.MonkeyPatch) -> Any:
+    """(the rule's findings as JSON, the DataFrames its match made) on a fresh profile whose
+    kinds are counted before (the count is shared by every rule of a report)."""
+    mp.setattr(tree, "SHORTCUTS", on)
+    prof = opscope.load(path, cache=False)
+    c.kind_counts(prof)
+    before = made[0]
+    found = rules()[rid].match(prof, {})
+    n = made[0] - before
+    return json.dumps([f.to_json() for f in found], default=str, sort_keys=True), n
+
+
+def _input(which: str, tmp_path: Path) -> Path:
+    if which == "kernels_only":
+        return _kernels_only(tmp_path / "k.json")
+    if not _COMM_ONLY.exists():
+        pytest.skip(f"ascend_data export not found: {_COMM_ONLY}")
+    return _COMM_ONLY
+
+
+@pytest.mark.parametrize(("which", "rid"), [(w, r) for w, rids in _TAKEN.items() for r in rids])
+def test_rule_shortcut_is_taken_and_changes_nothing(
+    which: str, rid: str, tmp_path: Path, frames: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _input(which, tmp_path)
+    fast, n_fast = _run(path, rid, True, frames, monkeypatch)
+    full, n_full = _run(path, rid, False, frames, monkeypatch)
+    assert fast == full
+    assert n_fast < n_full, (rid, n_fast, n_full)  # the spy: the shortcut skipped queries
+
+
+def test_the_inputs_are_what_the_shortcuts_stand_on(tmp_path: Path) -> None:
+    k = opscope.load(_kernels_only(tmp_path / "k.json"), cache=False)
+    assert k.ops.height == 0
+    assert c.kind_counts(k) == {"kernel": 4, "communication": 1, "memcpy": 1}  # nccl_allreduce
+    if _COMM_ONLY.exists():
+        p = opscope.load(_COMM_ONLY, cache=False)
+        assert p.ops.height == 0 and c.kind_counts(p) == {"communication": 15}
+        assert c.present(p.kernels.get_column("input_dims")) == 0
+        # the packet rule still finds its small collectives, from the communication files
+        assert [f.rule for f in rules()["ascend-comm-packet"].match(p, {})] == [
+            "ascend-comm-packet"
+        ]
+
+
+def test_shortcuts_off_means_nothing_is_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prof = opscope.load(_kernels_only(tmp_path / "k.json"), cache=False)
+    assert c.absent(prof, "cpu_op", "runtime")
+    assert not c.absent(prof, "cpu_op", "kernel")
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    assert not c.absent(prof, "cpu_op", "runtime")
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "gpu/hta_triton_a100.json.gz",
+        "ascend/small_two_rank/test_rank_0",
+        "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
+    ],
+)
+def test_kind_mask_and_counts_equal_the_columns_tests(rel: str) -> None:
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    prof = opscope.load(p, cache=False)
+    kind = prof.events.get_column("kind")
+    want = {str(k): n for k, n in kind.value_counts().iter_rows() if k is not None and n}
+    assert c.kind_counts(prof) == want
+    for k in [*kind.dtype.categories.to_list(), "no such kind"]:  # type: ignore[attr-defined]
+        got = c.kind_mask(prof, k)
+        assert got.tolist() == (kind == k).fill_null(False).to_list(), k
+    pair = c.kind_mask(prof, "runtime", "driver")
+    assert pair.tolist() == kind.is_in(["runtime", "driver"]).fill_null(False).to_list()
+
+
+def test_kind_codes_of_a_text_kind_column_with_nulls() -> None:
+    ev = pl.DataFrame(
+        {
+            "id": [1, 2, 3, 4, 5],
+            "parent_id": [None] * 5,
+            "kind": ["cpu_op", None, "kernel", "cpu_op", "runtime"],
+            "name": ["a", "b", "c", "d", "e"],
+        },
+        schema={"id": pl.Int64, "parent_id": pl.Int64, "kind": pl.String, "name": pl.String},
+    )
+    prof = Profile.from_tables(events=ev)
+    assert c.kind_counts(prof) == {"cpu_op": 2, "kernel": 1, "runtime": 1}
+    assert c.kind_mask(prof, "cpu_op").tolist() == [True, False, False, True, False]
+    assert c.kind_mask(prof, "runtime", "kernel").tolist() == [False, False, True, False, True]
+    assert c.kind_mask(prof, "step").tolist() == [False] * 5
+
+
+def test_exposed_names_order_equals_the_group_by() -> None:
+    """The most frequent names first, ties by name, a missing name first among its ties: what
+    ``group_by("name").len().sort(["len", "name"], descending=[True, False])`` gave."""
+    from opscope.advise.rules.comm import by_count
+
+    names = ["b", "a", None, "c", "a", "b", "é", "B", None, "c", "d"]
+    df = pl.DataFrame({"name": names}, schema={"name": pl.String})
+    want = (
+        df.group_by("name")
+        .len()
+        .sort(["len", "name"], descending=[True, False])
+        .get_column("name")
+        .to_list()
+    )
+    assert by_count(names) == want
+    assert by_count([]) == []
