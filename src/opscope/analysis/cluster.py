@@ -185,13 +185,9 @@ def _rank_plans(
     ev = profile.events
     colls = _collectives(ev)
     steps = _steps(profile, colls)
-    lk = _conform(links if links is not None else pl.DataFrame(schema=LINK_COLUMNS), LINK_COLUMNS)
-    hc = _conform(
-        hccl if hccl is not None else pl.DataFrame(schema=asc.HCCL_COLUMNS), asc.HCCL_COLUMNS
-    )
-    sg = _conform(
-        stages if stages is not None else pl.DataFrame(schema=asc.STAGE_COLUMNS), asc.STAGE_COLUMNS
-    )
+    lk = _conform(links if links is not None else _empty("links"), LINK_COLUMNS)
+    hc = _conform(hccl if hccl is not None else _empty("hccl"), asc.HCCL_COLUMNS)
+    sg = _conform(stages if stages is not None else _empty("stages"), asc.STAGE_COLUMNS)
     return {"steps": steps, "collectives": colls, "links": lk, "hccl": hc, "stages": sg}
 
 
@@ -230,35 +226,32 @@ def _conformed(
 
 
 def _collectives(ev: pl.DataFrame) -> pl.LazyFrame:
-    dev_comm = pl.col("kind") == "communication"
-    host_comm = pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(
-        HOST_COLLECTIVE
-    )
     # Per rank: the device collectives when the rank has any, else its host ones (gloo).
-    # (One query: the ranks with device collectives as a Series, the rest as one plan.)
+    # (The ranks with device collectives as a Series; the host part only when a rank lacks
+    # them: a filter and a concatenation less on most traces.)
     kind, rank = ev.get_column("kind"), ev.get_column("rank")
     dev_ranks = sorted({r for r in rank.filter(kind == "communication").to_list() if r is not None})
     lev = ev.lazy()
-    c = pl.concat([lev.filter(dev_comm), lev.filter(host_comm & ~pl.col("rank").is_in(dev_ranks))])
-    arg = pl.col("args")
-    coll_arg = arg.str.json_path_match("$['Collective name']")
-    nelems = arg.str.json_path_match("$['In msg nelems']").cast(pl.Int64, strict=False)
-    dtype = arg.str.json_path_match("$['dtype']")
-    group = arg.str.json_path_match("$['Process Group Name']")
-    word = pl.col("name").str.extract(_COLL_WORD, 1)
-    out = c.select(
-        "rank",
-        pl.col("step").fill_null(-1).alias("step"),
-        pl.coalesce(coll_arg, word, pl.col("name"))
-        .str.to_lowercase()
-        .str.replace_all("_", "")
-        .alias("collective"),
-        "name",
-        group.alias("group"),
-        pl.col("ts_ns").alias("start_ns"),
-        "dur_ns",
-        (nelems * dtypes.itemsize_expr(dtype)).alias("bytes"),
-    ).sort("rank", "start_ns", maintain_order=True)  # calls at one instant: in trace order
+    parts = [lev.filter(pl.col("kind") == "communication")]
+    if not tree.SHORTCUTS or _rank_without(rank, dev_ranks):
+        host_comm = pl.col("kind").is_in(["user_annotation", "cpu_op"]) & pl.col(
+            "name"
+        ).str.contains(HOST_COLLECTIVE)
+        parts.append(lev.filter(host_comm & ~pl.col("rank").is_in(dev_ranks)))
+    c = (pl.concat(parts) if len(parts) > 1 else parts[0]).select(*_call_columns())
+    calls = c.collect(engine="in-memory")
+    nelems = calls.get_column("_nelems")
+    if tree.SHORTCUTS and nelems.null_count() == len(nelems):
+        # no message size recorded (Ascend, most host collectives): bytes is null whatever the
+        # dtype, without mapping the dtype spellings (a query of ~0.3 ms on a handful of rows)
+        size = pl.lit(None, pl.Int64)
+    else:
+        size = pl.col("_nelems") * dtypes.itemsize_expr(pl.col("_dtype"))
+    out = (
+        calls.lazy()
+        .select(pl.exclude("_nelems", "_dtype"), size.alias("bytes"))
+        .sort("rank", "start_ns", maintain_order=True)  # calls at one instant: in trace order
+    )
     # seq numbers the calls in time; with ties kept in trace order (above) the same calls are
     # matched across ranks every run
     out = out.with_columns(
@@ -268,6 +261,45 @@ def _collectives(ev: pl.DataFrame) -> pl.LazyFrame:
         .alias("seq")
     )
     return _conformed(out, COLLECTIVE_COLUMNS)
+
+
+def _rank_without(rank: pl.Series, dev_ranks: list[int]) -> bool:
+    """Whether some event's rank (null included) is not in ``dev_ranks``: a rank whose
+    collectives are on the host. Series operations, no query."""
+    if rank.null_count():
+        return True
+    lo, hi = rank.min(), rank.max()
+    if lo is None:
+        return False
+    if lo == hi:
+        return lo not in dev_ranks
+    return not set(rank.unique().to_list()) <= set(dev_ranks)
+
+
+@functools.cache
+def _call_columns() -> tuple[pl.Expr, ...]:
+    """The columns of a collective call taken from its event (``bytes`` as its parts
+    ``_nelems`` and ``_dtype``): built once per process (~0.4 ms of Python each time)."""
+    arg = pl.col("args")
+    coll_arg = arg.str.json_path_match("$['Collective name']")
+    nelems = arg.str.json_path_match("$['In msg nelems']").cast(pl.Int64, strict=False)
+    dtype = arg.str.json_path_match("$['dtype']")
+    group = arg.str.json_path_match("$['Process Group Name']")
+    word = pl.col("name").str.extract(_COLL_WORD, 1)
+    return (
+        pl.col("rank"),
+        pl.col("step").fill_null(-1).alias("step"),
+        pl.coalesce(coll_arg, word, pl.col("name"))
+        .str.to_lowercase()
+        .str.replace_all("_", "")
+        .alias("collective"),
+        pl.col("name"),
+        group.alias("group"),
+        pl.col("ts_ns").alias("start_ns"),
+        pl.col("dur_ns"),
+        nelems.alias("_nelems"),
+        dtype.alias("_dtype"),
+    )
 
 
 def _steps(profile: Profile, colls: pl.LazyFrame) -> pl.LazyFrame:
@@ -541,15 +573,21 @@ def aggregate(
     )
     # the rank totals, the step gap and the msprof figures in one call (a collect each was a
     # fixed cost; the msprof plan computes the few rank rows again)
-    ranks, gap, msprof = pl.collect_all(
-        [ranks_plan, _step_gap(st), asc.msprof_plan(ranks_plan, hc)], engine="in-memory"
-    )
+    if tree.SHORTCUTS and not hc.height:
+        # no HCCL op (every GPU trace, most Ascend ranks): the msprof figures from the rank
+        # rows without the join that would find none
+        ranks, gap = pl.collect_all([ranks_plan, _step_gap(st)], engine="in-memory")
+        msprof = asc.msprof_without_hccl(ranks)
+    else:
+        ranks, gap, msprof = pl.collect_all(
+            [ranks_plan, _step_gap(st), asc.msprof_plan(ranks_plan, hc)], engine="in-memory"
+        )
     slow = _slow_ranks(ranks)
     if tree.SHORTCUTS and not lk.height:
         # no link row (every GPU trace, most Ascend ranks): the link tables are empty; their
         # schemas from the plans (the matrix's remap keeps the columns, ends cast to Int32),
         # not the ~27 queries that would find them empty
-        agg_links, slow_links = (pl.DataFrame(schema=t) for t in _empty_link_schemas())
+        agg_links, slow_links = (t.clone() for t in _empty_link_tables())
     else:
         agg_links, slow_links = _slow_links(asc.matrix_links(lk, hc))
     sg = _conform_sorted(
@@ -574,13 +612,24 @@ def aggregate(
 
 
 @functools.cache
-def _empty_link_schemas() -> tuple[pl.Schema, pl.Schema]:
-    """The schemas of :func:`_slow_links`' tables for links in :data:`LINK_COLUMNS` (those of
-    any link table :func:`aggregate` reads): resolved once per process (resolving the plans'
-    schemas was ~0.3 ms of every report)."""
+def _empty_link_tables() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`_slow_links`' tables for links in :data:`LINK_COLUMNS` (those of any link table
+    :func:`aggregate` reads) without a row: from the plans' schemas, once per process
+    (resolving them was ~0.3 ms of every report, a frame from a schema ~70 µs)."""
     lk = pl.DataFrame(schema=LINK_COLUMNS).lazy()
     agg, slow = _slow_links(lk.with_columns(pl.col("src_rank", "dst_rank").cast(pl.Int32)))
-    return agg.collect_schema(), slow.collect_schema()
+    return pl.DataFrame(schema=agg.collect_schema()), pl.DataFrame(schema=slow.collect_schema())
+
+
+def _empty(table: str) -> pl.DataFrame:
+    """:func:`rank_tables`' ``table`` without a row (a copy of one made once per process: a
+    frame from a schema is ~70 µs of Python each time)."""
+    return _empty_once(table).clone()
+
+
+@functools.cache
+def _empty_once(table: str) -> pl.DataFrame:
+    return pl.DataFrame(schema=_SCHEMAS[table])
 
 
 def _without(df: pl.DataFrame, col: str) -> pl.DataFrame:

@@ -31,6 +31,7 @@ opscope's own ``wait_us`` aligns the same collective over the ranks (latest star
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import polars as pl
+
+from opscope.analysis import tree
 
 #: A DataFrame or a LazyFrame: eager steps, or the same steps in a plan.
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -231,22 +234,47 @@ def msprof_plan(ranks: pl.LazyFrame, hccl: pl.DataFrame) -> pl.LazyFrame:
     plans: the five eager steps it replaces were a query of fixed cost each)."""
     per = hccl_per_rank(hccl.lazy())
     out = ranks.lazy().join(per, on="rank", how="left").sort("rank")
-    us = [
-        ("compute_ns", "computing_us"),
-        ("comm_ns", "communication_us"),
-        ("comm_not_overlapped_ns", "communication_not_overlapped_us"),
-        ("idle_ns", "free_us"),
-        ("step_time_ns", "stage_us"),
-        ("wait_ns", "wait_us"),
-        ("hccl_elapse_ns", "hccl_elapse_us"),
-        ("hccl_transit_ns", "hccl_transit_us"),
-        ("hccl_wait_ns", "hccl_wait_us"),
-        ("hccl_synchronization_ns", "hccl_synchronization_us"),
-    ]
     return out.select(
         "rank",
-        *[(pl.col(a) / 1000.0).alias(b) for a, b in us],
+        *[(pl.col(a) / 1000.0).alias(b) for a, b in _MSPROF_US],
         pl.col("hccl_ops").fill_null(0),
+    )
+
+
+#: The msprof table's columns in µs, from the ranks' (and the HCCL sums') columns in ns.
+_MSPROF_US: Final = (
+    ("compute_ns", "computing_us"),
+    ("comm_ns", "communication_us"),
+    ("comm_not_overlapped_ns", "communication_not_overlapped_us"),
+    ("idle_ns", "free_us"),
+    ("step_time_ns", "stage_us"),
+    ("wait_ns", "wait_us"),
+    ("hccl_elapse_ns", "hccl_elapse_us"),
+    ("hccl_transit_ns", "hccl_transit_us"),
+    ("hccl_wait_ns", "hccl_wait_us"),
+    ("hccl_synchronization_ns", "hccl_synchronization_us"),
+)
+
+
+def msprof_without_hccl(ranks: pl.DataFrame) -> pl.DataFrame:
+    """:func:`msprof_ranks` of ``ranks`` (sorted by rank, one row each) and an HCCL table of
+    :data:`HCCL_COLUMNS` without a row (every GPU trace, most Ascend ranks): no HCCL op to
+    join, so the HCCL sums are null and the ops 0, in one selection instead of the join, the
+    group-by and the sort that would find so. tests/test_report_speed_ha.py checks it."""
+    return ranks.select(*_msprof_without_hccl())
+
+
+@functools.cache
+def _msprof_without_hccl() -> tuple[pl.Expr, ...]:
+    """:func:`msprof_without_hccl`'s columns, built once per process (~0.1 ms of Python)."""
+    hccl = {b for a, b in _MSPROF_US if a.startswith("hccl_")}
+    return (
+        pl.col("rank"),
+        *[
+            (pl.lit(None, pl.Float64) if b in hccl else pl.col(a) / 1000.0).alias(b)
+            for a, b in _MSPROF_US
+        ],
+        pl.lit(0, pl.Int64).alias("hccl_ops"),
     )
 
 
@@ -362,6 +390,8 @@ def matrix_rows(links: pl.DataFrame, ranks: Iterable[int] = ()) -> list[dict[str
     """The communication matrix: one row per (src rank, dst rank, transport) with bytes, time
     (µs), bandwidth (GB/s), the ops that used it (``links`` as :class:`Cluster` holds it), and
     whether the destination was profiled (:func:`mark_profiled`)."""
+    if tree.SHORTCUTS and not links.height:
+        return []  # no link (every GPU trace): no row, without marking none (~0.3 ms)
     return (
         mark_profiled(links, ranks)
         .select(

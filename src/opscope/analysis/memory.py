@@ -14,6 +14,7 @@ it is null (n/a).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -69,30 +70,67 @@ def _by_bytes(df: FrameT) -> FrameT:
 @analysis("memory")
 def memory(profile: Profile, options: Options) -> Memory:
     """Memory over time, peak, live-at-peak, churn, fragmentation, leaks: see the module doc."""
-    lazy = _tables(profile.memory.lazy(), _places_lazy(profile))
+    res = _resolved(profile)
     if tree.SHORTCUTS and profile.memory.height == 0:
-        # no allocator event: every table is empty. The same plan gives their schemas without
-        # running it (a fixed cost of every report without memory rows);
-        # tests/test_report_speed_empty.py checks them against the plan run eagerly.
-        tl, pk, live, churn, never = (pl.DataFrame(schema=t.collect_schema()) for t in lazy)
+        # no allocator event: every table is empty, with the schemas the plan gives for inputs
+        # of these schemas, made once per process and copied (building and resolving the five
+        # plans, then five frames from their schemas, was ~1 ms of every report without memory
+        # rows); tests/test_report_speed_empty.py and tests/test_report_speed_ha.py check them
+        # against the plan run eagerly
+        key = (_schema_key(profile.memory), _schema_key(res), _schema_key(_names(profile)))
+        tl, pk, live, churn, never = (t.clone() for t in _empty_tables(*key))
         return Memory(tl, pk, live, churn, never, top=options.top)
+    lazy = _tables(profile.memory.lazy(), _places_plan(res.lazy(), _names(profile).lazy()))
     # the five tables' plans run together (their shared steps once): the eager steps were ~24
     # queries of fixed cost; tests/test_memory_plans.py checks it equals the eager run
     tl, pk, live, churn, never = pl.collect_all(list(lazy), engine="in-memory")
     return Memory(tl, pk, live, churn, never, top=options.top)
 
 
+_SchemaKey = tuple[tuple[str, pl.DataType], ...]
+
+
+def _schema_key(df: pl.DataFrame) -> _SchemaKey:
+    return tuple(df.schema.items())
+
+
+@functools.cache
+def _empty_tables(
+    memory: _SchemaKey, res: _SchemaKey, names: _SchemaKey
+) -> tuple[pl.DataFrame, ...]:
+    """:func:`_tables`' five tables, empty, for inputs of these schemas (the same plans, on
+    empty frames, for their schemas alone)."""
+
+    def empty(key: _SchemaKey) -> pl.LazyFrame:
+        return pl.DataFrame(schema=dict(key)).lazy()
+
+    lazy = _tables(empty(memory), _places_plan(empty(res), empty(names)))
+    return tuple(pl.DataFrame(schema=t.collect_schema()) for t in lazy)
+
+
+def _resolved(profile: Profile) -> pl.DataFrame:
+    """Each op's module and user source line (attribution's, computed once per profile)."""
+    from opscope.analysis.attribution import resolve_ops
+
+    return resolve_ops(profile)
+
+
+def _names(profile: Profile) -> pl.DataFrame:
+    """The events' ``id`` and ``name`` (their Series: no query)."""
+    ev = profile.events
+    return pl.DataFrame([ev.get_column("id"), ev.get_column("name")])
+
+
 def _places_lazy(profile: Profile) -> pl.LazyFrame:
     """``op_id`` -> op name, module and user source line, for :func:`_where` (one plan for
     both of its uses), as a lazy plan."""
-    from opscope.analysis.attribution import resolve_ops
+    return _places_plan(_resolved(profile).lazy(), _names(profile).lazy())
 
-    res = (
-        resolve_ops(profile)
-        .lazy()
-        .select(pl.col("id").alias("op_id"), "module", "file", "line", "function")
-    )
-    names = profile.events.lazy().select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
+
+def _places_plan(res: pl.LazyFrame, names: pl.LazyFrame) -> pl.LazyFrame:
+    """:func:`_places_lazy` of attribution's resolved ops and the events' ids and names."""
+    res = res.select(pl.col("id").alias("op_id"), "module", "file", "line", "function")
+    names = names.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
     return names.join(res, on="op_id", how="left")
 
 

@@ -13,12 +13,14 @@ cores, twice as many on 910B, for ``AI_VECTOR_CORE`` ones), and the pipe ratios
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 import polars as pl
 
+from opscope.analysis import tree
 from opscope.analysis.devices import match
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
@@ -123,12 +125,68 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
     """Waves, tail effect and occupancy of every kernel group (GPU), or blocks vs AI cores and
     pipe ratios (Ascend)."""
     name, vendor, cc, cu = _device(profile, options)
-    # one plan from the events to the sorted groups, collected once (each eager step was a
-    # query of fixed cost: ~17 per report on a small trace)
+    is_ascend = vendor == "ascend" or (profile.meta.get("format") == "ascend")
+    lim = None if is_ascend else _limits(vendor, cc)
     # from the cached device work: the same rows in the same order as filtering the events,
     # without scanning every event again (ms on a 75k-event trace)
-    k = profile.kernels.lazy().filter(pl.col("kind") == "kernel")
-    is_ascend = vendor == "ascend" or (profile.meta.get("format") == "ascend")
+    kernels, km = profile.kernels, profile.kernel_metrics
+    if tree.SHORTCUTS and not km.height and not (kernels.get_column("kind") == "kernel").any():
+        # no kernel (a trace of collectives or host work only) and no metric: no group, the
+        # table empty in the plan's schema for kernels of this schema, made once per process
+        # and copied (the plan's ~1 ms of queries found nothing); tests/test_report_speed_ha.py
+        # checks it against the plan run
+        key = tuple(kernels.schema.items())
+        empty, note = _empty_groups(key, is_ascend, lim, cu, vendor, cc, name)
+        out = empty.clone()
+    else:
+        plan, note = _groups_plan(kernels.lazy(), km, is_ascend, lim, cu, vendor, cc, name)
+        out = plan.collect(engine="in-memory")
+    known = out.get_column("wave_efficiency").is_not_null()
+    valid_eff = out.get_column("wave_efficiency").filter(known)
+    valid_ns = out.get_column("time_ns").filter(known)
+    eff = None
+    total = float(valid_ns.sum() or 0)
+    if valid_ns.len() and total > 0:
+        # fsum: exact, so the same digits whatever the thread count (Polars' float sum adds
+        # in an order that depends on how the column is chunked: the last digit varied)
+        weighted = math.fsum((valid_eff * valid_ns).to_list())
+        eff = weighted / total
+    return UtilisationResult(kernels=out, compute_units=cu, wave_efficiency=eff, note=note)
+
+
+@functools.cache
+def _empty_groups(
+    kernels: tuple[tuple[str, pl.DataType], ...],
+    is_ascend: bool,
+    lim: tuple[int, int, int, int] | None,
+    cu: int | None,
+    vendor: str | None,
+    cc: str | None,
+    name: str | None,
+) -> tuple[pl.DataFrame, str]:
+    """:func:`_groups_plan`'s table, empty, for kernels of this schema and no metric (the same
+    plan on an empty frame, for its schema alone), and its note."""
+    k = pl.DataFrame(schema=dict(kernels)).lazy()
+    empty_km = pl.DataFrame()
+    plan, note = _groups_plan(k, empty_km, is_ascend, lim, cu, vendor, cc, name)
+    return pl.DataFrame(schema=plan.collect_schema()), note
+
+
+def _groups_plan(
+    kernels: pl.LazyFrame,
+    km: pl.DataFrame,
+    is_ascend: bool,
+    lim: tuple[int, int, int, int] | None,
+    cu: int | None,
+    vendor: str | None,
+    cc: str | None,
+    name: str | None,
+) -> tuple[pl.LazyFrame, str]:
+    """The kernel groups of ``kernels`` (the profile's device work) with the pipe ratios of
+    ``km`` (its kernel metrics), sorted, as one plan; and the note on the limits used."""
+    # one plan from the events to the sorted groups, collected once (each eager step was a
+    # query of fixed cost: ~17 per report on a small trace)
+    k = kernels.filter(pl.col("kind") == "kernel")
     # parse each distinct grid / block string once
     grids = k.select("grid").unique().with_columns(_shape_product("grid").alias("_g"))
     blocks = k.select("block").unique().with_columns(_shape_product("block").alias("threads"))
@@ -138,7 +196,6 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
         .with_columns(pl.coalesce("blocks", "_g").alias("n_blocks"))
         .drop("_g")
     )
-    lim = None if is_ascend else _limits(vendor, cc)
     if is_ascend:
         # vector kernels run on the vector cores: two per cube core on 910B
         cores = (
@@ -211,7 +268,6 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
             "achieved_occupancy"
         ),
     )
-    km = profile.kernel_metrics
     if km.height:  # (no metric at all: no query to find none)
         km = km.filter(pl.col("metric").is_in(list(PIPE_METRICS)))
     if km.height:
@@ -229,15 +285,5 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
         ["time_ns", "name", "grid", "block"],
         descending=[True, False, False, False],
         nulls_last=True,
-    ).collect(engine="in-memory")
-    known = out.get_column("wave_efficiency").is_not_null()
-    valid_eff = out.get_column("wave_efficiency").filter(known)
-    valid_ns = out.get_column("time_ns").filter(known)
-    eff = None
-    total = float(valid_ns.sum() or 0)
-    if valid_ns.len() and total > 0:
-        # fsum: exact, so the same digits whatever the thread count (Polars' float sum adds
-        # in an order that depends on how the column is chunked: the last digit varied)
-        weighted = math.fsum((valid_eff * valid_ns).to_list())
-        eff = weighted / total
-    return UtilisationResult(kernels=out, compute_units=cu, wave_efficiency=eff, note=note)
+    )
+    return out, note

@@ -16,6 +16,7 @@ Bound classes (see ``docs/roofline.md``):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -127,8 +128,10 @@ def _device_of(
     mem: int | None = None
     dev = profile.devices
     if name is None and dev.height:
-        gpu = dev.filter(pl.col("vendor").fill_null("") != "cpu")
-        row = (gpu if gpu.height else dev).row(0, named=True)
+        # the first device that is not a CPU, else the first: Series operations, not a filter
+        # query of fixed cost
+        gpu = (dev.get_column("vendor").fill_null("") != "cpu").arg_true()
+        row = dev.row(int(gpu[0]) if len(gpu) else 0, named=True)
         name, vendor, cu, mem = (
             row["name"],
             row["vendor"],
@@ -497,12 +500,15 @@ def _without_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     schema, built without the three dozen queries (a fixed cost each) that compute them.
     tests/test_report_speed_empty.py checks it equals :func:`_with_ops`."""
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
-    has_device = (
-        profile.kernels.filter(
-            pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null()
-        ).height
-        > 0
-    )  # (from the cached device work, which holds every such row: not every event again)
+    # (from the cached device work, which holds every such row: not every event again; Series
+    # operations, not a filter query of fixed cost)
+    kern = profile.kernels
+    has_device = bool(
+        (
+            kern.get_column("kind").is_in(list(_DEVICE_KINDS))
+            & kern.get_column("op_id").is_not_null()
+        ).any()
+    )
     o = profile.ops.schema
     calls_schema: dict[str, pl.DataType | type[pl.DataType]] = {
         **{k: o[k] for k in ("id", "rank", "step", "name", "input_dims", "input_types")},
@@ -522,8 +528,8 @@ def _without_ops(profile: Profile, device_name: str | None) -> RooflineResult:
         # the PMU columns the full path joins to the groups (null for every group: none)
         groups_schema.update({m: pl.Float64 for m in PMU_METRICS if m in wide.columns})
     return RooflineResult(
-        calls=pl.DataFrame(schema=calls_schema),
-        groups=pl.DataFrame(schema=groups_schema),
+        calls=_empty(tuple(calls_schema.items())),
+        groups=_empty(tuple(groups_schema.items())),
         kernel_groups=_ascend_kernels(profile, spec),
         device=dev_name,
         peaks_note=note if spec is not None else f"{NO_PEAK} ({note})",
@@ -543,23 +549,38 @@ _METRIC_SCHEMA: Final[dict[str, pl.DataType | type[pl.DataType]]] = {
 }
 
 
+#: The schema of :func:`_ascend_kernels`' table.
+_ASCEND_KERNEL_GROUPS: Final = (
+    ("name", pl.String), ("input_dims", pl.String), ("input_types", pl.String),
+    ("calls", pl.UInt32), ("flops", pl.Int64), ("bytes", pl.Int64), ("time_ns", pl.Int64),
+    ("formula", pl.String), ("intensity", pl.Float64), ("achieved_tflops", pl.Float64),
+    ("achieved_gbps", pl.Float64), ("pct_of_peak", pl.Float64), ("bound", pl.String),
+)  # fmt: skip
+
+
+def _empty(schema: tuple[tuple[str, Any], ...]) -> pl.DataFrame:
+    """An empty frame of ``schema`` (a copy of one made once per process: a frame from a
+    schema is ~70 µs of Python each time)."""
+    return _empty_once(schema).clone()
+
+
+@functools.cache
+def _empty_once(schema: tuple[tuple[str, Any], ...]) -> pl.DataFrame:
+    return pl.DataFrame(schema=dict(schema))
+
+
 def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     """Ascend kernels that carry their own shapes, grouped by (type, shapes, dtypes)."""
     # from the cached device work (the same rows in the same order as filtering the events)
-    k = profile.kernels.filter(
-        (pl.col("kind") == "kernel") & pl.col("input_dims").is_not_null()
-        & pl.col("op_type").is_not_null()
+    kern = profile.kernels
+    keep = (
+        (kern.get_column("kind") == "kernel") & kern.get_column("input_dims").is_not_null()
+        & kern.get_column("op_type").is_not_null()
     )  # fmt: skip
-    empty = pl.DataFrame(
-        schema={
-            "name": pl.String, "input_dims": pl.String, "input_types": pl.String,
-            "calls": pl.UInt32, "flops": pl.Int64, "bytes": pl.Int64, "time_ns": pl.Int64,
-            "formula": pl.String, "intensity": pl.Float64, "achieved_tflops": pl.Float64,
-            "achieved_gbps": pl.Float64, "pct_of_peak": pl.Float64, "bound": pl.String,
-        }
-    )  # fmt: skip
-    if k.height == 0:
+    empty = _empty(_ASCEND_KERNEL_GROUPS)
+    if not keep.any():  # (Series operations: no filter query to find no row)
         return empty
+    k = kern.filter(keep)
     costs = ascend_kernel_costs(k)
     k = (  # one query (a join and a filter eagerly were two)
         k.lazy()

@@ -1,0 +1,244 @@
+"""Fixed costs of memory, utilisation, roofline and cluster on small traces (issue 19 item 8).
+
+Each shortcut here stands on a height or a schema that says there is nothing to compute:
+no allocator event (memory), no kernel and no metric (utilisation), no rank whose collectives
+are on the host, no message size, no HCCL op, no link (cluster). ``tree.SHORTCUTS`` off runs
+the full path: every table must be the same (schema and rows), and the whole report byte for
+byte (``test_report_speed_empty._same``); a spy checks that each shortcut is taken where it
+should be and only there. Empty tables made once per process are handed out as copies: one
+caller changing its copy changes no other's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import opscope
+from conftest import SHARED_TRACES
+from opscope.analysis import cluster, cluster_ascend, memory, occupancy, roofline, tree
+from opscope.analysis.registry import Options
+from opscope.model import dtypes
+from test_report_speed_empty import _kernels_only, _same
+
+ASCEND_DATA = Path("/work/ascend_data")
+
+
+def _trace(path: Path, events: list[dict[str, Any]], **extra: Any) -> Path:
+    path.write_text(json.dumps({"traceEvents": events, **extra}))
+    return path
+
+
+def _gloo(path: Path) -> Path:
+    """A CPU-only rank: two steps' ops and a gloo all-reduce (a host collective) in each."""
+    ev: list[dict[str, Any]] = []
+    for s, t0 in enumerate((100.0, 400.0)):
+        ev += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1,
+             "tid": 1, "ts": t0, "dur": 250.0, "args": {}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+             "ts": t0 + 10, "dur": 100.0, "args": {}},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1,
+             "tid": 2, "ts": t0 + 90, "dur": 60.0, "args": {}},
+        ]  # fmt: skip
+    return _trace(path, ev)
+
+
+def _nccl(path: Path, nelems: bool) -> Path:
+    """A GPU rank: an op launching a gemm and an NCCL all-reduce (with or without Kineto's
+    message size arguments)."""
+    size = {"In msg nelems": 1024, "dtype": "Float"} if nelems else {}
+    ev: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100.0,
+         "dur": 20.0, "args": {}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 105.0, "dur": 5.0, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 112.0, "dur": 5.0, "args": {"correlation": 2}},
+        {"ph": "X", "cat": "kernel", "name": "sgemm_128x64", "pid": 0, "tid": 7, "ts": 120.0,
+         "dur": 40.0, "args": {"device": 0, "stream": 7, "correlation": 1,
+                               "grid": [64, 1, 1], "block": [128, 1, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+         "pid": 0, "tid": 13, "ts": 130.0, "dur": 50.0,
+         "args": {"device": 0, "stream": 13, "correlation": 2,
+                  "Collective name": "allreduce", **size}},
+    ]  # fmt: skip
+    return _trace(path, ev, deviceProperties=[{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}])
+
+
+def _results(path: Path, on: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, pl.DataFrame]:
+    monkeypatch.setattr(tree, "SHORTCUTS", on)
+    prof = opscope.load(path, cache=False)  # a fresh Profile: nothing memoised
+    out: dict[str, pl.DataFrame] = {}
+    for name, res in (
+        ("memory", memory.memory(prof, Options())),
+        ("utilisation", occupancy.utilisation(prof, Options())),
+        ("roofline", roofline.roofline(prof, Options())),
+        ("cluster", cluster.cluster(prof, Options())),
+    ):
+        out |= {f"{name}.{k}": v for k, v in res.tables().items()}
+        out[f"{name}.json"] = pl.DataFrame({"json": [json.dumps(res.to_json(), default=str)]})
+    return out
+
+
+def _equal(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, pl.DataFrame]:
+    fast = _results(path, True, monkeypatch)
+    full = _results(path, False, monkeypatch)
+    assert fast.keys() == full.keys()
+    for k, df in full.items():
+        assert_frame_equal(fast[k], df, check_row_order=True), (path, k)
+    return fast
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "kernels": _kernels_only(tmp_path / "k.json"),
+        "gloo": _gloo(tmp_path / "g.json"),
+        "nccl": _nccl(tmp_path / "n.json", nelems=True),
+        "nccl_no_size": _nccl(tmp_path / "n0.json", nelems=False),
+    }
+
+
+def test_planted_traces_are_the_same_with_and_without_shortcuts(
+    planted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, path in planted.items():
+        t = _equal(path, monkeypatch)
+        _same(path, monkeypatch)
+        if name == "gloo":  # the host collectives found through the full path
+            assert t["cluster.collectives"].get_column("collective").to_list() == [
+                "allreduce",
+                "allreduce",
+            ]
+        if name.startswith("nccl"):
+            coll = t["cluster.collectives"]
+            assert coll.get_column("collective").to_list() == ["allreduce"]
+            # 1024 float32 elements: 4096 bytes; without the size arguments: null
+            assert coll.get_column("bytes").to_list() == ([4096] if name == "nccl" else [None])
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "ascend/small_two_rank/test_rank_0",
+        "gpu/hta_nccl_a100_rank0of2.json.gz",
+        "gpu/hta_triton_a100.json.gz",
+    ],
+)
+def test_shared_traces_are_the_same_with_and_without_shortcuts(
+    rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    _equal(p, monkeypatch)
+
+
+def test_communication_only_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = ASCEND_DATA / "st/level2/rank_1_ascend_pt"
+    if not p.exists():
+        pytest.skip(f"ascend_data export not found: {p}")
+    t = _equal(p, monkeypatch)
+    assert t["utilisation.kernels"].height == 0 and t["memory.peaks"].height == 0
+    assert t["cluster.collectives"].height == 15
+    _same(p, monkeypatch)
+
+
+class _Spy:
+    """Records the calls of ``module.name`` (and still makes them)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
+        self.calls: list[Any] = []
+        real = getattr(module, name)
+
+        def spy(*a: Any, **k: Any) -> Any:
+            out = real(*a, **k)
+            self.calls.append(out)
+            return out
+
+        monkeypatch.setattr(module, name, spy)
+
+
+def test_shortcuts_are_taken_where_there_is_nothing(
+    planted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each shortcut fires on the input with nothing to compute and not on the others."""
+    p = ASCEND_DATA / "st/level2/rank_1_ascend_pt"
+    if not p.exists():
+        pytest.skip(f"ascend_data export not found: {p}")
+    monkeypatch.setattr(tree, "SHORTCUTS", True)
+    groups = _Spy(monkeypatch, occupancy, "_groups_plan")
+    host = _Spy(monkeypatch, cluster, "_rank_without")
+    size = _Spy(monkeypatch, dtypes, "itemsize_expr")
+    msprof = _Spy(monkeypatch, cluster_ascend, "msprof_plan")
+    occupancy._empty_groups.cache_clear()
+
+    def run(path: Path) -> None:
+        prof = opscope.load(path, cache=False)
+        occupancy.utilisation(prof, Options())
+        cluster.cluster(prof, Options())
+
+    run(p)  # collectives only: no kernel, every rank's collectives on the device, no size
+    run(p)  # the empty table made once: the plan is not built again
+    assert len(groups.calls) == 1 and host.calls == [False, False] and size.calls == []
+    assert msprof.calls == []  # no HCCL op in the in-process analysis
+    run(planted["gloo"])  # host collectives: looked for; no kernel
+    assert host.calls[-1] is True and len(groups.calls) == 2 and size.calls == []
+    run(planted["nccl"])  # kernels and sizes: the full paths
+    assert host.calls[-1] is False and len(groups.calls) == 3 and len(size.calls) == 1
+
+
+def test_rank_without() -> None:
+    s = pl.Series
+    assert not cluster._rank_without(s([0, 0, 0], dtype=pl.Int32), [0])
+    assert cluster._rank_without(s([0, 0, 1], dtype=pl.Int32), [0])
+    assert not cluster._rank_without(s([1, 0, 1], dtype=pl.Int32), [0, 1])
+    assert cluster._rank_without(s([0, None], dtype=pl.Int32), [0])  # null: not known
+    assert cluster._rank_without(s([3], dtype=pl.Int32), [])
+    assert not cluster._rank_without(s([], dtype=pl.Int32), [])  # no event: no host part
+
+
+def test_msprof_without_hccl_equals_the_join() -> None:
+    ranks = pl.DataFrame(
+        {
+            "rank": [None, 0, 3],
+            "steps": [1, 2, 2],
+            "step_time_ns": [10, 2_000_001, 3_000],
+            "compute_ns": [1, 1_500_000, 0],
+            "comm_ns": [0, 300_000, 7],
+            "comm_not_overlapped_ns": [0, 100_001, 7],
+            "idle_ns": [9, 200_000, 2_993],
+            "wait_ns": [0, 5, 0],
+        },
+        schema_overrides={"rank": pl.Int32, "steps": pl.UInt32},
+    )
+    hccl = pl.DataFrame(schema=cluster_ascend.HCCL_COLUMNS)
+    for r in (ranks, ranks.clear()):
+        want = cluster_ascend.msprof_ranks(r, hccl)
+        assert_frame_equal(cluster_ascend.msprof_without_hccl(r), want)
+
+
+def test_empty_tables_are_copies(planted: dict[str, Path]) -> None:
+    """The empty tables made once per process reach each caller as its own copy."""
+    for path in (planted["kernels"], planted["gloo"]):
+        a = opscope.load(path, cache=False)
+        m = memory.memory(a, Options())
+        u = occupancy.utilisation(a, Options())
+        c = cluster.cluster(a, Options())
+        for df in (m.peaks, u.kernels, c.links, c.hccl):
+            df.insert_column(0, pl.Series("planted", [None] * df.height, dtype=pl.Int8))
+        b = opscope.load(path, cache=False)
+        for df in (
+            memory.memory(b, Options()).peaks,
+            cluster.cluster(b, Options()).links,
+            cluster.cluster(b, Options()).hccl,
+        ):
+            assert "planted" not in df.columns
+        if not (a.kernels.get_column("kind") == "kernel").any():
+            assert "planted" not in occupancy.utilisation(b, Options()).kernels.columns
