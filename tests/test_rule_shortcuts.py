@@ -181,3 +181,60 @@ def test_exposed_names_order_equals_the_group_by() -> None:
     )
     assert by_count(names) == want
     assert by_count([]) == []
+
+
+@pytest.mark.parametrize(
+    "rel", ["ascend/alexnet_ddp_910b/level1_rank0_ascend_pt", "gpu/hta_triton_a100.json.gz"]
+)
+def test_rows_by_location_equal_a_filter_per_location(rel: str) -> None:
+    """Each location's rows (a partition, or the table itself for one location) are the rows
+    ``df.filter(pl.col("id").is_in(ids))`` gives, in order; the locations as
+    ``group_by_location``'s."""
+    from polars.testing import assert_frame_equal
+
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    prof = opscope.load(p, cache=False)
+    for df in (prof.ops, prof.ops.head(40), prof.kernels, prof.ops.head(0)):
+        want = c.group_by_location(prof, df)
+        got = c.rows_by_location(prof, df)
+        assert [(w, ids) for w, ids, _ in got] == list(want.items())
+        for _, ids, rs in got:
+            assert_frame_equal(rs, df.filter(pl.col("id").is_in(ids)), check_row_order=True)
+    if "alexnet" in rel:  # the case of several locations is there
+        assert len(c.group_by_location(prof, prof.ops)) > 1
+
+
+def _dtype_rows_by_join(df: pl.DataFrame, wanted: tuple[str, ...]) -> pl.DataFrame:
+    """``has_tensor_dtype`` as it was: the distinct pairs, then a semi join on the hits."""
+    hits = []
+    for dims_s, types_s in df.select("input_dims", "input_types").unique().iter_rows():
+        dims = c.parse_dims(dims_s) or []
+        types = c.parse_types(types_s)
+        if any(t in wanted and i < len(dims) and len(dims[i]) > 0 for i, t in enumerate(types)):
+            hits.append((dims_s, types_s))
+    if not hits:
+        return df.clear()
+    sel = pl.DataFrame(
+        {"input_dims": [h[0] for h in hits], "input_types": [h[1] for h in hits]},
+        schema={"input_dims": pl.String, "input_types": pl.String},
+    )
+    return df.join(sel, on=["input_dims", "input_types"], how="semi", nulls_equal=True)
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["gpu/hta_triton_a100.json.gz", "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt"],
+)
+@pytest.mark.parametrize("wanted", [("float32",), ("float64",), ("bfloat16", "float16")])
+def test_has_tensor_dtype_equals_the_semi_join(rel: str, wanted: tuple[str, ...]) -> None:
+    from polars.testing import assert_frame_equal
+
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    prof = opscope.load(p, cache=False)
+    for src in (prof.ops, prof.kernels):
+        df = src.select("id", "name", "input_dims", "input_types")
+        assert_frame_equal(c.has_tensor_dtype(df, wanted), _dtype_rows_by_join(df, wanted))

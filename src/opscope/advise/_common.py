@@ -958,6 +958,24 @@ def group_by_location(
     return out
 
 
+def rows_by_location(
+    profile: Profile, df: pl.DataFrame
+) -> list[tuple[tuple[str | None, int | None, str | None], list[int], pl.DataFrame]]:
+    """:func:`group_by_location` of ``df`` (by ``id``) with each location's rows, what
+    ``df.filter(pl.col("id").is_in(ids))`` gives (the rows in their order): ``df`` itself when
+    one location holds them all, else a partition of it (a filter per location was a query
+    each, a fixed cost that showed on small traces)."""
+    groups = group_by_location(profile, df)
+    if len(groups) <= 1:
+        return [(where, ids, df) for where, ids in groups.items()]
+    at = {i: g for g, ids in enumerate(groups.values()) for i in ids}
+    key = pl.Series("__location", [at[int(i)] for i in df.get_column("id").to_list()])
+    parts = df.with_columns(key).partition_by(
+        "__location", maintain_order=True, include_key=False, as_dict=True
+    )
+    return [(where, ids, parts[(g,)]) for g, (where, ids) in enumerate(groups.items())]
+
+
 def make_finding(
     profile: Profile,
     *,
@@ -1019,20 +1037,26 @@ def make_finding(
 def has_tensor_dtype(df: pl.DataFrame, wanted: Sequence[str]) -> pl.DataFrame:
     """Rows of ``df`` (with ``input_dims``/``input_types``) having a tensor input (ndim ≥ 1,
     not a Python scalar) of one of the ``wanted`` dtypes; checked once per distinct pair."""
-    pairs = df.select("input_dims", "input_types").unique()
-    hits = []
-    for dims_s, types_s in pairs.iter_rows():
+    # the pairs as Python tuples, each distinct one tested once, the rows kept by a mask (in
+    # their order, a missing value equal to a missing one): what the distinct pairs' query
+    # and a semi join on them gave, in one filter (none when every row or no row is kept)
+    rows = list(
+        zip(
+            df.get_column("input_dims").to_list(),
+            df.get_column("input_types").to_list(),
+            strict=True,
+        )
+    )
+    hits = set()
+    for dims_s, types_s in set(rows):
         dims = parse_dims(dims_s) or []
         types = parse_types(types_s)
         if any(t in wanted and i < len(dims) and len(dims[i]) > 0 for i, t in enumerate(types)):
-            hits.append((dims_s, types_s))
+            hits.add((dims_s, types_s))
     if not hits:
-        return df.clear()  # what the semi join with no pair keeps, without the query
-    sel = pl.DataFrame(
-        {"input_dims": [h[0] for h in hits], "input_types": [h[1] for h in hits]},
-        schema={"input_dims": pl.String, "input_types": pl.String},
-    )
-    return df.join(sel, on=["input_dims", "input_types"], how="semi", nulls_equal=True)
+        return df.clear()
+    keep = [r in hits for r in rows]
+    return df if all(keep) else df.filter(pl.Series(keep, dtype=pl.Boolean))
 
 
 def evidence(

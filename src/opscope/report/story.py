@@ -746,12 +746,14 @@ def story_of(
     df = getattr(attribution, "lines", None)
     if df is not None and {"file", "line", "total_ns"} <= set(getattr(df, "columns", [])):
         ns = [c for c in df.columns if c.endswith("_ns")]
+        # the rows from the columns' lists (iterating the rows is a query of fixed cost)
+        cols = {k: df.get_column(k).to_list() for k in df.columns}
         all_lines = [
             {
                 **{k: v for k, v in r.items() if k not in ns},
                 **{k[:-3] + "_us": r[k] / 1000 for k in ns},
             }
-            for r in df.iter_rows(named=True)
+            for r in (dict(zip(cols, v, strict=True)) for v in zip(*cols.values(), strict=True))
         ]
     return build_story(
         data,

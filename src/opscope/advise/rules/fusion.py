@@ -12,6 +12,7 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
+from opscope.analysis import tree
 from opscope.model import Profile
 
 ADD_OPS = ("aten::add", "aten::add_")
@@ -97,14 +98,16 @@ class BiasAdd:
         s = _seq(profile)
         if s.height == 0:
             return []
-        s = s.with_columns(
+        plan = s.lazy().with_columns(
             _shifted("name", 1).alias("n_name"),
             _shifted("id", 1).alias("n_id"),
             _shifted("input_dims", 1).alias("n_dims"),
             _shifted("cost_ns", 1).alias("n_cost"),
         )
-        cand = s.filter(
-            pl.col("name").is_in(["aten::matmul", "aten::mm"]) & pl.col("n_name").is_in(ADD_OPS)
+        cand = tree.collect(  # one query, run as its two eager steps were
+            plan.filter(
+                pl.col("name").is_in(["aten::matmul", "aten::mm"]) & pl.col("n_name").is_in(ADD_OPS)
+            )
         )
         keep = []
         for r in cand.iter_rows(named=True):
@@ -181,13 +184,21 @@ class Activation:
         s = _seq(profile)
         if s.height == 0:
             return []
-        s = s.with_columns(
+        plan = s.lazy().with_columns(
             _shifted("name", -1).alias("p_name"),
             _shifted("input_dims", -1).alias("p_dims"),
         )
-        cand = s.filter(pl.col("name").is_in(ACTIVATIONS) & pl.col("p_name").is_in(LINEAR_OPS))
-        ok = []
-        for p_name, p_dims, a_dims in cand.select("p_name", "p_dims", "input_dims").unique().rows():
+        cand = tree.collect(  # one query, run as its two eager steps were
+            plan.filter(pl.col("name").is_in(ACTIVATIONS) & pl.col("p_name").is_in(LINEAR_OPS))
+        )
+        pairs = list(
+            zip(
+                *(cand.get_column(x).to_list() for x in ("p_name", "p_dims", "input_dims")),
+                strict=True,
+            )
+        )
+        ok = set()
+        for p_name, p_dims, a_dims in set(pairs):
             p, a = _shapes(p_dims), _shapes(a_dims)  # once per distinct shape pair
             mats = [d for d in p if len(d) >= 2]
             if not a or len(mats) < 2:
@@ -197,17 +208,10 @@ class Activation:
             else:
                 out_shape = [*mats[-2][:-1], mats[-1][-1]]
             if a[0] == out_shape:
-                ok.append((p_name, p_dims, a_dims))
-        okdf = pl.DataFrame(
-            ok,
-            schema={"p_name": pl.String, "p_dims": pl.String, "input_dims": pl.String},
-            orient="row",
-        )
-        keep = list(
-            cand.join(
-                okdf, on=["p_name", "p_dims", "input_dims"], how="semi", nulls_equal=True
-            ).iter_rows(named=True)
-        )
+                ok.add((p_name, p_dims, a_dims))
+        # the candidates whose shapes fit, in their order (a semi join on the three columns,
+        # nulls equal, and the distinct pairs' query were two queries)
+        keep = [r for r, pair in zip(cand.iter_rows(named=True), pairs, strict=True) if pair in ok]
         if not keep:
             return []
         steps = c.step_info(profile)
@@ -506,16 +510,18 @@ class Foreach:
         under = forest.nearest_up(is_ann, include_self=False, max_depth=c.MAX_WALK - 1) >= 0
         ops_at = c.event_positions(profile, profile.ops.get_column("id"))
         inner = profile.ops.get_column("id").to_numpy()[(ops_at >= 0) & under[ops_at]]
-        anc = c.ancestors(profile, pl.Series(inner, dtype=pl.Int64)).filter(
+        anc = c.ancestors(profile, pl.Series(inner, dtype=pl.Int64)).lazy()
+        anc = anc.filter(
             pl.col("anc_id").is_in(ann.get_column("id").implode()) & (pl.col("hops") > 0)
         )
-        inside = profile.ops.join(anc.select("id", "anc_id"), on="id").join(
-            c.op_parents(profile), on="id", how="left"
+        inside = (
+            profile.ops.lazy()
+            .join(anc.select("id", "anc_id"), on="id")
+            .join(c.op_parents(profile).lazy(), on="id", how="left")
         )
         # Ops directly under the annotation (their nearest host op parent is outside it).
         direct = inside.filter(
-            ~pl.col("op_parent").is_in(inside.get_column("id").implode())
-            | pl.col("op_parent").is_null()
+            ~pl.col("op_parent").is_in(pl.col("id").implode()) | pl.col("op_parent").is_null()
         )
         per = (
             direct.group_by("anc_id")
@@ -529,7 +535,8 @@ class Foreach:
             )
             .sort("anc_id")
         )  # the shapes and location below are the first loop's: the same every run
-        loops = per.filter((pl.col("n") >= FOREACH_MIN_OPS) & ~pl.col("vectorised"))
+        # one plan, run as its eager steps were (each was a query of fixed cost)
+        loops = tree.collect(per.filter((pl.col("n") >= FOREACH_MIN_OPS) & ~pl.col("vectorised")))
         if loops.height == 0:
             return []
         from opscope.advise.rules.ascend_optimizer import npu_fix
@@ -629,8 +636,7 @@ class AscendAffinity:
         ):
             if df.height == 0:
                 continue
-            for where, ids in c.group_by_location(profile, df).items():
-                rs = df.filter(pl.col("id").is_in(ids))
+            for where, ids, rs in c.rows_by_location(profile, df):
                 cost = float(
                     rs.select(
                         pl.sum_horizontal([pl.col(f"c{k}").fill_null(0) for k in range(1, n)])

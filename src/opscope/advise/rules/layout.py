@@ -319,8 +319,7 @@ class Layout:
         if hit is None:
             return []
         out = []
-        for where, ids in c.group_by_location(profile, hit).items():
-            rs = hit.filter(pl.col("id").is_in(ids))
+        for where, ids, rs in c.rows_by_location(profile, hit):
             cost = float(rs.get_column("dur_ns").sum())
             names = sorted(set(rs.get_column("name").to_list()))
             ev = {

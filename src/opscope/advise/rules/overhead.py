@@ -183,8 +183,7 @@ class HostSync:
                 pairs = list(zip(a_id.to_list(), a_anc.to_list(), strict=True))
                 rt_ids, rt_dur = rt.get_column("id"), rt.get_column("dur_ns")
                 rt_rows = list(zip(rt_ids.to_list(), rt_dur.to_list(), strict=True))
-            for where, ids in c.group_by_location(profile, ops).items():
-                rs = ops.filter(pl.col("id").is_in(ids))
+            for where, ids, rs in c.rows_by_location(profile, ops):
                 # Runtime sync calls issued under these ops are the host's wait.
                 wait = 0.0
                 if rt_anc is not None:
@@ -240,8 +239,7 @@ class HostSync:
         if rt_anc is not None:
             anc = rt_anc.filter(pl.col("anc_id").is_in(ops.get_column("id").implode()))
             lone = rt.filter(~pl.col("id").is_in(anc.get_column("id").implode()))
-            for where, ids in c.group_by_location(profile, lone).items():
-                rs = lone.filter(pl.col("id").is_in(ids))
+            for where, ids, rs in c.rows_by_location(profile, lone):
                 host_cost = float(rs.get_column("dur_ns").sum())
                 idle = idle_after(profile, rs) if profile.has_device else None
                 cost = host_cost if idle is None else idle
@@ -557,8 +555,7 @@ class Recompile:
         top = c.outermost(profile, ev)
         steps = c.step_info(profile)
         out = []
-        for where, ids in c.group_by_location(profile, top).items():
-            rs = top.filter(pl.col("id").is_in(ids))
+        for where, ids, rs in c.rows_by_location(profile, top):
             cost = float(rs.get_column("dur_ns").sum())
             out.append(
                 c.make_finding(
@@ -614,8 +611,7 @@ class AscendSlowPaths:
         if aicpu is not None and aicpu.height:
             cost = float(aicpu.get_column("dur_ns").sum())
             names = sorted(set(aicpu.get_column("name").to_list()))
-            for where, ids in c.group_by_location(profile, aicpu).items():
-                rs = aicpu.filter(pl.col("id").is_in(ids))
+            for where, ids, rs in c.rows_by_location(profile, aicpu):
                 cost = float(rs.get_column("dur_ns").sum())
                 out.append(
                     c.make_finding(
@@ -648,8 +644,7 @@ class AscendSlowPaths:
         )
         if t.height:
             f64 = c.has_tensor_dtype(t, FLOAT64_TYPES)
-            for where, ids in c.group_by_location(profile, f64).items():
-                rs = f64.filter(pl.col("id").is_in(ids))
+            for where, ids, rs in c.rows_by_location(profile, f64):
                 cost = float(rs.get_column("cost_ns").fill_null(0).sum())
                 names = sorted(set(rs.get_column("name").to_list()))
                 out.append(

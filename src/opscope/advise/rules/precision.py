@@ -91,8 +91,7 @@ class Precision:
         same_device = c.device_kind(profile) == target
         steps = c.step_info(profile)
         out = []
-        for where, ids in c.group_by_location(profile, fp).items():
-            rs = fp.filter(pl.col("id").is_in(ids))
+        for where, ids, rs in c.rows_by_location(profile, fp):
             t = float(rs.get_column("cost_ns").fill_null(0).sum())
             saving = t * (1 - fp32 / best) if same_device else 0.0
             how = (
