@@ -15,13 +15,22 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
 import opscope
 from conftest import SHARED_TRACES
-from opscope.analysis import cluster, cluster_ascend, memory, occupancy, roofline, tree
+from opscope.analysis import (
+    breakdown,
+    cluster,
+    cluster_ascend,
+    memory,
+    occupancy,
+    roofline,
+    tree,
+)
 from opscope.analysis.registry import Options
 from opscope.model import dtypes
 from test_report_speed_empty import _kernels_only, _same
@@ -242,3 +251,93 @@ def test_empty_tables_are_copies(planted: dict[str, Path]) -> None:
             assert "planted" not in df.columns
         if not (a.kernels.get_column("kind") == "kernel").any():
             assert "planted" not in occupancy.utilisation(b, Options()).kernels.columns
+
+
+# breakdown ---------------------------------------------------------------------------------
+
+
+def _breakdown_tables(path: Path, on: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.setattr(tree, "SHORTCUTS", on)
+    prof = opscope.load(path, cache=False)
+    b = breakdown.breakdown(prof, Options())
+    return {**b.tables(), "json": json.dumps(b.to_json(), default=str)}
+
+
+@pytest.mark.parametrize("name", ["kernels", "gloo", "nccl", "nccl_no_size"])
+def test_breakdown_is_the_same_with_and_without_shortcuts(
+    name: str, planted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = _breakdown_tables(planted[name], True, monkeypatch)
+    full = _breakdown_tables(planted[name], False, monkeypatch)
+    assert fast["json"] == full["json"]
+    for k in ("steps", "stats", "streams", "queue"):
+        assert_frame_equal(fast[k], full[k], check_row_order=True), (name, k)
+
+
+def test_breakdown_input_shortcuts_are_taken_where_there_is_nothing(
+    planted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No host event that could be data loading: its filter is not run (two plans collected,
+    not three); no launch link: no join for the launch times."""
+    monkeypatch.setattr(tree, "SHORTCUTS", True)
+    sizes: list[int] = []
+    real = pl.collect_all
+
+    def spy(plans: Any, *a: Any, **k: Any) -> Any:
+        sizes.append(len(plans))
+        return real(plans, *a, **k)
+
+    p = ASCEND_DATA / "st/level2/rank_1_ascend_pt"
+    if not p.exists():
+        pytest.skip(f"ascend_data export not found: {p}")
+    for path, plans, joined in (
+        (p, 2, False),
+        (planted["gloo"], 3, False),
+        (planted["nccl"], 3, True),
+    ):
+        prof = opscope.load(path, cache=False)
+        monkeypatch.setattr(pl, "collect_all", spy)
+        sizes.clear()
+        breakdown._inputs(prof)
+        monkeypatch.setattr(pl, "collect_all", real)
+        assert sizes == [plans], path
+        assert ("JOIN" in breakdown._device_work(prof).explain()) is joined, path
+
+
+def test_clip_is_the_same_with_and_without_shortcuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random intervals against random windows (ranks with several, one, none; null ranks and
+    times; zero lengths): the rows kept as they are (one window, each row once, in order) and
+    the gathered rows give the same table; the shortcut is taken when every row is kept once."""
+    rng = np.random.default_rng(7)
+    taken = 0
+    for case in range(300):
+        n, m = int(rng.integers(0, 12)), int(rng.integers(1, 4))
+        ranks = rng.integers(0, 2, n).tolist()
+        ts = rng.integers(0, 100, n).tolist()
+        dur = rng.integers(0, 30, n).tolist()
+        if case % 3 == 0 and n:
+            ranks[0] = None
+            dur[-1] = None
+        ev = pl.DataFrame(
+            {"rank": ranks, "ts_ns": ts, "dur_ns": dur, "x": list(range(n))},
+            schema={"rank": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64, "x": pl.Int64},
+        )
+        w0 = np.sort(rng.integers(-10, 120, m))
+        if case % 2:  # one window over everything: each live row kept once, in order
+            w0, m = np.array([-100]), 1
+        win = pl.DataFrame(
+            {
+                "rank": [int(case % 4 == 1)] * m if case % 2 else rng.integers(0, 2, m).tolist(),
+                "step": list(range(m)),
+                "w0": w0.tolist(),
+                "w1": (w0 + rng.integers(1, 60, m)).tolist() if not case % 2 else [1000],
+            },
+            schema={"rank": pl.Int32, "step": pl.Int32, "w0": pl.Int64, "w1": pl.Int64},
+        )
+        monkeypatch.setattr(tree, "SHORTCUTS", False)
+        full = breakdown._clip(ev, win)
+        monkeypatch.setattr(tree, "SHORTCUTS", True)
+        fast = breakdown._clip(ev, win)
+        assert_frame_equal(fast, full, check_row_order=True)
+        taken += full.height == ev.height and full.get_column("x").to_list() == list(range(n))
+    assert taken > 20

@@ -38,6 +38,7 @@ segment where a start passes it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -303,15 +304,18 @@ def _clip(ev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     end = np.minimum(e[rows], w1[at])
     keep = end > start
     rows, at, start, end = rows[keep], at[keep], start[keep], end[keep]
-    w = win[at]
+    # the window's columns gathered as Series (a frame's gather is a query of fixed cost); the
+    # events' rows as they are when each is kept once, in order (one window: most small traces)
+    idx = pl.Series(at, dtype=pl.Int64)
     cols = [
-        w.get_column("step").alias("step_right" if "step" in ev.columns else "step"),
-        w.get_column("w0"),
-        w.get_column("w1"),
+        win.get_column("step").gather(idx).alias("step_right" if "step" in ev.columns else "step"),
+        win.get_column("w0").gather(idx),
+        win.get_column("w1").gather(idx),
         pl.Series("start", start, dtype=pl.Int64),
         pl.Series("end", end, dtype=pl.Int64),
     ]
-    out: pl.DataFrame = ev[rows]
+    same = tree.SHORTCUTS and len(rows) == ev.height and bool((rows == np.arange(len(rows))).all())
+    out: pl.DataFrame = ev if same else ev[rows]
     return out.hstack(cols)
 
 
@@ -345,31 +349,64 @@ def idle_plan(
             .join(lanes, on=keys, how="inner", nulls_equal=True, maintain_order="left")
         )
     else:
-        at_start = pl.col("start") == pl.col("start").min()
-        launch = pl.col("launch_ts").filter(at_start).min().alias("launch")
-        segs = _window_segments(ordered, keys, launch)
+        x = _idle_exprs(tuple(keys))
+        segs = _window_segments(ordered, keys, x.launch)
         # sorted after the join: shift() below needs time order, which a join does not promise
         segs = segs.join(lanes, on=keys, how="inner", nulls_equal=True).sort([*keys, "s"])
+    x = _idle_exprs(tuple(keys))
     # the gap before each segment: from the previous segment's end, or the window's start (the
     # previous row's end unless the row starts its lane: no window function over lanes)
-    segs = segs.with_columns(
-        pl.when(_starts_group(keys)).then(pl.col("w0")).otherwise(pl.col("e").shift(1)).alias("g0")
-    ).with_columns((pl.col("s") - pl.col("g0")).alias("gap"))
+    segs = segs.with_columns(x.g0).with_columns(x.gap)
+    per = segs.group_by(keys).agg(*x.per)
+    out = lanes.join(per, on=keys, how="left", nulls_equal=True).with_columns(*x.fill)
+    return out.select(*x.out)
+
+
+@dataclass(frozen=True)
+class _IdleExprs:
+    """:func:`idle_plan`'s expressions for its lane keys."""
+
+    launch: pl.Expr
+    g0: pl.Expr
+    gap: pl.Expr
+    per: tuple[pl.Expr, ...]
+    fill: tuple[pl.Expr, ...]
+    out: tuple[pl.Expr, ...]
+
+
+@functools.cache
+def _idle_exprs(keys: tuple[str, ...]) -> _IdleExprs:
+    """Built once per process and lane keys (~0.1 ms of Python a plan)."""
+    at_start = pl.col("start") == pl.col("start").min()
     host = pl.col("launch") > pl.col("g0")
     kernel = pl.col("launch") <= pl.col("g0")
-    per = segs.group_by(keys).agg(
-        (pl.col("e") - pl.col("s")).sum().alias("busy_ns"),
-        pl.col("gap").filter(host).sum().alias("idle_host_wait_ns"),
-        pl.col("gap").filter(kernel).sum().alias("idle_kernel_wait_ns"),
-        # no launch link, plus the tail after the last segment
-        (pl.col("gap").filter(pl.col("launch").is_null()).sum() + pl.col("w1").max()
-         - pl.col("e").max()).alias("idle_other_ns"),
-    )  # fmt: skip
-    out = lanes.join(per, on=keys, how="left", nulls_equal=True).with_columns(
-        pl.col("busy_ns", "idle_host_wait_ns", "idle_kernel_wait_ns").fill_null(0),
-        pl.col("idle_other_ns").fill_null(pl.col("w1") - pl.col("w0")),
+    return _IdleExprs(
+        launch=pl.col("launch_ts").filter(at_start).min().alias("launch"),
+        g0=pl.when(_starts_group(list(keys)))
+        .then(pl.col("w0"))
+        .otherwise(pl.col("e").shift(1))
+        .alias("g0"),
+        gap=(pl.col("s") - pl.col("g0")).alias("gap"),
+        per=(
+            (pl.col("e") - pl.col("s")).sum().alias("busy_ns"),
+            pl.col("gap").filter(host).sum().alias("idle_host_wait_ns"),
+            pl.col("gap").filter(kernel).sum().alias("idle_kernel_wait_ns"),
+            # no launch link, plus the tail after the last segment
+            (
+                pl.col("gap").filter(pl.col("launch").is_null()).sum()
+                + pl.col("w1").max()
+                - pl.col("e").max()
+            ).alias("idle_other_ns"),
+        ),
+        fill=(
+            pl.col("busy_ns", "idle_host_wait_ns", "idle_kernel_wait_ns").fill_null(0),
+            pl.col("idle_other_ns").fill_null(pl.col("w1") - pl.col("w0")),
+        ),
+        out=(
+            *(pl.col(k) for k in keys),
+            *(pl.col(c).cast(pl.Int64) for c in ("busy_ns", *IDLE_COLUMNS)),
+        ),
     )
-    return out.select(*keys, *(pl.col(c).cast(pl.Int64) for c in ("busy_ns", *IDLE_COLUMNS)))
 
 
 def queue_stretches(dev: pl.LazyFrame, rng: pl.LazyFrame, lane: list[str]) -> pl.LazyFrame:
@@ -378,22 +415,61 @@ def queue_stretches(dev: pl.LazyFrame, rng: pl.LazyFrame, lane: list[str]) -> pl
     launched and not yet ended, ``len`` the stretch's length clipped to its rank's range
     ``[r0, r1]`` (``rng``: per rank). Shared by :func:`queue_lengths` and the out-of-core
     load's per-segment sums (which merge exactly: the queue is empty at a cut)."""
-    pts = pl.concat(
-        [
-            dev.select(*lane, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
-            dev.select(
-                *lane, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")
-            ),
-        ]
-    ).sort([*lane, "t", "d"])  # at one instant the ends first: no phantom peak
-    pts = pts.with_columns(
-        pl.col("d").cum_sum().over(lane).alias("q"),
-        pl.col("t").shift(-1).over(lane).alias("t1"),
-    ).join(rng, on="rank")
-    return pts.with_columns(
-        (pl.min_horizontal(pl.coalesce("t1", "t"), "r1") - pl.max_horizontal("t", "r0"))
+    x = _queue_exprs(tuple(lane))
+    pts = pl.concat([dev.select(*x.launches), dev.select(*x.ends)]).sort(
+        [*lane, "t", "d"]
+    )  # at one instant the ends first: no phantom peak
+    pts = pts.with_columns(*x.running).join(rng, on="rank")
+    return pts.with_columns(x.length)
+
+
+@dataclass(frozen=True)
+class _QueueExprs:
+    """:func:`queue_stretches`' and :func:`_queue_plan`'s expressions for their lane keys."""
+
+    launches: tuple[pl.Expr, ...]
+    ends: tuple[pl.Expr, ...]
+    running: tuple[pl.Expr, ...]
+    length: pl.Expr
+    per_lane: tuple[pl.Expr, ...]
+    shares: tuple[pl.Expr, ...]
+    pct: pl.Expr
+    cast: tuple[pl.Expr, ...]
+
+
+#: The launch-queue table's columns.
+_QUEUE_SCHEMA: dict[str, type[pl.DataType]] = {
+    "rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64, "span_ns": pl.Int64,
+    "mean": pl.Float64, "max": pl.Int64, "zero_ns": pl.Int64, "zero_pct": pl.Float64,
+}  # fmt: skip
+
+
+@functools.cache
+def _queue_exprs(lane: tuple[str, ...]) -> _QueueExprs:
+    """Built once per process and lane keys (~0.1 ms of Python a plan)."""
+    keys = [pl.col(k) for k in lane]
+    return _QueueExprs(
+        launches=(*keys, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
+        ends=(*keys, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")),
+        running=(
+            pl.col("d").cum_sum().over(lane).alias("q"),
+            pl.col("t").shift(-1).over(lane).alias("t1"),
+        ),
+        length=(pl.min_horizontal(pl.coalesce("t1", "t"), "r1") - pl.max_horizontal("t", "r0"))
         .clip(lower_bound=0)
-        .alias("len")
+        .alias("len"),
+        per_lane=(
+            (pl.col("r1").first() - pl.col("r0").first()).alias("span_ns"),
+            (pl.col("q") * pl.col("len")).sum().alias("_area"),
+            pl.col("q").filter(pl.col("len") > 0).max().fill_null(0).alias("max"),
+            pl.col("len").filter(pl.col("q") > 0).sum().alias("_busy"),
+        ),
+        shares=(
+            (pl.col("_area") / pl.col("span_ns")).alias("mean"),
+            (pl.col("span_ns") - pl.col("_busy")).alias("zero_ns"),
+        ),
+        pct=(100.0 * pl.col("zero_ns") / pl.col("span_ns")).alias("zero_pct"),
+        cast=tuple(pl.col(c).cast(t) for c, t in _QUEUE_SCHEMA.items()),
     )
 
 
@@ -404,12 +480,8 @@ def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
 
 def _queue_plan(dev: pl.DataFrame, win: pl.DataFrame) -> pl.LazyFrame:
     """:func:`queue_lengths` as a plan (breakdown runs it with its other tables' plans)."""
-    schema = {
-        "rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64, "span_ns": pl.Int64,
-        "mean": pl.Float64, "max": pl.Int64, "zero_ns": pl.Int64, "zero_pct": pl.Float64,
-    }  # fmt: skip
     if not dev.height or not win.height:
-        return pl.DataFrame(schema=schema).lazy()
+        return pl.DataFrame(schema=_QUEUE_SCHEMA).lazy()
     # one lazy query on the in-memory engine (the eager calls' engine): a query per step was
     # a fixed cost on small traces
     rng = (
@@ -418,24 +490,17 @@ def _queue_plan(dev: pl.DataFrame, win: pl.DataFrame) -> pl.LazyFrame:
         .agg(pl.col("w0").min().alias("r0"), pl.col("w1").max().alias("r1"))
     )
     lane = ["rank", "device", "stream"]
+    x = _queue_exprs(tuple(lane))
     pts = queue_stretches(dev.lazy(), rng, lane)
     out = (
         pts.group_by(lane)
-        .agg(
-            (pl.col("r1").first() - pl.col("r0").first()).alias("span_ns"),
-            (pl.col("q") * pl.col("len")).sum().alias("_area"),
-            pl.col("q").filter(pl.col("len") > 0).max().fill_null(0).alias("max"),
-            pl.col("len").filter(pl.col("q") > 0).sum().alias("_busy"),
-        )
-        .with_columns(
-            (pl.col("_area") / pl.col("span_ns")).alias("mean"),
-            (pl.col("span_ns") - pl.col("_busy")).alias("zero_ns"),
-        )
-        .with_columns((100.0 * pl.col("zero_ns") / pl.col("span_ns")).alias("zero_pct"))
+        .agg(*x.per_lane)
+        .with_columns(*x.shares)
+        .with_columns(x.pct)
         .drop("_area", "_busy")
         .filter(pl.col("span_ns") > 0)
     )
-    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).sort(lane)
+    return out.select(*x.cast).sort(lane)
 
 
 @dataclass(frozen=True)
@@ -466,21 +531,23 @@ def _device_work(profile: Profile) -> pl.LazyFrame:
     plan)."""
     # one plan (a query per step was a fixed cost on small traces), from the profile's device
     # work (cached: the same rows in the same order as filtering every event again)
-    ev = profile.events.lazy()
-    launch = ev.select(pl.col("id").alias("launch_id"), pl.col("ts_ns").alias("launch_ts"))
-    return (
-        profile.kernels.lazy()
-        .select(
-            "rank",
-            "kind",
-            pl.col("device").fill_null(-1).alias("device"),
-            pl.coalesce("stream", "tid").fill_null(-1).alias("stream"),
-            "ts_ns",
-            "dur_ns",
-            "launch_id",
-        )
-        .join(launch, on="launch_id", how="left")
+    ev = profile.events
+    work = profile.kernels.lazy().select(
+        "rank",
+        "kind",
+        pl.col("device").fill_null(-1).alias("device"),
+        pl.coalesce("stream", "tid").fill_null(-1).alias("stream"),
+        "ts_ns",
+        "dur_ns",
+        "launch_id",
     )
+    ids = profile.kernels.get_column("launch_id")
+    if tree.SHORTCUTS and ids.null_count() == len(ids):
+        # no launch link (Ascend exports, kernels without runtime calls): the left join's
+        # launch times are all null, without the join
+        return work.with_columns(pl.lit(None, ev.schema["ts_ns"]).alias("launch_ts"))
+    launch = ev.lazy().select(pl.col("id").alias("launch_id"), pl.col("ts_ns").alias("launch_ts"))
+    return work.join(launch, on="launch_id", how="left")
 
 
 @analysis("breakdown")
@@ -519,22 +586,34 @@ class _Inputs:
 def _inputs(profile: Profile) -> _Inputs:
     # the columns used, before any filter (filtering every column of the events was the cost);
     # ``step`` too: the host parts keep the event's own step (the window's is ``step_right``)
-    ev = profile.events.lazy().select("rank", "step", "kind", "name", "ts_ns", "dur_ns")
-    data = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
-    # the host ops from the profile's (cached) ops: the same rows as filtering the events
-    host = profile.ops.lazy().select("rank", "step", "ts_ns", "dur_ns")
-    # the four in one call on the eager calls' engine (a collect each was a fixed cost)
-    win, dev, host_df, data_df = pl.collect_all(
-        [_windows(profile), _device_work(profile), host, ev.filter(data)], engine="in-memory"
-    )
+    events = profile.events
+    ev = _columns(events, ("rank", "step", "kind", "name", "ts_ns", "dur_ns"))
+    # the host ops from the profile's (cached) ops: the same rows as filtering the events; its
+    # columns as Series (a selection of columns needs no query)
+    host = _columns(profile.ops, ("rank", "step", "ts_ns", "dur_ns"))
+    plans = [_windows(profile), _device_work(profile)]
+    if tree.SHORTCUTS and not events.get_column("kind").is_in(_DATA_KINDS).any():
+        # no host event that could be data loading (a trace of device work only): none, without
+        # the filter's query
+        data = ev.clear()
+    else:
+        data_ops = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
+        plans.append(ev.lazy().filter(data_ops))
+    # in one call on the eager calls' engine (a collect each was a fixed cost)
+    win, dev, *rest = pl.collect_all(plans, engine="in-memory")
     return _Inputs(
         win=win,
         dev=dev,
-        host=host_df,
-        data=data_df,
+        host=host,
+        data=rest[0] if rest else data,
         has_dev=profile.has_device,
         steps=profile.steps,
     )
+
+
+def _columns(df: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
+    """``df.select(names)`` from its Series (no query)."""
+    return pl.DataFrame([df.get_column(c) for c in names])
 
 
 def _own_figures_everywhere(steps: pl.DataFrame) -> bool:
@@ -553,6 +632,18 @@ def _any_value(s: pl.Series) -> bool:
     return s.null_count() < len(s)
 
 
+#: The interval classes of the steps table, in their order (``busy``: only under Ascend's own
+#: step figures).
+_CLASSES = ("compute", "communication", "memcpy", "memset", "not_comm", "host_ops", "data_loading",
+            "busy")  # fmt: skip
+
+
+@functools.cache
+def _class_codes() -> dict[str, pl.Expr]:
+    """Each class as its place in :data:`_CLASSES` (a literal ``cls``), built once."""
+    return {c: pl.lit(i, pl.UInt8).alias("cls") for i, c in enumerate(_CLASSES)}
+
+
 def _breakdown_of(inp: _Inputs, *, per_trace: bool = True) -> Breakdown:
     """The breakdown of ``inp``'s windows. ``per_trace=False``: the steps and streams tables only
     (the statistics and the launch queue empty), for the out-of-core load's segments, which
@@ -561,11 +652,10 @@ def _breakdown_of(inp: _Inputs, *, per_trace: bool = True) -> Breakdown:
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
     cdev = _clip(dev, win)
     cdev_lazy = cdev.lazy()
-    cols = ["compute", "communication", "memcpy", "memset", "not_comm", "host_ops", "data_loading"]
-    cols.append("busy")
+    cols = list(_CLASSES)
     # each class by its place in cols (a small integer sorts faster than a string: ms on the
     # unions' sort of 50k intervals)
-    code = {c: pl.lit(i, pl.UInt8).alias("cls") for i, c in enumerate(cols)}
+    code = _class_codes()
     # the device classes as one lazy query (a query per filter and per label was a fixed
     # cost on small traces); rows in the same order as the filters one by one
     parts = [
