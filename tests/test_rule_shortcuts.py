@@ -238,3 +238,40 @@ def test_has_tensor_dtype_equals_the_semi_join(rel: str, wanted: tuple[str, ...]
     for src in (prof.ops, prof.kernels):
         df = src.select("id", "name", "input_dims", "input_types")
         assert_frame_equal(c.has_tensor_dtype(df, wanted), _dtype_rows_by_join(df, wanted))
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "gpu/hta_triton_a100.json.gz",
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+        "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
+    ],
+)
+def test_user_level_ops_and_masks_equal_the_joins(rel: str) -> None:
+    """The top-level ops by position equal the ops joined with ``op_parents`` and ``op_cost``
+    and filtered on a missing parent (the code before); the event masks from the kinds' codes
+    equal the kind column's text tests."""
+    from polars.testing import assert_frame_equal
+
+    from opscope.model import kinds
+
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    prof = opscope.load(p, cache=False)
+    want = (
+        prof.ops.lazy()
+        .join(c.op_parents(prof).lazy(), on="id", how="left")
+        .join(c.op_cost(prof).lazy(), on="id", how="left")
+        .filter(pl.col("op_parent").is_null())
+        .sort("rank", "tid", "ts_ns")
+        .collect(engine="in-memory")
+    )
+    got = c.user_level_ops(prof)
+    assert_frame_equal(got, want, check_row_order=True)
+    assert 0 < got.height < prof.ops.height  # nested ops are there and left out
+    kind = prof.events.get_column("kind").cast(pl.String)
+    is_op, dev, _, _ = c._event_masks(prof)
+    assert is_op.tolist() == (kind == "cpu_op").fill_null(False).to_list()
+    assert dev.tolist() == kind.is_in(kinds.DEVICE_KINDS).fill_null(False).to_list()

@@ -599,14 +599,13 @@ def _event_masks(profile: Profile) -> tuple[Any, Any, Any, Any]:
     query, once a profile)."""
 
     def run() -> tuple[Any, Any, Any, Any]:
-        kind = pl.col("kind").cast(pl.String)
+        # the kinds from their codes (a cast of every event's kind to text was most of it)
         got = profile.events.select(
-            (kind == "cpu_op").fill_null(False),
-            kind.is_in(kinds.DEVICE_KINDS).fill_null(False).alias("dev"),
-            pl.col("stack_id").is_not_null(),
-            pl.col("module").is_not_null(),
+            pl.col("stack_id").is_not_null(), pl.col("module").is_not_null()
         )
-        return tuple(s.to_numpy() for s in got.get_columns())  # type: ignore[return-value]
+        has_stack, has_module = (s.to_numpy() for s in got.get_columns())
+        is_op = kind_mask(profile, "cpu_op")
+        return is_op, kind_mask(profile, *kinds.DEVICE_KINDS), has_stack, has_module
 
     out: tuple[Any, Any, Any, Any] = _memo("event_masks", profile, run)
     return out
@@ -934,13 +933,23 @@ def _user_level_ops(profile: Profile) -> pl.DataFrame:
         return pl.DataFrame(
             schema={**profile.ops.schema, "op_parent": par["op_parent"], "cost_ns": cost["cost_ns"]}
         )
-    return (
-        profile.ops.lazy()
-        .join(op_parents(profile).lazy(), on="id", how="left")
-        .join(op_cost(profile).lazy(), on="id", how="left")
-        .filter(pl.col("op_parent").is_null())
+    from opscope.analysis import tree
+
+    ops = profile.ops
+    costs = op_cost(profile)  # a row per op, in the ops' order (each of its paths builds it so)
+    # the ops with no enclosing op, by position (what joins with op_parents and op_cost and a
+    # filter on the parent found, each join over every op): an op not found among the events
+    # has no parent found either
+    at = event_positions(profile, ops.get_column("id"))
+    top = (at < 0) | (op_parent_positions(profile)[np.maximum(at, 0)] < 0)
+    return tree.collect(
+        ops.lazy()
+        .with_columns(
+            pl.lit(None, profile.events.schema["id"]).alias("op_parent"),
+            costs.get_column("cost_ns"),
+        )
+        .filter(pl.lit(pl.Series(top, dtype=pl.Boolean)))
         .sort("rank", "tid", "ts_ns")
-        .collect(engine="in-memory")  # one query, not four
     )
 
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import numpy as np
 import polars as pl
 
-from opscope.advise._common import kind_counts, kind_mask, present
+from opscope.advise._common import kind_counts, kind_mask, name_mask, present
 from opscope.analysis.tree import per_profile
 from opscope.ingest.summary import header_world_size
 from opscope.model import Profile
@@ -355,20 +356,21 @@ def check_launch_links(profile: Profile) -> list[Check]:
     if not profile.has_device:
         return []
     ev = profile.events
-    # Series masks and filters, not DataFrame filters over every event column (a fixed cost of
-    # ~0.15 ms a query, and a copy of every column of the matching rows); the name test on the
-    # host-runtime rows only (a null test drops the row, as in a DataFrame filter)
-    # (the kinds' mask an array: a comparison of the kind column is a query too)
-    runtime = pl.Series(kind_mask(profile, "runtime", "driver"))
-    names = ev.get_column("name").filter(runtime)
-    if names.len():
-        launch = names.str.contains(_LAUNCH_RE)
-        ids = ev.get_column("id").filter(runtime).filter(launch)
-    else:  # no runtime call, no launch (an export of device work only)
-        launch, ids = names.is_null(), ev.get_column("id").head(0)
+    # the launches as an array mask over the events, then Series filters: not DataFrame
+    # filters over every event column (a fixed cost of ~0.15 ms a query, and a copy of every
+    # column of the matching rows), nor comparisons of the kind column (a query each); the
+    # names' regex once per distinct name on a large trace (advise name_mask; false for a
+    # missing name, which a filter drops)
+    launch = pl.Series(
+        kind_mask(profile, "runtime", "driver") & name_mask(profile, "events", pattern=_LAUNCH_RE)
+    )
+    ids = ev.get_column("id").filter(launch)
     n_l = ids.len()
     if n_l:
-        unlinked = ~ids.is_in(profile.kernels.get_column("launch_id").implode())
+        # in NumPy: a missing launch id reads NaN, equal to no id (ids are row numbers, far
+        # below 2**53: exact as floats)
+        lid = profile.kernels.get_column("launch_id").to_numpy()
+        unlinked = pl.Series(~np.isin(ids.to_numpy(), lid))
         n_u = int(unlinked.sum())
     else:  # no launch, none unlinked (three queries fewer: an Ascend kernel export)
         n_u = 0
@@ -382,7 +384,7 @@ def check_launch_links(profile: Profile) -> list[Check]:
         "flows_not_bound": unbound,
     }
     if n_u:
-        unl = names.filter(launch).filter(unlinked).to_frame("name")
+        unl = ev.get_column("name").filter(launch).filter(unlinked).to_frame("name")
         top = unl.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(5)
         evidence["unlinked_by_name"] = {str(n): int(c) for n, c in top.iter_rows()}
     frac = n_u / n_l if n_l else 0.0
