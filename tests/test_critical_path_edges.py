@@ -337,3 +337,10 @@ def test_tie_free_orders_skip_polars_sorts(rel: str, monkeypatch: pytest.MonkeyP
     for g, w in zip((got.path, got.ops, got.steps), (want.path, want.ops, want.steps), strict=True):
         assert g.schema == w.schema
         assert g.equals(w)
+
+
+def test_unique_order_leaves_large_tables_to_polars() -> None:
+    """Above _NUMPY_SORT_MAX rows (where real traces have ties) no NumPy sort is tried."""
+    n = cpg._NUMPY_SORT_MAX
+    assert cpg.unique_order(np.arange(n, dtype=np.int64)) is not None
+    assert cpg.unique_order(np.arange(n + 1, dtype=np.int64)) is None
