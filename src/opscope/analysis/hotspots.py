@@ -421,22 +421,25 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
     lines = stored_aggregates.charged_lines(stored, profile) if stored else None
     if lines is None:
         lines = charged_lines(projected(profile, ATTRIBUTION_COLUMNS))
-    time_col = "total_ns"
-    modules = (
-        lines.group_by("module")
-        .agg(
-            pl.col(time_col).sum().alias("total_ns"),
-            pl.col("fwd_ns").sum(),
-            pl.col("bwd_ns").sum(),
-            pl.col("calls").sum(),
-        )
-        .with_columns(
-            (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
-        )
-        .sort(["total_ns", "module"], descending=[True, False], nulls_last=True)
-    )
-    sources = lines.with_columns(
-        (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
+    pct = (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
+    # both tables in one call (the four eager steps were a query each: a fixed cost), with the
+    # eager calls' engine and optimisations
+    modules, sources = pl.collect_all(
+        [
+            lines.lazy()
+            .group_by("module")
+            .agg(
+                pl.col("total_ns").sum().alias("total_ns"),
+                pl.col("fwd_ns").sum(),
+                pl.col("bwd_ns").sum(),
+                pl.col("calls").sum(),
+            )
+            .with_columns(pct)
+            .sort(["total_ns", "module"], descending=[True, False], nulls_last=True),
+            lines.lazy().with_columns(pct),
+        ],
+        engine="in-memory",
+        optimizations=_tree.EAGER_FLAGS,
     )
     return Hotspots(
         ops=t.ops,
