@@ -318,3 +318,35 @@ def test_reference_rates_equal_the_pairwise_definition() -> None:
         )
     for recs in cases:
         assert _reference_rates(recs, "s") == _pairwise_reference_rates(recs, "s")
+
+
+def test_efficiency_rows_in_polars_sort_order() -> None:
+    """The Python sort of the efficiency rows equals Polars' sort by time descending, then
+    name, shapes and types (nulls last) and metric: equal times, null and non-ASCII keys."""
+    import random
+
+    from opscope.analysis.anomalies import _EFFICIENCY_SCHEMA, _efficiency_order
+
+    rng = random.Random(19)
+    words = [None, "", "aten::mm", "aten::addmm", "[[2, 3]]", "[[2, 3], [3]]", "é", "z", "Ω", "a"]
+    for _ in range(300):
+        rows = []
+        seen = set()
+        for _ in range(rng.randint(0, 12)):
+            key = (rng.choice(words), rng.choice(words), rng.choice(words), "flops")
+            if key in seen:  # (one row per group and metric, as inefficient_shapes gives)
+                continue
+            seen.add(key)
+            rows.append(
+                {
+                    "name": key[0], "input_shapes": key[1], "input_types": key[2],
+                    "metric": key[3], "calls": 1, "rate": 1.0, "reference_rate": 2.0,
+                    "ratio": 0.5, "time_ns": rng.choice([5, 7, 7, 10**12]),
+                }
+            )  # fmt: skip
+        by = ["time_ns", "name", "input_shapes", "input_types", "metric"]
+        want = pl.DataFrame(rows, schema=_EFFICIENCY_SCHEMA).sort(
+            by, descending=[True, False, False, False, False], nulls_last=True
+        )
+        got = pl.DataFrame(sorted(rows, key=_efficiency_order), schema=_EFFICIENCY_SCHEMA)
+        assert got.equals(want)

@@ -313,17 +313,24 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
         .collect(engine="in-memory")
     )
     out: list[dict[str, Any]] = []
-    for metric, size in (("flops", "flops_per_call"), ("bytes", "bytes_per_call")):
-        m = (
+    metrics = (("flops", "flops_per_call"), ("bytes", "bytes_per_call"))
+    # both metrics' rows in one call (the second is read only when the first finds nothing: a
+    # query each was a fixed cost), by the in-memory engine as before
+    tables = pl.collect_all(
+        [
             g.lazy()
             .filter(pl.col(metric) > 0)
             .with_columns((pl.col(metric) / pl.col("time_ns") * 1e9).alias("rate"))
-        )
+            .sort("name", "input_dims", "input_types", nulls_last=True)
+            for metric, _ in metrics
+        ],
+        engine="in-memory",
+    )
+    for (metric, size), ordered in zip(metrics, tables, strict=True):
         # the groups of one name are contiguous in the sorted rows: split them in Python (each
         # group of a group_by iterated is a query of its own, a fixed cost per op name)
         by_name: dict[Any, list[dict[str, Any]]] = {}
-        ordered = m.sort("name", "input_dims", "input_types", nulls_last=True)
-        for rec in ordered.collect(engine="in-memory").to_dicts():
+        for rec in ordered.to_dicts():
             by_name.setdefault(rec["name"], []).append(rec)
         for recs in by_name.values():
             if len(recs) < 2:
@@ -346,11 +353,18 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
                     )
         if out:
             break  # judge by FLOP/s where FLOPs are known; bytes/s only otherwise
-    # equal times by the shape's keys: the groups above come in no fixed order
-    by = ["time_ns", "name", "input_shapes", "input_types", "metric"]
-    return pl.DataFrame(out, schema=_EFFICIENCY_SCHEMA).sort(
-        by, descending=[True] + [False] * (len(by) - 1), nulls_last=True
-    )
+    # by time, largest first, then the shape's keys, nulls last (equal times: the groups above
+    # come in no fixed order): the keys are unique (one metric, one row per group), so Python's
+    # sort gives Polars' order (strings by code point, as UTF-8 bytes compare) without a query
+    out.sort(key=_efficiency_order)
+    return pl.DataFrame(out, schema=_EFFICIENCY_SCHEMA)
+
+
+def _efficiency_order(r: dict[str, Any]) -> tuple[Any, ...]:
+    """The sort key of an efficiency row: time descending, then name, shapes, types (nulls
+    last) and metric."""
+    keys = (r["name"], r["input_shapes"], r["input_types"])
+    return (-r["time_ns"], *((v is None, v or "") for v in keys), r["metric"])
 
 
 def _reference_rates(recs: list[dict[str, Any]], size: str) -> list[Any]:
