@@ -341,3 +341,40 @@ def test_clip_is_the_same_with_and_without_shortcuts(monkeypatch: pytest.MonkeyP
         assert_frame_equal(fast, full, check_row_order=True)
         taken += full.height == ev.height and full.get_column("x").to_list() == list(range(n))
     assert taken > 20
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["numpy_runs", "window_functions"])
+def test_unions_and_idle_split_with_many_equal_starts(
+    fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stable sort of the intervals (quicker than the unstable one) keeps equal starts in
+    their input order: the unions and the idle split still equal plain Python per group when
+    most starts are shared by several intervals of other ends and launches."""
+    import random
+
+    from test_breakdown_golden import split
+
+    monkeypatch.setattr(breakdown, "RUNS_MIN_ROWS", 0 if fast else 10**9)
+    rng = random.Random(11)
+    rows = []
+    for g in range(20):
+        t0 = (20 - g) * 1000
+        starts = [t0 + rng.randint(0, 8) * 50 for _ in range(30)]  # ~9 distinct starts
+        seen = set()
+        for s in starts:
+            e = s + rng.randint(1, 120)
+            if (s, e) in seen:  # the reference sorts (start, end, launch): no None compared
+                continue
+            seen.add((s, e))
+            launch = rng.choice([None, s - rng.randint(0, 300), s])
+            rows.append((g, s, e, launch, t0, t0 + 600))
+    rng.shuffle(rows)
+    df = pl.DataFrame(rows, schema=["g", "start", "end", "launch_ts", "w0", "w1"], orient="row")
+    got = dict(breakdown.union_ns(df, ["g"]).iter_rows())
+    lanes = df.select("g", "w0", "w1").unique()
+    split_got = {r[0]: r[1:] for r in breakdown.idle_split(df, lanes, ["g"]).iter_rows()}
+    for g in range(20):
+        mine = [r for r in rows if r[0] == g]
+        covered = {t for r in mine for t in range(r[1], r[2])}
+        assert got[g] == len(covered), g
+        assert split_got[g] == split([(r[1], r[2], r[3]) for r in mine], mine[0][4], mine[0][5])
