@@ -108,3 +108,44 @@ def test_savings_never_exceed_their_limit_or_the_step(
     assert found["step"].saving_us == pytest.approx(step_us, rel=1e-3)
     assert found["step"].saving_pct == pytest.approx(100.0, rel=1e-3)
     assert step_us == pytest.approx(truth.step_us, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "/work/ascend_data/st/level2/rank_1_ascend_pt",
+        "shared:gpu/hta_triton_a100.json.gz",
+        "shared:gpu/hta_amd_mi250_minitoy.json.gz",  # 12 costed calls
+    ],
+)
+def test_no_costed_call_skips_the_query(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace of kernels only (no costed call): the tables from the plans' schemas equal what
+    the query gives with the shortcuts off, and collect_all is not called (a spy); a trace with
+    calls runs it."""
+    import polars as pl
+
+    from conftest import shared_trace
+    from opscope.analysis import tree
+
+    if where.startswith("shared:"):
+        path = shared_trace(where.removeprefix("shared:"))
+    else:
+        path = Path(where)
+        if not path.exists():
+            pytest.skip("no Ascend export here")
+    ran: list[int] = []
+    real = pl.collect_all
+
+    def spy(plans: Any, **kw: Any) -> Any:
+        ran.append(len(plans))
+        return real(plans, **kw)
+
+    monkeypatch.setattr(pl, "collect_all", spy)
+    fast = perf_model(opscope.load(path, cache=False), Options())
+    has_calls = fast.calls.height > 0
+    assert (ran == [2]) == has_calls and (ran == []) == (not has_calls)
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    full = perf_model(opscope.load(path, cache=False), Options())
+    for a, b in ((fast.calls, full.calls), (fast.groups, full.groups)):
+        assert a.schema == b.schema and a.equals(b)
+    assert fast.to_json() == full.to_json()
