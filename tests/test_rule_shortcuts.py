@@ -275,3 +275,28 @@ def test_user_level_ops_and_masks_equal_the_joins(rel: str) -> None:
     is_op, dev, _, _ = c._event_masks(prof)
     assert is_op.tolist() == (kind == "cpu_op").fill_null(False).to_list()
     assert dev.tolist() == kind.is_in(kinds.DEVICE_KINDS).fill_null(False).to_list()
+
+
+@pytest.mark.parametrize("which", ["comm_only", "kernels_only", "rank1"])
+def test_device_idle_counts_shortcut(
+    which: str, tmp_path: Path, frames: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rank's kernels, all timed: the idle time from the columns' counts equals the
+    query's; the query is not run (one DataFrame fewer)."""
+    from opscope.advise.rules import overhead
+
+    if which == "rank1":
+        path = SHARED_TRACES / "multi_rank/hta_sampled_128rank_job/rank-1.json.gz"
+        if not path.exists():
+            pytest.skip(f"shared trace not found: {path}")
+    else:
+        path = _input(which, tmp_path)
+    got = {}
+    for on in (True, False):
+        monkeypatch.setattr(tree, "SHORTCUTS", on)
+        prof = opscope.load(path, cache=False)
+        assert prof.kernels.get_column("rank").n_unique() == 1
+        before = frames[0]
+        got[on] = (overhead._idle_of(prof), frames[0] - before)
+    assert got[True][0] == got[False][0] > 0
+    assert got[True][1] == got[False][1] - 1

@@ -122,23 +122,24 @@ def _collective_of(profile: Profile, tasks: pl.DataFrame) -> pl.DataFrame:
 
 def _exposed(profile: Profile, colls: pl.DataFrame) -> dict[int, float]:
     """Per collective id: its time with no compute kernel running on its rank (ns)."""
-    # Series operations (the kernels' columns once, a mask per rank): no query per rank
+    # the kernels' columns once as arrays, a mask per rank in NumPy (a comparison of a Series
+    # is a query of fixed cost); a missing rank reads NaN, equal to no rank
     ev = profile.events
-    is_kernel = ev.get_column("kind") == "kernel"
-    k_rank = ev.get_column("rank").filter(is_kernel)
-    k_ts = ev.get_column("ts_ns").filter(is_kernel)
-    k_dur = ev.get_column("dur_ns").filter(is_kernel)
+    is_kernel = pl.Series(c.kind_mask(profile, "kernel"))
+    k_rank = ev.get_column("rank").filter(is_kernel).to_numpy()
+    k_ts = ev.get_column("ts_ns").filter(is_kernel).to_numpy()
+    k_dur = ev.get_column("dur_ns").filter(is_kernel).to_numpy()
     out: dict[int, float] = {}
     ids = colls.get_column("id").to_list()
     c_ranks = colls.get_column("rank").to_list()
     c_ts = colls.get_column("ts_ns").to_list()
     c_dur = colls.get_column("dur_ns").to_list()
     for rank in dict.fromkeys(c_ranks):
-        mine = k_rank == rank
-        ts = k_ts.filter(mine).to_numpy().astype(np.float64)
+        mine = k_rank == rank if rank is not None else np.zeros(len(k_rank), dtype=bool)
+        ts = k_ts[mine].astype(np.float64)
         order = np.argsort(ts, kind="stable")  # (the merge below needs starts in order)
         s = ts[order]
-        e = s + k_dur.filter(mine).to_numpy().astype(np.float64)[order]
+        e = s + k_dur[mine].astype(np.float64)[order]
         merged: list[tuple[float, float]] = []
         for a, b in zip(s.tolist(), e.tolist(), strict=True):
             if merged and a <= merged[-1][1]:

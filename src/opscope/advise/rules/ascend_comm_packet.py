@@ -452,24 +452,22 @@ def _rank_caps(profile: Profile, ranks: list[int]) -> dict[int, float]:
     its steps' Communication(Not Overlapped) (ns), the most of its collectives' time that no
     compute hides; a rank without that figure gets 0 (nothing shown exposed)."""
     ev = profile.events
-    # (Series operations: the kernels' ranks; the steps' sum over a query only for bare ranks)
-    with_kernels = (
-        set()
-        if c.absent(profile, "kernel")
-        else set(ev.get_column("rank").filter(ev.get_column("kind") == "kernel").to_list())
-    )
+    # the kernels' ranks by the kinds' mask, the bare ranks' steps summed in Python (integer
+    # sums, the nulls left out: a comparison, a filter and a group-by were a query each)
+    is_kernel = pl.Series(c.kind_mask(profile, "kernel"))
+    with_kernels = set(ev.get_column("rank").filter(is_kernel).to_list())
     bare = [r for r in ranks if r not in with_kernels]
     if not bare:
         return {}
-    got = dict(
-        profile.steps.lazy()
-        .filter(pl.col("rank").is_in(bare))
-        .group_by("rank")
-        .agg(pl.col("communication_not_overlapped_ns").sum())
-        .select("rank", "communication_not_overlapped_ns")
-        .collect(engine="in-memory")
-        .rows()
-    )
+    st = profile.steps
+    got: dict[int, int] = {}
+    for r, n in zip(
+        st.get_column("rank").to_list(),
+        st.get_column("communication_not_overlapped_ns").to_list(),
+        strict=True,
+    ):
+        if r in bare and n is not None:
+            got[r] = got.get(r, 0) + n
     return {r: float(got.get(r) or 0) for r in bare}
 
 
