@@ -240,16 +240,16 @@ def test_same_tables_as_the_per_step_loop(rel: str) -> None:
 
 def test_the_steps_keep_polars_order_of_ties(monkeypatch: pytest.MonkeyPatch) -> None:
     """A spy on the sort: the per-step order is Polars' sort by (end, start) of the step's rows
-    (a stable sort would order ties otherwise)."""
+    (a stable sort would order ties otherwise), the eager sort's plan run in one collect_all."""
     profile = load(shared_trace("multi_rank/hta_sampled_128rank_job/rank-1.json.gz"), cache=False)
     seen: list[list[str]] = []
-    real = pl.DataFrame.sort
+    real = pl.LazyFrame.sort
 
-    def spy(self: pl.DataFrame, by: Any, *more: Any, **kw: Any) -> pl.DataFrame:
+    def spy(self: pl.LazyFrame, by: Any, *more: Any, **kw: Any) -> pl.LazyFrame:
         seen.append([by, *more])
         return real(self, by, *more, **kw)
 
-    monkeypatch.setattr(pl.DataFrame, "sort", spy)
+    monkeypatch.setattr(pl.LazyFrame, "sort", spy)
     cp.critical_path(profile, Options())
     assert seen.count(["end_ns", "start_ns"]) == profile.steps.height
 
