@@ -22,7 +22,13 @@ from typing import Any, Final, Literal
 import numpy as np
 import polars as pl
 
-from opscope.advise._common import kind_counts, kind_mask, name_mask, present
+from opscope.advise._common import (
+    NAME_INDEX_MIN_ROWS,
+    kind_counts,
+    kind_mask,
+    name_mask,
+    present,
+)
 from opscope.analysis.tree import per_profile
 from opscope.ingest.summary import header_world_size
 from opscope.model import Profile
@@ -359,11 +365,16 @@ def check_launch_links(profile: Profile) -> list[Check]:
     # the launches as an array mask over the events, then Series filters: not DataFrame
     # filters over every event column (a fixed cost of ~0.15 ms a query, and a copy of every
     # column of the matching rows), nor comparisons of the kind column (a query each); the
-    # names' regex once per distinct name on a large trace (advise name_mask; false for a
-    # missing name, which a filter drops)
-    launch = pl.Series(
-        kind_mask(profile, "runtime", "driver") & name_mask(profile, "events", pattern=_LAUNCH_RE)
-    )
+    # names' regex once per distinct name on a large trace (the rules' name codes), else on
+    # the runtime calls' names only (false for a missing name, which a filter drops)
+    runtime = kind_mask(profile, "runtime", "driver")
+    if ev.height >= NAME_INDEX_MIN_ROWS:
+        at = runtime & name_mask(profile, "events", pattern=_LAUNCH_RE)
+    else:
+        hit = ev.get_column("name").filter(pl.Series(runtime)).str.contains(_LAUNCH_RE)
+        at = runtime.copy()
+        at[runtime] = (hit.fill_null(False) if hit.null_count() else hit).to_numpy()
+    launch = pl.Series(at)
     ids = ev.get_column("id").filter(launch)
     n_l = ids.len()
     if n_l:
