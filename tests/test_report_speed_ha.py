@@ -278,7 +278,8 @@ def test_breakdown_input_shortcuts_are_taken_where_there_is_nothing(
     planted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No host event that could be data loading: its filter is not run (two plans collected,
-    not three); no launch link: no join for the launch times."""
+    not three); no launch link (no kernel, or Ascend's): the launch times are null without
+    looking any up; else each is its launching event's start (plain Python over the events)."""
     monkeypatch.setattr(tree, "SHORTCUTS", True)
     sizes: list[int] = []
     real = pl.collect_all
@@ -287,21 +288,25 @@ def test_breakdown_input_shortcuts_are_taken_where_there_is_nothing(
         sizes.append(len(plans))
         return real(plans, *a, **k)
 
+    looked = _Spy(monkeypatch, tree, "_positions")
     p = ASCEND_DATA / "st/level2/rank_1_ascend_pt"
     if not p.exists():
         pytest.skip(f"ascend_data export not found: {p}")
-    for path, plans, joined in (
-        (p, 2, False),
-        (planted["gloo"], 3, False),
-        (planted["nccl"], 3, True),
-    ):
+    nccl = planted["nccl"]
+    for path, plans, linked in ((p, 2, False), (planted["gloo"], 3, False), (nccl, 3, True)):
         prof = opscope.load(path, cache=False)
         monkeypatch.setattr(pl, "collect_all", spy)
         sizes.clear()
         breakdown._inputs(prof)
         monkeypatch.setattr(pl, "collect_all", real)
         assert sizes == [plans], path
-        assert ("JOIN" in breakdown._device_work(prof).explain()) is joined, path
+        looked.calls.clear()
+        work = breakdown._device_work(prof).collect()
+        assert bool(looked.calls) is linked, path
+        ts = dict(zip(prof.events.get_column("id"), prof.events.get_column("ts_ns"), strict=True))
+        want = [ts.get(i) if i is not None else None for i in work.get_column("launch_id")]
+        assert work.get_column("launch_ts").to_list() == want, path
+        assert any(w is not None for w in want) is linked, path
 
 
 def test_clip_is_the_same_with_and_without_shortcuts(monkeypatch: pytest.MonkeyPatch) -> None:
