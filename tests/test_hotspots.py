@@ -160,3 +160,37 @@ def test_ascend_kernel_type_totals_equal_op_statistic_csv(rel: str) -> None:
         assert key in got, key
         assert got[key]["calls"] == count, key
         assert got[key]["total_ns"] / 1000 == pytest.approx(total, rel=1e-6, abs=0.01), key
+
+
+def test_rows_of_equal_each_tables_eager_rows_in_one_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """rows_of (the conversions of several tables in one collect_all) gives, table by table,
+    what the eager to_us + to_dicts gives: ns columns of several chunks, a replaced ``*_us``,
+    no ns column, an empty table, ``top`` and none; a spy: one collect_all for them all."""
+    from opscope.analysis import hotspots as hs
+
+    chunked = pl.concat(
+        [pl.DataFrame({"name": ["a", "b"], "total_ns": [18865, 7]}),
+         pl.DataFrame({"name": ["c"], "total_ns": [1]})],
+        rechunk=False,
+    )  # fmt: skip
+    tables = [
+        (chunked, 2),
+        (chunked, None),
+        (pl.DataFrame({"x_us": [1.0], "x_ns": [2500], "k": [None]}), 20),
+        (pl.DataFrame({"name": ["a"]}), None),
+        (pl.DataFrame(schema={"total_ns": pl.Int64}), 5),
+    ]
+    want = [hs.to_us(df if top is None else df.head(top)).to_dicts() for df, top in tables]
+    calls: list[int] = []
+    real = pl.collect_all
+
+    def spy(plans: Any, **kw: Any) -> Any:
+        calls.append(len(plans))
+        return real(plans, **kw)
+
+    monkeypatch.setattr(pl, "collect_all", spy)
+    assert hs.rows_of(tables) == want
+    assert calls == [3]
+    assert [hs.rows(df, top) for df, top in tables] == want

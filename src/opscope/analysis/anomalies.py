@@ -37,7 +37,7 @@ import polars as pl
 
 from opscope.analysis import tree as _tree  # its SHORTCUTS switch, read when used
 from opscope.analysis.flops import host_op_costs
-from opscope.analysis.hotspots import op_times, rows
+from opscope.analysis.hotspots import op_times, rows_of
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import Forest, no_ops
 from opscope.model import Profile
@@ -81,8 +81,8 @@ class Anomalies(Result):
         """One dict per anomalous group: name, input_shapes, calls, outlier_calls, median_us,
         outlier_median_us, steps (plus kind, input_types, ts_us of the outliers); then the
         inefficient shapes with ``"kind": "efficiency"``."""
-        out = rows(self.groups, self.top)
-        for r in rows(self.efficiency, self.top):
+        out, eff = rows_of([(self.groups, self.top), (self.efficiency, self.top)])
+        for r in eff:
             out.append({"kind": "efficiency", **r})
         return out
 

@@ -16,6 +16,7 @@ shared by the other core analyses (their Markdown tables are written in report/)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -153,25 +154,45 @@ def host_parent(events: pl.DataFrame, pairs: pl.DataFrame | None = None) -> pl.D
 
 def to_us(df: pl.DataFrame) -> pl.DataFrame:
     """``*_ns`` integer columns become ``*_us`` floats (JSON outputs use microseconds)."""
+    conv = _to_us_exprs(df)
+    return df if conv is None else df.select(conv)
+
+
+def _to_us_exprs(df: pl.DataFrame) -> list[pl.Expr] | None:
+    """The select of :func:`to_us` (None: no ``*_ns`` column, the frame as it is)."""
     # one select (a query per call: with_columns + drop cost two, a fixed cost per table that
     # dominated small traces); the columns come out as with_columns + drop ordered them: the
     # other columns in place (an existing ``*_us`` replaced where it stands), new ones at the end
     conv = {c[:-3] + "_us": (pl.col(c) / 1000.0) for c in df.columns if c.endswith("_ns")}
     if not conv:
-        return df
+        return None
     kept = [c for c in df.columns if not c.endswith("_ns")]
-    return df.select(
+    return [
         *[conv[c].alias(c) if c in conv else pl.col(c) for c in kept],
         *[e.alias(c) for c, e in conv.items() if c not in kept],
-    )
+    ]
 
 
 def rows(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
     """The first ``top`` rows of ``df`` (ns columns in µs) as JSON-ready dicts."""
-    if not df.height:  # no rows, no dicts: skip the query (a fixed cost on small traces)
-        return []
-    out = to_us(df if top is None else df.head(top))
-    return out.to_dicts()
+    return rows_of([(df, top)])[0]
+
+
+def rows_of(tables: Sequence[tuple[pl.DataFrame, int | None]]) -> list[list[dict[str, Any]]]:
+    """:func:`rows` of each (table, top), the conversions in one call (a query each was a fixed
+    cost, half a dozen per report): each the plan of :func:`to_us`' eager select (the same
+    engine and optimisations, over the same chunks: the same figures)."""
+    heads = [df if top is None else df.head(top) for df, top in tables]
+    # (no rows, no dicts: no query, a fixed cost on small traces)
+    exprs = [_to_us_exprs(df) if df.height else None for df in heads]
+    plans = [df.lazy().select(e) for df, e in zip(heads, exprs, strict=True) if e is not None]
+    done = iter(
+        pl.collect_all(plans, engine="in-memory", optimizations=_tree.EAGER_FLAGS) if plans else []
+    )
+    return [
+        [] if not df.height else (df if e is None else next(done)).to_dicts()
+        for df, e in zip(heads, exprs, strict=True)
+    ]
 
 
 def time_base(profile: Profile) -> tuple[int, int]:
@@ -339,13 +360,10 @@ class Hotspots(Result):
 
     def to_json(self) -> dict[str, Any]:
         """``{"ops": [...], "kernels": [...], "op_shapes", "modules", "sources"}``, top rows."""
+        names = ("ops", "kernels", "op_shapes", "modules", "sources", "kernel_types")
+        tables = [(getattr(self, n), self.top) for n in names]
         return {
-            "ops": rows(self.ops, self.top),
-            "kernels": rows(self.kernels, self.top),
-            "op_shapes": rows(self.op_shapes, self.top),
-            "modules": rows(self.modules, self.top),
-            "sources": rows(self.sources, self.top),
-            "kernel_types": rows(self.kernel_types, self.top),
+            **dict(zip(names, rows_of(tables), strict=True)),
             "step_us": self.step_ns / 1000.0,
             "span_us": self.span_ns / 1000.0,
         }
