@@ -300,3 +300,34 @@ def test_device_idle_counts_shortcut(
         got[on] = (overhead._idle_of(prof), frames[0] - before)
     assert got[True][0] == got[False][0] > 0
     assert got[True][1] == got[False][1] - 1
+
+
+def test_foreach_reads_the_op_parents_of_its_ops_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """optimizer-foreach finds the loop without the every-op parents table (the parents of the
+    ops under the annotation by position): the same finding as with that table joined."""
+    from opscope.advise.rules import fusion
+
+    p = SHARED_TRACES / "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz"
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    rule = rules()["fusion-optimizer-foreach"]
+    asked: list[int] = []
+    real = c.op_parents
+
+    def spy(profile: Any) -> Any:
+        asked.append(1)
+        return real(profile)
+
+    monkeypatch.setattr(c, "op_parents", spy)
+    prof = opscope.load(p, cache=False)
+    (f,) = rule.match(prof, {})
+    assert asked == []
+    # the parents by position equal the table's for every op under the annotation
+    table = dict(real(prof).iter_rows())
+    ops_at = c.event_positions(prof, prof.ops.get_column("id"))
+    up = c.op_parent_positions(prof)
+    ids = prof.events.get_column("id").to_list()
+    for i, at in zip(prof.ops.get_column("id").to_list(), ops_at.tolist(), strict=True):
+        assert table[i] == (ids[up[at]] if up[at] >= 0 else None)
+    assert f.rule == "fusion-optimizer-foreach" and f.evidence["calls"] > 0
+    assert fusion.FOREACH_MIN_OPS > 1

@@ -509,7 +509,18 @@ class Foreach:
         is_ann[c.event_positions(profile, ann.get_column("id"))] = True
         under = forest.nearest_up(is_ann, include_self=False, max_depth=c.MAX_WALK - 1) >= 0
         ops_at = c.event_positions(profile, profile.ops.get_column("id"))
-        inner = profile.ops.get_column("id").to_numpy()[(ops_at >= 0) & under[ops_at]]
+        keep = (ops_at >= 0) & under[ops_at]
+        inner = profile.ops.get_column("id").to_numpy()[keep]
+        # their op parents (c.op_parents' values, for these ops only: that table is a gather
+        # of every event and a join with every op)
+        parents = pl.DataFrame(
+            [
+                pl.Series("id", inner, dtype=pl.Int64),
+                tree.gather(
+                    profile.events.get_column("id"), c.op_parent_positions(profile)[ops_at[keep]]
+                ).alias("op_parent"),
+            ]
+        )
         anc = c.ancestors(profile, pl.Series(inner, dtype=pl.Int64)).lazy()
         anc = anc.filter(
             pl.col("anc_id").is_in(ann.get_column("id").implode()) & (pl.col("hops") > 0)
@@ -517,7 +528,7 @@ class Foreach:
         inside = (
             profile.ops.lazy()
             .join(anc.select("id", "anc_id"), on="id")
-            .join(c.op_parents(profile).lazy(), on="id", how="left")
+            .join(parents.lazy(), on="id", how="left")
         )
         # Ops directly under the annotation (their nearest host op parent is outside it).
         direct = inside.filter(
