@@ -383,3 +383,26 @@ def test_unions_and_idle_split_with_many_equal_starts(
         covered = {t for r in mine for t in range(r[1], r[2])}
         assert got[g] == len(covered), g
         assert split_got[g] == split([(r[1], r[2], r[3]) for r in mine], mine[0][4], mine[0][5])
+
+
+def test_roofline_takes_the_aligned_costs(
+    planted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cost table beside the ops (their rows in their order): taken on a trace with ops,
+    and the roofline the same as with the join (checked on these traces above); a table out of
+    order, short, or with a null id is not aligned."""
+    monkeypatch.setattr(tree, "SHORTCUTS", True)
+    aligned = _Spy(monkeypatch, roofline, "_aligned")
+    for rel in ("gpu/hta_triton_a100.json.gz", "gpu/hta_nccl_a100_rank0of2.json.gz"):
+        p = SHARED_TRACES / rel
+        if not p.exists():
+            pytest.skip(f"shared trace not found: {p}")
+        roofline.roofline(opscope.load(p, cache=False), Options())
+    assert aligned.calls == [True, True]
+    ops = pl.DataFrame({"id": [3, 5, 9], "name": ["a", "b", "c"]})
+    costs = pl.DataFrame({"id": [3, 5, 9], "flops": [1, None, 2]})
+    assert roofline._aligned(ops, costs)
+    assert not roofline._aligned(ops, costs.reverse())
+    assert not roofline._aligned(ops, costs.head(2))
+    assert not roofline._aligned(ops, costs.with_columns(pl.Series("id", [3, None, 9])))
+    assert not roofline._aligned(ops, costs.with_columns(pl.lit("x").alias("name")))

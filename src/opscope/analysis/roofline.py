@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from opscope.analysis import tree
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
@@ -142,6 +143,15 @@ def _device_of(
         vendor = "cpu"
     spec, note = resolve(name, vendor=vendor, compute_units=cu, memory_bytes=mem)
     return spec, name, note
+
+
+def _aligned(ops: pl.DataFrame, costs: pl.DataFrame) -> bool:
+    """Whether ``costs`` has ``ops``' ids in their order and no other column of theirs (Series
+    operations, no query)."""
+    if costs.height != ops.height or set(costs.columns) & set(ops.columns) != {"id"}:
+        return False
+    a, b = ops.get_column("id"), costs.get_column("id")
+    return a.null_count() == 0 and b.null_count() == 0 and bool((a == b).all())
 
 
 def _op_parents(ops: pl.DataFrame) -> npt.NDArray[np.int64]:
@@ -350,14 +360,14 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     """The roofline (see :func:`_roofline`) computed in full; also right without host ops."""
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
     ops = profile.ops
-    costs = host_op_costs(profile)
-    ops = (  # one query (a rename and a join eagerly were two)
-        ops.lazy()
-        .join(
-            costs.lazy().rename({"flops": "our_flops", "bytes": "our_bytes"}), on="id", how="left"
-        )
-        .collect(engine="in-memory")
-    )
+    costs = host_op_costs(profile).rename({"flops": "our_flops", "bytes": "our_bytes"})
+    if tree.SHORTCUTS and _aligned(ops, costs):
+        # the cost table holds the ops' rows in their order (as host_op_costs makes it): its
+        # columns beside theirs are the left join's (ids are unique), without hashing 40k ids
+        ops = ops.hstack(costs.drop("id").get_columns())
+    else:
+        # one query (a rename and a join eagerly were two)
+        ops = ops.lazy().join(costs.lazy(), on="id", how="left").collect(engine="in-memory")
     costed = ops.get_column("our_flops").is_not_null() | ops.get_column("our_bytes").is_not_null()
     # a cost derived from the forward op (autograd nodes) yields to exact, shape-based costs of
     # the ops it runs (convolution_backward knows which gradients were needed)
@@ -374,7 +384,8 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     pairs = set(
         costs.lazy().select("dtype", "roof").unique().collect(engine="in-memory").iter_rows()
     )
-    owned = ops.lazy().join(owners.lazy(), on="id", how="left")
+    # the owners are the ops' rows in their order (ids unique): a column, not a join
+    owned = ops.lazy().with_columns(owners.get_column("owner"))
     is_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null()
     # from the profile's cached device work (LOCAL_WORK is part of it: the same rows in the
     # same order as filtering every event again)
