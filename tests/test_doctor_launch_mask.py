@@ -78,3 +78,17 @@ def test_a_launch_with_no_kernel_is_unlinked(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(type(prof), "kernels", property(lambda self: cut))
     (check,) = checks.check_launch_links(prof)
     assert check.evidence["launches_without_device_activity"] == _reference(prof)["unlinked"] >= 1
+
+
+def test_a_device_only_export_has_no_launch() -> None:
+    """No runtime call (an Ascend rank of collectives only): no launch, as the Series tests
+    find, without the name test."""
+    from pathlib import Path
+
+    p = Path("/work/ascend_data/st/level2/rank_1_ascend_pt")
+    if not p.exists():
+        pytest.skip(f"ascend_data export not found: {p}")
+    prof = opscope.load(p, cache=False)
+    (check,) = checks.check_launch_links(prof)
+    assert check.evidence["launches"] == _reference(prof)["launches"] == 0
+    assert check.evidence["launches_without_device_activity"] == 0

@@ -368,7 +368,9 @@ def check_launch_links(profile: Profile) -> list[Check]:
     # names' regex once per distinct name on a large trace (the rules' name codes), else on
     # the runtime calls' names only (false for a missing name, which a filter drops)
     runtime = kind_mask(profile, "runtime", "driver")
-    if ev.height >= NAME_INDEX_MIN_ROWS:
+    if not runtime.any():  # no runtime call: no launch (a device-only export)
+        at = runtime
+    elif ev.height >= NAME_INDEX_MIN_ROWS:
         at = runtime & name_mask(profile, "events", pattern=_LAUNCH_RE)
     else:
         hit = ev.get_column("name").filter(pl.Series(runtime)).str.contains(_LAUNCH_RE)
