@@ -114,3 +114,25 @@ def test_findings_plug_into_a_report_section() -> None:
     rep = Report(summary={"format": "kineto"}, sections={"advice": fs})
     assert rep.to_json()["findings"] == fs.to_json()
     assert "## Findings" in render_markdown(rep)
+
+
+def test_rules_stays_the_function_whatever_is_imported_first() -> None:
+    """``opscope.advise.rules`` is the registry function although a subpackage has the same
+    name: importing a rule module first (as some tests do), or running the rules (which imports
+    every family), once rebound the name to the subpackage, and a later caller got a module."""
+    import subprocess
+    import sys
+
+    code = (
+        "import opscope.advise.rules.gemm\n"
+        "import importlib; importlib.import_module('opscope.advise.rules.fusion')\n"
+        "from opscope.advise import advise, rules\n"
+        "from opscope.model import Profile\n"
+        "advise(Profile.from_tables(meta={'format': 'kineto'}))\n"
+        "import opscope.advise as a\n"
+        "assert callable(rules) and a.rules is rules, a.rules\n"
+        "print(len(rules()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.strip()) == len(rules())

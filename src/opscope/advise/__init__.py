@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import opscope.advise.rules as _rule_modules  # noqa: F401
 from opscope.advise.finding import REPORT_KEYS, Finding
 from opscope.advise.rule import Findings, Rule, advise, register, rules
+
+# ``rules`` names both the function (bound just above) and the subpackage of rule modules: the
+# first import of the subpackage sets this package's attribute to it, so it is imported first,
+# here, and the function bound after it; later imports of its modules leave the name alone.
 
 __all__ = [
     "REPORT_KEYS",
