@@ -12,22 +12,9 @@ The public API is imported lazily so that ``import opscope`` stays cheap and nev
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 from typing import Any
 
 __version__ = "0.1.0"
-
-JEMALLOC_ENV = "_RJEM_MALLOC_CONF"
-JEMALLOC_CONF = "dirty_decay_ms:5000,muzzy_decay_ms:5000"
-# Polars' allocator (jemalloc) hands freed pages back to the system after 0.5 s by default; a
-# load frees and reallocates large column buffers for every window and segment, and paid for
-# each round trip in page faults and system time (3 GB out-of-core: 4.82M -> 2.16M faults,
-# 13.3 -> 6.3 s of system time with 5 s; the in-memory load's peak +0.1-0.25 GB). It is read once,
-# when Polars' library starts, so it is set only when Polars is not loaded yet and only when the
-# user has not set it.
-if "polars" not in sys.modules:
-    os.environ.setdefault(JEMALLOC_ENV, JEMALLOC_CONF)
 
 _EXPORTS = {
     "load": "opscope.ingest",
