@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 import opscope.analysis  # noqa: F401
+from helpers.spies import count_collect_all
 from helpers.synth import training
 from opscope.analysis.registry import run
 
@@ -253,14 +254,7 @@ def test_slow_calls_without_a_reported_group_skip_the_last_query(
         profile, _ = _loaded_machine_profile()
     else:
         profile = training(steps=6, layers=3, slow_at=(4, 1), slow_factor=12).profile
-    ran: list[int] = []
-    real = pl.collect_all
-
-    def spy(plans: Any, **kw: Any) -> Any:
-        ran.append(len(plans))
-        return real(plans, **kw)
-
-    monkeypatch.setattr(pl, "collect_all", spy)
+    ran = count_collect_all(monkeypatch)
     fast = anomalies.slow_calls(profile)
     assert ran == ([2] if case == "planted" else [])
     monkeypatch.setattr(tree, "SHORTCUTS", False)

@@ -14,6 +14,7 @@ import pytest
 
 import opscope.analysis  # noqa: F401
 from conftest import shared_trace
+from helpers.spies import count_collect_all
 from helpers.synth import training
 from opscope.analysis.registry import Options, run
 
@@ -183,14 +184,7 @@ def test_rows_of_equal_each_tables_eager_rows_in_one_call(
         (pl.DataFrame(schema={"total_ns": pl.Int64}), 5),
     ]
     want = [hs.to_us(df if top is None else df.head(top)).to_dicts() for df, top in tables]
-    calls: list[int] = []
-    real = pl.collect_all
-
-    def spy(plans: Any, **kw: Any) -> Any:
-        calls.append(len(plans))
-        return real(plans, **kw)
-
-    monkeypatch.setattr(pl, "collect_all", spy)
+    calls = count_collect_all(monkeypatch)
     assert hs.rows_of(tables) == want
     assert calls == [3]
     assert [hs.rows(df, top) for df, top in tables] == want

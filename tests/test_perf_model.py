@@ -12,6 +12,7 @@ import pytest
 
 import opscope
 from helpers import planted
+from helpers.spies import count_collect_all
 from opscope.advise import _common as c
 from opscope.advise import advise, rule
 from opscope.advise.finding import Finding
@@ -122,8 +123,6 @@ def test_no_costed_call_skips_the_query(where: str, monkeypatch: pytest.MonkeyPa
     """A trace of kernels only (no costed call): the tables from the plans' schemas equal what
     the query gives with the shortcuts off, and collect_all is not called (a spy); a trace with
     calls runs it."""
-    import polars as pl
-
     from conftest import shared_trace
     from opscope.analysis import tree
 
@@ -133,14 +132,7 @@ def test_no_costed_call_skips_the_query(where: str, monkeypatch: pytest.MonkeyPa
         path = Path(where)
         if not path.exists():
             pytest.skip("no Ascend export here")
-    ran: list[int] = []
-    real = pl.collect_all
-
-    def spy(plans: Any, **kw: Any) -> Any:
-        ran.append(len(plans))
-        return real(plans, **kw)
-
-    monkeypatch.setattr(pl, "collect_all", spy)
+    ran = count_collect_all(monkeypatch)
     fast = perf_model(opscope.load(path, cache=False), Options())
     has_calls = fast.calls.height > 0
     assert (ran == [2]) == has_calls and (ran == []) == (not has_calls)
