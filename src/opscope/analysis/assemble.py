@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import polars as pl
 
 from opscope.analysis import registry
-from opscope.analysis.hotspots import rows
+from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result
 from opscope.model import Profile
 
@@ -54,7 +54,9 @@ def section_json(result: Any, top: int = 20) -> Any:
     if isinstance(result, Section) and not getattr(type(result), "generic_json", False):
         return result.to_json()
     if isinstance(result, Result):
-        out: dict[str, Any] = {k: rows(v, top) for k, v in result.tables().items()}
+        tables = result.tables()
+        converted = rows_of([(v, top) for v in tables.values()])  # (one call: a query each)
+        out: dict[str, Any] = dict(zip(tables, converted, strict=True))
         out.update({k: v for k, v in result.scalars().items() if _plain(v)})
         return out
     return result

@@ -60,7 +60,7 @@ import polars as pl
 from opscope.analysis import cluster_ascend as asc
 from opscope.analysis import tree
 from opscope.analysis.breakdown import breakdown, union_ns
-from opscope.analysis.hotspots import rows
+from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, dtypes
 
@@ -439,15 +439,18 @@ class Cluster(Result):
             )
             .sort("rank", "collective")
         )
+        evidence, step_gap, slow_links = rows_of(
+            [(self.slow_ranks, None), (self.step_gap, None), (self.slow_links, None)]
+        )
         return {
             "engine": self.engine,
             "failed_ranks": [{"rank": r, "reason": why} for r, why in self.failed],
             "ranks": ranks,
             "slow_ranks": self.slow_rank_ids,
-            "slow_rank_evidence": rows(self.slow_ranks),
-            "step_gap": rows(self.step_gap),
+            "slow_rank_evidence": evidence,
+            "step_gap": step_gap,
             "collectives": coll_sum.to_dicts(),
-            "slow_links": rows(self.slow_links),
+            "slow_links": slow_links,
             "msprof_ranks": self.msprof.to_dicts(),
             "rank_gaps": asc.rank_gaps(self.msprof),
             "stages": self.stages.to_dicts(),

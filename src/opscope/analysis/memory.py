@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import polars as pl
 
 from opscope.analysis import tree
-from opscope.analysis.hotspots import rows
+from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
 
@@ -46,12 +46,9 @@ class Memory(Result):
 
     def to_json(self) -> dict[str, Any]:
         """Peaks, live-at-peak, churn and never-freed tables (no timeline: it is per event)."""
-        return {
-            "peaks": rows(self.peaks),
-            "live_at_peak": rows(self.live_at_peak, self.top),
-            "churn": rows(self.churn),
-            "never_freed": rows(self.never_freed, self.top),
-        }
+        tables = [(self.peaks, None), (self.live_at_peak, self.top), (self.churn, None)]
+        peaks, live, churn, never = rows_of([*tables, (self.never_freed, self.top)])
+        return {"peaks": peaks, "live_at_peak": live, "churn": churn, "never_freed": never}
 
 
 def _where(places: FrameT, df: FrameT) -> FrameT:
