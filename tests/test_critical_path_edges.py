@@ -23,7 +23,7 @@ from opscope.model import Profile
 def reference_edges(
     nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None = None
 ) -> pl.LazyFrame:
-    """``_edges`` as the Polars plan it was (kept verbatim as the reference)."""
+    """``edges`` as the Polars plan it was (kept verbatim as the reference)."""
     lane = (
         nodes.lazy()
         .sort("start_ns", "end_ns")
@@ -82,7 +82,7 @@ def reference_edges(
 def reference_tables(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``critical_path``'s path, ops and steps by the per-step loop of Polars queries it was
     (kept as the reference), from the same graph."""
-    nodes, cross = cpg._nodes(profile), cpg._graph(profile)[1]
+    nodes, cross = cpg._nodes(profile), cpg.graph(profile)[1]
     step_spans = profile.steps.lazy().select("rank", "step", "dur_ns")
     paths = []
     edges = (
@@ -211,7 +211,7 @@ def test_same_edges_in_the_same_order_as_the_plan(seed: int) -> None:
     between the sync edges of two steps varies in the plan itself: group_by's)."""
     nodes, events, cross = _random_nodes(seed)
     for c in (cross, None):
-        src, dst = cpg._edges(nodes, events, c)
+        src, dst = cpg.edges(nodes, events, c)
         want = reference_edges(nodes, events, c).collect().rows()
         assert _into(list(zip(src.tolist(), dst.tolist(), strict=True))) == _into(want)
         assert len(src) == len(want)

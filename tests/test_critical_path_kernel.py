@@ -102,7 +102,7 @@ def test_positions_by_table_equal_the_binary_search(seed: int) -> None:
         ids = rng.permutation(np.unique(ids))  # no repeat
     x = rng.integers(-spread * n, spread * n + 1, int(rng.integers(0, 3 * n)))
     x = np.concatenate((x, rng.choice(ids, 5)))
-    assert cpg._positions(ids, x).tolist() == cpg._positions_sorted(ids, x).tolist()
+    assert cpg.positions(ids, x).tolist() == cpg._positions_sorted(ids, x).tolist()
 
 
 def test_positions_take_the_table_when_ids_are_dense(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,16 +116,16 @@ def test_positions_take_the_table_when_ids_are_dense(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(cpg, "_positions_sorted", spy)
     ids = np.array([5, -3, 0, 7, 2])
     x = np.array([7, 8, -3, -4, 100, 5, 2])
-    assert cpg._positions(ids, x).tolist() == [3, -1, 1, -1, -1, 0, 4]
+    assert cpg.positions(ids, x).tolist() == [3, -1, 1, -1, -1, 0, 4]
     assert searched == []  # dense and unique: the table
-    assert cpg._positions(np.array([5, 5, 1]), np.array([5, 1])).tolist() == [0, 2]
+    assert cpg.positions(np.array([5, 5, 1]), np.array([5, 1])).tolist() == [0, 2]
     assert searched == [2]  # a repeated id: the search
-    assert cpg._positions(np.array([0, 10**9]), np.array([10**9])).tolist() == [1]
+    assert cpg.positions(np.array([0, 10**9]), np.array([10**9])).tolist() == [1]
     assert searched == [2, 1]  # sparse: the search
 
 
 def _reference_sync_edges(nodes: pl.DataFrame) -> list[tuple[int, int]]:
-    """The sync edges as ``_edges`` made them with a join_asof per stream (kept as reference)."""
+    """The sync edges as ``edges`` made them with a join_asof per stream (kept as reference)."""
     out: list[tuple[int, int]] = []
     syncs = nodes.filter(pl.col("is_sync")).sort("end_ns")
     dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
@@ -167,7 +167,7 @@ def test_sync_edges_equal_the_join_asof(seed: int) -> None:
         {"id": np.arange(n), "launch_id": [None] * n},
         schema={"id": pl.Int64, "launch_id": pl.Int64},
     )
-    edges = pl.DataFrame(dict(zip(("src", "dst"), cpg._edges(nodes, events), strict=True)))
+    edges = pl.DataFrame(dict(zip(("src", "dst"), cpg.edges(nodes, events), strict=True)))
     lane = (
         nodes.sort("start_ns", "end_ns")
         .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))

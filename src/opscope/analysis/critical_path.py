@@ -53,12 +53,12 @@ from opscope.analysis import _critical_path_kernels as _kernels
 from opscope.analysis import tree
 from opscope.analysis.critical_path_graph import (
     IDLE_OP,
-    _edges,
-    _graph,
-    _name_expr,
-    _op_expr,
-    _op_names,
-    _positions,
+    edges,
+    graph,
+    name_expr,
+    op_expr,
+    op_names,
+    positions,
     unique_order,
 )
 from opscope.analysis.registry import Options, Result, analysis
@@ -139,8 +139,8 @@ def _longest_path_at(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`longest_path` with the path as positions in ``ids`` and arrays."""
     # edge endpoints -> positions in the end-time order, vectorised
-    ks = _positions(np.asarray(ids), np.asarray(src))
-    kd = _positions(np.asarray(ids), np.asarray(dst))
+    ks = positions(np.asarray(ids), np.asarray(src))
+    kd = positions(np.asarray(ids), np.asarray(dst))
     return _longest_path_of(start, end, ks, kd, waits=waits, device=device)
 
 
@@ -228,7 +228,7 @@ def _step_rows_unique(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[
 @analysis("critical_path")
 def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time."""
-    nodes, cross, ev = _graph(profile)
+    nodes, cross, ev = graph(profile)
     i64 = np.int64
     n_id = nodes.get_column("id").to_numpy().astype(i64)
     n_start = nodes.get_column("start_ns").to_numpy().astype(i64)
@@ -244,9 +244,9 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         group_of[rows] = k
     # edges belong to the step of their destination (an edge into no node is none); their order
     # is kept within a step, as the first best edge into a node wins
-    src, dst = _edges(nodes, profile.events, cross)
-    dst_row = _positions(n_id, dst)
-    src_row = _positions(n_id, src)[dst_row >= 0]
+    src, dst = edges(nodes, profile.events, cross)
+    dst_row = positions(n_id, dst)
+    src_row = positions(n_id, src)[dst_row >= 0]
     dst_row = dst_row[dst_row >= 0]
     by_group = np.argsort(group_of[dst_row], kind="stable")
     src_row, dst_row = src_row[by_group], dst_row[by_group]
@@ -274,7 +274,7 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     by_step = sorted(range(len(keys)), key=keys.__getitem__)
     rows = np.concatenate([path_rows[k] for k in by_step]) if keys else np.empty(0, i64)
     # the operators of the nodes on the path only
-    op = _op_names(nodes.select(pl.col("op_id").gather(rows)), ev)
+    op = op_names(nodes.select(pl.col("op_id").gather(rows)), ev)
     name = pl.col("name").gather(rows)
     path = (
         nodes.select(
@@ -297,8 +297,8 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
                 np.concatenate([contribs[k] for k in by_step]) if keys else np.empty(0, i64),
             ),
             pl.col("lane_kind", "lane", "start_ns", "end_ns").gather(rows),
-            _name_expr(name, op).alias("name"),
-            _op_expr(name, op).alias("op"),
+            name_expr(name, op).alias("name"),
+            op_expr(name, op).alias("op"),
             pl.col("op_id").gather(rows),
         )
         .pipe(tree.collect)

@@ -263,7 +263,7 @@ def _host_nodes(
     # a copy call blocked when its (last-ending) copy ends before the call returns
     copy_end = np.full(n, np.iinfo(i64).min, dtype=i64)
     if copies.height:
-        at = _positions(cid, copies.get_column("launch_id").to_numpy().astype(i64))
+        at = positions(cid, copies.get_column("launch_id").to_numpy().astype(i64))
         np.maximum.at(copy_end, at[at >= 0], copies.get_column("end").to_numpy()[at >= 0])
     sync = rt.get_column("sync").to_numpy().astype(bool)
     blocking = rt.get_column("copy").to_numpy().astype(bool) & (copy_end > np.iinfo(i64).min)
@@ -673,29 +673,29 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
 
 def _nodes(profile: Profile) -> pl.DataFrame:
     """Every node of every step: host segments and device work, with their attribution."""
-    nodes, _, ev = _graph(profile)
-    op = _op_names(nodes, ev)
+    nodes, _, ev = graph(profile)
+    op = op_names(nodes, ev)
     return nodes.with_columns(
-        _op_expr(pl.col("name"), op).alias("op"), _name_expr(pl.col("name"), op).alias("name")
+        op_expr(pl.col("name"), op).alias("op"), name_expr(pl.col("name"), op).alias("name")
     )
 
 
-def _op_names(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.Series:
+def op_names(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.Series:
     """Per node, the name of the event its op_id is (null where none): a gather by position, not
     a join with every event (~3 ms of a 75k-event trace)."""
     op_id, op_null = _int_column(nodes, "op_id")
-    at = _positions(ev.get_column("id").to_numpy().astype(np.int64), op_id)
+    at = positions(ev.get_column("id").to_numpy().astype(np.int64), op_id)
     miss = at < 0 if op_null is None else (at < 0) | op_null
     op = ev.get_column("name").gather(np.where(miss, 0, at))
     return op.set(pl.Series(miss), None) if miss.any() else op
 
 
-def _op_expr(name: pl.Expr, op: pl.Series) -> pl.Expr:
+def op_expr(name: pl.Expr, op: pl.Series) -> pl.Expr:
     """A node's operator: its op's name, else its own (an idle gap: :data:`IDLE_OP`)."""
     return pl.when(name == "(idle)").then(pl.lit(IDLE_OP)).otherwise(pl.coalesce(pl.lit(op), name))
 
 
-def _name_expr(name: pl.Expr, op: pl.Series) -> pl.Expr:
+def name_expr(name: pl.Expr, op: pl.Series) -> pl.Expr:
     """A node's name: its own, else (a host piece of no name) its op's."""
     return pl.when(name == "").then(pl.lit(op)).otherwise(name)
 
@@ -717,7 +717,7 @@ def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
     cand = np.flatnonzero(is_op & (code < 0))  # (a thread of no call: no code)
     if len(cand):
         parent, parent_null = _int_column(ev, "parent_id")
-        at = _positions(ev.get_column("id").to_numpy().astype(np.int64), parent[cand])
+        at = positions(ev.get_column("id").to_numpy().astype(np.int64), parent[cand])
         # a parent that is an operator: not top-level (an unknown parent is no operator)
         nested = (at >= 0) & is_op[np.maximum(at, 0)]
         if parent_null is not None:
@@ -744,9 +744,9 @@ def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
     )
 
 
-def _graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Every node of every step (host segments and device work, with their op_id: their
-    operator and the name of a host piece come from :func:`_op_names`, read for the nodes on
+    operator and the name of a host piece come from :func:`op_names`, read for the nodes on
     the path only), the cross-thread edges of :func:`_cross_thread_waits`, and the columns of
     the events read."""
     # the columns used, before any filter: filtering every column of the events is the cost
@@ -818,7 +818,7 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         # the launched events sorted by end, as the join, sort and group_by it replaces took it)
         launch, no_launch = _int_column(ev, "launch_id")
         launched = np.flatnonzero(~no_launch) if no_launch is not None else np.arange(len(launch))
-        at = _positions(ids, ev.get_column("id").to_numpy().astype(i64)[launched])
+        at = positions(ids, ev.get_column("id").to_numpy().astype(i64)[launched])
         ok = at >= 0
         ok[ok] = on_dev[at[ok]]
         node = at[ok]
@@ -826,7 +826,7 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         last_of, first = np.unique(launch[launched[ok]][order], return_index=True)
         last = node[order][first]
         known = np.ones(len(last), dtype=bool) if lane_null is None else ~lane_null[last]
-        c_at = _positions(last_of[known], ids[waits[~w_ok]])
+        c_at = positions(last_of[known], ids[waits[~w_ok]])
         w_lane[~w_ok] = np.where(c_at >= 0, lane[last[known]][np.maximum(c_at, 0)], 0)
         w_ok[~w_ok] = c_at >= 0
     waits, w_lane, w_sync = waits[w_ok], w_lane[w_ok], is_sync[waits[w_ok]]
@@ -879,7 +879,7 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _edges(
+def edges(
     nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(src, dst) event ids of lane-order, launch, sync and the ``cross``-thread edges, in that
@@ -975,7 +975,7 @@ def _edges(
     return np.concatenate(src_parts), np.concatenate(dst_parts)
 
 
-def _positions(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
+def positions(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The position in ``ids`` of each value of ``x`` (the first, where ``ids`` repeats it), -1
     where absent."""
     n = len(ids)
@@ -996,7 +996,7 @@ def _positions(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _positions_sorted(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """:func:`_positions` by a stable sort of ``ids`` and a binary search of each value."""
+    """:func:`positions` by a stable sort of ``ids`` and a binary search of each value."""
     n = len(ids)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
