@@ -157,15 +157,14 @@ def _kind_codes(profile: Profile) -> tuple[Any, dict[str, int]]:
     column with a name (or a filter of the events by kind) is a query of fixed cost."""
 
     def run() -> tuple[Any, dict[str, int]]:
+        from opscope.ingest.link import kind_codes
+
         kind = profile.events.get_column("kind")
-        phys = kind.to_physical()
-        codes = (phys.fill_null(-1) if phys.null_count() else phys).to_numpy().astype(np.int64)
-        cats = kind.dtype.categories.to_list() if isinstance(kind.dtype, pl.Enum) else None
-        if cats is None:  # not the model's Enum: each row's name, coded here
-            names = kind.cast(pl.String).to_list()
-            cats = list(dict.fromkeys(n for n in names if n is not None))
-            at = {n: i for i, n in enumerate(cats)}
-            codes = np.array([-1 if n is None else at[n] for n in names], dtype=np.int64)
+        if not isinstance(kind.dtype, pl.Enum):  # not the model's Enum: its names as one
+            text = kind.cast(pl.String)
+            kind = text.cast(pl.Enum(text.drop_nulls().unique(maintain_order=True)))
+        codes, cats = kind_codes(kind)
+        codes = np.where(codes == len(cats), -1, codes)  # (a null kind: no kind's code)
         return codes, {str(n): i for i, n in enumerate(cats)}
 
     out: tuple[Any, dict[str, int]] = _memo("kind_codes", profile, run)

@@ -121,14 +121,21 @@ def _gather(s: pl.Series, idx: IntArray) -> pl.Series:
     return s.gather(_nullable("idx", idx))
 
 
+def kind_codes(kind: pl.Series) -> tuple[IntArray, list[str]]:
+    """Each row's kind (an Enum column) as its code in the Enum's categories, returned with it;
+    a null kind: ``len(categories)``."""
+    cats: list[str] = kind.dtype.categories.to_list()  # type: ignore[attr-defined]
+    codes: IntArray = kind.to_physical().fill_null(len(cats)).cast(pl.Int64).to_numpy()
+    return codes, cats
+
+
 def kind_mask(events: pl.DataFrame, *kinds: str) -> BoolArray:
     """``events.kind`` in ``kinds`` as a numpy mask (null kinds: False)."""
     kind = events.get_column("kind")
     if isinstance(kind.dtype, pl.Enum):
         # Through the Enum's codes: no string per row (this runs a dozen times per load).
-        cats = kind.dtype.categories.to_list()
+        codes, cats = kind_codes(kind)
         table = np.array([c in kinds for c in cats] + [False], dtype=bool)
-        codes = kind.to_physical().fill_null(len(cats)).cast(pl.Int64).to_numpy()
         out: BoolArray = table[codes]
         return out
     return kind.cast(pl.String).is_in(list(kinds)).fill_null(False).to_numpy()
@@ -148,9 +155,8 @@ def _priority(events: pl.DataFrame) -> pl.Series:
     """:data:`_PRIORITY` of each event's kind (unknown and null kinds: 8)."""
     kind = events.get_column("kind")
     if isinstance(kind.dtype, pl.Enum):
-        cats = kind.dtype.categories.to_list()
+        codes, cats = kind_codes(kind)
         table = np.array([_PRIORITY.get(c, 8) for c in cats] + [8], dtype=np.int64)
-        codes = kind.to_physical().fill_null(len(cats)).cast(pl.Int64).to_numpy()
         return pl.Series("prio", table[codes], dtype=pl.Int64)
     return kind.cast(pl.String).replace_strict(_PRIORITY, default=8, return_dtype=pl.Int64)
 
