@@ -74,7 +74,7 @@ def memory(profile: Profile, options: Options) -> Memory:
         # plans, then five frames from their schemas, was ~1 ms of every report without memory
         # rows); tests/test_report_speed_empty.py and tests/test_report_speed_ha.py check them
         # against the plan run eagerly
-        key = (_schema_key(profile.memory), _schema_key(res), _schema_key(_names(profile)))
+        key = tuple(tree.schema_key(t.schema) for t in (profile.memory, res, _names(profile)))
         tl, pk, live, churn, never = (t.clone() for t in _empty_tables(*key))
         return Memory(tl, pk, live, churn, never, top=options.top)
     lazy = _tables(profile.memory.lazy(), _places_plan(res.lazy(), _names(profile).lazy()))
@@ -84,21 +84,14 @@ def memory(profile: Profile, options: Options) -> Memory:
     return Memory(tl, pk, live, churn, never, top=options.top)
 
 
-_SchemaKey = tuple[tuple[str, pl.DataType], ...]
-
-
-def _schema_key(df: pl.DataFrame) -> _SchemaKey:
-    return tuple(df.schema.items())
-
-
 @functools.cache
 def _empty_tables(
-    memory: _SchemaKey, res: _SchemaKey, names: _SchemaKey
+    memory: tree.SchemaKey, res: tree.SchemaKey, names: tree.SchemaKey
 ) -> tuple[pl.DataFrame, ...]:
     """:func:`_tables`' five tables, empty, for inputs of these schemas (the same plans, on
     empty frames, for their schemas alone)."""
 
-    def empty(key: _SchemaKey) -> pl.LazyFrame:
+    def empty(key: tree.SchemaKey) -> pl.LazyFrame:
         return pl.DataFrame(schema=dict(key)).lazy()
 
     lazy = _tables(empty(memory), _places_plan(empty(res), empty(names)))

@@ -135,7 +135,7 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
         # table empty in the plan's schema for kernels of this schema, made once per process
         # and copied (the plan's ~1 ms of queries found nothing); tests/test_report_speed_ha.py
         # checks it against the plan run
-        key = tuple(kernels.schema.items())
+        key = tree.schema_key(kernels.schema)
         empty, note = _empty_groups(key, is_ascend, lim, cu, vendor, cc, name)
         out = empty.clone()
     else:
@@ -156,7 +156,7 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
 
 @functools.cache
 def _empty_groups(
-    kernels: tuple[tuple[str, pl.DataType], ...],
+    kernels: tree.SchemaKey,
     is_ascend: bool,
     lim: tuple[int, int, int, int] | None,
     cu: int | None,

@@ -16,7 +16,6 @@ Bound classes (see ``docs/roofline.md``):
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -539,8 +538,8 @@ def _without_ops(profile: Profile, device_name: str | None) -> RooflineResult:
         # the PMU columns the full path joins to the groups (null for every group: none)
         groups_schema.update({m: pl.Float64 for m in PMU_METRICS if m in wide.columns})
     return RooflineResult(
-        calls=_empty(tuple(calls_schema.items())),
-        groups=_empty(tuple(groups_schema.items())),
+        calls=tree.empty_frame(tree.schema_key(calls_schema)),
+        groups=tree.empty_frame(tree.schema_key(groups_schema)),
         kernel_groups=_ascend_kernels(profile, spec),
         device=dev_name,
         peaks_note=note if spec is not None else f"{NO_PEAK} ({note})",
@@ -569,17 +568,6 @@ _ASCEND_KERNEL_GROUPS: Final = (
 )  # fmt: skip
 
 
-def _empty(schema: tuple[tuple[str, Any], ...]) -> pl.DataFrame:
-    """An empty frame of ``schema`` (a copy of one made once per process: a frame from a
-    schema is ~70 µs of Python each time)."""
-    return _empty_once(schema).clone()
-
-
-@functools.cache
-def _empty_once(schema: tuple[tuple[str, Any], ...]) -> pl.DataFrame:
-    return pl.DataFrame(schema=dict(schema))
-
-
 def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     """Ascend kernels that carry their own shapes, grouped by (type, shapes, dtypes)."""
     # from the cached device work (the same rows in the same order as filtering the events)
@@ -588,7 +576,7 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
         (kern.get_column("kind") == "kernel") & kern.get_column("input_dims").is_not_null()
         & kern.get_column("op_type").is_not_null()
     )  # fmt: skip
-    empty = _empty(_ASCEND_KERNEL_GROUPS)
+    empty = tree.empty_frame(_ASCEND_KERNEL_GROUPS)
     if not keep.any():  # (Series operations: no filter query to find no row)
         return empty
     k = kern.filter(keep)
