@@ -7,12 +7,14 @@ one trace, which breaks golden tests and ``opscope compare`` as a CI gate. Each 
 ``../shared/traces`` is rendered (``report --json``, ``report --md`` and the findings) in three
 fresh subprocesses:
 
-* run A: ``POLARS_MAX_THREADS=1``, ``PYTHONHASHSEED=0``, an empty trace cache (the trace is parsed);
-* run B: Polars' default thread count, ``PYTHONHASHSEED=1729``, run A's cache (the trace is read
-  back from Parquet),
+* run A: ``POLARS_MAX_THREADS=1``, ``PYTHONHASHSEED=0``, the report's parts one after the other
+  (``OPSCOPE_THREADS=1``), an empty trace cache (the trace is parsed);
+* run B: Polars' default thread count, ``PYTHONHASHSEED=1729``, the report's parts on the default
+  threads, run A's cache (the trace is read back from Parquet),
 * run C: ``POLARS_MAX_THREADS=16`` (more threads than this machine may have: the group order
   changes with the thread count, and 1 vs a 2-core default missed ties that 3 or 16 showed),
-  ``PYTHONHASHSEED=4242``, a cache of its own (parsed again, with 16 threads),
+  ``PYTHONHASHSEED=4242``, the report's parts on as many threads as there are CPUs
+  (``OPSCOPE_THREADS=16``), a cache of its own (parsed again, with 16 threads),
 
 and B's and C's outputs must be identical to A's. The one field stripped before comparing is
 ``from_cache`` (top level and under ``load``): it says which path read the trace and is meant to
@@ -59,9 +61,9 @@ sys.stdout.write(json.dumps(out))
 """
 
 _RUNS = {
-    "A": {"POLARS_MAX_THREADS": "1", "PYTHONHASHSEED": "0"},
-    "B": {"POLARS_MAX_THREADS": None, "PYTHONHASHSEED": "1729"},
-    "C": {"POLARS_MAX_THREADS": "16", "PYTHONHASHSEED": "4242"},
+    "A": {"POLARS_MAX_THREADS": "1", "PYTHONHASHSEED": "0", "OPSCOPE_THREADS": "1"},
+    "B": {"POLARS_MAX_THREADS": None, "PYTHONHASHSEED": "1729", "OPSCOPE_THREADS": None},
+    "C": {"POLARS_MAX_THREADS": "16", "PYTHONHASHSEED": "4242", "OPSCOPE_THREADS": "16"},
 }
 # The runs that read run A's cache (the others parse the trace into a cache of their own).
 _WARM = {"B"}

@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from opscope.analysis.tree import memo_lock
 from opscope.model import Profile, dtypes, kinds
 
 MAX_WALK = 48  # deepest op nesting followed when walking parent links
@@ -32,10 +33,14 @@ def _memo(name: str, profile: Profile, fn: Any) -> Any:
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is profile.events:
         return hit[1]
-    val = fn()
-    if len(_MEMO) >= _MEMO_MAX:
-        _MEMO.pop(next(iter(_MEMO)))
-    _MEMO[key] = (profile.events, val)
+    with memo_lock(("advise", *key)):  # the rules run on threads: computed once, the others wait
+        hit = _MEMO.get(key)
+        if hit is not None and hit[0] is profile.events:
+            return hit[1]
+        val = fn()
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = (profile.events, val)
     return val
 
 

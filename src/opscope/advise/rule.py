@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from opscope.advise.finding import SEVERITIES, Finding
@@ -146,18 +147,36 @@ def advise(
         selected = {k: v for k, v in selected.items() if k in wanted}
     found: dict[str, Finding] = {}
     errors: dict[str, str] = {}
-    for rid, rule in selected.items():
-        try:
-            for f in rule.match(profile, ctx):
-                found.setdefault(f.id, f)
-        except Exception as e:
+    from opscope.analysis.threads import run_each
+
+    # on threads (analysis/threads.py); outcomes in the rules' order, so the same findings
+    outcomes = run_each([partial(_matched, rule, profile, ctx) for rule in selected.values()])
+    for rid, out in zip(selected, outcomes, strict=True):
+        matched, error = out.value or ([], out.error)
+        for f in matched:  # those a rule gave before it failed are kept, as they always were
+            found.setdefault(f.id, f)
+        if error is not None:
             # odd input (or a bug) in one rule must not cost the report the other rules' findings
-            errors[rid] = f"{type(e).__name__}: {e}"
+            errors[rid] = f"{type(error).__name__}: {error}"
     from opscope.advise.overlap import resolve_overlaps
 
     # one op's time counted once when two rules explain the same ops (advise/overlap.py)
     items = resolve_overlaps(_clamp(f, profile) for f in found.values())
     return Findings(tuple(sorted(items, key=_sort_key)), errors)
+
+
+def _matched(
+    rule: Rule, profile: Profile, ctx: dict[str, Any]
+) -> tuple[list[Finding], Exception | None]:
+    """The findings ``rule`` gives (drawn out here, on the thread that runs it), and the
+    exception that ended them, if one did."""
+    out: list[Finding] = []
+    try:
+        for f in rule.match(profile, ctx):
+            out.append(f)
+    except Exception as e:
+        return out, e
+    return out, None
 
 
 def _clamp(f: Finding, profile: Profile) -> Finding:

@@ -31,6 +31,7 @@ import polars as pl
 from opscope.analysis import registry
 from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result
+from opscope.analysis.threads import run_each
 from opscope.model import Profile
 
 
@@ -219,16 +220,23 @@ class Analyzer:
         sections: dict[str, Any] = {}
         skipped: dict[str, str] = {}
         errors: list[SectionError] = []
-        for name in only or _ORDER_FIRST + [n for n in registry.names() if n not in _ORDER_FIRST]:
-            if name not in registry.names():
-                continue
-            try:
-                sections[name] = registry.run(name, self.profile, opts)
-            except AnalysisError as e:
-                skipped[name] = str(e)
-            except Exception as e:
-                errors.append(SectionError.of(name, e))
-        head = guarded("summary", lambda: summary(counted or self.profile), errors) or {}
+        order = only or _ORDER_FIRST + [n for n in registry.names() if n not in _ORDER_FIRST]
+        names = [n for n in order if n in registry.names()]
+        parts: list[Callable[[], Any]] = [
+            partial(registry.run, n, self.profile, opts) for n in names
+        ]
+        parts.append(partial(summary, counted or self.profile))
+        *done, head_done = run_each(parts)  # on threads; outcomes in this order
+        for name, out in zip(names, done, strict=True):
+            if out.error is None:
+                sections[name] = out.value
+            elif isinstance(out.error, AnalysisError):
+                skipped[name] = str(out.error)
+            else:
+                errors.append(SectionError.of(name, out.error))
+        if head_done.error is not None:
+            errors.append(SectionError.of("summary", head_done.error))
+        head = head_done.value or {}
         return Report(
             summary=head,
             sections=sections,

@@ -15,8 +15,9 @@ the attribution that hotspots, attribution and memory all need is computed once 
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -341,13 +342,41 @@ def _memoised(key: tuple[Any, ...], profile: Profile, compute: Callable[[], R]) 
     if hit is not None and hit[0]() is profile:
         val: R = hit[1]
         return val
-    val = compute()
-    for k in [k for k, (ref, _) in _MEMO.items() if ref() is None]:
-        del _MEMO[k]
-    while len(_MEMO) >= _MEMO_MAX:
-        _MEMO.pop(next(iter(_MEMO)))
-    _MEMO[key] = (weakref.ref(profile), val)
+    with memo_lock(key):
+        hit = _MEMO.get(key)  # computed by another thread while this one waited
+        if hit is not None and hit[0]() is profile:
+            val = hit[1]
+            return val
+        val = compute()
+        for k in [k for k, (ref, _) in _MEMO.items() if ref() is None]:
+            del _MEMO[k]
+        while len(_MEMO) >= _MEMO_MAX:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = (weakref.ref(profile), val)
     return val
+
+
+_LOCKS: dict[Hashable, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+_LOCKS_MAX = 256
+
+
+def memo_lock(key: Hashable) -> threading.Lock:
+    """The lock a memo holds while it computes ``key``'s value, so that threads asking for the
+    same intermediate together (a report's parts run on threads: :mod:`opscope.analysis.threads`)
+    compute it once: the others wait and then read it.
+
+    One lock per key, not a fixed set shared by hashing: two threads each computing a value that
+    needs the other's lock would wait for ever. The table is emptied when it grows past
+    :data:`_LOCKS_MAX` keys; a lock dropped while held can at worst let a second thread compute
+    the same (pure) value again."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(key)
+        if lock is None:
+            if len(_LOCKS) >= _LOCKS_MAX:
+                _LOCKS.clear()
+            lock = _LOCKS[key] = threading.Lock()
+        return lock
 
 
 @per_profile

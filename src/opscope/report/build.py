@@ -13,15 +13,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from opscope.analysis.assemble import Analyzer, Report, SectionError, guarded, one_line
+from opscope.analysis.assemble import Analyzer, Report, SectionError, one_line
 from opscope.analysis.source_view import SourceBlock
+from opscope.analysis.threads import Outcome, run_each
 from opscope.model import Profile
 
 # at import, not on the first report's way: a per-process cost (~2 ms compiling it where no
 # bytecode is cached), not a per-report one
 from opscope.report.lazy_sections import sections_report, too_large_for_full_report
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,15 @@ def source_name(path: str | os.PathLike[str] | None, profile: Profile) -> str:
     return Path(str(src)).name if src else "profile"
 
 
+def _taken(section: str, outcome: Outcome[T], errors: list[SectionError]) -> T | None:
+    """``outcome``'s value, or ``None`` with its failure appended to ``errors`` (as
+    :func:`~opscope.analysis.assemble.guarded` does for a part run here)."""
+    if outcome.error is not None:
+        errors.append(SectionError.of(section, outcome.error))
+        return None
+    return outcome.value
+
+
 def build_report(
     path_or_profile: str | os.PathLike[str] | Profile,
     *,
@@ -122,17 +134,25 @@ def build_report(
         return replace(part, summary={**part.summary, "source": name})
     report = analyzer.generate_report(top=top, options=options)
     errors: list[SectionError] = []
-    found = findings
-    if found is None:
-        ctx = {**report.sections, "target_name": device} if device else report.sections
-        found = guarded("findings", lambda: advise(profile, ctx), errors)
+    ctx = {**report.sections, "target_name": device} if device else report.sections
+    # the rules, the source view and the doctor's checks read the profile (the rules also the
+    # sections), not each other: on threads, their outcomes taken in this order
+    found_done, src_done, warnings_done = run_each(
+        [
+            (lambda: advise(profile, ctx)) if findings is None else (lambda: findings),
+            lambda: source_section(profile),
+            lambda: doctor_warnings(profile),
+        ]
+    )
+    found = _taken("findings", found_done, errors)
+    if findings is None:
         for rid, why in (getattr(found, "errors", None) or {}).items():
             kind, _, msg = why.partition(": ")
             errors.append(SectionError(f"rule {rid}", kind, one_line(msg)))
     extra: dict[str, Any] = {}
     if found is not None:
         extra["findings"] = found
-    src = guarded("source", lambda: source_section(profile), errors)
+    src = _taken("source", src_done, errors)
     if src is not None:
         extra["source"] = src
     if before is not None:
@@ -145,7 +165,7 @@ def build_report(
         except Exception as e:
             errors.append(SectionError.of("comparison", e))
     # the doctor's checks head the report: figures from an untrustworthy profile say so first
-    warnings = guarded("doctor", lambda: doctor_warnings(profile), errors) or []
+    warnings = _taken("doctor", warnings_done, errors) or []
     name = source_name(path_or_profile if is_path else None, profile)  # type: ignore[arg-type]
     report = report.with_sections(**extra).with_errors(*errors)
     return replace(report, summary={**report.summary, "warnings": warnings, "source": name})

@@ -1,0 +1,74 @@
+"""A report's independent parts run on a few threads.
+
+The analyses of one report, and the rules of one ``advise`` run, read the same immutable
+Profile and share intermediates only through the per-profile memo (:func:`opscope.analysis.tree.
+per_profile`), which computes each at most once even when two threads ask for it together. Most
+of a part's time is spent in Polars and NumPy, which release the GIL, so a second thread runs
+another part's Python while the first waits on a query: on two cores a report's wall time fell
+by 10-25% on real traces (benchmarks/report_speed.py), its CPU time did not.
+
+Results come back in the order the parts were given, so the report is the same, byte for byte,
+whatever the number of threads. ``OPSCOPE_THREADS=1`` runs every part in the calling thread,
+one after the other, as before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+THREADS_ENV = "OPSCOPE_THREADS"
+"""Threads a report's parts run on (default :data:`DEFAULT_THREADS`, at most the CPUs)."""
+
+DEFAULT_THREADS = 2
+"""More threads gain little: the parts' Python holds the GIL, and each thread's live
+intermediates add to a large trace's peak memory."""
+
+
+def threads() -> int:
+    """How many threads a report's parts run on: ``$OPSCOPE_THREADS`` or the default, at most
+    the CPUs this process may use, at least 1. A value that is not a whole number is ignored."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    try:
+        wanted = int(raw) if raw else DEFAULT_THREADS
+    except ValueError:
+        wanted = DEFAULT_THREADS
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on every platform
+        cpus = os.cpu_count() or 1
+    return max(1, min(wanted, cpus))
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """What one part gave: its value, or the exception it raised (``value`` is then ``None``)."""
+
+    value: T | None
+    error: Exception | None = None
+
+
+def _outcome(fn: Callable[[], T]) -> Outcome[T]:
+    try:
+        return Outcome(fn())
+    except Exception as e:  # a part's failure is its caller's to record, not the others' end
+        return Outcome(None, e)
+
+
+def run_each(parts: Sequence[Callable[[], T]]) -> list[Outcome[T]]:
+    """Run every part (a function of no arguments) and return their outcomes in the same order.
+
+    Parts run on :func:`threads` threads; with one (or a single part) they run here, in order.
+    An exception a part raises is its outcome, not raised: each caller records failures its own
+    way (a report section, a rule's error). ``BaseException`` (``KeyboardInterrupt``) is not
+    caught."""
+    n = min(threads(), len(parts))
+    if n <= 1:
+        return [_outcome(p) for p in parts]
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="opscope-part") as pool:
+        return list(pool.map(_outcome, parts))

@@ -1,0 +1,133 @@
+"""A report's parts on threads (opscope.analysis.threads): outcomes in the order given, failures
+kept as outcomes, one thread means the calling one; the per-profile memo computes a shared
+intermediate once when two threads ask for it together; a rule that fails after some findings
+keeps them, as it did when the rules ran one after the other."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from helpers.synth import training
+from opscope.advise import rule as rule_mod
+from opscope.advise.finding import Finding
+from opscope.advise.rule import advise
+from opscope.analysis import threads, tree
+from opscope.model import Profile
+
+
+def test_threads_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
+    for raw, want in [
+        ("", threads.DEFAULT_THREADS),
+        ("1", 1),
+        ("0", 1),
+        ("-3", 1),
+        ("2", 2),
+        ("64", 3),  # at most the CPUs
+        ("two", threads.DEFAULT_THREADS),
+    ]:
+        monkeypatch.setenv(threads.THREADS_ENV, raw)
+        assert threads.threads() == want, raw
+
+
+def test_outcomes_in_order_with_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(threads.THREADS_ENV, "2")
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    ran_on: dict[int, str] = {}
+    both = threading.Barrier(2, timeout=30)
+
+    def part(i: int) -> int:
+        ran_on[i] = threading.current_thread().name
+        if i < 2:
+            both.wait()  # the first two run at once: two threads, or this waits out its timeout
+        if i == 3:
+            raise ValueError(f"part {i}")
+        return i * 10
+
+    outs = threads.run_each([lambda i=i: part(i) for i in range(6)])  # type: ignore[misc]
+    assert [o.value for o in outs] == [0, 10, 20, None, 40, 50]
+    assert [type(o.error).__name__ if o.error else None for o in outs] == [
+        None,
+        None,
+        None,
+        "ValueError",
+        None,
+        None,
+    ]
+    assert str(outs[3].error) == "part 3"
+    assert all(name.startswith("opscope-part") for name in ran_on.values())
+    assert ran_on[0] != ran_on[1]
+
+
+def test_one_thread_runs_here_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(threads.THREADS_ENV, "1")
+    seen: list[tuple[int, str]] = []
+    outs = threads.run_each(
+        [lambda i=i: seen.append((i, threading.current_thread().name)) for i in range(4)]  # type: ignore[misc]
+    )
+    assert [o.error for o in outs] == [None] * 4
+    assert seen == [(i, threading.current_thread().name) for i in range(4)]
+
+
+def test_memo_computes_once_when_two_threads_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread 1 computes; thread 2 asks while it does (it has reached the key's lock: the spy
+    says so) and must get thread 1's value, not compute its own."""
+    computing, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    @tree.per_profile
+    def slow(profile: Profile) -> object:
+        calls.append(threading.current_thread().name)
+        computing.set()
+        assert release.wait(30)
+        return object()
+
+    waiting = threading.Event()
+    real = tree.memo_lock
+
+    def spy(key: Any) -> threading.Lock:
+        if threading.current_thread().name == "second":
+            waiting.set()
+        return real(key)
+
+    monkeypatch.setattr(tree, "memo_lock", spy)
+    prof = training(steps=1).profile
+    got: dict[str, object] = {}
+    first = threading.Thread(target=lambda: got.update(first=slow(prof)), name="first")
+    second = threading.Thread(target=lambda: got.update(second=slow(prof)), name="second")
+    first.start()
+    assert computing.wait(30)
+    second.start()
+    assert waiting.wait(30)  # the second thread is at the lock while the first computes
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert calls == ["first"]
+    assert got["first"] is got["second"]
+
+
+class _HalfThenFail:
+    id = "x-half-then-fail"
+
+    def match(self, profile: Profile, ctx: dict[str, Any]) -> Iterator[Finding]:
+        yield Finding(
+            id="x-half-then-fail-1",
+            rule=self.id,
+            severity="low",
+            title="one finding before the failure",
+            saving_us=1.0,
+        )
+        raise RuntimeError("after one")
+
+
+def test_rule_failing_after_a_finding_keeps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(threads.THREADS_ENV, "2")
+    monkeypatch.setitem(rule_mod._RULES, _HalfThenFail.id, _HalfThenFail())
+    prof = training(steps=2).profile
+    found = advise(prof, only=[_HalfThenFail.id, "overhead-host-sync"])
+    assert [f.title for f in found.by_rule(_HalfThenFail.id)] == ["one finding before the failure"]
+    assert found.errors == {_HalfThenFail.id: "RuntimeError: after one"}
