@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import struct
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -163,12 +166,18 @@ def test_ascend_kernel_type_totals_equal_op_statistic_csv(rel: str) -> None:
         assert got[key]["total_ns"] / 1000 == pytest.approx(total, rel=1e-6, abs=0.01), key
 
 
-def test_rows_of_equal_each_tables_eager_rows_in_one_call(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """rows_of (the conversions of several tables in one collect_all) gives, table by table,
-    what the eager to_us + to_dicts gives: ns columns of several chunks, a replaced ``*_us``,
-    no ns column, an empty table, ``top`` and none; a spy: one collect_all for them all."""
+def _ordered(tables: list[list[dict[str, Any]]]) -> list[list[list[tuple[str, Any]]]]:
+    # the keys' order too (the JSON's): dicts compare equal in any order
+    return [[list(d.items()) for d in t] for t in tables]
+
+
+def test_rows_of_equal_each_tables_eager_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rows_of gives, table by table, what the eager to_us + to_dicts gives, keys in the same
+    order: ns columns of several chunks, a replaced ``*_us``, no ns column, an empty table,
+    ``top`` and none; a spy: no query for integer and Float64 ns columns (converted in Python),
+    one collect_all for the tables it cannot convert in Python for certain: a Float32 column
+    (Polars keeps single precision), a constant one held as a scalar (Polars divides it
+    exactly: 16076072.670276158 ns is 16076.072670276157 µs there, ...159 as a product)."""
     from opscope.analysis import hotspots as hs
 
     chunked = pl.concat(
@@ -182,9 +191,61 @@ def test_rows_of_equal_each_tables_eager_rows_in_one_call(
         (pl.DataFrame({"x_us": [1.0], "x_ns": [2500], "k": [None]}), 20),
         (pl.DataFrame({"name": ["a"]}), None),
         (pl.DataFrame(schema={"total_ns": pl.Int64}), 5),
+        (pl.DataFrame({"mean_ns": [2.5, None], "n_ns": pl.Series([3, 4], dtype=pl.UInt32)}), 1),
     ]
     want = [hs.to_us(df if top is None else df.head(top)).to_dicts() for df, top in tables]
     calls = count_collect_all(monkeypatch)
-    assert hs.rows_of(tables) == want
+    assert _ordered(hs.rows_of(tables)) == _ordered(want)
+    assert calls == []
+    assert _ordered([hs.rows(df, top) for df, top in tables]) == _ordered(want)
+    single = pl.DataFrame({"a_ns": pl.Series([1.5, None], dtype=pl.Float32), "b": [1, 2]})
+    v = 16076072.670276158
+    scalar = pl.DataFrame({"k": [1, 2]}).with_columns(pl.lit(v).alias("std_ns"))
+    one_row = pl.DataFrame({"k": [1, 2]}).select(pl.lit(v).alias("std_ns"), pl.len())
+    odd = [single, scalar, one_row]
+    calls.clear()
+    got = hs.rows_of([*tables, *((df, None) for df in odd)])
+    assert _ordered(got) == _ordered([*want, *(hs.to_us(df).to_dicts() for df in odd)])
     assert calls == [3]
-    assert [hs.rows(df, top) for df, top in tables] == want
+    assert got[-1] == [{"len": 2, "std_us": 16076.072670276157}]  # not v * (1 / 1000.0)
+    # a constant column whose product is the quotient: converted in Python (no query)
+    calls.clear()
+    same = pl.DataFrame({"k": [1, 2]}).with_columns(pl.lit(2500).alias("t_ns"))
+    assert hs.rows(same) == hs.to_us(same).to_dicts()
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Float64],
+)
+def test_rows_in_python_equal_the_query_bit_for_bit(dtype: pl.DataType) -> None:
+    """The Python conversion (x * (1 / 1000.0)) gives the doubles of the eager to_us select,
+    bit for bit, over random values of every integer dtype (its extremes too) and Float64
+    (every magnitude, inf, nan, -0.0), with nulls."""
+    from opscope.analysis import hotspots as hs
+
+    rng = np.random.default_rng(7)
+    if dtype.is_integer():
+        info = np.iinfo(np.dtype(str(dtype).lower()))
+        kind = np.uint64 if info.min == 0 else np.int64
+        vals: list[Any] = rng.integers(
+            info.min, info.max, 20_000, endpoint=True, dtype=kind
+        ).tolist()
+        vals += [int(info.min), int(info.max), 0, 2**53 + 1, None]
+        vals = [v for v in vals if v is None or info.min <= v <= info.max]
+    else:
+        mags = 10.0 ** rng.integers(-8, 16, 20_000)
+        vals = (rng.standard_normal(20_000) * mags).tolist()
+        vals += [float("inf"), float("-inf"), float("nan"), -0.0, None]
+    df = pl.DataFrame([pl.Series("t_ns", vals, dtype=dtype), pl.Series("k", range(len(vals)))])
+    got = hs.rows(df)
+    want = hs.to_us(df).to_dicts()
+    assert [list(d) for d in got] == [list(d) for d in want]
+    pack = struct.Struct("<d").pack
+    for g, w in zip(got, want, strict=True):
+        assert (g["t_us"] is None) == (w["t_us"] is None)
+        if w["t_us"] is not None and math.isnan(w["t_us"]):
+            assert math.isnan(g["t_us"])
+        elif w["t_us"] is not None:
+            assert pack(g["t_us"]) == pack(w["t_us"])

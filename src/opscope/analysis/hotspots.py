@@ -179,20 +179,76 @@ def rows(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
 
 
 def rows_of(tables: Sequence[tuple[pl.DataFrame, int | None]]) -> list[list[dict[str, Any]]]:
-    """:func:`rows` of each (table, top), the conversions in one call (a query each was a fixed
-    cost, half a dozen per report): each the plan of :func:`to_us`' eager select (the same
-    engine and optimisations, over the same chunks: the same figures)."""
+    """:func:`rows` of each (table, top): the rows :func:`to_us` + ``to_dicts`` give. The
+    ``*_ns`` values are converted in Python on the rows (``top`` of them) where that gives
+    Polars' doubles for certain (:func:`_us_rows`), the other tables' in one collect_all (a
+    query each was a fixed cost: half a dozen calls per report, ~2 ms of a small trace's)."""
     heads = [df if top is None else df.head(top) for df, top in tables]
     # (no rows, no dicts: no query, a fixed cost on small traces)
-    exprs = [_to_us_exprs(df) if df.height else None for df in heads]
+    done_py = [_us_rows(df) if df.height else [] for df in heads]
+    exprs = [
+        _to_us_exprs(df) if py is None else None for df, py in zip(heads, done_py, strict=True)
+    ]
     plans = [df.lazy().select(e) for df, e in zip(heads, exprs, strict=True) if e is not None]
     done = iter(
         pl.collect_all(plans, engine="in-memory", optimizations=_tree.EAGER_FLAGS) if plans else []
     )
     return [
-        [] if not df.height else (df if e is None else next(done)).to_dicts()
-        for df, e in zip(heads, exprs, strict=True)
+        py if py is not None else (df if e is None else next(done)).to_dicts()
+        for df, e, py in zip(heads, exprs, done_py, strict=True)
     ]
+
+
+#: The factor Polars' in-memory engine converts a ``*_ns`` column with: its arithmetic kernel
+#: multiplies by the reciprocal (an exact division differs in the last digit of some values).
+#: An integer or Float64 column is cast to Float64 first, as Python converts an int multiplied
+#: by a float (both round to nearest, ties to even): the same doubles (tests/test_hotspots.py
+#: checks them against the query over every such dtype).
+_NS_TO_US = 1 / 1000.0
+
+
+def _us_rows(df: pl.DataFrame) -> list[dict[str, Any]] | None:
+    """``to_us(df).to_dicts()`` computed in Python: the same keys in the same order
+    (:func:`_to_us_exprs`' columns), the same values; None where that is not certain and the
+    query must convert: a ``*_ns`` column of another dtype than integer or Float64 (Polars keeps
+    a Float32 one in single precision), or one whose rows hold a single value on which the
+    product and the exact division differ (a constant column may be held as one scalar, which
+    Polars divides exactly: a one-row aggregate's, breakdown's statistics of one rank)."""
+    cols = df.columns
+    pos = {c: i for i, c in enumerate(cols)}
+    conv = {c[:-3] + "_us": pos[c] for c in cols if c.endswith("_ns")}
+    if not conv:
+        return df.to_dicts()
+    schema = df.schema
+    if not all(t.is_integer() or t == pl.Float64 for c, t in schema.items() if c.endswith("_ns")):
+        return None
+    rows = df.rows()
+    f = _NS_TO_US
+    for i in conv.values():
+        first = rows[0][i]
+        if (
+            first is not None
+            and first * f != first / 1000.0
+            and all(r[i] == first for r in rows)  # (a NaN is unequal to itself: never constant)
+        ):
+            return None
+    kept = [c for c in cols if not c.endswith("_ns")]
+    # (key, column position, converted) in to_us' column order: the other columns in place (an
+    # existing *_us replaced where it stands), the new ones at the end
+    spec = [(c, conv[c], True) if c in conv else (c, pos[c], False) for c in kept]
+    spec += [(u, i, True) for u, i in conv.items() if u not in kept]
+    keys = [k for k, _, _ in spec]
+    at = [i for _, i, _ in spec]
+    converted = [j for j, (_, _, cv) in enumerate(spec) if cv]
+    out = []
+    for row in rows:
+        vals = [row[i] for i in at]
+        for j in converted:
+            v = vals[j]
+            if v is not None:
+                vals[j] = v * f
+        out.append(dict(zip(keys, vals, strict=True)))
+    return out
 
 
 def time_base(profile: Profile) -> tuple[int, int]:
