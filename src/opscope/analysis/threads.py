@@ -70,5 +70,9 @@ def run_each(parts: Sequence[Callable[[], T]]) -> list[Outcome[T]]:
     n = min(threads(), len(parts))
     if n <= 1:
         return [_outcome(p) for p in parts]
-    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="opscope-part") as pool:
+    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="opscope-part")
+    try:
         return list(pool.map(_outcome, parts))
+    finally:
+        # on Ctrl-C the parts not yet started are dropped, not run to the end first
+        pool.shutdown(wait=True, cancel_futures=True)
