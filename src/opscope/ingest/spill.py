@@ -181,6 +181,7 @@ class Spill:
             (pl.int_range(pl.len(), dtype=pl.Int64) + self.n_flows).alias("_fi")
         ).sort("ts_ns", maintain_order=True)
         self.n_flows += flows.height
+        self.facts.add_flows(flows)
         self.flow_starts += flows.filter(pl.col("phase") == "s").height
         flow_file = self.folder / f"flows-{len(self.flow_files):05d}.parquet"
         flows.write_parquet(flow_file, compression="lz4", statistics=False)

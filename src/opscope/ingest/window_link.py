@@ -22,9 +22,9 @@ window (each stably sorted by ``ts_ns``), one of raw flow records per window (so
      and device work) and the ``cpu_op`` rows of one sequence number (the forward/backward
      pairing and its fallback by ``seq``, which picks among all forward ops of the key).
 
-   Each window's event blocks are taken by the spill while the window is in memory
-   (:class:`WindowFacts`); the keys' spans are found in one pass over a few integer columns
-   of the window files per key, and each file's ``ts_ns`` is read once more to place the cuts.
+   Each window's event blocks and the keys' first and last times are taken by the spill
+   while the window is in memory (:class:`WindowFacts`, :class:`KeySpans`), and the cuts are
+   placed in each window from its blocks, so the plan reads only the flow files' ``ts_ns``.
    The segments are then grown greedily from the cuts to about :func:`segment_rows` events.
 2. *Link* each segment (:func:`link_windows`) with the in-memory steps of
    :mod:`opscope.ingest.link`, unchanged, on local ids 0..n-1, then offset the ids. What is
@@ -63,11 +63,12 @@ import numpy as np
 import polars as pl
 from polars.io.plugins import register_io_source
 
-from opscope.ingest import cache, jsonscan, kineto, link, segment_aggregates
+from opscope.ingest import _span_kernels, cache, jsonscan, kineto, link, segment_aggregates
 from opscope.model import Profile, kinds, schema
 from opscope.model.profile import WRITE_OPTIONS, finish_folder
 
 IntArray = link.IntArray
+BoolArray = link.BoolArray
 
 LINK_BYTES_PER_EVENT = 1500
 """Peak memory of linking one event of a segment (the events table ~450 B of RSS per event,
@@ -143,28 +144,182 @@ class Spilled:
     rank_arg: int | None = None  # the rank the caller gave (part of the cache key)
 
 
+_I64_MAX = np.iinfo(np.int64).max
+_I64_MIN = np.iinfo(np.int64).min
+
+DENSE_SLACK = 4
+""":class:`KeySpans` keeps one slot per key value between the smallest and the largest met while
+that range is at most this many times the rows added (plus :data:`DENSE_MIN`); the ids PyTorch
+writes (correlation, external id, sequence number, flow id) are counters, so the range is about
+the number of keys."""
+
+DENSE_MIN = 1 << 16
+"""Slots :class:`KeySpans` may always keep, whatever the rows added."""
+
+
+@dataclass
+class KeySpans:
+    """The first and last ``ts_ns`` of each value of one integer key, taken window by window
+    (:meth:`add`): one slot per key value in a range that grows as keys are met (the keys of
+    one window are ~2-3 rows each, and the next window's continue the counters), or, where the
+    values are too sparse for that (:data:`DENSE_SLACK`), each window's spans as a partial
+    table (its distinct keys by a sort) merged at the end. Both fill the slots with
+    :func:`_span_kernels.spans`."""
+
+    base: int = 0
+    lo: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    hi: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    rows: int = 0
+    parts: list[tuple[IntArray, IntArray, IntArray]] | None = None  # sparse: (keys, lo, hi)
+
+    def add(self, keys: IntArray, ts: IntArray) -> None:
+        """Rows of the key (``keys``, int64, no null) and their ``ts`` (int64)."""
+        if not keys.size:
+            return
+        self.rows += int(keys.size)
+        if self.parts is None:
+            k0, k1 = int(keys.min()), int(keys.max())
+            if self.lo.size:
+                k0, k1 = min(k0, self.base), max(k1, self.base + self.lo.size - 1)
+            if k1 - k0 + 1 <= DENSE_SLACK * self.rows + DENSE_MIN:
+                self._cover(k0, k1)
+                _span_kernels.spans(keys - self.base, ts, ts, self.lo, self.hi)
+                return
+            self.parts = [self._present()] if self.lo.size else []
+            self.lo = self.hi = np.zeros(0, dtype=np.int64)
+        self.parts.append(_partial(keys, ts, ts))
+
+    def _cover(self, k0: int, k1: int) -> None:
+        """Slots for every key value in ``[k0, k1]`` (with room to grow: the next window's keys
+        are mostly above these)."""
+        size = self.lo.size
+        if size and k0 >= self.base and k1 < self.base + size:
+            return
+        base = k0 if not size else min(k0, self.base)
+        need = k1 - base + 1
+        new = max(need, need + (need >> 2)) if size else need
+        lo = np.full(new, _I64_MAX, dtype=np.int64)
+        hi = np.full(new, _I64_MIN, dtype=np.int64)
+        if size:
+            at = self.base - base
+            lo[at : at + size] = self.lo
+            hi[at : at + size] = self.hi
+        self.base, self.lo, self.hi = base, lo, hi
+
+    def _present(self) -> tuple[IntArray, IntArray, IntArray]:
+        """The dense slots as a partial table: ``(keys, lo, hi)`` of the keys met."""
+        at = np.nonzero(self.lo <= self.hi)[0]
+        return at + self.base, self.lo[at], self.hi[at]
+
+    def spans(self) -> tuple[IntArray, IntArray]:
+        """``(lo, hi)`` of every key met, in no particular order."""
+        if self.parts is None:
+            _, lo, hi = self._present()
+            return lo, hi
+        if not self.parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        keys, lo, hi = (np.concatenate(c) for c in zip(*self.parts, strict=True))
+        _, lo, hi = _partial(keys, lo, hi)
+        return lo, hi
+
+    def blocks(self) -> tuple[IntArray, IntArray]:
+        """The keys' spans ``[lo, hi + 1]`` reduced to their :func:`_blocks` (a cut inside a
+        key's span is one inside its block): a few per step instead of one per key."""
+        lo, hi = self.spans()
+        order = np.argsort(lo)
+        return _blocks(lo[order], hi[order] + 1)
+
+
+def _partial(
+    keys: IntArray, first: IntArray, last: IntArray
+) -> tuple[IntArray, IntArray, IntArray]:
+    """``(distinct keys, min first, max last)`` of rows."""
+    uniq, idx = np.unique(keys, return_inverse=True)
+    lo = np.full(uniq.size, _I64_MAX, dtype=np.int64)
+    hi = np.full(uniq.size, _I64_MIN, dtype=np.int64)
+    _span_kernels.spans(idx.astype(np.int64, copy=False), first, last, lo, hi)
+    return uniq, lo, hi
+
+
+# (on the Enum itself: a cast to text cost 4 ms per 160 K-row window, the match 0.3 ms)
+_KIND = pl.col("kind")
+SPAN_KEYS: dict[str, pl.Expr] = {
+    "correlation": pl.col("correlation").is_not_null(),
+    "external_id": pl.col("external_id").is_not_null()
+    & (_KIND.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
+    "seq": (_KIND == "cpu_op") & (pl.col("seq") >= 0),
+}
+"""The events' keys no cut may split, and the rows each is read on."""
+
+
 @dataclass
 class WindowFacts:
-    """What the plan needs of each window that the spill can take while it holds the window in
-    memory (:meth:`add`), so the plan does not read it back from the window files: the
-    window's event blocks, its ``step`` rows and its schema. (The keys' time spans were taken
-    here too, as one partial span table per window and key: the spill's group-bys cost what
-    the plan's merge saved, so the plan reads them from the files.)"""
+    """What the plan needs of each window, taken by the spill while it holds the window in
+    memory (:meth:`add`, :meth:`add_flows`), so the plan does not read it back from the window
+    files: the window's event blocks, its ``step`` rows, its schema and the keys' spans (one
+    :class:`KeySpans` per key of :data:`SPAN_KEYS`, and per flow kind code)."""
 
     blocks: list[tuple[IntArray, IntArray]] = field(default_factory=list)
+    block_rows: list[IntArray] = field(default_factory=list)  # each block's first row
+    zero_starts: list[IntArray] = field(default_factory=list)  # blocks starting with a 0-dur
+    rows: list[int] = field(default_factory=list)
     steps: list[pl.DataFrame] = field(default_factory=list)
     schemas: list[pl.Schema] = field(default_factory=list)
+    keys: dict[str, KeySpans] = field(default_factory=lambda: {k: KeySpans() for k in SPAN_KEYS})
+    flows: dict[int, KeySpans] = field(default_factory=dict)
 
     def add(self, events: pl.DataFrame) -> None:
         """One window's events (its ``kineto._events_table`` rows, ``ts_ns`` order)."""
         ts = link._np(events.get_column("ts_ns"))
-        self.blocks.append(_blocks(ts, ts + link._np(events.get_column("dur_ns"), 0)))
-        self.steps.append(
-            events.filter(pl.col("kind").cast(pl.String) == "step").select(
-                "kind", "name", "ts_ns", "dur_ns"
-            )
-        )
+        dur = link._np(events.get_column("dur_ns"), 0)
+        end = ts + dur
+        at = _block_index(ts, end)
+        starts = ts[at]
+        self.blocks.append((starts, np.maximum.reduceat(end, at) if at.size else starts))
+        self.block_rows.append(at)
+        self.zero_starts.append(np.intersect1d(starts, ts[dur == 0]))
+        self.rows.append(int(ts.size))
+        self.steps.append(events.filter(_KIND == "step").select("kind", "name", "ts_ns", "dur_ns"))
         self.schemas.append(events.schema)
+        # (a column no row of a window has is typed by the scanner's default there)
+        keyed = events.select(
+            "kind", "device", *(pl.col(k).cast(pl.Int64, strict=False) for k in SPAN_KEYS)
+        ).select(pl.when(where).then(pl.col(key)).alias(key) for key, where in SPAN_KEYS.items())
+        for key, spans in self.keys.items():
+            col = keyed.get_column(key)
+            has = col.is_not_null()
+            spans.add(col.filter(has).to_numpy(), ts[has.to_numpy()])
+
+    # A cut candidate is inside no window's block (nothing starts before it and ends after it),
+    # so the window's rows before it are those of its blocks starting before it, and a
+    # zero-length event at it starts one of its blocks: the window's rows are not read back.
+
+    def rows_before(self, cands: IntArray) -> list[IntArray]:
+        """Each window's rows with ``ts_ns`` before each cut candidate (sorted), as
+        ``np.searchsorted(ts_ns, cands)`` on its rows."""
+        out = []
+        for at, (block_ts, _), n in zip(self.block_rows, self.blocks, self.rows, strict=True):
+            first = np.append(at, n).astype(np.int64)
+            out.append(first[np.searchsorted(block_ts, cands, side="left")])
+        return out
+
+    def zero_length_at(self, cands: IntArray) -> BoolArray:
+        """Whether a zero-length event of some window starts at each cut candidate."""
+        found = np.zeros(cands.size, dtype=bool)
+        for zero in self.zero_starts:
+            found |= np.isin(cands, zero)
+        return found
+
+    def add_flows(self, flows: pl.DataFrame) -> None:
+        """One window's raw flow records (:data:`link.RAW_FLOWS` columns): a flow's key is
+        its kind and id."""
+        code = flows.get_column("kind").cast(schema.FlowKind).to_physical().to_numpy()
+        fid = flows.get_column("flow_id").to_numpy()
+        ts = flows.get_column("ts_ns").to_numpy()
+        for c in np.unique(code).tolist():  # one per flow kind (a few)
+            at = code == c
+            self.flows.setdefault(c, KeySpans()).add(fid[at], ts[at])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -198,36 +353,25 @@ class Plan:
         return out
 
 
+def _block_index(ts: IntArray, end: IntArray) -> IntArray:
+    """First row of each of :func:`_blocks`' groups."""
+    if ts.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    m = np.maximum.accumulate(end)
+    start = np.ones(ts.size, dtype=bool)
+    start[1:] = ts[1:] != ts[:-1]
+    start[1:] &= ts[1:] >= m[:-1]
+    return np.nonzero(start)[0]
+
+
 def _blocks(ts: IntArray, end: IntArray) -> tuple[IntArray, IntArray]:
     """Maximal groups of time-sorted intervals that overlap (an interval starting exactly where
     the ones before it end starts a new group): ``(starts, ends)``."""
-    if ts.size == 0:
+    idx = _block_index(ts, end)
+    if idx.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
-    m = np.maximum.accumulate(end)
-    first = np.ones(ts.size, dtype=bool)
-    first[1:] = ts[1:] != ts[:-1]
-    start = first.copy()
-    start[1:] &= ts[1:] >= m[:-1]
-    idx = np.nonzero(start)[0]
     return ts[idx], np.maximum.reduceat(end, idx)
-
-
-def _span_blocks(lf: pl.LazyFrame, keys: list[str]) -> tuple[IntArray, IntArray]:
-    """The time span ``[first, last + 1]`` of each key of ``lf`` (``ts_ns`` rows), reduced
-    to the :func:`_blocks` of those spans (a cut inside a key's span is one inside its
-    block): a few per step instead of one per key."""
-    sp = (
-        lf.group_by(keys)
-        .agg(pl.col("ts_ns").min().alias("lo"), pl.col("ts_ns").max().alias("hi"))
-        .select("lo", "hi")
-        .sort("lo")
-        .collect(engine="streaming")
-    )
-    lo = link._np(sp.get_column("lo"))
-    hi = link._np(sp.get_column("hi")) + 1
-    del sp
-    return _blocks(lo, hi)
 
 
 def plan(sp: Spilled, target_rows: int) -> Plan:
@@ -235,41 +379,11 @@ def plan(sp: Spilled, target_rows: int) -> Plan:
     facts = sp.windows
     starts = [a for a, _ in facts.blocks]
     ends = [b for _, b in facts.blocks]
-    kind = pl.col("kind").cast(pl.String)
-    keyed = (
-        ("correlation", pl.col("correlation").is_not_null()),
-        (
-            "external_id",
-            pl.col("external_id").is_not_null()
-            & (kind.is_in(_EXT_KINDS) | pl.col("device").is_not_null()),
-        ),
-        ("seq", (kind == "cpu_op") & (pl.col("seq") >= 0)),
-    )
-    for key, where in keyed:  # one key at a time: the peak is one key's table
-        # (a column no row of a window has is typed by the scanner's default there)
-        cols = [pl.col("ts_ns"), pl.col(key).cast(pl.Int64, strict=False), "kind", "device"]
-        lf = pl.concat(
-            [pl.scan_parquet(f).select(cols) for f in sp.event_files], how="vertical_relaxed"
-        )
-        a, b = _span_blocks(lf.filter(where), [key])
+    for spans in [*facts.keys.values(), *facts.flows.values()]:
+        a, b = spans.blocks()
         starts.append(a)
         ends.append(b)
-        probe(f"plan: {key} spans")
-    if sp.flow_files:
-        lf = pl.concat(
-            [
-                # the kind's code, not its name: a string key costs ~3x the memory here
-                pl.scan_parquet(f).select(
-                    pl.col("kind").cast(schema.FlowKind).to_physical(), "flow_id", "ts_ns"
-                )
-                for f in sp.flow_files
-            ],
-            how="vertical_relaxed",
-        )
-        a, b = _span_blocks(lf, ["kind", "flow_id"])
-        starts.append(a)
-        ends.append(b)
-        probe("plan: flow spans")
+    probe("plan: key spans")
     cands, touch = _candidates(np.concatenate(starts), np.concatenate(ends))
     del starts, ends
     probe("plan: cut candidates")
@@ -277,15 +391,9 @@ def plan(sp: Spilled, target_rows: int) -> Plan:
     # Pass 2: rows before each candidate per file, and the ties that forbid a touching cut.
     bad = np.zeros(cands.size, dtype=bool)
     tc = cands[touch]
-    event_pos, event_rows = [], []
-    for f in sp.event_files:
-        df = pl.read_parquet(f, columns=["ts_ns", "dur_ns"])
-        ts = link._np(df.get_column("ts_ns"))
-        event_pos.append(np.searchsorted(ts, cands, side="left").astype(np.int64))
-        event_rows.append(int(ts.size))
-        if tc.size:
-            zero = ts[link._np(df.get_column("dur_ns"), 0) == 0]
-            bad[touch] |= np.isin(tc, zero)
+    event_pos, event_rows = facts.rows_before(cands), list(facts.rows)
+    if tc.size:
+        bad[touch] |= facts.zero_length_at(tc)
     flow_pos, flow_rows = [], []
     for f in sp.flow_files:
         ts = link._np(pl.read_parquet(f, columns=["ts_ns"]).get_column("ts_ns"))
@@ -331,9 +439,6 @@ def _candidates(a: IntArray, b: IntArray) -> tuple[IntArray, BoolArray]:
     t = a[first]
     ok = t >= prev
     return t[ok], (t == prev)[ok]
-
-
-BoolArray = link.BoolArray
 
 
 def _choose(before: IntArray, total: int, target: int) -> IntArray:
