@@ -291,6 +291,14 @@ class WindowFacts:
             has = col.is_not_null()
             spans.add(col.filter(has).to_numpy(), ts[has.to_numpy()])
 
+    def take_spans(self) -> Iterator[KeySpans]:
+        """Each key's spans, dropped from here as they are handed over (their slots: ~16 B per
+        key value, ~0.5 GB at 10 GB of trace, not to be kept through the linking)."""
+        while self.keys:
+            yield self.keys.pop(next(iter(self.keys)))
+        while self.flows:
+            yield self.flows.pop(next(iter(self.flows)))
+
     # A cut candidate is inside no window's block (nothing starts before it and ends after it),
     # so the window's rows before it are those of its blocks starting before it, and a
     # zero-length event at it starts one of its blocks: the window's rows are not read back.
@@ -379,10 +387,11 @@ def plan(sp: Spilled, target_rows: int) -> Plan:
     facts = sp.windows
     starts = [a for a, _ in facts.blocks]
     ends = [b for _, b in facts.blocks]
-    for spans in [*facts.keys.values(), *facts.flows.values()]:
+    for spans in facts.take_spans():
         a, b = spans.blocks()
         starts.append(a)
         ends.append(b)
+        del spans
     probe("plan: key spans")
     cands, touch = _candidates(np.concatenate(starts), np.concatenate(ends))
     del starts, ends
