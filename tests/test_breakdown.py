@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import csv
+from typing import Any
 
+import numpy as np
+import polars as pl
 import pytest
 
 import opscope.analysis  # noqa: F401
 from conftest import shared_trace
 from helpers.synth import Builder
+from opscope.analysis import breakdown as bd
 from opscope.analysis.breakdown import union_ns
 from opscope.analysis.registry import run
 
@@ -312,3 +316,32 @@ def test_clip_matches_brute_force(seed: int) -> None:
     no_step = _clip(ev.drop("step"), win)
     assert no_step.columns == ["rank", "ts_ns", "dur_ns", "id", "step", "w0", "w1", "start", "end"]
     assert no_step.height == len(want)
+
+
+@pytest.mark.parametrize("dtype", [pl.Int8, pl.Int32, pl.Int64, pl.UInt32])
+@pytest.mark.parametrize("nulls", [False, True])
+def test_int_values_equal_fill_null_and_is_not_null_without_a_query(
+    dtype: pl.DataType, nulls: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """int_values gives what ``fill_null(0)`` and ``is_not_null`` give (epoch-sized values
+    exactly, beyond a float's 53 bits), and runs no query (each of those is one)."""
+    from polars.lazyframe import engine
+
+    big = dtype == pl.Int64
+    vals = [5, 2**62 + 1 if big else 7, 0, 3]
+    if nulls:
+        vals[1::2] = [None, None]
+    s = pl.Series("x", vals, dtype=dtype)
+    want = (s.fill_null(0).to_list(), s.is_not_null().to_list())
+    ran: list[int] = []
+    real = engine._LocalEngine.collect
+
+    def spy(self: Any, lf: Any, **kw: Any) -> Any:
+        ran.append(1)
+        return real(self, lf, **kw)
+
+    monkeypatch.setattr(engine._LocalEngine, "collect", spy)
+    got, ok = bd.int_values(s)
+    assert (got.tolist(), ok.tolist()) == want
+    assert got.dtype == np.int64
+    assert ran == []

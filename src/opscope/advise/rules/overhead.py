@@ -395,6 +395,7 @@ def _idle_of(profile: Profile) -> float:
     # the rank and whether its kernels carry steps: one query (a Series step each was one),
     # then one query
     from opscope.analysis import tree
+    from opscope.analysis.breakdown import int_values
 
     kern = profile.kernels
     ts, rank, step = (kern.get_column(x) for x in ("ts_ns", "rank", "step"))
@@ -418,20 +419,21 @@ def _idle_of(profile: Profile) -> float:
         return 0.0
     # the gaps in NumPy over the rank's timed kernels: a sort, a running maximum per group and
     # the windows by step (as one query, ~0.9 ms on every trace with kernels, most of it the
-    # plan's fixed cost; Series filters here)
-    keep = ts.is_not_null()
+    # plan's fixed cost; the columns as arrays without a query)
+    t, keep = int_values(ts)
     if r0 is not None:
-        keep = keep & (rank == r0).fill_null(False)
+        r, r_ok = int_values(rank)
+        keep &= r_ok & (r == r0)
+    s_val, s_ok = int_values(step)
     if stepped:
-        keep = keep & step.is_not_null()
-    t = ts.filter(keep).to_numpy().astype(np.int64, copy=False)
+        keep &= s_ok
+    t = t[keep]
     if not len(t):
         return 0.0
-    dur = kern.get_column("dur_ns").filter(keep)
-    has_end = dur.is_not_null().to_numpy()  # a null end: no running maximum there
-    end = t + dur.fill_null(0).to_numpy().astype(np.int64, copy=False)
-    dev = kern.get_column("device").filter(keep).fill_null(0).to_numpy().astype(np.int64)
-    stp = step.filter(keep).to_numpy().astype(np.int64) if stepped else None
+    d, has_end = (a[keep] for a in int_values(kern.get_column("dur_ns")))
+    end = t + d  # where has_end (a null end: no running maximum there)
+    dev = int_values(kern.get_column("device"))[0][keep]  # a null device is device 0
+    stp = s_val[keep] if stepped else None
     order = np.lexsort((t, dev) if stp is None else (t, stp, dev))
     t, end, has_end, dev = t[order], end[order], has_end[order], dev[order]
     starts = np.ones(len(t), dtype=bool)
