@@ -336,13 +336,18 @@ class LaunchBound:
     def _device(profile: Profile, steps: c.StepInfo) -> list[Finding]:
         if c.absent(profile, "kernel"):
             return []  # (the filter below would find none)
-        k = profile.kernels.filter(pl.col("kind") == "kernel")
-        if k.height == 0:
+        # the counts from Series comparisons (no query); the short kernels' rows filtered only
+        # when the rule fires (two filters of every kernel column were a fixed cost each)
+        kern = profile.kernels
+        is_kernel = kern.get_column("kind") == "kernel"
+        n = int(is_kernel.sum())
+        if n == 0:
             return []
-        short = k.filter(pl.col("dur_ns") < LAUNCH_US * 1000)
-        share = short.height / k.height
-        if share < LAUNCH_SHORT_SHARE or k.height / max(steps.n, 1) < LAUNCH_MIN_KERNELS:
+        is_short = is_kernel & (kern.get_column("dur_ns") < LAUNCH_US * 1000)
+        share = int(is_short.sum()) / n
+        if share < LAUNCH_SHORT_SHARE or n / max(steps.n, 1) < LAUNCH_MIN_KERNELS:
             return []
+        short = kern.filter(is_short)  # (a null comparison drops the row, as the filters did)
         idle = _idle_ns(profile)
         loc = c.group_by_location(profile, short)
         where = max(loc, key=lambda kk: len(loc[kk]))
@@ -350,7 +355,7 @@ class LaunchBound:
             c.make_finding(
                 profile,
                 rule="overhead-launch-bound",
-                title=f"launch-bound: {share:.0%} of {k.height} kernels under {LAUNCH_US:g} µs",
+                title=f"launch-bound: {share:.0%} of {n} kernels under {LAUNCH_US:g} µs",
                 where=where,
                 key="device",
                 saving_ns=idle,
@@ -365,7 +370,7 @@ class LaunchBound:
                     .to_list(),
                     short.height,
                     {
-                        "kernels": k.height,
+                        "kernels": n,
                         "short_kernels": short.height,
                         "short_share": round(share, 4),
                         "threshold_us": LAUNCH_US,
