@@ -270,6 +270,12 @@ def test_candidates_and_choice_by_hand() -> None:
     # (cuts 0 and 1 have no rows between them: the later one is kept)
     assert window_link._choose(before, 12, 4).tolist() == [1, 2, 3]
     assert window_link._choose(before, 12, 100).tolist() == []
+    # a candidate after every row (24 rows): the first and last segments grown to 2 rows, the
+    # others to 8: [0, 2) [2, 10) [10, 18) [18, 22) [22, 24)
+    every = np.arange(1, 24, dtype=np.int64)
+    assert window_link._choose(every, 24, 8, 2).tolist() == [1, 9, 17, 21]
+    assert window_link._choose(every, 24, 8).tolist() == [7, 15]
+    assert window_link._choose(every[:8], 9, 100, 2).tolist() == [1, 6]  # [0, 2) [2, 7) [7, 9)
     s, e = window_link._blocks(np.array([0, 5, 10, 10, 30]), np.array([8, 10, 12, 25, 31]))
     assert s.tolist() == [0, 10, 30] and e.tolist() == [10, 25, 31]
 
