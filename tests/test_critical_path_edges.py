@@ -217,6 +217,23 @@ def test_same_edges_in_the_same_order_as_the_plan(seed: int) -> None:
         assert len(src) == len(want)
 
 
+@pytest.mark.filterwarnings("ignore:Comparisons with None")  # the plan's, meant
+@pytest.mark.parametrize("seed", range(30))
+def test_same_edges_with_null_ranks_and_steps(seed: int) -> None:
+    """A node of a null rank or step: its own lane group, and a sync of one has no device node
+    to wait on (the plan's equality with a null matches none), as in the plan."""
+    nodes, events, cross = _random_nodes(seed)
+    rng = np.random.default_rng(1000 + seed)
+    nodes = nodes.with_columns(
+        pl.when(pl.lit(rng.random(nodes.height) < 0.2)).then(None).otherwise(pl.col(c)).alias(c)
+        for c in ("rank", "step")
+    )
+    src, dst = cpg.edges(nodes, events, cross)
+    want = reference_edges(nodes, events, cross).collect().rows()
+    assert _into(list(zip(src.tolist(), dst.tolist(), strict=True))) == _into(want)
+    assert len(src) == len(want)
+
+
 _TRACES = [
     "gpu/hta_alexnet_a100_cuda_sync.json.gz",
     "gpu/hta_triton_a100.json.gz",

@@ -6,6 +6,7 @@ a profile: the per-thread and per-step queries they replace were a fixed cost of
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Final
 
 import numpy as np
@@ -944,26 +945,38 @@ def edges(
         src_parts.append(l_dst[w])
         dst_parts.append(l_src[w])
     if is_sync.any():
-        # (the columns read only: sorting and filtering the names was most of the cost)
-        slim = nodes.select("rank", "step", "id", "lane", "end_ns")
-        syncs = slim.filter(is_sync).sort("end_ns")
-        # (the device nodes only when there is a sync to join them to)
-        dev = slim.filter(nodes.get_column("lane_kind") == "device").sort("end_ns")
-        # the last device node of each stream that ends before the sync returns
-        for (rank, step), s in syncs.group_by("rank", "step") if dev.height else ():
-            d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
-            if d.height == 0:
+        # (the columns read only: sorting and filtering the names was most of the cost; from
+        # the Series, no query). The syncs and the device nodes (only when there is a sync to
+        # join them to) by end: each the eager filter and sort's plan, both in one call (the
+        # same engine and optimisations: the same order of ties; four queries before)
+        slim = pl.DataFrame([nodes.get_column(c) for c in ("rank", "step", "id", "lane", "end_ns")])
+        is_dev = nodes.get_column("lane_kind") == "device"
+        syncs, dev = pl.collect_all(
+            [slim.lazy().filter(pl.lit(m)).sort("end_ns") for m in (is_sync, is_dev)],
+            engine="in-memory",
+            optimizations=tree.EAGER_FLAGS,
+        )
+        # the last device node of each stream that ends before the sync returns, per (rank,
+        # step): each's rows sliced from a stable sort by (rank, step), which keeps the end
+        # order within (iterating a group_by and filtering the device nodes per group were a
+        # query each; the order between groups is no edge's business: a group's edges go into
+        # its own syncs). A null rank or step matches no device node, as the filter's equality
+        s_at = _by_rank_step(syncs)
+        d_at = _by_rank_step(dev) if dev.height else {}
+        s_ids, s_ends = syncs.get_column("id").to_numpy(), syncs.get_column("end_ns").to_numpy()
+        d_lanes, d_ids = dev.get_column("lane").to_numpy(), dev.get_column("id").to_numpy()
+        d_ends = dev.get_column("end_ns").to_numpy()
+        for key, s_rows in s_at.items():
+            d_rows = d_at.get(key)
+            if d_rows is None:
                 continue
             # per stream, the backward as-of match in NumPy: the last node (of the stream's
             # nodes in end order) ending at or before the sync's end, as join_asof picks it (five
-            # queries per stream were ~1 ms); streams in the same order as before (ties between
-            # streams go to the first edge)
-            s_id = s.get_column("id").to_numpy()
-            s_end = s.get_column("end_ns").to_numpy()
-            d_lane = d.get_column("lane").to_numpy()
-            d_id = d.get_column("id").to_numpy()  # row ids: never null
-            d_end = d.get_column("end_ns").to_numpy()
-            for ln in d.get_column("lane").unique().to_list():
+            # queries per stream were ~1 ms); streams in increasing order, as the Series' unique
+            # gave them (ties between streams go to the first edge)
+            s_id, s_end = s_ids[s_rows], s_ends[s_rows]
+            d_lane, d_id, d_end = d_lanes[d_rows], d_ids[d_rows], d_ends[d_rows]
+            for ln in np.unique(d_lane).tolist():
                 on = d_lane == ln
                 j = np.searchsorted(d_end[on], s_end, side="right") - 1
                 hit = j >= 0
@@ -973,6 +986,23 @@ def edges(
         src_parts.append(cross.get_column("src").to_numpy().astype(i64))
         dst_parts.append(cross.get_column("dst").to_numpy().astype(i64))
     return np.concatenate(src_parts), np.concatenate(dst_parts)
+
+
+def _by_rank_step(df: pl.DataFrame) -> dict[tuple[int, int], np.ndarray]:
+    """The row positions of each (rank, step) of ``df``, in ``df``'s order within each (rows of
+    a null rank or step in none)."""
+    rank, rank_null = _int_column(df, "rank")
+    step, step_null = _int_column(df, "step")
+    ok = np.ones(df.height, dtype=bool)
+    for null in (rank_null, step_null):
+        if null is not None:
+            ok &= ~null
+    rows = np.flatnonzero(ok)
+    rows = rows[np.lexsort((step[rows], rank[rows]))]  # stable: df's order within a key
+    r, s = rank[rows], step[rows]
+    cut = np.flatnonzero((r[1:] != r[:-1]) | (s[1:] != s[:-1])) + 1
+    bounds = np.concatenate(([0], cut, [len(rows)])).tolist()
+    return {(int(r[a]), int(s[a])): rows[a:b] for a, b in itertools.pairwise(bounds) if b > a}
 
 
 def positions(ids: np.ndarray, x: np.ndarray) -> np.ndarray:
