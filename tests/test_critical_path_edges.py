@@ -361,3 +361,29 @@ def test_unique_order_leaves_large_tables_to_polars() -> None:
     n = cpg._NUMPY_SORT_MAX
     assert cpg.unique_order(np.arange(n, dtype=np.int64)) is not None
     assert cpg.unique_order(np.arange(n + 1, dtype=np.int64)) is None
+
+
+def test_call_names_equal_the_patterns_in_polars() -> None:
+    """The sync and copy call names found in Python equal Polars' ``str.contains`` of the same
+    patterns on the names (null read as ""), on names built to differ between the engines if
+    they could: a trailing newline (Python's ``$`` matches before one), non-ASCII word
+    characters after the name (``\\w``), prefixes, near misses."""
+    base = [
+        "cudaStreamSynchronize", "cudaDeviceSynchronize", "hipEventSynchronize",
+        "AscendCL@aclrtSynchronizeStreamWithTimeout", "aclrtSynchronizeDevice",
+        "cudaMemcpy", "cudaMemcpyAsync", "hipMemcpyWithStream", "AscendCL@aclrtMemcpy",
+        "cudaStreamWaitEvent", "cudaLaunchKernel", "xcudaMemcpy", "@cudaMemcpy", "",
+    ]  # fmt: skip
+    names = [
+        *base,
+        *(n + "\n" for n in base),
+        *(n + "é" for n in base),
+        *(n + "\u0301" for n in base),
+    ]
+    names += [*(n + "_2" for n in base), *("a@" + n for n in base), None]
+    got = cpg.call_names(pl.Series(names, dtype=pl.String))
+    s = pl.Series(names, dtype=pl.String).fill_null("")
+    for found, pattern in zip(got, (cpg.SYNC_PATTERN, cpg.COPY_CALL), strict=True):
+        want = set(pl.Series(names, dtype=pl.String).filter(s.str.contains(pattern)).to_list())
+        assert set(found.to_list()) == want
+        assert want  # the patterns do find names here

@@ -7,6 +7,7 @@ a profile: the per-thread and per-step queries they replace were a fixed cost of
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any, Final
 
 import numpy as np
@@ -197,6 +198,28 @@ def _polars_orders(*columns: np.ndarray) -> list[np.ndarray]:
     return [o for o in out if o is not None]
 
 
+_SYNC_RE: Final = re.compile(SYNC_PATTERN.replace("$", r"\Z"))
+_COPY_RE: Final = re.compile(COPY_CALL.replace("$", r"\Z"))
+
+
+def call_names(names: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Of the distinct runtime call ``names``, those that :data:`SYNC_PATTERN` and
+    :data:`COPY_CALL` find (``str.contains`` on the name, a null read as ""). In Python on an
+    ASCII name, where Python's ``re`` reads the patterns as Polars' regex engine does (``$`` as
+    the end of the text: ``\\Z``; ``\\w`` as ``[A-Za-z0-9_]``); any other name by Polars' own
+    ``str.contains`` (a query, only then)."""
+    text = [n for n in names.to_list() if n is not None]
+    plain = [n for n in text if n.isascii()]
+    other = pl.Series([n for n in text if not n.isascii()], dtype=pl.String)
+    out = []
+    for rx, pattern in ((_SYNC_RE, SYNC_PATTERN), (_COPY_RE, COPY_CALL)):
+        hits = [n for n in plain if rx.search(n) is not None]
+        if other.len():
+            hits += other.filter(other.str.contains(pattern)).to_list()
+        out.append(pl.Series(hits, dtype=pl.String))
+    return out[0], out[1]
+
+
 def _host_nodes(
     ev: pl.DataFrame,
     steps: pl.DataFrame,
@@ -220,25 +243,22 @@ def _host_nodes(
     # three queries over the columns used, the rest in NumPy per thread (the joins, sorts and
     # partitions per thread they replace were ~20 ms of a 75k-event trace and a fixed cost of
     # every small one)
-    name = pl.col("name").fill_null("")
-    rt = (
-        ev.lazy()
-        .filter(pl.col("kind").is_in(["runtime", "driver"]))
-        .select(
-            *thread,
-            "id",
-            "ts_ns",
-            "dur_ns",
-            "step",
-            "op_id",
-            "name",
-            name.str.contains(SYNC_PATTERN).alias("sync"),
-            name.str.contains(COPY_CALL).alias("copy"),
-        )
-        .pipe(tree.collect)
+    calls = ev.lazy().filter(pl.col("kind").is_in(["runtime", "driver"]))
+    # the calls and their distinct names in one call; which names sync or copy: the patterns
+    # on the distinct names (a handful), each row's flag by is_in (the regexes in the query were
+    # compiled there each time: 0.5-0.7 ms of a small trace's 0.9 ms query)
+    rt, distinct = pl.collect_all(
+        [
+            calls.select(*thread, "id", "ts_ns", "dur_ns", "step", "op_id", "name"),
+            calls.select(pl.col("name").unique()),
+        ],
+        engine="in-memory",
+        optimizations=tree.EAGER_FLAGS,
     )
     if not rt.height:
         return pl.DataFrame(schema=_NODE_SCHEMA)
+    sync_names, copy_names = call_names(distinct.get_column("name"))
+    names = rt.get_column("name")
     copies, tracked = pl.collect_all(
         [
             ev.lazy()
@@ -266,8 +286,8 @@ def _host_nodes(
     if copies.height:
         at = positions(cid, copies.get_column("launch_id").to_numpy().astype(i64))
         np.maximum.at(copy_end, at[at >= 0], copies.get_column("end").to_numpy()[at >= 0])
-    sync = rt.get_column("sync").to_numpy().astype(bool)
-    blocking = rt.get_column("copy").to_numpy().astype(bool) & (copy_end > np.iinfo(i64).min)
+    sync, copy = (_flag(names.is_in(x.implode())) for x in (sync_names, copy_names))
+    blocking = copy & (copy_end > np.iinfo(i64).min)
     wait = sync | (blocking & (copy_end <= end))
     step, step_null = _int_column(rt, "step")
     op, op_null = _int_column(rt, "op_id")
