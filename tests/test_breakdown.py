@@ -345,3 +345,33 @@ def test_int_values_equal_fill_null_and_is_not_null_without_a_query(
     assert (got.tolist(), ok.tolist()) == want
     assert got.dtype == np.int64
     assert ran == []
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_group_starts_of_integer_keys_equal_the_query(seed: int) -> None:
+    """group_starts of integer keys (in NumPy) equals the ``ne_missing`` select it replaces
+    (which other key types still take): nulls equal only to nulls, several keys, one row."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 50))
+
+    def col(dtype: pl.DataType) -> pl.Series:
+        v = rng.integers(0, 3, n).tolist()
+        return pl.Series([None if rng.random() < 0.2 else x for x in v], dtype=dtype)
+
+    df = pl.DataFrame({"rank": col(pl.Int32), "step": col(pl.Int64), "cls": col(pl.UInt8)})
+    keys = ["rank", "step", "cls"][: int(rng.integers(1, 4))]
+    df = df.sort(keys, nulls_last=bool(seed % 2))
+    want = (
+        df.select(
+            pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in keys).fill_null(
+                True
+            )
+        )
+        .to_series()
+        .to_list()
+    )
+    want[0] = True
+    assert bd.group_starts(df, keys).tolist() == want
+    # a string key: the query's path, the same answer
+    s = df.with_columns(pl.col(keys[0]).cast(pl.String))
+    assert bd.group_starts(s, keys).tolist() == want
