@@ -26,10 +26,11 @@ import numpy.typing as npt
 import polars as pl
 
 from opscope.analysis import tree
+from opscope.analysis.breakdown import int_values
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import Forest, gather, no_ops, per_profile, per_profile_args
+from opscope.analysis.tree import Forest, _positions, gather, no_ops, per_profile, per_profile_args
 from opscope.model import Profile, kinds
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -169,6 +170,22 @@ def _owners(
 ) -> pl.DataFrame:
     """``id -> owner``: the outermost costed op among each op and its op ancestors (``par``:
     :func:`_op_parents` of ``ops`` when the caller has it already)."""
+    owner = _owner_positions(ops, costed, par)
+    ids = ops.get_column("id")
+    return pl.DataFrame(
+        [ids, gather(ids, owner).alias("owner")], schema={"id": pl.Int64, "owner": pl.Int64}
+    )
+
+
+def _masked(values: npt.NDArray[np.int64], null: npt.NDArray[np.bool_], dtype: Any) -> pl.Series:
+    """``values`` as a Series of ``dtype``, null where ``null``."""
+    return pl.Series(np.ma.masked_array(values, mask=null), dtype=dtype)
+
+
+def _owner_positions(
+    ops: pl.DataFrame, costed: pl.Series, par: npt.NDArray[np.int64] | None = None
+) -> npt.NDArray[np.int64]:
+    """:func:`_owners` as positions in ``ops`` (-1: none)."""
     # up the parent links as arrays (one step per nesting level for every op at once); each
     # costed ancestor found overwrites the nearer one, so the outermost wins
     if par is None:
@@ -186,10 +203,7 @@ def _owners(
         hit = is_costed[cur]
         owner[idx[hit]] = cur[hit]
         cur = par[cur]
-    ids = ops.get_column("id")
-    return pl.DataFrame(
-        [ids, gather(ids, owner).alias("owner")], schema={"id": pl.Int64, "owner": pl.Int64}
-    )
+    return owner
 
 
 def _with_direct_descendant(
@@ -375,7 +389,7 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     par = _op_parents(ops)  # once for both walks (a sort of every op id: ms on 40k ops)
     if derived.any():
         costed = direct | (derived & ~_with_direct_descendant(ops, direct, par))
-    owners = _owners(ops, costed, par)
+    owner_at = _owner_positions(ops, costed, par)
     # from here two plans, the calls and the groups, each collected once (each eager step was
     # a query of fixed cost: ~34 per report on an op-bearing Ascend export); the peaks joined
     # for the (dtype, roof) pairs of the cost table, those of every call among them
@@ -383,41 +397,43 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     pairs = set(
         costs.lazy().select("dtype", "roof").unique().collect(engine="in-memory").iter_rows()
     )
-    # the owners are the ops' rows in their order (ids unique): a column, not a join
-    owned = ops.lazy().with_columns(owners.get_column("owner"))
-    is_device = pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null()
     # from the profile's cached device work (LOCAL_WORK is part of it: the same rows in the
     # same order as filtering every event again)
     dev = profile.kernels
-    has_device = bool(
-        (
-            dev.get_column("kind").is_in(list(_DEVICE_KINDS))
-            & dev.get_column("op_id").is_not_null()
-        ).any()
+    k_op = dev.get_column("op_id")
+    is_device = dev.get_column("kind").is_in(list(_DEVICE_KINDS)) & k_op.is_not_null()
+    has_device = bool(is_device.any())
+    # each call (an op that owns itself) with its owned ops' device work and torch flops, by
+    # position in NumPy: the sums per owner of the kernels and of the ops (two group_bys and
+    # three joins in the calls' plan were most of its time); ids unique, a kernel of no op in
+    # none, as the inner join
+    n = ops.height
+    k_dur, _ = int_values(dev.get_column("dur_ns").filter(is_device))  # a null adds nothing
+    k_at = _positions(
+        ops.get_column("id").to_numpy().astype(np.int64, copy=False),
+        k_op.filter(is_device).to_numpy(),
+        np.zeros(len(k_dur), dtype=bool),
     )
-    kernels = dev.lazy().filter(is_device)
-    kern = kernels.join(
-        owned.select(pl.col("id").alias("op_id"), "owner"), on="op_id", how="inner"
-    ).filter(pl.col("owner").is_not_null())
-    dev_time = kern.group_by("owner").agg(
-        pl.col("dur_ns").sum().alias("device_ns"), pl.len().alias("kernels")
-    )
-    torch_flops = (
-        owned.filter(pl.col("owner").is_not_null())
-        .group_by("owner")
-        .agg(pl.col("flops").sum().alias("torch_flops"), pl.col("flops").is_not_null().any())
-        .select(
-            "owner",
-            pl.when(pl.col("flops"))
-            .then(pl.col("torch_flops"))
-            .otherwise(None)
-            .alias("torch_flops"),
-        )
-    )
+    k_owner = np.where(k_at >= 0, owner_at[np.maximum(k_at, 0)], -1)
+    mine = k_owner >= 0
+    kernels = np.bincount(k_owner[mine], minlength=n)
+    device_ns = np.zeros(n, dtype=np.int64)
+    np.add.at(device_ns, k_owner[mine], k_dur[mine])
+    flops_v, flops_ok = int_values(ops.get_column("flops"))
+    counted = flops_ok & (owner_at >= 0)
+    torch = np.zeros(n, dtype=np.int64)
+    np.add.at(torch, owner_at[counted], flops_v[counted])
+    any_flops = np.zeros(n, dtype=bool)
+    any_flops[owner_at[counted]] = True
+    rows = np.flatnonzero(owner_at == np.arange(n))
     calls_plan = (
-        owned.filter(pl.col("owner") == pl.col("id"))
-        .join(dev_time, left_on="id", right_on="owner", how="left")
-        .join(torch_flops, left_on="id", right_on="owner", how="left")
+        ops.lazy()
+        .filter(pl.lit(pl.Series(owner_at == np.arange(n))))
+        .with_columns(
+            # null where the call has no kernel (no row of the left join)
+            pl.lit(_masked(device_ns[rows], kernels[rows] == 0, pl.Int64)).alias("device_ns"),
+            pl.lit(_masked(torch[rows], ~any_flops[rows], pl.Int64)).alias("torch_flops"),
+        )
         .with_columns(
             pl.when(pl.col("device_ns").is_not_null())
             .then(pl.lit("device"))
@@ -433,7 +449,7 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
             .then(None)
             .otherwise(pl.col("dur_ns"))
             .alias("time_ns"),
-            pl.col("kernels").fill_null(0),
+            pl.lit(pl.Series(kernels[rows], dtype=pl.UInt32)).alias("kernels"),
             pl.lit(1, dtype=pl.UInt32).alias("calls"),
         )
         .select(
@@ -471,7 +487,22 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     groups = _metrics(groups, spec, "_flops_t", "_bytes_t", pairs=pairs).drop(
         "_flops_t", "_bytes_t"
     )
-    pmu = _pmu(profile, kern.with_columns(pl.col("owner")), "owner")
+    pmu = None
+    if _pmu_wide(profile) is not None:
+        # the kernels of owned ops with their owner's id (the owners as a column: the ops'
+        # rows in their order, ids unique)
+        owner = gather(ops.get_column("id"), owner_at).alias("owner")
+        kern = (
+            dev.lazy()
+            .filter(pl.col("kind").is_in(list(_DEVICE_KINDS)) & pl.col("op_id").is_not_null())
+            .join(
+                ops.lazy().select(pl.col("id").alias("op_id"), pl.lit(owner)),
+                on="op_id",
+                how="inner",
+            )
+            .filter(pl.col("owner").is_not_null())
+        )
+        pmu = _pmu(profile, kern, "owner")
     if pmu is not None:
         per_group = (
             calls.lazy()
