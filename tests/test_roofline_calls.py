@@ -148,3 +148,42 @@ def test_calls_equal_the_joins_at_the_corners(tmp_path: Path) -> None:
     path.write_text(__import__("json").dumps({"traceEvents": ev}))
     got = _check(opscope.load(path, cache=False))
     assert got.height >= 2
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["gpu/hta_alexnet_a100_cuda_sync.json.gz", "multi_rank/hta_sampled_128rank_job/rank-0.json.gz"],
+)
+def test_without_a_costed_op_the_full_path_is_skipped(
+    rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host ops, none with a modelled cost (recorded without shapes): the roofline's tables
+    from their schemas, equal to the full path's (SHORTCUTS off), which is not run (a spy);
+    with a costed op it is."""
+    from polars.testing import assert_frame_equal
+
+    from opscope.analysis import tree
+    from opscope.analysis.registry import Options
+
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    ran: list[int] = []
+    real = rl._with_ops
+
+    def spy(profile: Any, device_name: Any) -> Any:
+        ran.append(1)
+        return real(profile, device_name)
+
+    monkeypatch.setattr(rl, "_with_ops", spy)
+    fast = rl.roofline(opscope.load(p, cache=False), Options())
+    costed = bool(ran)
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    ran.clear()
+    full = rl.roofline(opscope.load(p, cache=False), Options())
+    assert ran == [1]
+    assert costed == ("alexnet" not in rel)  # alexnet's ops carry no shapes: none costed
+    for name in ("calls", "groups", "kernel_groups"):
+        assert_frame_equal(getattr(fast, name), getattr(full, name))
+    for name in ("device", "peaks_note", "time_source", "peak_known"):
+        assert getattr(fast, name) == getattr(full, name)

@@ -364,9 +364,17 @@ def roofline(profile: Profile, options: Options) -> RooflineResult:
 
 @per_profile_args
 def _roofline(profile: Profile, device_name: str | None) -> RooflineResult:
-    if no_ops(profile):
+    if no_ops(profile) or (tree.SHORTCUTS and not _any_costed(profile)):
         return _without_ops(profile, device_name)
     return _with_ops(profile, device_name)
+
+
+def _any_costed(profile: Profile) -> bool:
+    """Whether any host op has a modelled cost (else no op owns a call: the calls and groups
+    are empty, as :func:`_without_ops` makes them without the queries; ops recorded without
+    shapes: hta_alexnet_a100_cuda_sync's). From the cost table's null counts: no query."""
+    costs = host_op_costs(profile)
+    return any(costs.get_column(c).null_count() < costs.height for c in ("flops", "bytes"))
 
 
 def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
@@ -537,7 +545,8 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
 
 def _without_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     """:func:`_with_ops` for a profile without host ops (the small Ascend exports hold only
-    kernels): no call to cost, so ``calls`` and ``groups`` are empty tables of the same
+    kernels) or without a costed one: no call to cost, so ``calls`` and ``groups`` are empty
+    tables of the same
     schema, built without the three dozen queries (a fixed cost each) that compute them.
     tests/test_report_speed_empty.py checks it equals :func:`_with_ops`."""
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
