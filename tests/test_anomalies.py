@@ -344,3 +344,37 @@ def test_efficiency_rows_in_polars_sort_order() -> None:
         )
         got = pl.DataFrame(sorted(rows, key=_efficiency_order), schema=_EFFICIENCY_SCHEMA)
         assert got.equals(want)
+
+
+def test_inefficient_shapes_without_flops_or_bytes_skips_its_queries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ops recorded without shapes and without torch flops (alexnet cuda_sync): no rate to
+    compare; the empty table without a query, equal to the full path's (SHORTCUTS off)."""
+    from polars.lazyframe import engine
+
+    import opscope
+    from conftest import SHARED_TRACES
+    from opscope.analysis import anomalies, tree
+    from opscope.analysis.flops import host_op_costs
+
+    p = SHARED_TRACES / "gpu/hta_alexnet_a100_cuda_sync.json.gz"
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    profile = opscope.load(p, cache=False)
+    costs = host_op_costs(profile)
+    assert profile.ops.height and costs.get_column("flops").null_count() == costs.height
+    ran: list[int] = []
+    real = engine._LocalEngine.collect
+
+    def spy(self: Any, lf: Any, **kw: Any) -> Any:
+        ran.append(1)
+        return real(self, lf, **kw)
+
+    monkeypatch.setattr(engine._LocalEngine, "collect", spy)
+    fast = anomalies.inefficient_shapes(profile)
+    assert ran == []
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    full = anomalies.inefficient_shapes(profile)
+    assert ran  # the full path's queries
+    assert fast.schema == full.schema and fast.equals(full) and fast.height == 0
