@@ -393,7 +393,11 @@ def test_roofline_takes_the_aligned_costs(
     order, short, or with a null id is not aligned."""
     monkeypatch.setattr(tree, "SHORTCUTS", True)
     aligned = _Spy(monkeypatch, roofline, "_aligned")
-    for rel in ("gpu/hta_triton_a100.json.gz", "gpu/hta_nccl_a100_rank0of2.json.gz"):
+    # (traces with costed ops: without one the roofline takes none of its full path)
+    for rel in (
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+        "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+    ):
         p = SHARED_TRACES / rel
         if not p.exists():
             pytest.skip(f"shared trace not found: {p}")
