@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from typing import Any
 
 import polars as pl
 import pytest
@@ -111,3 +112,46 @@ def test_h100_trace_blocks_per_sm_match_kineto() -> None:
             )  # kineto rounds to 6 places
             checked += 1
     assert checked == len(want)
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "ascend/small_two_rank/test_rank_0",
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+        "ascend/alexnet_ddp_910b/level0_rank0_ascend_pt",
+    ],
+)
+def test_kernels_without_grid_or_block_skip_the_parses(
+    rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No kernel with a launch geometry (Ascend's): the groups without the grid and block
+    parses and joins equal the full plan's (SHORTCUTS off); a spy: no parse built."""
+    import opscope
+    from conftest import SHARED_TRACES
+    from opscope.analysis import occupancy, tree
+    from opscope.analysis.registry import Options
+
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    parsed: list[str] = []
+    real = occupancy._shape_product
+
+    def spy(col: str) -> Any:
+        parsed.append(col)
+        return real(col)
+
+    monkeypatch.setattr(occupancy, "_shape_product", spy)
+    fast = occupancy.utilisation(opscope.load(p, cache=False), Options())
+    assert parsed == []
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    full = occupancy.utilisation(opscope.load(p, cache=False), Options())
+    assert parsed == ["grid", "block"]
+    assert fast.kernels.schema == full.kernels.schema
+    assert fast.kernels.equals(full.kernels) and fast.kernels.height > 0
+    assert (fast.wave_efficiency, fast.note, fast.compute_units) == (
+        full.wave_efficiency,
+        full.note,
+        full.compute_units,
+    )

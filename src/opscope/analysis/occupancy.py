@@ -139,7 +139,14 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
         empty, note = _empty_groups(key, is_ascend, lim, cu, vendor, cc, name)
         out = empty.clone()
     else:
-        plan, note = _groups_plan(kernels.lazy(), km, is_ascend, lim, cu, vendor, cc, name)
+        # no launch geometry on any kernel (an Ascend export's never have it): nothing to parse
+        # or join (Series null counts: no query)
+        shapeless = tree.SHORTCUTS and all(
+            kernels.get_column(c).null_count() == kernels.height for c in ("grid", "block")
+        )
+        plan, note = _groups_plan(
+            kernels.lazy(), km, is_ascend, lim, cu, vendor, cc, name, shapeless=shapeless
+        )
         out = plan.collect(engine="in-memory")
     known = out.get_column("wave_efficiency").is_not_null()
     valid_eff = out.get_column("wave_efficiency").filter(known)
@@ -181,21 +188,30 @@ def _groups_plan(
     vendor: str | None,
     cc: str | None,
     name: str | None,
+    *,
+    shapeless: bool = False,
 ) -> tuple[pl.LazyFrame, str]:
     """The kernel groups of ``kernels`` (the profile's device work) with the pipe ratios of
-    ``km`` (its kernel metrics), sorted, as one plan; and the note on the limits used."""
+    ``km`` (its kernel metrics), sorted, as one plan; and the note on the limits used.
+    ``shapeless``: no kernel has a grid or a block (the caller checked): their parses and joins
+    left out, the columns they give null (what they give then)."""
     # one plan from the events to the sorted groups, collected once (each eager step was a
     # query of fixed cost: ~17 per report on a small trace)
     k = kernels.filter(pl.col("kind") == "kernel")
-    # parse each distinct grid / block string once
-    grids = k.select("grid").unique().with_columns(_shape_product("grid").alias("_g"))
-    blocks = k.select("block").unique().with_columns(_shape_product("block").alias("threads"))
-    k = (
-        k.join(grids, on="grid", how="left", nulls_equal=True)
-        .join(blocks, on="block", how="left", nulls_equal=True)
-        .with_columns(pl.coalesce("blocks", "_g").alias("n_blocks"))
-        .drop("_g")
-    )
+    if shapeless:
+        # a null grid's product is null, a null block's too: the joins' columns, without them
+        none = pl.lit(None, pl.Int64)  # (the products' type)
+        k = k.with_columns(none.alias("threads"), pl.coalesce("blocks", none).alias("n_blocks"))
+    else:
+        # parse each distinct grid / block string once
+        grids = k.select("grid").unique().with_columns(_shape_product("grid").alias("_g"))
+        blocks = k.select("block").unique().with_columns(_shape_product("block").alias("threads"))
+        k = (
+            k.join(grids, on="grid", how="left", nulls_equal=True)
+            .join(blocks, on="block", how="left", nulls_equal=True)
+            .with_columns(pl.coalesce("blocks", "_g").alias("n_blocks"))
+            .drop("_g")
+        )
     if is_ascend:
         # vector kernels run on the vector cores: two per cube core on 910B
         cores = (
