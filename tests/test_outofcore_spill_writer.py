@@ -1,9 +1,11 @@
 """The spill's per-window jobs on a worker thread (opscope.ingest.spill._Writer): every job handed
 over has ended after wait() (its files on disk), in the order handed over, a failed job raises its
-error at wait() (never lost), and the synchronous mode runs each at once."""
+error at wait() (never lost), wait(keep=n) leaves the last n running, and the synchronous mode
+runs each at once."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import polars as pl
@@ -50,3 +52,25 @@ def test_jobs_run_in_the_order_handed_over() -> None:
     w.wait()
     w.close()
     assert seen == list(range(50))
+
+
+def test_wait_keeps_the_last_windows_in_flight() -> None:
+    """``wait(keep=1)``: every job but the last has ended, the last may still run (the scanner
+    reads on while the writer finishes it); ``wait()`` then waits for it too."""
+    w = spill._Writer()
+    gate = threading.Event()
+    done: list[int] = []
+
+    def gated() -> None:
+        gate.wait(10)
+        done.append(1)
+
+    w.run(done.append, 0)
+    w.run(gated)
+    w.wait(keep=1)
+    assert done == [0] and len(w.pending) == 1  # (the second job waits for the gate)
+    gate.set()
+    w.wait()
+    w.close()
+    assert done == [0, 1] and not w.pending
+    assert spill.WINDOWS_IN_FLIGHT >= 1

@@ -78,13 +78,21 @@ BACKGROUND_WRITES = True
 """Make and write each window's tables on a worker thread while the scanner reads the next
 window."""
 
+WINDOWS_IN_FLIGHT = 2
+"""Windows handed to the writer's thread that it may not have finished when the scanner hands
+over the next one. The writer and the scanner take about the same time per GB, but not per
+window: with one, the scanner waited 1.4-1.9 s per GB of ~6 for a writer still on a heavier
+window; with two, 0.9-1.5 s (3 GB: 5.1-6.6 -> 2.6-2.9 s), for one window's column pieces more
+in memory (~0.05-0.1 GB)."""
+
 
 class _Writer:
     """The spill's per-window work after the scan: its tables made (events, flows, memory
     rows) and written to Parquet. With :data:`BACKGROUND_WRITES` it runs on one worker thread:
     the frames' work and the encoding release the GIL, which the scanner holds while it reads
-    the next window, so the two overlap on a second core. :meth:`wait` at each window's start
-    keeps one window in flight at most (its frames are the memory it adds)."""
+    the next window, so the two overlap on a second core. ``wait(keep=WINDOWS_IN_FLIGHT - 1)``
+    at each window's hand-over bounds the windows in flight (their frames are the memory it
+    adds)."""
 
     def __init__(self) -> None:
         on = BACKGROUND_WRITES and window_link.worker_threads()
@@ -99,11 +107,11 @@ class _Writer:
         else:
             self.pending.append(self.pool.submit(job, *args, **kwargs))
 
-    def wait(self) -> None:
-        """Every job handed over has ended (a failed one raises its error here)."""
-        pending, self.pending = self.pending, []
-        for job in pending:
-            job.result()
+    def wait(self, keep: int = 0) -> None:
+        """Every job handed over but the last ``keep`` has ended (a failed one raises its
+        error here)."""
+        while len(self.pending) > keep:
+            self.pending.pop(0).result()
 
     def close(self) -> None:
         """Stop the worker once its jobs end (their errors left to :meth:`wait`)."""
@@ -160,8 +168,8 @@ class Spill:
         self.write = _Writer()
 
     def __call__(self, first_row: int, window: fastscan.Scanned) -> None:
-        # the previous window's tables and files (made while this one was read)
-        self.write.wait()
+        # the earlier windows' tables and files (made while this one was read), but the last
+        self.write.wait(keep=WINDOWS_IN_FLIGHT - 1)
         cols, times = window.columns()  # (here: it reads the scan's growing string tables)
         del window
         # the window's tables made and written on the writer's thread while the scanner reads
