@@ -187,3 +187,53 @@ def test_without_a_costed_op_the_full_path_is_skipped(
         assert_frame_equal(getattr(fast, name), getattr(full, name))
     for name in ("device", "peaks_note", "time_source", "peak_known"):
         assert getattr(fast, name) == getattr(full, name)
+
+
+def _json_by_rows(res: Any) -> list[dict[str, Any]]:
+    """The report's roofline list built row by row from dicts of every column (the code before
+    the column lists)."""
+    out: list[dict[str, Any]] = []
+    for df in (res.groups, res.kernel_groups):
+        for r in df.iter_rows(named=True):
+            out.append(
+                {
+                    "name": r["name"],
+                    "input_shapes": rl._decode(r["input_dims"]),
+                    "dtypes": rl._decode(r["input_types"]),
+                    "calls": r["calls"],
+                    "time_us": r["time_ns"] / 1e3 if r["time_ns"] is not None else None,
+                    "flops": r["flops"],
+                    "torch_flops": r.get("torch_flops"),
+                    "bytes": r["bytes"],
+                    "intensity": r["intensity"],
+                    "achieved_tflops": r["achieved_tflops"],
+                    "achieved_gbps": r["achieved_gbps"],
+                    "pct_of_peak": r["pct_of_peak"],
+                    **({} if res.peak_known else {"peak_note": rl.NO_PEAK}),
+                    "bound": r["bound"],
+                    "formula": r["formula"],
+                    **{m: r[m] for m in rl.PMU_METRICS if m in r},
+                }
+            )
+    return out
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",  # op groups, a known peak
+        "ascend/alexnet_ddp_910b/level1_rank1_ascend_pt",  # op and kernel groups, PMU columns
+        "ascend/small_two_rank/test_rank_0",  # kernel groups only
+    ],
+)
+def test_to_json_equals_the_rows_dicts(rel: str) -> None:
+    """The JSON list from column lists equals the row-by-row one, keys in the same order."""
+    from opscope.analysis.registry import Options
+
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    res = rl.roofline(opscope.load(p, cache=False), Options())
+    got, want = res.to_json(), _json_by_rows(res)
+    assert [list(d.items()) for d in got] == [list(d.items()) for d in want]
+    assert got

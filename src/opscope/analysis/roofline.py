@@ -77,29 +77,46 @@ class RooflineResult(Result):
     def to_json(self) -> list[dict[str, Any]]:
         """The report's ``"roofline"`` list, one entry per group (ops, then Ascend kernels)."""
         out: list[dict[str, Any]] = []
+        note = {} if self.peak_known else {"peak_note": NO_PEAK}
         for df in (self.groups, self.kernel_groups):
-            for r in df.iter_rows(named=True):
+            if not df.height:
+                continue
+            # the columns read as lists, once (a dict of every column per row, iter_rows',
+            # was most of this on a trace of a few hundred groups); the same values
+            col = {c: df.get_column(c).to_list() for c in _JSON_COLUMNS if c in df.columns}
+            pmu = [m for m in PMU_METRICS if m in df.columns]
+            pmu_cols = [df.get_column(m).to_list() for m in pmu]
+            none = [None] * df.height
+            torch = col.get("torch_flops", none)
+            for i, time_ns in enumerate(col["time_ns"]):
                 out.append(
                     {
-                        "name": r["name"],
-                        "input_shapes": _decode(r["input_dims"]),
-                        "dtypes": _decode(r["input_types"]),
-                        "calls": r["calls"],
-                        "time_us": r["time_ns"] / 1e3 if r["time_ns"] is not None else None,
-                        "flops": r["flops"],
-                        "torch_flops": r.get("torch_flops"),
-                        "bytes": r["bytes"],
-                        "intensity": r["intensity"],
-                        "achieved_tflops": r["achieved_tflops"],
-                        "achieved_gbps": r["achieved_gbps"],
-                        "pct_of_peak": r["pct_of_peak"],
-                        **({} if self.peak_known else {"peak_note": NO_PEAK}),
-                        "bound": r["bound"],
-                        "formula": r["formula"],
-                        **{m: r[m] for m in PMU_METRICS if m in r},
+                        "name": col["name"][i],
+                        "input_shapes": _decode(col["input_dims"][i]),
+                        "dtypes": _decode(col["input_types"][i]),
+                        "calls": col["calls"][i],
+                        "time_us": time_ns / 1e3 if time_ns is not None else None,
+                        "flops": col["flops"][i],
+                        "torch_flops": torch[i],
+                        "bytes": col["bytes"][i],
+                        "intensity": col["intensity"][i],
+                        "achieved_tflops": col["achieved_tflops"][i],
+                        "achieved_gbps": col["achieved_gbps"][i],
+                        "pct_of_peak": col["pct_of_peak"][i],
+                        **note,
+                        "bound": col["bound"][i],
+                        "formula": col["formula"][i],
+                        **{m: v[i] for m, v in zip(pmu, pmu_cols, strict=True)},
                     }
                 )
         return out
+
+
+#: The columns :meth:`RooflineResult.to_json` reads (``torch_flops`` where there is one).
+_JSON_COLUMNS: Final = (
+    "name", "input_dims", "input_types", "calls", "time_ns", "flops", "torch_flops", "bytes",
+    "intensity", "achieved_tflops", "achieved_gbps", "pct_of_peak", "bound", "formula",
+)  # fmt: skip
 
 
 def _decode(s: str | None) -> Any:
