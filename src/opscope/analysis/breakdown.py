@@ -99,10 +99,10 @@ def union_ns(iv: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         # the groups are contiguous runs of the sorted rows: summed in NumPy, their keys
         # gathered from each run's first row (no group-by query: ms on 50k intervals)
         at = np.flatnonzero(first)
-        idx = pl.Series(at, dtype=pl.Int64)
+        firsts = pl.Series(first)  # (a Series filter is no query; a gather is one)
         return pl.DataFrame(
             [
-                *(s.get_column(k).gather(idx) for k in keys),
+                *(s.get_column(k).filter(firsts) for k in keys),
                 pl.Series("union_ns", np.add.reduceat(add, at), dtype=pl.Int64),
             ]
         )
@@ -128,16 +128,22 @@ def _launch_segments(
     end = s.get_column("end").to_numpy().astype(np.int64, copy=False)
     seg_s = start[at]
     seg_e = np.maximum.reduceat(end, at)
-    lt = s.get_column("launch_ts")
     big = np.iinfo(np.int64).max
-    launch = lt.fill_null(big).to_numpy().astype(np.int64, copy=False)
+    lt, has_launch = int_values(s.get_column("launch_ts"))
+    launch = np.where(has_launch, lt, big)
     opening = start == np.repeat(seg_s, np.diff(np.append(at, len(start))))
     first_launch = np.minimum.reduceat(np.where(opening, launch, big), at)
-    return s.filter(pl.Series(new)).select(
-        *keys,
-        pl.lit(pl.Series("s", seg_s, dtype=pl.Int64)),
-        pl.lit(pl.Series("e", seg_e, dtype=pl.Int64)),
-        pl.lit(pl.Series("launch", first_launch, dtype=pl.Int64)).replace(big, None),
+    # from Series and arrays (a frame's filter and select were a query each)
+    news = pl.Series(new)
+    return pl.DataFrame(
+        [
+            *(s.get_column(k).filter(news) for k in keys),
+            pl.Series("s", seg_s, dtype=pl.Int64),
+            pl.Series("e", seg_e, dtype=pl.Int64),
+            pl.Series(
+                "launch", np.ma.masked_array(first_launch, mask=first_launch == big), dtype=pl.Int64
+            ),
+        ]
     )
 
 
@@ -322,17 +328,25 @@ def _clip(ev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     rows, at, start, end = rows[keep], at[keep], start[keep], end[keep]
     # the window's columns gathered as Series (a frame's gather is a query of fixed cost); the
     # events' rows as they are when each is kept once, in order (one window: most small traces)
-    idx = pl.Series(at, dtype=pl.Int64)
     cols = [
-        win.get_column("step").gather(idx).alias("step_right" if "step" in ev.columns else "step"),
-        win.get_column("w0").gather(idx),
-        win.get_column("w1").gather(idx),
+        _take(win.get_column("step"), at).alias("step_right" if "step" in ev.columns else "step"),
+        _take(win.get_column("w0"), at),
+        _take(win.get_column("w1"), at),
         pl.Series("start", start, dtype=pl.Int64),
         pl.Series("end", end, dtype=pl.Int64),
     ]
     same = tree.SHORTCUTS and len(rows) == ev.height and bool((rows == np.arange(len(rows))).all())
     out: pl.DataFrame = ev if same else ev[rows]
     return out.hstack(cols)
+
+
+def _take(s: pl.Series, at: np.ndarray) -> pl.Series:
+    """``s.gather(at)``: of an integer column in NumPy (a Series gather is a query of fixed
+    cost), nulls kept."""
+    if not s.dtype.is_integer():
+        return s.gather(pl.Series(at, dtype=pl.Int64))
+    v, ok = int_values(s)
+    return pl.Series(s.name, np.ma.masked_array(v[at], mask=~ok[at]), dtype=s.dtype)
 
 
 def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
