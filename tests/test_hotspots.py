@@ -249,35 +249,3 @@ def test_rows_in_python_equal_the_query_bit_for_bit(dtype: pl.DataType) -> None:
             assert math.isnan(g["t_us"])
         elif w["t_us"] is not None:
             assert pack(g["t_us"]) == pack(w["t_us"])
-
-
-@pytest.mark.parametrize(
-    ("rel", "plans"),
-    [
-        # no kernel has an op type: four of the five plans
-        ("multi_rank/hta_sampled_128rank_job/rank-0.json.gz", 4),
-        # Ascend kernels have one (and no host op: the op tables need no plan either)
-        ("ascend/small_two_rank/test_rank_0", 3),
-    ],
-)
-def test_kernel_types_without_op_types_skip_their_plan(
-    rel: str, plans: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """No kernel with an operator type (a GPU trace): the kernel-types table from the plan's
-    schema, not run; every table equal to the full path's (SHORTCUTS off)."""
-    import opscope
-    from opscope.analysis import hotspots as hs
-    from opscope.analysis import tree
-
-    path = shared_trace(rel)
-    calls = count_collect_all(monkeypatch)
-    fast = run("hotspots", opscope.load(path, cache=False), Options(top=20))
-    assert plans in calls
-    monkeypatch.setattr(tree, "SHORTCUTS", False)
-    full = run("hotspots", opscope.load(path, cache=False), Options(top=20))
-    assert 5 in calls
-    for name in ("ops", "kernels", "op_shapes", "modules", "sources", "per_step", "kernel_types"):
-        a, b = getattr(fast, name), getattr(full, name)
-        assert a.schema == b.schema and a.equals(b), name
-    assert isinstance(fast, hs.Hotspots)
-    assert (fast.kernel_types.height > 0) == ("ascend" in rel)

@@ -467,10 +467,6 @@ def _agg_plan(
     return plan, None
 
 
-def _all_null(s: pl.Series) -> bool:
-    return s.null_count() == s.len()  # (a count Polars keeps: no query)
-
-
 class _Tables(NamedTuple):
     ops: pl.DataFrame
     op_shapes: pl.DataFrame
@@ -550,14 +546,9 @@ def _op_tables(profile: Profile) -> _Tables:
         _agg_plan(ops, ["name"], base, span_ns, device),
         _agg_plan(ops, ["name", "input_dims", "input_types"], base, span_ns, device),
         _agg_plan(kern, ["name"], base, span_ns, False),
-        # Ascend kernels carry their operator type: op_statistic.csv's grouping (none with one,
-        # a GPU trace's: the filter's empty frame, whose table _agg_plan makes without a query)
+        # Ascend kernels carry their operator type: op_statistic.csv's grouping.
         _agg_plan(
-            pl.DataFrame(
-                schema={**profile.kernels.schema, "self_ns": profile.kernels.schema["dur_ns"]}
-            )
-            if _tree.SHORTCUTS and _all_null(profile.kernels.get_column("op_type"))
-            else kern.filter(pl.col("op_type").is_not_null()),
+            kern.filter(pl.col("op_type").is_not_null()),
             ["op_type", "core_type"],
             base,
             span_ns,
