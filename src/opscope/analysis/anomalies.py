@@ -185,7 +185,9 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             & (pl.col("dur_ns") - pl.col("med") >= MIN_EXCESS_NS)
         )
         .with_columns((pl.col("dur_ns") - pl.col("med")).alias("excess"))
-        .collect(engine="in-memory")
+        # the eager calls' optimisations: the plan reads the columns it needs already (the
+        # default passes were ~0.2 ms of its 1.5-3 ms)
+        .collect(engine="in-memory", optimizations=_tree.EAGER_FLAGS)
     )
     total_n = int(out.get_column("_judged")[0]) if out.height else 0
     out = out.drop("_judged")
@@ -268,7 +270,9 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             pl.DataFrame(schema=groups_plan.collect_schema()),
             pl.DataFrame(schema=calls_plan.collect_schema()),
         )
-    groups, calls = pl.collect_all([groups_plan, calls_plan], engine="in-memory")
+    groups, calls = pl.collect_all(
+        [groups_plan, calls_plan], engine="in-memory", optimizations=_tree.EAGER_FLAGS
+    )
     return groups, calls
 
 
