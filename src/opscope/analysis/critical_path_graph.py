@@ -670,11 +670,15 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
     _, first = np.unique(key, axis=0, return_index=True)
     src_parts: list[np.ndarray] = [np.empty(0, i64)]
     dst_parts: list[np.ndarray] = [np.empty(0, i64)]
-    for r, s in key[np.sort(first)].tolist():
-        mine = np.flatnonzero((s_rank == r) & (s_step == s))
-        if not len(mine):
-            continue
-        g = mine[_polars_order(s_end[mine])]
+    steps = [
+        (r, s, mine)
+        for r, s in key[np.sort(first)].tolist()
+        if len(mine := np.flatnonzero((s_rank == r) & (s_step == s)))
+    ]
+    # every step's order in one call (a query per step with equal end times before)
+    orders = _polars_orders(*(s_end[mine] for _, _, mine in steps)) if steps else []
+    for (r, s, mine), order in zip(steps, orders, strict=True):
+        g = mine[order]
         end = s_end[g]
         st = np.flatnonzero((t_rank == r) & (t_step == s))
         lo = np.searchsorted(end, t_c[st], side="right")
