@@ -131,3 +131,48 @@ def test_rule_failing_after_a_finding_keeps_it(monkeypatch: pytest.MonkeyPatch) 
     found = advise(prof, only=[_HalfThenFail.id, "overhead-host-sync"])
     assert [f.title for f in found.by_rule(_HalfThenFail.id)] == ["one finding before the failure"]
     assert found.errors == {_HalfThenFail.id: "RuntimeError: after one"}
+
+
+def test_background_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    for n, where in [("2", "opscope-side"), ("1", threading.current_thread().name)]:
+        monkeypatch.setenv(threads.THREADS_ENV, n)
+        seen: list[tuple[int, str]] = []
+
+        def part(i: int, seen: list[tuple[int, str]] = seen) -> int:
+            seen.append((i, threading.current_thread().name))
+            if i == 1:
+                raise KeyError("part 1")
+            return i
+
+        side = threads.Background([lambda i=i: part(i) for i in range(3)])  # type: ignore[misc]
+        outs = side.outcomes()
+        assert [o.value for o in outs] == [0, None, 2]
+        assert isinstance(outs[1].error, KeyError)
+        assert [i for i, _ in seen] == [0, 1, 2]
+        assert all(name.startswith(where) for _, name in seen), (n, seen)
+
+
+def test_analyses_start_longest_first_and_keep_their_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The longest analyses start first; the report's sections keep the canonical order (the
+    order they ran in with one thread before), so JSON and text do not move."""
+    from opscope.analysis import Analyzer, registry
+    from opscope.analysis.assemble import _ORDER_FIRST, _START_FIRST
+
+    monkeypatch.setenv(threads.THREADS_ENV, "1")  # one thread: parts start in the given order
+    started: list[str] = []
+    for name, fn in list(registry._REGISTRY.items()):
+
+        def spy(profile: Profile, options: Any, name: str = name, fn: Any = fn) -> Any:
+            started.append(name)
+            return fn(profile, options)
+
+        monkeypatch.setitem(registry._REGISTRY, name, spy)
+    report = Analyzer(training(steps=2).profile).generate_report()
+    canonical = _ORDER_FIRST + [n for n in registry.names() if n not in _ORDER_FIRST]
+    assert set(started[: len(_START_FIRST)]) == set(_START_FIRST)
+    assert sorted(started) == sorted(canonical)
+    assert list(report.sections) == [n for n in canonical if n in report.sections]
+    assert started != [n for n in canonical if n in started]  # the start order did change

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -76,3 +76,27 @@ def run_each(parts: Sequence[Callable[[], T]]) -> list[Outcome[T]]:
     finally:
         # on Ctrl-C the parts not yet started are dropped, not run to the end first
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Background(Generic[T]):
+    """Parts started on a thread of their own while the caller goes on with other work (the
+    report's source view and doctor's checks, beside its analyses); :meth:`outcomes` waits for
+    them. With one thread (:func:`threads`) nothing starts early: :meth:`outcomes` runs the
+    parts then, in the calling thread, in order."""
+
+    def __init__(self, parts: Sequence[Callable[[], T]]) -> None:
+        self._parts = list(parts)
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: list[Future[Outcome[T]]] = []
+        if threads() > 1 and self._parts:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opscope-side")
+            self._futures = [self._pool.submit(_outcome, p) for p in self._parts]
+
+    def outcomes(self) -> list[Outcome[T]]:
+        """The parts' outcomes, in the order given (waiting for those still running)."""
+        if self._pool is None:
+            return [_outcome(p) for p in self._parts]
+        try:
+            return [f.result() for f in self._futures]
+        finally:
+            self._pool.shutdown(wait=True)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 from opscope.analysis.assemble import Analyzer, Report, SectionError, one_line
 from opscope.analysis.source_view import SourceBlock
-from opscope.analysis.threads import Outcome, run_each
+from opscope.analysis.threads import Background, Outcome, run_each
 from opscope.model import Profile
 
 # at import, not on the first report's way: a per-process cost (~2 ms compiling it where no
@@ -132,18 +132,20 @@ def build_report(
         part = sections_report(profile, sections, top=top, options=options)
         name = source_name(path_or_profile if is_path else None, profile)  # type: ignore[arg-type]
         return replace(part, summary={**part.summary, "source": name})
-    report = analyzer.generate_report(top=top, options=options)
-    errors: list[SectionError] = []
-    ctx = {**report.sections, "target_name": device} if device else report.sections
-    # the rules, the source view and the doctor's checks read the profile (the rules also the
-    # sections), not each other: on threads, their outcomes taken in this order
-    found_done, src_done, warnings_done = run_each(
-        [
-            (lambda: advise(profile, ctx)) if findings is None else (lambda: findings),
-            lambda: source_section(profile),
-            lambda: doctor_warnings(profile),
-        ]
+    # the source view and the doctor's checks read the profile alone: on a thread of their own
+    # while the analyses and then the rules (which read the analyses' sections) run
+    side: Background[Any] = Background(
+        [lambda: source_section(profile), lambda: doctor_warnings(profile)]
     )
+    try:
+        report = analyzer.generate_report(top=top, options=options)
+        ctx = {**report.sections, "target_name": device} if device else report.sections
+        (found_done,) = run_each(
+            [(lambda: advise(profile, ctx)) if findings is None else (lambda: findings)]
+        )
+    finally:
+        src_done, warnings_done = side.outcomes()
+    errors: list[SectionError] = []
     found = _taken("findings", found_done, errors)
     if findings is None:
         for rid, why in (getattr(found, "errors", None) or {}).items():
