@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -673,6 +673,18 @@ def present(s: pl.Series) -> int:
     """How many values of ``s`` are not null: from its null count, which Polars keeps (a
     ``drop_nulls``/``is_not_null`` on the Series is a query of fixed cost)."""
     return s.len() - s.null_count()
+
+
+def kernels_with(profile: Profile, column: str, match: Callable[[], pl.Expr]) -> pl.DataFrame:
+    """The kernels whose ``column`` is set and that ``match()`` keeps; none, without building
+    the predicate or running the filter (often a regex over every kernel name:
+    :func:`name_match` tests the names when called), when no kernel carries ``column`` at all:
+    a GPU trace's kernels never carry shapes or dtypes, an Ascend export's do."""
+    from opscope.analysis import tree
+
+    if tree.SHORTCUTS and not present(profile.kernels.get_column(column)):
+        return profile.kernels.head(0)
+    return profile.kernels.filter(pl.col(column).is_not_null() & match())
 
 
 def op_parents(profile: Profile) -> pl.DataFrame:

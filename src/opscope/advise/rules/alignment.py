@@ -307,20 +307,14 @@ class Alignment:
     @staticmethod
     def _candidates(profile: Profile) -> pl.DataFrame:
         """Distinct (name, input_dims, input_types) of matmul-like work, with calls and cost."""
-        from opscope.analysis import tree
-
-        if tree.SHORTCUTS and not c.present(profile.kernels.get_column("input_dims")):
-            # no kernel carries its shapes (a GPU trace's never do): none is a candidate,
-            # without the filter's query (a regex over every kernel name)
-            kern = profile.kernels.head(0)
-        else:
-            kern = profile.kernels.filter(
-                pl.col("input_dims").is_not_null()
-                & (
-                    c.name_match(profile, "kernels", pattern=_KERNEL_MM)
-                    | c.name_match(profile, "kernels", pattern=_KERNEL_FA)
-                )
-            )
+        kern = c.kernels_with(
+            profile,
+            "input_dims",
+            lambda: (
+                c.name_match(profile, "kernels", pattern=_KERNEL_MM)
+                | c.name_match(profile, "kernels", pattern=_KERNEL_FA)
+            ),
+        )
         if kern.height:
             # Ascend kernel rows carry their own shapes: the device's view is the truth.
             src = kern.with_columns(pl.col("dur_ns").alias("cost_ns"), pl.lit(True).alias("dev"))

@@ -61,23 +61,18 @@ class Precision:
         ratio = best / fp32
         if ratio < MIN_PEAK_RATIO:
             return []
-        from opscope.analysis import tree
         from opscope.analysis.tree import no_ops
 
         if no_ops(profile) and not c.present(profile.kernels.get_column("input_types")):
             return []  # no dtype on any kernel, no host op: no fp32 matmul (the queries find none)
-        if tree.SHORTCUTS and not c.present(profile.kernels.get_column("input_types")):
-            # no kernel carries its dtypes (a GPU trace's never do): none is a candidate,
-            # without the filter's query (a regex over every kernel name)
-            kern = profile.kernels.head(0)
-        else:
-            kern = profile.kernels.filter(
-                pl.col("input_types").is_not_null()
-                & (
-                    c.name_match(profile, "kernels", pattern=_KERNEL_MM)
-                    | pl.col("op_type").fill_null("").str.contains(_KERNEL_MM)
-                )
-            )
+        kern = c.kernels_with(
+            profile,
+            "input_types",
+            lambda: (
+                c.name_match(profile, "kernels", pattern=_KERNEL_MM)
+                | pl.col("op_type").fill_null("").str.contains(_KERNEL_MM)
+            ),
+        )
         if kern.height:
             src = kern.with_columns(pl.col("dur_ns").alias("cost_ns"))
         else:
