@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 
 import pytest
 
 from opscope.record.sigint import SigintGate
+
+
+@pytest.fixture(autouse=True)
+def _python_default_sigint() -> Iterator[None]:
+    """Each test starts from Python's own SIGINT handler, whatever this process inherited: a
+    process started in the background by a non-interactive shell (``cmd &``, nohup, some CI
+    runners) has SIGINT ignored, and Python then leaves it ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_ctrl_c_inside_waits_for_the_block_then_interrupts() -> None:
@@ -76,3 +89,18 @@ def test_an_exception_in_the_block_is_not_replaced_by_the_interrupt() -> None:
             raise ValueError("the transition failed")
     finally:
         gate.disarm()
+
+
+def test_an_ignored_sigint_is_left_ignored() -> None:
+    """Launched with SIGINT ignored (nohup, ``cmd &``): the gate installs nothing, so Ctrl-C
+    stays ignored during and after the recording, as the user's launcher asked."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gate = SigintGate()
+    gate.arm()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    with gate:
+        os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):  # a handler would run at the next bytecode boundary
+        pass
+    gate.disarm()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
