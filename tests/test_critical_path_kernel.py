@@ -2,10 +2,12 @@
 (:mod:`opscope.analysis._critical_path_kernels`): a spy shows the kernel is taken, and its answer
 is the per-node Python loop's (``reference_longest_path``, kept in
 ``test_critical_path_vectorised``) on random graphs and on the tie that once read memory never
-written: an edge between nodes of equal end time from a node later in the order."""
+written: an edge between nodes of equal end time from a node later in the order (read as 0,
+then closed over with the rest of its group)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -55,20 +57,24 @@ def test_same_answer_as_the_loop(seed: int) -> None:
         assert all(type(x) is int for x in [*got[0], *got[1], got[2]])
 
 
-def test_an_edge_from_a_later_node_of_equal_end_reads_zero() -> None:
+def test_an_edge_from_a_later_node_of_equal_end_is_closed_over() -> None:
     """Nodes 10 (position 0) and 20 (position 1) both end at 5; the edge 20 -> 10 is relaxed
-    before 20 is reached, with 20's best length still 0: 10 gets max(own 2, 0 + gain 2) = 2
-    from itself (no strict gain), and the path is node 20 alone (length 5)."""
+    before 20 is reached, with 20's best length still 0 (never garbage). Once the group of end
+    5 is relaxed its lengths are closed over its edges: 10 gets 20's 5 (the edge adds nothing
+    of its own), so the path is 20 then 10, of length 5. Before 2026-12-05 it stopped at 10's
+    own 2 and the path was 20 alone: here the same length, but a node after 10 lost 20's."""
     ids = np.array([10, 20])
     start = np.array([3, 0])
     end = np.array([5, 5])
     src, dst = np.array([20]), np.array([10])
     want = reference_longest_path(ids, start, end, src, dst)
-    assert want == ([20], [5], 5)
+    assert want == ([20, 10], [5, 0], 5)
     assert longest_path(ids, start, end, src, dst) == want
-    # a later node whose own time is longer than the gain: still read as 0 (never garbage)
-    start = np.array([5, 0])
+    # and a node after 10 (id 30, 5-6) now gets 20's length through it: 5 + 1
+    ids, start, end = np.array([10, 20, 30]), np.array([3, 0, 5]), np.array([5, 5, 6])
+    src, dst = np.array([20, 10]), np.array([10, 30])
     want = reference_longest_path(ids, start, end, src, dst)
+    assert want == ([20, 10, 30], [5, 0, 1], 6)
     assert longest_path(ids, start, end, src, dst) == want
 
 
@@ -84,8 +90,9 @@ def test_the_compiled_kernel_equals_its_python_source() -> None:
         ks, kd = ks[ks < kd], kd[ks < kd]
         gains = rng.integers(0, 50, len(kd)).astype(np.int64)
         bounds = np.searchsorted(kd, np.arange(n + 1)).astype(np.int64)
-        a = kernels.longest(own, gains, ks, bounds)
-        b = kernels.longest.py_func(own, gains, ks, bounds)
+        none = np.empty(0, np.int64)
+        a = kernels.longest(own, gains, ks, bounds, none, none, none, none)
+        b = kernels.longest.py_func(own, gains, ks, bounds, none, none, none, none)
         assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
         assert int(a[2]) == int(b[2])
 
@@ -340,3 +347,74 @@ def test_rank_coverage_equals_the_queries(seed: int) -> None:
     assert sorted(got) == sorted(want)
     for r, (s, e) in want.items():
         assert got[r][0].tolist() == s.tolist() and got[r][1].tolist() == e.tolist()
+
+
+def _dag_longest(
+    start: np.ndarray,
+    end: np.ndarray,
+    edges: list[tuple[int, int]],
+    waits: np.ndarray,
+    device: np.ndarray,
+) -> int:
+    """The longest path by covered time of a DAG, by recursion over each node's predecessors:
+    no node order at all (the definition, not the relaxation)."""
+    import functools
+
+    preds: dict[int, list[int]] = {}
+    for a, b in edges:
+        preds.setdefault(b, []).append(a)
+    st = [int(x) for x in start]
+    for k in range(len(st)):
+        if waits[k]:
+            ready = max((int(end[p]) for p in preds.get(k, []) if device[p]), default=st[k])
+            st[k] = min(max(st[k], ready), int(end[k]))
+
+    @functools.cache
+    def best(k: int) -> int:
+        own = int(end[k]) - st[k]
+        gains = [best(p) + max(int(end[k]) - max(st[k], int(end[p])), 0) for p in preds.get(k, [])]
+        return max([own, *gains])
+
+    return max(best(k) for k in range(len(st)))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_edges_between_equal_ends_are_honoured(seed: int) -> None:
+    """Many nodes share an end time and their edges go either way in the given order (a sync
+    listed before the kernel it waited on): the length is the DAG's longest path, whatever the
+    order of the ties. Before 2026-12-05 an edge from a node listed later was read as 0."""
+    rng = np.random.default_rng(5000 + seed)
+    n = int(rng.integers(2, 60))
+    end = np.sort(rng.integers(0, 12, n))  # a dozen end times: large tie groups
+    start = end - rng.integers(0, 30, n)
+    topo = rng.permutation(n)  # a DAG: equal-end edges go up this order
+    edges = []
+    for _ in range(int(rng.integers(1, 3 * n))):
+        a, b = (int(x) for x in rng.integers(0, n, 2))
+        if end[a] < end[b] or (end[a] == end[b] and topo[a] < topo[b]):
+            edges.append((a, b))
+    ids = np.arange(n) + 100
+    src = np.array([ids[a] for a, _ in edges], dtype=np.int64)
+    dst = np.array([ids[b] for _, b in edges], dtype=np.int64)
+    waits, device = rng.random(n) < 0.3, rng.random(n) < 0.5
+    for kw in ({}, {"waits": waits, "device": device}):
+        path, contrib, length = longest_path(ids, start, end, src, dst, **kw)
+        w = kw.get("waits", np.zeros(n, dtype=bool))
+        assert length == _dag_longest(start, end, edges, w, kw.get("device", w)), seed
+        assert sum(contrib) == length
+        at = [int(i) - 100 for i in path]
+        assert all((a, b) in edges for a, b in itertools.pairwise(at))
+
+
+def test_a_sync_listed_before_the_kernel_it_waited_on() -> None:
+    """A kernel (id 1, 0-10) then, on the host, a sync that waited for it (id 2, 4-10) and the
+    op after the sync (id 3, 10-12). The sync ends with the kernel and, starting earlier, is
+    listed first; the path is the kernel, the sync's wait and the op: 12, not the sync's own 6
+    and the op's 2."""
+    ids = np.array([2, 1, 3])
+    start = np.array([4, 0, 10])
+    end = np.array([10, 10, 12])
+    src, dst = np.array([1, 2]), np.array([2, 3])
+    waits, device = np.array([True, False, False]), np.array([False, True, False])
+    path, contrib, length = longest_path(ids, start, end, src, dst, waits=waits, device=device)
+    assert (path, contrib, length) == ([1, 2, 3], [10, 0, 2], 12)

@@ -277,7 +277,9 @@ def reference_longest_path(
     waits: np.ndarray | None = None,
     device: np.ndarray | None = None,
 ) -> tuple[list[int], list[int], int]:
-    """The per-node loop that ``longest_path`` replaced (kept verbatim as the reference)."""
+    """The per-node loop that ``longest_path`` replaced (kept as the reference; since
+    2026-12-05 it closes each group of equal end time over that group's edges once the group is
+    relaxed, as ``longest_path`` does)."""
     n = len(ids)
     if n == 0:
         return [], [], 0
@@ -311,7 +313,10 @@ def reference_longest_path(
     best = [0] * n
     via = [-1] * n
     gain = [0] * n
+    g0 = 0  # the first node of the current group of equal end time
     for k in range(n):
+        if k and en[k] != en[k - 1]:
+            g0 = k
         b = en[k] - st[k]
         bv = -1
         g = b
@@ -320,6 +325,18 @@ def reference_longest_path(
             if best[p] + c > b:
                 b, bv, g = best[p] + c, p, c
         best[k], via[k], gain[k] = b, bv, g
+        if k == n - 1 or en[k + 1] != en[k]:
+            # the group of equal end time is relaxed: its lengths closed over its edges (an
+            # edge from a node listed later was read as 0 above; each adds nothing of its own)
+            grp = [(p, d) for d in range(g0, k + 1) for p in preds[d] if en[p] == en[k]]
+            if any(p > d for p, d in grp):
+                changed = True
+                while changed:
+                    changed = False
+                    for p, d in sorted(grp, key=lambda e: e[1]):
+                        if best[p] > best[d]:
+                            best[d], via[d], gain[d] = best[p], p, 0
+                            changed = True
     k = max(range(n), key=best.__getitem__)
     length = best[k]
     path: list[int] = []

@@ -22,14 +22,25 @@ _jit: Any = numba.njit(cache=True, nogil=True)
 
 @_jit
 def longest(
-    own: np.ndarray, gains: np.ndarray, preds: np.ndarray, bounds: np.ndarray
+    own: np.ndarray,
+    gains: np.ndarray,
+    preds: np.ndarray,
+    bounds: np.ndarray,
+    gid: np.ndarray,
+    es: np.ndarray,
+    ed: np.ndarray,
+    ebounds: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """``own``: each node's length alone; edges grouped by destination (``bounds[k]`` to
     ``bounds[k + 1]`` are node ``k``'s, in order) with their source ``preds`` and ``gains``.
+    ``gid``, ``es``, ``ed``, ``ebounds`` (empty when not needed): each node's group of equal end
+    time and that group's edges (``ebounds[g]`` to ``ebounds[g + 1]``), over which the group's
+    lengths are closed once its last node is relaxed (critical_path.ties_of).
     Returns the path's node positions and contributions, in order, and its length."""
     n = own.shape[0]
     # zeroed as the loop's lists were: an edge between nodes of equal end time can come from a
-    # node later in the order, not yet reached, whose best length then reads 0
+    # node later in the order, not yet reached, whose best length then reads 0 (the group's
+    # closure below then carries it)
     best = np.zeros(n, np.int64)
     via = np.full(n, -1, np.int64)
     gain = np.zeros(n, np.int64)
@@ -46,6 +57,17 @@ def longest(
         best[k] = b
         via[k] = bv
         gain[k] = g
+        if es.shape[0] and (k == n - 1 or gid[k + 1] != gid[k]):
+            grp = gid[k]
+            changed = True
+            while changed:  # a strict rise each time: ends within the group's size passes
+                changed = False
+                for e in range(ebounds[grp], ebounds[grp + 1]):
+                    if best[es[e]] > best[ed[e]]:
+                        best[ed[e]] = best[es[e]]
+                        via[ed[e]] = es[e]
+                        gain[ed[e]] = 0
+                        changed = True
     k = 0
     for i in range(1, n):  # the first node of the greatest length, as max() picks it
         if best[i] > best[k]:

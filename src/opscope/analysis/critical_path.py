@@ -178,9 +178,37 @@ def _longest_path_of(
     gains = np.maximum(enn[kd] - np.maximum(stn[kd], enn[ks]), 0).astype(i64)
     bounds = np.searchsorted(kd, np.arange(n + 1)).astype(i64)
     own = (enn - stn).astype(i64)
+    gid, es, ed, ebounds = ties_of(enn, ks, kd)
     # the pass over nodes and edges, compiled (it was a Python loop: ~1 us per node and edge)
-    at, contrib, length = _kernels.longest(own, gains, ks.astype(i64), bounds)
+    at, contrib, length = _kernels.longest(own, gains, ks.astype(i64), bounds, gid, es, ed, ebounds)
     return at, contrib, int(length)
+
+
+def ties_of(
+    end: np.ndarray, ks: np.ndarray, kd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The edges between nodes of equal end time, for the kernel's closure of each such group:
+    (group of each node, the edges' sources and destinations by group, each group's first edge).
+    All empty when every such edge already goes forward in the order (the one pass is exact).
+
+    Nodes are relaxed in end-time order (ties: start time), so an edge from a node of the same
+    end listed later (a synchronisation that started before the kernel it waited on ends with
+    it, and sorts first) was read before its source's length was known, and the chain through
+    it was lost; a blocking copy and its call, ending together, even wait on each other. Such an
+    edge adds nothing of its own (the destination ends when the source does), so once a group
+    is relaxed its lengths are closed over its edges: each node's length is at least that of
+    every node that reaches it by them (the least fixed point, whatever the cycles)."""
+    i64 = np.int64
+    none = np.empty(0, i64)
+    same = end[ks] == end[kd]
+    if not bool((ks[same] > kd[same]).any()):
+        return none, none, none, none
+    gid = np.concatenate(([0], np.cumsum(end[1:] != end[:-1]))).astype(i64)
+    es, ed = ks[same].astype(i64), kd[same].astype(i64)
+    o = np.argsort(gid[ed], kind="stable")
+    es, ed = es[o], ed[o]
+    ebounds = np.searchsorted(gid[ed], np.arange(int(gid[-1]) + 2)).astype(i64)
+    return gid, es, ed, ebounds
 
 
 def _step_rows(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
