@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 import opscope.analysis  # noqa: F401
-from helpers.spies import count_collect_all
+from helpers.spies import count_collect_all, count_queries
 from helpers.synth import training
 from opscope.analysis.registry import run
 
@@ -351,8 +351,6 @@ def test_inefficient_shapes_without_flops_or_bytes_skips_its_queries(
 ) -> None:
     """Ops recorded without shapes and without torch flops (alexnet cuda_sync): no rate to
     compare; the empty table without a query, equal to the full path's (SHORTCUTS off)."""
-    from polars.lazyframe import engine
-
     import opscope
     from conftest import SHARED_TRACES
     from opscope.analysis import anomalies, tree
@@ -364,14 +362,7 @@ def test_inefficient_shapes_without_flops_or_bytes_skips_its_queries(
     profile = opscope.load(p, cache=False)
     costs = host_op_costs(profile)
     assert profile.ops.height and costs.get_column("flops").null_count() == costs.height
-    ran: list[int] = []
-    real = engine._LocalEngine.collect
-
-    def spy(self: Any, lf: Any, **kw: Any) -> Any:
-        ran.append(1)
-        return real(self, lf, **kw)
-
-    monkeypatch.setattr(engine._LocalEngine, "collect", spy)
+    ran = count_queries(monkeypatch)
     fast = anomalies.inefficient_shapes(profile)
     assert ran == []
     monkeypatch.setattr(tree, "SHORTCUTS", False)

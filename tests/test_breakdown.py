@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -11,6 +10,7 @@ import pytest
 
 import opscope.analysis  # noqa: F401
 from conftest import shared_trace
+from helpers.spies import count_queries
 from helpers.synth import Builder
 from opscope.analysis import breakdown as bd
 from opscope.analysis.breakdown import union_ns
@@ -325,22 +325,13 @@ def test_int_values_equal_fill_null_and_is_not_null_without_a_query(
 ) -> None:
     """int_values gives what ``fill_null(0)`` and ``is_not_null`` give (epoch-sized values
     exactly, beyond a float's 53 bits), and runs no query (each of those is one)."""
-    from polars.lazyframe import engine
-
     big = dtype == pl.Int64
     vals = [5, 2**62 + 1 if big else 7, 0, 3]
     if nulls:
         vals[1::2] = [None, None]
     s = pl.Series("x", vals, dtype=dtype)
     want = (s.fill_null(0).to_list(), s.is_not_null().to_list())
-    ran: list[int] = []
-    real = engine._LocalEngine.collect
-
-    def spy(self: Any, lf: Any, **kw: Any) -> Any:
-        ran.append(1)
-        return real(self, lf, **kw)
-
-    monkeypatch.setattr(engine._LocalEngine, "collect", spy)
+    ran = count_queries(monkeypatch)
     got, ok = bd.int_values(s)
     assert (got.tolist(), ok.tolist()) == want
     assert got.dtype == np.int64

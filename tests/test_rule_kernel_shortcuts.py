@@ -19,6 +19,7 @@ import pytest
 
 import opscope
 from conftest import SHARED_TRACES
+from helpers.spies import count_queries
 from opscope.advise import _common as c
 from opscope.advise.rule import rules
 from opscope.analysis import tree
@@ -31,17 +32,7 @@ _GPU_ONLY = "AMD-AGI_tests_traces_mi210_gpu_only_trace_gpu_only_trace.json.gz"
 def queries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """A count of the queries run (every eager frame operation and collected plan is one; a
     ``head`` or a Series comparison is none)."""
-    from polars.lazyframe import engine
-
-    made: list[int] = [0]
-    real = engine._LocalEngine.collect
-
-    def counted(self: Any, lf: Any, **kw: Any) -> Any:
-        made[0] += 1
-        return real(self, lf, **kw)
-
-    monkeypatch.setattr(engine._LocalEngine, "collect", counted)
-    yield made
+    yield count_queries(monkeypatch)
 
 
 def _run(path: Path, rid: str, on: bool, made: list[int], mp: pytest.MonkeyPatch) -> Any:
@@ -51,9 +42,9 @@ def _run(path: Path, rid: str, on: bool, made: list[int], mp: pytest.MonkeyPatch
     prof = opscope.load(path, cache=False)
     c.kind_counts(prof)
     rules()[rid].match(prof, {})  # the memoised intermediates, made once
-    before = made[0]
+    before = len(made)
     found = rules()[rid].match(prof, {})
-    n = made[0] - before
+    n = len(made) - before
     return json.dumps([f.to_json() for f in found], default=str, sort_keys=True), n
 
 

@@ -19,3 +19,19 @@ def count_collect_all(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(pl, "collect_all", spy)
     return calls
+
+
+def count_queries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Patch the engine's collect, which every eager frame operation and collected plan goes
+    through (a ``head`` or a Series comparison does not); the list returned gets a 1 per query."""
+    from polars.lazyframe import engine
+
+    ran: list[int] = []
+    real = engine._LocalEngine.collect
+
+    def spy(self: Any, lf: Any, **kw: Any) -> Any:
+        ran.append(1)
+        return real(self, lf, **kw)
+
+    monkeypatch.setattr(engine._LocalEngine, "collect", spy)
+    return ran
