@@ -344,6 +344,9 @@ def test_track_name_stays_in_view_while_scrolling(browser: Any, served: Any) -> 
 
 
 def _loaded_rows(page: Any, track: int) -> list[tuple[int, str]]:
+    # the track's rows arrive by their own fetch after the page is drawn: wait for them (a
+    # fresh-clone CI run once read them before they came)
+    page.wait_for_function(f"(s => !!(s && s.d))(window.__opscope.S.data.get({track}))")
     return [
         (int(d), str(n))
         for d, n in _js(
