@@ -17,31 +17,18 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from opscope.analysis.tree import memo_lock
+from opscope.analysis.tree import Memo
 from opscope.model import Profile, dtypes, kinds
 
 MAX_WALK = 48  # deepest op nesting followed when walking parent links
 
 # Per-profile results shared by the rules of one advise() run: keyed by the helper's name and
-# the events table's identity (the entry keeps the table, so an id is never reused stale).
-_MEMO: dict[tuple[str, int], tuple[pl.DataFrame, Any]] = {}
-_MEMO_MAX = 32
+# the events table's identity (the rules run on threads: each is computed once, the others wait).
+_MEMO = Memo(32)
 
 
 def _memo(name: str, profile: Profile, fn: Any) -> Any:
-    key = (name, id(profile.events))
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0] is profile.events:
-        return hit[1]
-    with memo_lock(("advise", *key)):  # the rules run on threads: computed once, the others wait
-        hit = _MEMO.get(key)
-        if hit is not None and hit[0] is profile.events:
-            return hit[1]
-        val = fn()
-        if len(_MEMO) >= _MEMO_MAX:
-            _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = (profile.events, val)
-    return val
+    return _MEMO.get((name, id(profile.events)), profile.events, fn)
 
 
 #: Bytes per element and display name by canonical dtype name (:mod:`opscope.model.dtypes`).

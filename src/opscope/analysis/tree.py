@@ -306,8 +306,41 @@ def gather(series: pl.Series, at: IntArray) -> pl.Series:
 R = TypeVar("R")
 P = ParamSpec("P")
 
-_MEMO: dict[tuple[Any, ...], tuple[weakref.ref[Profile], Any]] = {}
-_MEMO_MAX = 32
+
+class Memo:
+    """Values computed once per owner object, while it lives: the owner is the object whose
+    identity the value depends on (a Profile; the rules key theirs on the events table), held by
+    weak reference, so an id reused by a new object never reads a stale value.
+
+    Thread-safe: threads asking for the same key together (a report's parts run on threads:
+    :mod:`opscope.analysis.threads`) compute it once, under the key's :func:`memo_lock`; the
+    others wait and then read it. At most ``size`` values are kept (the oldest go first)."""
+
+    def __init__(self, size: int) -> None:
+        self._values: dict[Hashable, tuple[weakref.ref[Any], Any]] = {}
+        self._size = size
+
+    def get(self, key: Hashable, owner: object, compute: Callable[[], R]) -> R:
+        """``key``'s value for ``owner``, computed by ``compute()`` when not held."""
+        hit = self._values.get(key)
+        if hit is not None and hit[0]() is owner:
+            val: R = hit[1]
+            return val
+        with memo_lock((id(self), key)):
+            hit = self._values.get(key)  # computed by another thread while this one waited
+            if hit is not None and hit[0]() is owner:
+                val = hit[1]
+                return val
+            val = compute()
+            for k in [k for k, (ref, _) in self._values.items() if ref() is None]:
+                del self._values[k]
+            while len(self._values) >= self._size:
+                self._values.pop(next(iter(self._values)))
+            self._values[key] = (weakref.ref(owner), val)
+        return val
+
+
+_MEMO = Memo(32)
 
 
 def per_profile(fn: Callable[[Profile], R]) -> Callable[[Profile], R]:
@@ -317,7 +350,7 @@ def per_profile(fn: Callable[[Profile], R]) -> Callable[[Profile], R]:
 
     @functools.wraps(fn)
     def wrapper(profile: Profile) -> R:
-        return _memoised((name, id(profile)), profile, lambda: fn(profile))
+        return _MEMO.get((name, id(profile)), profile, lambda: fn(profile))
 
     return wrapper
 
@@ -332,28 +365,9 @@ def per_profile_args(
     @functools.wraps(fn)
     def wrapper(profile: Profile, /, *args: P.args, **kwargs: P.kwargs) -> R:
         key = (name, id(profile), args, tuple(sorted(kwargs.items())))
-        return _memoised(key, profile, lambda: fn(profile, *args, **kwargs))
+        return _MEMO.get(key, profile, lambda: fn(profile, *args, **kwargs))
 
     return wrapper
-
-
-def _memoised(key: tuple[Any, ...], profile: Profile, compute: Callable[[], R]) -> R:
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0]() is profile:
-        val: R = hit[1]
-        return val
-    with memo_lock(key):
-        hit = _MEMO.get(key)  # computed by another thread while this one waited
-        if hit is not None and hit[0]() is profile:
-            val = hit[1]
-            return val
-        val = compute()
-        for k in [k for k, (ref, _) in _MEMO.items() if ref() is None]:
-            del _MEMO[k]
-        while len(_MEMO) >= _MEMO_MAX:
-            _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = (weakref.ref(profile), val)
-    return val
 
 
 _LOCKS: dict[Hashable, threading.Lock] = {}
