@@ -31,7 +31,7 @@ import polars as pl
 from opscope.analysis import registry
 from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result
-from opscope.analysis.threads import run_each
+from opscope.analysis.threads import Outcome, outcome_of, run_each
 from opscope.model import Profile
 
 
@@ -94,14 +94,19 @@ def one_line(text: str, limit: int = 200) -> str:
 T = TypeVar("T")
 
 
-def guarded(section: str, fn: Callable[[], T], errors: list[SectionError]) -> T | None:
-    """``fn()``, or ``None`` with the failure appended to ``errors`` (one section must never
-    take the report down; :class:`KeyboardInterrupt` and friends still propagate)."""
-    try:
-        return fn()
-    except Exception as e:
-        errors.append(SectionError.of(section, e))
+def taken(section: str, outcome: Outcome[T], errors: list[SectionError]) -> T | None:
+    """``outcome``'s value, or ``None`` with its failure appended to ``errors`` (one section must
+    never take the report down)."""
+    if outcome.error is not None:
+        errors.append(SectionError.of(section, outcome.error))
         return None
+    return outcome.value
+
+
+def guarded(section: str, fn: Callable[[], T], errors: list[SectionError]) -> T | None:
+    """``fn()``, or ``None`` with the failure appended to ``errors`` (:class:`KeyboardInterrupt`
+    and friends still propagate)."""
+    return taken(section, outcome_of(fn), errors)
 
 
 def _plain(v: Any) -> bool:
@@ -237,9 +242,7 @@ class Analyzer:
                 skipped[name] = str(out.error)
             else:
                 errors.append(SectionError.of(name, out.error))
-        if head_done.error is not None:
-            errors.append(SectionError.of("summary", head_done.error))
-        head = head_done.value or {}
+        head = taken("summary", head_done, errors) or {}
         return Report(
             summary=head,
             sections=sections,

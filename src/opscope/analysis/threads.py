@@ -53,7 +53,7 @@ class Outcome(Generic[T]):
     error: Exception | None = None
 
 
-def _outcome(fn: Callable[[], T]) -> Outcome[T]:
+def outcome_of(fn: Callable[[], T]) -> Outcome[T]:
     try:
         return Outcome(fn())
     except Exception as e:  # a part's failure is its caller's to record, not the others' end
@@ -69,10 +69,10 @@ def run_each(parts: Sequence[Callable[[], T]]) -> list[Outcome[T]]:
     caught."""
     n = min(threads(), len(parts))
     if n <= 1:
-        return [_outcome(p) for p in parts]
+        return [outcome_of(p) for p in parts]
     pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="opscope-part")
     try:
-        return list(pool.map(_outcome, parts))
+        return list(pool.map(outcome_of, parts))
     finally:
         # on Ctrl-C the parts not yet started are dropped, not run to the end first
         pool.shutdown(wait=True, cancel_futures=True)
@@ -90,12 +90,12 @@ class Background(Generic[T]):
         self._futures: list[Future[Outcome[T]]] = []
         if threads() > 1 and self._parts:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opscope-side")
-            self._futures = [self._pool.submit(_outcome, p) for p in self._parts]
+            self._futures = [self._pool.submit(outcome_of, p) for p in self._parts]
 
     def outcomes(self) -> list[Outcome[T]]:
         """The parts' outcomes, in the order given (waiting for those still running)."""
         if self._pool is None:
-            return [_outcome(p) for p in self._parts]
+            return [outcome_of(p) for p in self._parts]
         try:
             return [f.result() for f in self._futures]
         finally:

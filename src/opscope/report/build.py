@@ -13,18 +13,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from opscope.analysis.assemble import Analyzer, Report, SectionError, one_line
+from opscope.analysis.assemble import Analyzer, Report, SectionError, one_line, taken
 from opscope.analysis.source_view import SourceBlock
-from opscope.analysis.threads import Background, Outcome, run_each
+from opscope.analysis.threads import Background, run_each
 from opscope.model import Profile
 
 # at import, not on the first report's way: a per-process cost (~2 ms compiling it where no
 # bytecode is cached), not a per-report one
 from opscope.report.lazy_sections import sections_report, too_large_for_full_report
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -78,15 +76,6 @@ def source_name(path: str | os.PathLike[str] | None, profile: Profile) -> str:
         return Path(str(rd["path"])).name
     src = profile.meta.get("source") or profile.meta.get("path")
     return Path(str(src)).name if src else "profile"
-
-
-def _taken(section: str, outcome: Outcome[T], errors: list[SectionError]) -> T | None:
-    """``outcome``'s value, or ``None`` with its failure appended to ``errors`` (as
-    :func:`~opscope.analysis.assemble.guarded` does for a part run here)."""
-    if outcome.error is not None:
-        errors.append(SectionError.of(section, outcome.error))
-        return None
-    return outcome.value
 
 
 def build_report(
@@ -146,7 +135,7 @@ def build_report(
     finally:
         src_done, warnings_done = side.outcomes()
     errors: list[SectionError] = []
-    found = _taken("findings", found_done, errors)
+    found = taken("findings", found_done, errors)
     if findings is None:
         for rid, why in (getattr(found, "errors", None) or {}).items():
             kind, _, msg = why.partition(": ")
@@ -154,7 +143,7 @@ def build_report(
     extra: dict[str, Any] = {}
     if found is not None:
         extra["findings"] = found
-    src = _taken("source", src_done, errors)
+    src = taken("source", src_done, errors)
     if src is not None:
         extra["source"] = src
     if before is not None:
@@ -167,7 +156,7 @@ def build_report(
         except Exception as e:
             errors.append(SectionError.of("comparison", e))
     # the doctor's checks head the report: figures from an untrustworthy profile say so first
-    warnings = _taken("doctor", warnings_done, errors) or []
+    warnings = taken("doctor", warnings_done, errors) or []
     name = source_name(path_or_profile if is_path else None, profile)  # type: ignore[arg-type]
     report = report.with_sections(**extra).with_errors(*errors)
     return replace(report, summary={**report.summary, "warnings": warnings, "source": name})
