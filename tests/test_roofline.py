@@ -246,3 +246,27 @@ def test_device_name_option_overrides_the_profile() -> None:
     g = a100.groups.row(0, named=True)
     # same work and time, held against 312 instead of 989.5 bf16 TFLOP/s
     assert g["pct_of_peak"] == pytest.approx(h100["pct_of_peak"] * 989.5 / 312)
+
+
+def test_peak_columns_are_the_device_tables_peaks() -> None:
+    # the peaks as expressions over each row's (dtype, roof) equal DeviceSpec.peak of the same
+    # pair on every device of the table (the join with a table of the rows' pairs they replace
+    # gave exactly these), for every dtype class, fallbacks (tf32, fp16/bf16 on vector units),
+    # unknown and empty dtypes, nulls and roofs other than "matrix"
+    from opscope.analysis.devices import DEVICES
+    from opscope.analysis.roofline import _peak_columns
+    from opscope.model.dtypes import DTYPES
+
+    dtypes = sorted({d.peak for d in DTYPES.values()} | {"tf32", "fp16", "bf16", "x", ""})
+    rows = [(d, r) for d in [*dtypes, None] for r in ("matrix", "vector", "memory", "x", None)]
+    df = pl.DataFrame(rows, schema={"dtype": pl.String, "roof": pl.String}, orient="row")
+    for spec in (*DEVICES, None):
+        got = df.with_columns(*_peak_columns(spec))
+        want_peak = [spec.peak(d, r) if spec is not None and d else None for d, r in rows]
+        want_tf32 = [
+            spec.peak("tf32", r) if spec is not None and d == "fp32" and r == "matrix" else None
+            for d, r in rows
+        ]
+        assert got.get_column("peak_flops").to_list() == want_peak, spec
+        assert got.get_column("peak_tf32").to_list() == want_tf32, spec
+        assert got.schema["peak_flops"] == got.schema["peak_tf32"] == pl.Float64

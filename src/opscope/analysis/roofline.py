@@ -16,7 +16,6 @@ Bound classes (see ``docs/roofline.md``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -243,52 +242,48 @@ def _with_direct_descendant(
     return pl.Series("below", below)
 
 
+def _peak_columns(spec: DeviceSpec | None) -> tuple[pl.Expr, pl.Expr]:
+    """``peak_flops`` (:meth:`DeviceSpec.peak` of each row's dtype and roof) and ``peak_tf32``
+    (the TF32 matrix peak on fp32 matrix rows), as expressions over the rows' columns.
+
+    The peak of every dtype the device's tables can answer for, by the roof's branch of
+    :meth:`DeviceSpec.peak` (``"matrix"``, else the vector units): any other dtype reads None
+    there too. A join with a table of the rows' distinct (dtype, roof) pairs gave the same
+    values, but finding the pairs first was a query of its own (or a Python pass over every
+    row), of fixed cost on every profile with costed ops."""
+    if spec is None:
+        none = pl.lit(None, dtype=pl.Float64)
+        return none.alias("peak_flops"), none.alias("peak_tf32")
+    # (the fallbacks of DeviceSpec.peak among the keys: tf32 on matrix units, fp16/bf16 on
+    # vector units; a null or empty dtype has no peak, as `spec.peak(dt, roof) if dt`)
+    matrix = {d: spec.peak(d, "matrix") for d in (*spec.matrix, "tf32")}
+    vector = {d: spec.peak(d, "vector") for d in (*spec.vector, "fp16", "bf16")}
+    dtype = pl.col("dtype")
+    on_matrix = pl.col("roof") == "matrix"
+    peak = (
+        pl.when(on_matrix)
+        .then(dtype.replace_strict(matrix, default=None, return_dtype=pl.Float64))
+        .otherwise(dtype.replace_strict(vector, default=None, return_dtype=pl.Float64))
+    )
+    tf32 = pl.when(on_matrix & (dtype == "fp32")).then(
+        pl.lit(spec.peak("tf32", "matrix"), dtype=pl.Float64)
+    )
+    return peak.alias("peak_flops"), tf32.alias("peak_tf32")
+
+
 def _metrics(
     df: FrameT,
     spec: DeviceSpec | None,
     rate_flops: str = "flops",
     rate_bytes: str = "bytes",
-    pairs: Iterable[tuple[Any, Any]] | None = None,
 ) -> FrameT:
     """Add intensity, achieved rates, % of peak and bound to rows with flops/bytes/time_ns.
 
     Rates divide ``rate_flops`` / ``rate_bytes`` (the work of the timed calls) by ``time_ns``.
-    ``pairs``: the (dtype, roof) pairs whose peaks are joined, at least those of the rows
-    (a lazy plan's rows are not known before it runs: the cost table's pairs); by default
-    the rows' own.
     """
-    peaks = []
-    if spec is not None:
-        if pairs is None:
-            assert isinstance(df, pl.DataFrame), "a plan needs its (dtype, roof) pairs"
-            pairs = df.select("dtype", "roof").unique().iter_rows()
-        for dt, roof in pairs:
-            tf32 = spec.peak("tf32", roof) if dt == "fp32" and roof == "matrix" else None
-            peaks.append(
-                {
-                    "dtype": dt,
-                    "roof": roof,
-                    "peak_flops": spec.peak(dt, roof) if dt else None,
-                    "peak_tf32": tf32,
-                }
-            )
-    peak_df = pl.DataFrame(
-        peaks,
-        schema={
-            "dtype": pl.String,
-            "roof": pl.String,
-            "peak_flops": pl.Float64,
-            "peak_tf32": pl.Float64,
-        },
-    )
     bw = spec.mem_bw if spec is not None else None
     secs = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns").cast(pl.Float64) / 1e9)
-    df = df.join(
-        peak_df.lazy() if isinstance(df, pl.LazyFrame) else peak_df,  # type: ignore[arg-type]
-        on=["dtype", "roof"],
-        how="left",
-        nulls_equal=True,
-    ).with_columns(
+    df = df.with_columns(*_peak_columns(spec)).with_columns(
         (pl.col("flops") / pl.col("bytes")).alias("intensity"),
         (pl.col(rate_flops) / secs / 1e12).alias("achieved_tflops"),
         (pl.col(rate_bytes) / secs / 1e9).alias("achieved_gbps"),
@@ -416,12 +411,7 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
         costed = direct | (derived & ~_with_direct_descendant(ops, direct, par))
     owner_at = _owner_positions(ops, costed, par)
     # from here two plans, the calls and the groups, each collected once (each eager step was
-    # a query of fixed cost: ~34 per report on an op-bearing Ascend export); the peaks joined
-    # for the (dtype, roof) pairs of the cost table, those of every call among them
-    # (distinct pairs in one query: a Python set over every costed op's pair took ms)
-    pairs = set(
-        costs.lazy().select("dtype", "roof").unique().collect(engine="in-memory").iter_rows()
-    )
+    # a query of fixed cost: ~34 per report on an op-bearing Ascend export)
     # from the profile's cached device work (LOCAL_WORK is part of it: the same rows in the
     # same order as filtering every event again)
     dev = profile.kernels
@@ -484,7 +474,7 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
             "calls", "is_backward",
         )
     )  # fmt: skip
-    calls = _metrics(calls_plan, spec, pairs=pairs).collect(engine="in-memory")
+    calls = _metrics(calls_plan, spec).collect(engine="in-memory")
     groups = (
         calls.lazy()
         .group_by(list(_GROUP), maintain_order=True)
@@ -509,9 +499,7 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
             pl.col("bytes").filter(pl.col("time_ns").is_not_null()).sum().alias("_bytes_t"),
         )
     )
-    groups = _metrics(groups, spec, "_flops_t", "_bytes_t", pairs=pairs).drop(
-        "_flops_t", "_bytes_t"
-    )
+    groups = _metrics(groups, spec, "_flops_t", "_bytes_t").drop("_flops_t", "_bytes_t")
     pmu = None
     if _pmu_wide(profile) is not None:
         # the kernels of owned ops with their owner's id (the owners as a column: the ops'
@@ -646,8 +634,7 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     )
     if k.height == 0:
         return empty
-    # the groups one plan, collected once (the peaks of the kernels' (dtype, roof) pairs)
-    pairs = set(zip(k.get_column("dtype").to_list(), k.get_column("roof").to_list(), strict=True))
+    # the groups one plan, collected once
     lk = k.lazy()
     g = lk.with_columns(pl.col("op_type").alias("kname"))
     g = g.group_by("kname", "input_dims", "input_types", maintain_order=True).agg(
@@ -659,7 +646,7 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
         pl.col("dtype").first(),
         pl.col("roof").first(),
     )
-    g = _metrics(g.rename({"kname": "name"}), spec, pairs=pairs)
+    g = _metrics(g.rename({"kname": "name"}), spec)
     pmu = _pmu(profile, lk.with_columns(pl.concat_str("op_type", "input_dims").alias("gk")), "gk")
     if pmu is not None:
         g = g.with_columns(pl.concat_str("name", "input_dims").alias("gk")).join(
