@@ -121,12 +121,21 @@ def transit(profile: Profile, skip_ranks: Collection[int] = ()) -> pl.DataFrame:
 
 
 def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
+    """:func:`_files_plan`, collected (its schema's empty table without a file row)."""
+    plan, ranks = _files_plan(profile)
+    if plan is None:
+        return pl.DataFrame(schema=_TRANSIT_SCHEMA), ranks
+    return plan.collect(engine="in-memory"), ranks
+
+
+def _files_plan(profile: Profile) -> tuple[pl.LazyFrame | None, set[int]]:
     """The ranks' own figures, as msprof-analyze reads them: per collective and transport
     with traffic, ``coll, rank, transport, bytes, tasks, time_ns`` (``time_ns`` the
     transport's Transit Time; ``start_ns``, ``elapse_ns`` the file's; ``tasks`` null;
     ``coll`` null for a collective with no event of that name on its rank: a kernel table
     that holds fewer collectives than the file), from each source's
-    ``communication.json`` / ``analysis.db``; and the ranks that have such a file."""
+    ``communication.json`` / ``analysis.db``, as a plan (None: no row); and the ranks that
+    have such a file."""
     from opscope.ingest.ascend_comm import communication_rows
 
     # the files' rows in Python, one frame for all ranks and one query for the match (a
@@ -162,7 +171,7 @@ def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
             for start, elapse in starts.get(_file_key(r), [(None, None)]):
                 rows.append((rk, r["op_name"], r["transport"], size, r["time_ns"], start, elapse))
     if not rows:
-        return pl.DataFrame(schema=_TRANSIT_SCHEMA), ranks
+        return None, ranks
     files = pl.DataFrame(
         rows,
         schema={
@@ -209,7 +218,7 @@ def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
         )
         .cast(_TRANSIT_SCHEMA)  # type: ignore[arg-type]
     )
-    return out.collect(engine="in-memory"), ranks
+    return out, ranks
 
 
 def _file_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -221,22 +230,30 @@ def _file_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 def transit_sizes(profile: Profile) -> pl.DataFrame:
     """:func:`transit_from_files` for the ranks that have communication files, :func:`transit`
     (the HCCL tasks of ``trace_view.json``) for the others; with ``source`` (the file)."""
-    files, ranks = transit_from_files(profile)
+    return _sizes_plan(profile).collect(engine="in-memory")
+
+
+def _sizes_plan(profile: Profile) -> pl.LazyFrame:
+    """:func:`transit_sizes` as a plan: the rule runs it with its own join, one query (the
+    files' match, the concatenation and the join were a query each)."""
+    plan, ranks = _files_plan(profile)
+    files = (pl.DataFrame(schema=_TRANSIT_SCHEMA).lazy() if plan is None else plan).with_columns(
+        pl.lit("communication files").alias("source")
+    )
     # the trace's tasks of the other ranks only: parsing the args of every task of a rank the
     # files cover (938 on a 4k-event AlexNet rank: 5 ms) was thrown away
     tasks = transit(profile, ranks)
     if tasks.height == 0 and c.absent(profile, "other"):
-        # the files' rows alone (what the concatenation with no task gives, without its query)
-        return files.with_columns(pl.lit("communication files").alias("source"))
+        return files  # the files' rows alone (what the concatenation with no task gives)
     return pl.concat(
         [
-            files.lazy().with_columns(pl.lit("communication files").alias("source")),
+            files,
             tasks.lazy()
             .filter(~pl.col("rank").is_in(sorted(ranks)))
             .with_columns(pl.lit("trace_view.json").alias("source")),
         ],
         how="vertical",
-    ).collect(engine="in-memory")
+    )
 
 
 class AscendCommPacket:
@@ -263,9 +280,6 @@ class AscendCommPacket:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":
             return []
-        tr = transit_sizes(profile)
-        if tr.height == 0:
-            return []
         colls = (
             profile.events.lazy()
             .filter(pl.col("kind") == "communication")
@@ -277,7 +291,7 @@ class AscendCommPacket:
         # collective's own duration
         # a collective with no event has the file's start and elapse, and an id below 0
         tr = (
-            tr.lazy()
+            _sizes_plan(profile)
             .join(colls, on="coll", how="left", maintain_order="left")
             .with_row_index("row")
             .with_columns(
@@ -289,6 +303,8 @@ class AscendCommPacket:
             )
             .collect(engine="in-memory")
         )
+        if tr.height == 0:  # (each size keeps its row through the left join on unique ids)
+            return []
         steps = c.step_info(profile)
         out = []
         # the collectives as rows, per transport in order of appearance (a rank's files hold
