@@ -28,10 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from opscope.analysis.hotspots import (
-    DEVICE_WORK,
-    rows,
-)
+from opscope.analysis.hotspots import rows
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import (
     IntArray,
@@ -189,28 +186,25 @@ def charges(profile: Profile) -> pl.DataFrame:
 def charges_plan(profile: Profile) -> pl.LazyFrame:
     """:func:`charges` as a plan (one query with its reader's: a query per step was a fixed
     cost on small traces)."""
+    order = ["event_id", "op_id", "device", "is_backward", "time_ns", *KEYS[:3], "module"]
+    return charge_rows(profile, ["file", "line", "function", "module"]).select(order)
+
+
+def charge_rows(profile: Profile, keys: list[str]) -> pl.LazyFrame:
+    """The charged units of :func:`charges` as a plan: ``event_id``, ``op_id``, ``device``,
+    ``time_ns``, ``is_backward`` and ``keys`` (columns of :func:`resolve_ops`' table: where
+    the op charged resolves); the device work first, then the top-level host ops. Also the
+    out-of-core load's per-segment charges (``ingest.segment_aggregates``, keyed by stack id)."""
     res = resolve_ops(profile).lazy()
-    ev = profile.events.lazy()
-    cols = ["is_backward", "file", "line", "function", "module"]
-    in_steps = (
+    cols = ["is_backward", *keys]
+    # the device work from the cached kernels table: the events' DEVICE_WORK rows, in order,
+    # without a filter of every event
+    dev = profile.kernels.lazy()
+    if profile.steps.height:
         # device work of no op and no step: queued before profiling (the warm-up step's
         # kernels, ingest.link.queued_before_profiling) or run after it; no line of the steps
-        pl.col("op_id").is_not_null() | pl.col("step").is_not_null()
-        if profile.steps.height
-        else pl.lit(True)
-    )
-    dev = (
-        ev.select(
-            "kind",
-            pl.col("id").alias("event_id"),
-            "op_id",
-            "step",
-            pl.col("dur_ns").alias("time_ns"),
-        )
-        .filter(pl.col("kind").is_in(DEVICE_WORK) & in_steps)
-        .drop("kind", "step")
-    )
-    order = ["event_id", "op_id", "device", "is_backward", "time_ns", *KEYS[:3], "module"]
+        dev = dev.filter(pl.col("op_id").is_not_null() | pl.col("step").is_not_null())
+    dev = dev.select(pl.col("id").alias("event_id"), "op_id", pl.col("dur_ns").alias("time_ns"))
     if no_ops(profile):
         # no host op: no line to charge the device work to (what the join with the empty
         # resolution gives: every column null, not backward) and no top-level op (the host
@@ -219,8 +213,8 @@ def charges_plan(profile: Profile) -> pl.LazyFrame:
         return dev.with_columns(
             pl.lit(True).alias("device"),
             pl.lit(False).alias("is_backward"),
-            *(pl.lit(None, schema[c]).alias(c) for c in cols[1:]),
-        ).select(order)
+            *(pl.lit(None, schema[c]).alias(c) for c in keys),
+        )
     dev = dev.join(
         res.select(pl.col("id").alias("op_id"), *cols), on="op_id", how="left"
     ).with_columns(pl.lit(True).alias("device"), pl.col("is_backward").fill_null(False))
@@ -232,6 +226,7 @@ def charges_plan(profile: Profile) -> pl.LazyFrame:
         .select(pl.col("id").alias("event_id"), pl.col("id").alias("op_id"), "time_ns", *cols)
         .with_columns(pl.lit(False).alias("device"))
     )
+    order = ["event_id", "op_id", "device", "time_ns", *cols]
     return pl.concat([dev.select(order), host.select(order)])
 
 

@@ -343,32 +343,11 @@ def _merged(parts: list[pl.DataFrame] | None, keys: list[str], aggs: list[pl.Exp
 def _charges(p: Profile) -> pl.DataFrame:
     """``attribution.charges`` of one segment, keyed by stack id instead of the user frame
     (the stacks are numbered at the end): summed time and count per :data:`CHARGE_KEYS`."""
-    from opscope.analysis.attribution import resolve_ops
+    from opscope.analysis.attribution import charge_rows
 
-    res = resolve_ops(p).lazy()
-    cols = ["is_backward", "stack_id", "module"]
-    # the device work from the cached kernels table (the events' DEVICE_WORK rows, which the
-    # hotspots' partials read already), not a filter of the whole segment
-    dev = p.kernels.lazy()
-    if p.steps.height:
-        dev = dev.filter(pl.col("op_id").is_not_null() | pl.col("step").is_not_null())
-    dev = (
-        dev.select("op_id", pl.col("dur_ns").alias("time_ns"))
-        .join(res.select(pl.col("id").alias("op_id"), *cols), on="op_id", how="left")
-        .with_columns(pl.lit(True).alias("device"), pl.col("is_backward").fill_null(False))
-        .select(*cols, "device", "time_ns")
-    )
-    host = (
-        # each op's own duration by position (the resolution's rows are the cached ops, row
-        # for row, as attribution.charges_plan reads them), not a join with the events on id:
-        # that join hashed every event of the segment
-        res.with_columns(pl.lit(p.ops.get_column("dur_ns")).alias("time_ns"))
-        .filter(pl.col("top_level"))
-        .select(*cols, pl.lit(False).alias("device"), "time_ns")
-    )
     # one query on the eager calls' engine (each eager step was a query of its own)
     return (
-        pl.concat([dev, host])
+        charge_rows(p, ["stack_id", "module"])
         .group_by(CHARGE_KEYS)
         .agg(pl.col("time_ns").sum(), pl.len().cast(pl.Int64).alias("n"))
         .collect(engine="in-memory")
