@@ -155,3 +155,53 @@ def test_kernels_without_grid_or_block_skip_the_parses(
         full.note,
         full.compute_units,
     )
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+        "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
+        "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
+    ],
+)
+def test_launch_geometry_products_from_their_text(
+    rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each grid's and block's product computed in Python from its distinct strings gives the
+    groups of the plan's parses and joins (SHORTCUTS off); a spy: no parse built then."""
+    import opscope
+    from opscope.analysis import occupancy, tree
+
+    p = shared_trace(rel)
+    parsed: list[str] = []
+    real = occupancy._shape_product
+
+    def spy(col: str) -> Any:
+        parsed.append(col)
+        return real(col)
+
+    monkeypatch.setattr(occupancy, "_shape_product", spy)
+    fast = occupancy.utilisation(opscope.load(p, cache=False), Options())
+    assert parsed == []
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    full = occupancy.utilisation(opscope.load(p, cache=False), Options())
+    assert parsed == ["grid", "block"]
+    assert fast.kernels.schema == full.kernels.schema
+    assert fast.kernels.equals(full.kernels)
+    assert fast.kernels.get_column("threads_per_block").null_count() < fast.kernels.height
+    assert (fast.wave_efficiency, fast.note) == (full.wave_efficiency, full.note)
+
+
+def test_products_match_the_plans_parse_or_step_aside() -> None:
+    """``_products`` equals the plan's parse where it answers (nulls inside skipped, an empty
+    list 1) and answers nothing for text that is no list of integers within Int64 (the plan's
+    parse then: it wraps, reads floats and booleans its own way, fails on other JSON)."""
+    from opscope.analysis.occupancy import _products, _shape_product
+
+    ok = ["[2,3,4]", "[]", "[null]", "[null,5]", "[1]", "[0,7]", "[-2,3]", "[9223372036854775807]"]
+    got = _products([*ok, None])
+    want = pl.DataFrame({"g": ok}).select(_shape_product("g")).get_column("g").to_list()
+    assert got == dict(zip(ok, want, strict=True))
+    for bad in ("[1.5]", "[true]", "{}", "x", "[[1]]", "[9223372036854775807,2]", "3"):
+        assert _products(["[2]", bad]) is None, bad
