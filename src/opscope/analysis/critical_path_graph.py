@@ -258,8 +258,7 @@ def _host_nodes(
     if not rt.height:
         return pl.DataFrame(schema=_NODE_SCHEMA)
     sync_names, copy_names = call_names(distinct.get_column("name"))
-    names = rt.get_column("name")
-    copies, tracked = pl.collect_all(
+    copies, tracked, flags = pl.collect_all(
         [
             ev.lazy()
             .select("kind", "launch_id", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
@@ -273,6 +272,11 @@ def _host_nodes(
             ev.lazy()
             .filter(pl.col("kind").is_in(list(_TRACKED)))
             .select(*thread, "id", "ts_ns", "dur_ns"),
+            # each call's flags (Series.is_in was a query each)
+            rt.lazy().select(
+                pl.col("name").is_in(sync_names.implode()).alias("sync"),
+                pl.col("name").is_in(copy_names.implode()).alias("copy"),
+            ),
         ],
         engine="in-memory",
         optimizations=tree.EAGER_FLAGS,
@@ -286,7 +290,7 @@ def _host_nodes(
     if copies.height:
         at = positions(cid, copies.get_column("launch_id").to_numpy().astype(i64))
         np.maximum.at(copy_end, at[at >= 0], copies.get_column("end").to_numpy()[at >= 0])
-    sync, copy = (_flag(names.is_in(x.implode())) for x in (sync_names, copy_names))
+    sync, copy = (_flag(flags.get_column(c)) for c in ("sync", "copy"))
     blocking = copy & (copy_end > np.iinfo(i64).min)
     wait = sync | (blocking & (copy_end <= end))
     step, step_null = _int_column(rt, "step")
@@ -729,13 +733,10 @@ def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
     """The host nodes of threads without runtime calls: their top-level operators (no parent,
     or a parent that is no operator). The thread and parent matches on arrays (the anti join
     and the join with every event's kind were ~4 ms of a 75k-event trace, most often for none)."""
-    kind = pl.col("kind")
-    flags = ev.select(
-        (kind == "cpu_op").fill_null(False).alias("op"),
-        kind.is_in(["runtime", "driver"]).fill_null(False).alias("rt"),
-    )
-    is_op = flags.get_column("op").to_numpy()
-    is_rt = flags.get_column("rt").to_numpy()
+    # (Series comparisons: a select of the two flags was a query of fixed cost)
+    kind = ev.get_column("kind")
+    is_op = _flag(kind == "cpu_op")
+    is_rt = _flag(kind == "runtime") | _flag(kind == "driver")
     threads = [_int_column(ev, c) for c in ("rank", "pid", "tid")]
     calls = [(v[is_rt], None if null is None else null[is_rt]) for v, null in threads]
     _, code, _ = _thread_codes_of(calls, threads)
@@ -819,12 +820,10 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     is_wait = _flag(nodes.get_column("is_wait"))
     if tree.SHORTCUTS and not is_wait.any():  # no waiting call (no runtime call at all)
         return nodes
-    kind = nodes.select(
-        (pl.col("lane_kind") == "device").fill_null(False).alias("device"),
-        (pl.col("lane_kind") == "host").fill_null(False).alias("host"),
-    )
-    on_dev = kind.get_column("device").to_numpy()
-    waits = np.flatnonzero(is_wait & kind.get_column("host").to_numpy())
+    # (Series comparisons: a select of the two flags was a query of fixed cost)
+    lane_kind = nodes.get_column("lane_kind")
+    on_dev = _flag(lane_kind == "device")
+    waits = np.flatnonzero(is_wait & _flag(lane_kind == "host"))
     if not len(waits) or not on_dev.any():
         return nodes
     ids = nodes.get_column("id").to_numpy().astype(i64)
