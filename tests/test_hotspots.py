@@ -215,6 +215,42 @@ def test_rows_of_equal_each_tables_eager_rows(monkeypatch: pytest.MonkeyPatch) -
     assert calls == []
 
 
+def test_rows_of_runs_plans_in_the_same_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table given as a plan (cluster.to_json's rank rows and collectives' sums) is run in
+    rows_of's one collect_all beside the tables converted by a query, its rows as collecting
+    it eagerly gives them (its ``top`` first rows; no ``*_ns`` conversion); with no other
+    table to convert, the call holds the plans alone."""
+    from opscope.analysis import hotspots as hs
+    from opscope.analysis import tree
+
+    df = pl.DataFrame({"rank": [1, 0, 1], "dur_ns": [3, 5, 7]})
+    plan = (
+        df.lazy()
+        .group_by("rank")
+        .agg((pl.col("dur_ns").sum() / 1000.0).alias("dur_us"), pl.len())
+        .sort("rank")
+    )
+    v = 16076072.670276158
+    one_row = pl.DataFrame({"k": [1, 2]}).select(pl.lit(v).alias("std_ns"), pl.len())
+    py = pl.DataFrame({"name": ["a", "b"], "total_ns": [18865, 7]})
+    calls = count_collect_all(monkeypatch)
+    got = hs.rows_of([(plan, None), (py, None), (one_row, None), (plan, 1), (df.lazy(), None)])
+    assert calls == [4]  # the three plans and the one-row table (see the test above)
+    assert got == [
+        tree.collect(plan).to_dicts(),
+        hs.to_us(py).to_dicts(),
+        hs.to_us(one_row).to_dicts(),
+        tree.collect(plan).head(1).to_dicts(),
+        df.to_dicts(),
+    ]
+    calls.clear()
+    assert hs.rows_of([(plan, None), (py, None)]) == [
+        tree.collect(plan).to_dicts(),
+        hs.to_us(py).to_dicts(),
+    ]
+    assert calls == [1]
+
+
 @pytest.mark.parametrize(
     "dtype",
     [pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Float64],

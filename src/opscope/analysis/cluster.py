@@ -418,8 +418,7 @@ class Cluster(Result):
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict: times in µs (``*_us``), see docs/cluster.md."""
-        r = self.ranks
-        ranks = r.select(
+        ranks = self.ranks.lazy().select(
             "rank",
             "steps",
             *[
@@ -428,9 +427,10 @@ class Cluster(Result):
             ],
             "last_arrival_share",
             "collectives",
-        ).to_dicts()
+        )
         coll_sum = (
-            self.collectives.group_by("rank", "collective")
+            self.collectives.lazy()
+            .group_by("rank", "collective")
             .agg(
                 pl.len().alias("calls"),
                 (pl.col("dur_ns").sum() / 1000.0).alias("dur_us"),
@@ -439,17 +439,25 @@ class Cluster(Result):
             )
             .sort("rank", "collective")
         )
-        evidence, step_gap, slow_links = rows_of(
-            [(self.slow_ranks, None), (self.step_gap, None), (self.slow_links, None)]
+        # the five tables in one call (the rank rows and the collectives' sums were a query
+        # each beside it: a fixed cost on every report)
+        ranks_rows, coll_rows, evidence, step_gap, slow_links = rows_of(
+            [
+                (ranks, None),
+                (coll_sum, None),
+                (self.slow_ranks, None),
+                (self.step_gap, None),
+                (self.slow_links, None),
+            ]
         )
         return {
             "engine": self.engine,
             "failed_ranks": [{"rank": r, "reason": why} for r, why in self.failed],
-            "ranks": ranks,
+            "ranks": ranks_rows,
             "slow_ranks": self.slow_rank_ids,
             "slow_rank_evidence": evidence,
             "step_gap": step_gap,
-            "collectives": coll_sum.to_dicts(),
+            "collectives": coll_rows,
             "slow_links": slow_links,
             "msprof_ranks": self.msprof.to_dicts(),
             "rank_gaps": asc.rank_gaps(self.msprof),
@@ -526,11 +534,11 @@ def aggregate(
         MIN_COLLECTIVE_WAIT_US * 1000,
         MIN_COLLECTIVE_WAIT_SHARE * (float(step_ns) if step_ns is not None else 0.0),  # type: ignore[arg-type]
     )
-    co = co.select(
-        pl.exclude("_max_wait"),
-        # Who came last only says something where somebody waited for it.
-        ((pl.col("ranks_seen") > 1) & (pl.col("_max_wait") >= decisive_ns)).alias("decisive"),
-    )
+    # Who came last only says something where somebody waited for it. (Series operations and
+    # a column added in place: the select was a query of fixed cost.)
+    decisive = (co.get_column("ranks_seen") > 1) & (co.get_column("_max_wait") >= decisive_ns)
+    co = _without(co, "_max_wait")
+    co.insert_column(co.width, decisive.alias("decisive"))
     per_rank_coll = (
         co.lazy()
         .group_by("rank")

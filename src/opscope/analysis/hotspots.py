@@ -178,25 +178,36 @@ def rows(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
     return rows_of([(df, top)])[0]
 
 
-def rows_of(tables: Sequence[tuple[pl.DataFrame, int | None]]) -> list[list[dict[str, Any]]]:
+def rows_of(
+    tables: Sequence[tuple[pl.DataFrame | pl.LazyFrame, int | None]],
+) -> list[list[dict[str, Any]]]:
     """:func:`rows` of each (table, top): the rows :func:`to_us` + ``to_dicts`` give. The
     ``*_ns`` values are converted in Python on the rows (``top`` of them) where that gives
     Polars' doubles for certain (:func:`_us_rows`), the other tables' in one collect_all (a
-    query each was a fixed cost: half a dozen calls per report, ~2 ms of a small trace's)."""
-    heads = [df if top is None else df.head(top) for df, top in tables]
-    # (no rows, no dicts: no query, a fixed cost on small traces)
-    done_py = [_us_rows(df) if df.height else [] for df in heads]
-    exprs = [
-        _to_us_exprs(df) if py is None else None for df, py in zip(heads, done_py, strict=True)
-    ]
-    plans = [df.lazy().select(e) for df, e in zip(heads, exprs, strict=True) if e is not None]
-    done = iter(
+    query each was a fixed cost: half a dozen calls per report, ~2 ms of a small trace's).
+    A table given as a plan is run in that call too, its rows as the plan gives them (its
+    columns are its caller's: no ``*_ns`` conversion), as eager calls would run it."""
+    plans: list[pl.LazyFrame] = []
+    # per table: its rows, or the place of its plan in the call
+    slots: list[list[dict[str, Any]] | int] = []
+    for df, top in tables:
+        if isinstance(df, pl.LazyFrame):
+            slots.append(len(plans))
+            plans.append(df if top is None else df.head(top))
+            continue
+        head = df if top is None else df.head(top)
+        # (no rows, no dicts: no query, a fixed cost on small traces)
+        py = _us_rows(head) if head.height else []
+        conv = _to_us_exprs(head) if py is None else None
+        if conv is None:
+            slots.append(py if py is not None else head.to_dicts())
+        else:
+            slots.append(len(plans))
+            plans.append(head.lazy().select(conv))
+    done = (
         pl.collect_all(plans, engine="in-memory", optimizations=_tree.EAGER_FLAGS) if plans else []
     )
-    return [
-        py if py is not None else (df if e is None else next(done)).to_dicts()
-        for df, e, py in zip(heads, exprs, done_py, strict=True)
-    ]
+    return [done[s].to_dicts() if isinstance(s, int) else s for s in slots]
 
 
 #: The factor Polars' in-memory engine converts a ``*_ns`` column with: its arithmetic kernel
