@@ -285,3 +285,44 @@ def test_rows_in_python_equal_the_query_bit_for_bit(dtype: pl.DataType) -> None:
             assert math.isnan(g["t_us"])
         elif w["t_us"] is not None:
             assert pack(g["t_us"]) == pack(w["t_us"])
+
+
+def test_time_base_span_of_one_rank_without_a_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """time_base's span on one rank (Series reductions, no query) is the per-rank group-by's:
+    the latest end less the earliest start, nulls left out (a null duration, a null start);
+    several ranks, or a null rank, take the group-by (a query)."""
+    from types import SimpleNamespace
+
+    from helpers.spies import count_queries
+    from opscope.analysis import hotspots as hs
+
+    def reference(ev: pl.DataFrame) -> int:
+        s = ev.group_by("rank").agg(
+            ((pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()).alias("span")
+        )
+        return int(s.get_column("span").sum() or 0)
+
+    def events(rank: list[int | None], ts: list[int | None], dur: list[int | None]) -> Any:
+        ev = pl.DataFrame(
+            {"rank": rank, "ts_ns": ts, "dur_ns": dur},
+            schema={"rank": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64},
+        )
+        return SimpleNamespace(events=ev, steps=pl.DataFrame())
+
+    one = [
+        events([3, 3, 3], [100, 50, 400], [10, None, 7]),
+        events([0, 0], [None, 20], [5, 30]),
+        events([1], [None], [None]),  # nothing timed: 0, as the group's null span sums
+        events([2, 2], [5, 9], [None, None]),
+    ]
+    several = [
+        events([0, 1, 1], [100, 50, 400], [10, 60, 7]),
+        events([None, 1], [100, 50], [10, 60]),
+    ]
+    want = [reference(p.events) for p in one], [reference(p.events) for p in several]
+    assert want == ([357, 30, 0, 0], [10 + 357, 10 + 60])
+    ran = count_queries(monkeypatch)
+    assert [hs.time_base(p)[1] for p in one] == want[0]  # type: ignore[arg-type]
+    assert ran == []
+    assert [hs.time_base(p)[1] for p in several] == want[1]  # type: ignore[arg-type]
+    assert len(ran) == 2

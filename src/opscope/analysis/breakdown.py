@@ -630,7 +630,9 @@ def _inputs(profile: Profile) -> _Inputs:
     # columns as Series (a selection of columns needs no query)
     host = _columns(profile.ops, ("rank", "step", "ts_ns", "dur_ns"))
     plans = [_windows(profile), _device_work(profile)]
-    if tree.SHORTCUTS and not events.get_column("kind").is_in(_DATA_KINDS).any():
+    kind = events.get_column("kind")
+    # (Series comparisons: no query, where is_in was one; a null kind is none of them)
+    if tree.SHORTCUTS and not any((kind == k).any() for k in _DATA_KINDS):
         # no host event that could be data loading (a trace of device work only): none, without
         # the filter's query
         data = ev.clear()

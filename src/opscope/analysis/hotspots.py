@@ -266,7 +266,14 @@ def time_base(profile: Profile) -> tuple[int, int]:
     """(summed step time, summed per-rank wall span) in ns; the denominators of shares."""
     ev = profile.events
     span = 0
-    if ev.height:
+    rank = ev.get_column("rank")
+    if ev.height and not rank.null_count() and rank.min() == rank.max():
+        # one rank (a single-rank trace: most): its span from Series reductions, no query (the
+        # group-by was one, of fixed cost); nulls left out as the group's max and min do
+        ts = ev.get_column("ts_ns")
+        hi, lo = (ts + ev.get_column("dur_ns")).max(), ts.min()
+        span = int(hi) - int(lo) if hi is not None and lo is not None else 0  # type: ignore[arg-type]
+    elif ev.height:
         s = ev.group_by("rank").agg(
             ((pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()).alias("span")
         )
