@@ -170,11 +170,20 @@ def _aligned(ops: pl.DataFrame, costs: pl.DataFrame) -> bool:
     return a.null_count() == 0 and b.null_count() == 0 and bool((a == b).all())
 
 
+def _valid(s: pl.Series) -> npt.NDArray[np.bool_]:
+    """Where a numeric column is not null, without a query (NumPy's float copy of a column
+    with nulls holds NaN there)."""
+    if s.null_count() == 0:  # (a count Polars keeps)
+        return np.ones(len(s), dtype=bool)
+    valid: npt.NDArray[np.bool_] = ~np.isnan(s.to_numpy())
+    return valid
+
+
 def _op_parents(ops: pl.DataFrame) -> npt.NDArray[np.int64]:
     """For each op (by position), its parent's position when the parent is an op one or more
     nesting levels up (``depth``, null read as 0), else -1: the links the roofline follows."""
     forest = Forest.of(ops)
-    depth = ops.get_column("depth").fill_null(0).to_numpy().astype(np.int64)
+    depth, _ = int_values(ops.get_column("depth"))  # (a null read as 0, without a query)
     par = forest.parent
     ok = par >= 0
     ok[ok] = depth[par[ok]] < depth[ok]
@@ -393,30 +402,43 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     """The roofline (see :func:`_roofline`) computed in full; also right without host ops."""
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
     ops = profile.ops
-    costs = host_op_costs(profile).rename({"flops": "our_flops", "bytes": "our_bytes"})
+    # the cost columns renamed as Series (a frame's rename, like its drop, is a query)
+    names = {"flops": "our_flops", "bytes": "our_bytes"}
+    costs = pl.DataFrame([c.alias(names.get(c.name, c.name)) for c in host_op_costs(profile)])
     if tree.SHORTCUTS and _aligned(ops, costs):
         # the cost table holds the ops' rows in their order (as host_op_costs makes it): its
         # columns beside theirs are the left join's (ids are unique), without hashing 40k ids
-        ops = ops.hstack(costs.drop("id").get_columns())
+        ops = ops.hstack([c for c in costs.get_columns() if c.name != "id"])
     else:
         # one query (a rename and a join eagerly were two)
         ops = ops.lazy().join(costs.lazy(), on="id", how="left").collect(engine="in-memory")
-    costed = ops.get_column("our_flops").is_not_null() | ops.get_column("our_bytes").is_not_null()
+    # the masks in NumPy (a Series' is_not_null, fill_null, negation or is_in is a query each)
+    costed = _valid(ops.get_column("our_flops")) | _valid(ops.get_column("our_bytes"))
     # a cost derived from the forward op (autograd nodes) yields to exact, shape-based costs of
     # the ops it runs (convolution_backward knows which gradients were needed)
-    derived = ops.get_column("formula").fill_null("").str.starts_with("backward: ")
+    derived = (
+        ops.select(pl.col("formula").str.starts_with("backward: ").fill_null(False))
+        .to_series()
+        .to_numpy()
+    )
     direct = costed & ~derived
     par = _op_parents(ops)  # once for both walks (a sort of every op id: ms on 40k ops)
     if derived.any():
-        costed = direct | (derived & ~_with_direct_descendant(ops, direct, par))
-    owner_at = _owner_positions(ops, costed, par)
+        below = _with_direct_descendant(ops, pl.Series(direct), par).to_numpy()
+        costed = direct | (derived & ~below)
+    owner_at = _owner_positions(ops, pl.Series(costed), par)
     # from here two plans, the calls and the groups, each collected once (each eager step was
     # a query of fixed cost: ~34 per report on an op-bearing Ascend export)
     # from the profile's cached device work (LOCAL_WORK is part of it: the same rows in the
     # same order as filtering every event again)
     dev = profile.kernels
     k_op = dev.get_column("op_id")
-    is_device = dev.get_column("kind").is_in(list(_DEVICE_KINDS)) & k_op.is_not_null()
+    kind = dev.get_column("kind")
+    is_local = np.zeros(dev.height, dtype=bool)
+    for k in _DEVICE_KINDS:  # (Series comparisons: no query)
+        eq = kind == k
+        is_local |= (eq.fill_null(False) if eq.null_count() else eq).to_numpy()
+    is_device = pl.Series(is_local & _valid(k_op))
     has_device = bool(is_device.any())
     # each call (an op that owns itself) with its owned ops' device work and torch flops, by
     # position in NumPy: the sums per owner of the kernels and of the ops (two group_bys and
