@@ -42,6 +42,11 @@ def test_the_empty_aggregate_is_the_full_paths_without_a_query(
     assert ran == []  # the shortcut was taken
     assert_frame_equal(fast, full)
     assert fast.height == 0 and fast.columns == full.columns
+    # made once per process for the schema, keys and device columns: each caller its own copy
+    again = hotspots._agg(_OPS, keys, base, span, device)
+    assert again is not fast
+    assert_frame_equal(again, full)
+    assert ran == []
     # a table with rows still runs its query
     one = pl.DataFrame([dict.fromkeys(_OPS.columns, 1) | {"name": "a"}], schema=_OPS.schema)
     hotspots._agg(one, keys, base, span, device)

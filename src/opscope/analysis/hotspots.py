@@ -16,6 +16,7 @@ shared by the other core analyses (their Markdown tables are written in report/)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -459,6 +460,26 @@ def _agg_plan(
     df: pl.DataFrame | pl.LazyFrame, keys: list[str], base: int, span: int, device: bool
 ) -> tuple[pl.LazyFrame, pl.DataFrame | None]:
     """The aggregate's plan, and its table already when that needs no query (else None)."""
+    if _tree.SHORTCUTS and isinstance(df, pl.DataFrame) and not df.height:
+        # no row to group (the ops of a profile without host ops): the plan's empty table from
+        # its schema, without the query (tests/test_report_speed_empty.py); made once per
+        # process for the frame's schema, the keys and the device columns (the plan and a frame
+        # of its schema were ~0.2 ms a table; the shares' columns are doubles whatever the
+        # denominators), and the plan of the empty frame given back, never run
+        empty = _empty_agg(_tree.schema_key(df.schema), tuple(keys), device)
+        return empty.lazy(), empty.clone()
+    return _agg_query(df, keys, base, span, device), None
+
+
+@functools.cache
+def _empty_agg(schema: _tree.SchemaKey, keys: tuple[str, ...], device: bool) -> pl.DataFrame:
+    plan = _agg_query(pl.DataFrame(schema=dict(schema)), list(keys), 0, 0, device)
+    return pl.DataFrame(schema=plan.collect_schema())
+
+
+def _agg_query(
+    df: pl.DataFrame | pl.LazyFrame, keys: list[str], base: int, span: int, device: bool
+) -> pl.LazyFrame:
     aggs = [
         pl.len().alias("calls"),
         pl.col("dur_ns").sum().alias("total_ns"),
@@ -474,15 +495,10 @@ def _agg_plan(
         ]
     # one lazy query (three eager ones were a fixed cost per table on small traces)
     out = df.lazy().group_by(keys).agg(aggs)
-    plan = out.with_columns(
+    return out.with_columns(
         (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct"),
         (100.0 * pl.col("total_ns") / span if span else pl.lit(None, pl.Float64)).alias("pct_span"),
     ).sort(["total_ns", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
-    if _tree.SHORTCUTS and isinstance(df, pl.DataFrame) and not df.height:
-        # no row to group (the ops of a profile without host ops): the plan's empty table from
-        # its schema, without the query (tests/test_report_speed_empty.py)
-        return plan, pl.DataFrame(schema=plan.collect_schema())
-    return plan, None
 
 
 class _Tables(NamedTuple):
