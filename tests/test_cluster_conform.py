@@ -77,3 +77,46 @@ def test_without_equals_drop_and_leaves_the_source() -> None:
     got = C._without(df, "aligned")
     assert_frame_equal(got, df.drop("aligned"))
     assert df.columns == ["rank", "aligned", "x"]  # the source keeps its column
+
+
+def test_cast_to_is_conformed_of_a_plan_with_every_column() -> None:
+    """_cast_to (no schema resolved) is _conformed for a plan holding every column, in any
+    order and types (extra columns dropped)."""
+    df = pl.DataFrame(
+        {
+            "idle_ns": [1, 2], "dur_ns": [5.0, 7.0], "rank": [1, 300_000_000_000],
+            "step": ["3", "z"], "ts_ns": [0, 1], "compute_ns": [None, 3],
+            "communication_ns": [4, 4], "communication_not_overlapped_ns": [0, 0], "x": [1, 1],
+        }
+    )  # fmt: skip
+    plan = df.lazy().sort("rank", descending=True)
+    assert_frame_equal(
+        C._cast_to(plan, C.STEP_COLUMNS).collect(),
+        C._conformed(plan, C.STEP_COLUMNS).collect(),
+    )
+
+
+def test_the_analysis_equals_aggregate_of_the_rank_tables() -> None:
+    """The registered analysis hands its own plans to the aggregate without conforming them
+    again: the same tables as the public aggregate of rank_tables' conformed tables (a GPU
+    rank with collectives, an Ascend rank)."""
+    import dataclasses
+
+    import opscope
+    from conftest import shared_trace
+    from opscope.analysis.registry import Options
+
+    for name in (
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+    ):
+        p = opscope.load(shared_trace(name), cache=False)
+        got = C.cluster(p, Options())
+        t = C.rank_tables(p)
+        want = C.aggregate(t["steps"], t["collectives"], t["links"], hccl=t["hccl"])
+        for f in dataclasses.fields(got):
+            a, b = getattr(got, f.name), getattr(want, f.name)
+            if isinstance(a, pl.DataFrame):
+                assert_frame_equal(a, b)
+            else:
+                assert a == b
