@@ -355,9 +355,13 @@ def event_positions(profile: Profile, ids: pl.Series) -> Any:
     a null id or one not there: :meth:`Forest.positions` without its sort of every id on each
     call (5-7 calls a report, 1 ms each on a 75k-event trace)."""
     index: _Index = _memo("event_index", profile, lambda: _Index.of(profile.events["id"]))
-    found = index.find(ids.fill_null(-1).to_numpy() if ids.null_count() else ids.to_numpy())
-    if ids.null_count():
-        found[ids.is_null().to_numpy()] = -1
+    if not ids.null_count():
+        return index.find(ids.to_numpy())
+    # the non-null ids by a filter on NumPy's float copy of the column (NaN where null): no
+    # query (a Series' fill_null and is_null are one each)
+    known = ~np.isnan(ids.to_numpy())
+    found = np.full(len(ids), -1, dtype=np.int64)
+    found[known] = index.find(ids.filter(pl.Series(known)).to_numpy())
     return found
 
 

@@ -274,8 +274,8 @@ def _host_nodes(
             .select(*thread, "id", "ts_ns", "dur_ns"),
             # each call's flags (Series.is_in was a query each)
             rt.lazy().select(
-                pl.col("name").is_in(sync_names.implode()).alias("sync"),
-                pl.col("name").is_in(copy_names.implode()).alias("copy"),
+                pl.col("name").is_in(pl.lit(sync_names).implode()).alias("sync"),
+                pl.col("name").is_in(pl.lit(copy_names).implode()).alias("copy"),
             ),
         ],
         engine="in-memory",
@@ -366,7 +366,7 @@ def _host_nodes(
             "start_ns": col["start_ns"],
             "end_ns": col["end_ns"],
             "op_id": op_s,
-            "name": names.gather(col["name_row"]),
+            "name": names[col["name_row"]],  # (indexing: a gather with no query)
             "is_sync": col["is_sync"],
             "is_wait": col["is_wait"],
         },
@@ -715,7 +715,7 @@ def op_names(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.Series:
     op_id, op_null = _int_column(nodes, "op_id")
     at = positions(ev.get_column("id").to_numpy().astype(np.int64), op_id)
     miss = at < 0 if op_null is None else (at < 0) | op_null
-    op = ev.get_column("name").gather(np.where(miss, 0, at))
+    op = ev.get_column("name")[np.where(miss, 0, at)]  # (indexing: a gather with no query)
     return op.set(pl.Series(miss), None) if miss.any() else op
 
 

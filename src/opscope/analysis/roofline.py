@@ -639,12 +639,15 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     """Ascend kernels that carry their own shapes, grouped by (type, shapes, dtypes)."""
     # from the cached device work (the same rows in the same order as filtering the events)
     kern = profile.kernels
-    keep = (
-        (kern.get_column("kind") == "kernel") & kern.get_column("input_dims").is_not_null()
-        & kern.get_column("op_type").is_not_null()
-    )  # fmt: skip
     empty = tree.empty_frame(_ASCEND_KERNEL_GROUPS)
-    if not keep.any():  # (Series operations: no filter query to find no row)
+    if any(kern.get_column(c).null_count() == kern.height for c in ("input_dims", "op_type")):
+        return empty  # no kernel with both (every GPU trace): no row, from the null counts
+    # (one select: a Series' is_not_null is a query each)
+    keep = kern.select(
+        (pl.col("kind") == "kernel") & pl.col("input_dims").is_not_null()
+        & pl.col("op_type").is_not_null()
+    ).to_series()  # fmt: skip
+    if not keep.any():
         return empty
     k = kern.filter(keep)
     costs = ascend_kernel_costs(k)
