@@ -338,6 +338,45 @@ def test_int_values_equal_fill_null_and_is_not_null_without_a_query(
     assert ran == []
 
 
+def test_device_work_launch_times_equal_the_left_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_device_work's launch times (positions and a NumPy take) equal the left join of the
+    launch ids with the events it replaced: launched work, work without a launch id, a launch
+    id of no event, a launch with no start; the plan holds its launch times without a query."""
+    from types import SimpleNamespace
+
+    ev = pl.DataFrame(
+        {
+            "id": [0, 1, 2, 3, 4, 5, 6, 7],
+            "rank": [0] * 8,
+            "kind": ["runtime", "runtime", *["kernel"] * 4, "runtime", "kernel"],
+            "device": [None, None, 0, 0, 0, 0, None, 0],
+            "stream": [None, None, 7, 7, 7, 7, None, 7],
+            "tid": [1, 1, 7, 7, 7, 7, 1, 7],
+            "ts_ns": [100, 200, 150, 260, 300, 400, None, 500],
+            "dur_ns": [10, 10, 50, 30, 20, 10, 10, 5],
+            "launch_id": [None, None, 0, 1, None, 99, None, 6],
+        },
+        schema_overrides={"rank": pl.Int32, "device": pl.Int32, "launch_id": pl.Int64},
+    )
+    profile = SimpleNamespace(events=ev, kernels=ev.filter(pl.col("kind") == "kernel"))
+    want = (
+        profile.kernels.select("rank", "kind", "ts_ns", "dur_ns", "launch_id")
+        .join(
+            ev.select(pl.col("id").alias("launch_id"), pl.col("ts_ns").alias("launch_ts")),
+            on="launch_id",
+            how="left",
+            maintain_order="left",
+        )
+        .get_column("launch_ts")
+    )
+    assert want.to_list() == [100, 200, None, None, None]
+    ran = count_queries(monkeypatch)
+    plan = bd._device_work(profile)  # type: ignore[arg-type]
+    assert ran == []
+    got = plan.collect().get_column("launch_ts")
+    assert got.to_list() == want.to_list() and got.dtype == want.dtype
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_group_starts_of_integer_keys_equal_the_query(seed: int) -> None:
     """group_starts of integer keys (in NumPy) equals the ``ne_missing`` select it replaces
