@@ -302,7 +302,8 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     by_step = sorted(range(len(keys)), key=keys.__getitem__)
     rows = np.concatenate([path_rows[k] for k in by_step]) if keys else np.empty(0, i64)
     # the operators of the nodes on the path only
-    op = op_names(nodes.select(pl.col("op_id").gather(rows)), ev)
+    # (the column indexed: a select of its gather is a query)
+    op = op_names(pl.DataFrame([nodes.get_column("op_id")[rows]]), ev)
     name = pl.col("name").gather(rows)
     path = (
         nodes.select(

@@ -185,9 +185,10 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
             products=products,
         )  # fmt: skip
         out = plan.collect(engine="in-memory")
-    known = out.get_column("wave_efficiency").is_not_null()
-    valid_eff = out.get_column("wave_efficiency").filter(known)
-    valid_ns = out.get_column("time_ns").filter(known)
+    valid_eff, valid_ns = out.get_column("wave_efficiency"), out.get_column("time_ns")
+    if valid_eff.null_count():  # (the mask a query: only then)
+        known = valid_eff.is_not_null()
+        valid_eff, valid_ns = valid_eff.filter(known), valid_ns.filter(known)
     eff = None
     total = float(valid_ns.sum() or 0)
     if valid_ns.len() and total > 0:

@@ -145,10 +145,11 @@ def _device_of(
     mem: int | None = None
     dev = profile.devices
     if name is None and dev.height:
-        # the first device that is not a CPU, else the first: Series operations, not a filter
-        # query of fixed cost
-        gpu = (dev.get_column("vendor").fill_null("") != "cpu").arg_true()
-        row = dev.row(int(gpu[0]) if len(gpu) else 0, named=True)
+        # the first device that is not a CPU (a null vendor is none), else the first: in
+        # Python over the few devices, not a filter (or a Series' fill_null) query
+        vendors = dev.get_column("vendor").to_list()
+        gpu = next((i for i, v in enumerate(vendors) if v != "cpu"), 0)
+        row = dev.row(gpu, named=True)
         name, vendor, cu, mem = (
             row["name"],
             row["vendor"],
@@ -177,6 +178,20 @@ def _valid(s: pl.Series) -> npt.NDArray[np.bool_]:
         return np.ones(len(s), dtype=bool)
     valid: npt.NDArray[np.bool_] = ~np.isnan(s.to_numpy())
     return valid
+
+
+def _local_work(dev: pl.DataFrame) -> npt.NDArray[np.bool_]:
+    """Which rows of the device work are local work (:data:`_DEVICE_KINDS`) launched by an op
+    (``op_id``): Enum comparisons and a NumPy mask, no query (a Series' is_in and
+    is_not_null are one each)."""
+    kind = dev.get_column("kind")
+    out = _valid(dev.get_column("op_id"))
+    local = np.zeros(dev.height, dtype=bool)
+    for k in _DEVICE_KINDS:
+        eq = kind == k
+        local |= (eq.fill_null(False) if eq.null_count() else eq).to_numpy()
+    out &= local
+    return out
 
 
 def _op_parents(ops: pl.DataFrame) -> npt.NDArray[np.int64]:
@@ -433,12 +448,7 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     # same order as filtering every event again)
     dev = profile.kernels
     k_op = dev.get_column("op_id")
-    kind = dev.get_column("kind")
-    is_local = np.zeros(dev.height, dtype=bool)
-    for k in _DEVICE_KINDS:  # (Series comparisons: no query)
-        eq = kind == k
-        is_local |= (eq.fill_null(False) if eq.null_count() else eq).to_numpy()
-    is_device = pl.Series(is_local & _valid(k_op))
+    is_device = pl.Series(_local_work(dev))
     has_device = bool(is_device.any())
     # each call (an op that owns itself) with its owned ops' device work and torch flops, by
     # position in NumPy: the sums per owner of the kernels and of the ops (two group_bys and
@@ -579,13 +589,7 @@ def _without_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     spec, dev_name, note = device_of(profile, Options(device_name=device_name))
     # (from the cached device work, which holds every such row: not every event again; Series
     # operations, not a filter query of fixed cost)
-    kern = profile.kernels
-    has_device = bool(
-        (
-            kern.get_column("kind").is_in(list(_DEVICE_KINDS))
-            & kern.get_column("op_id").is_not_null()
-        ).any()
-    )
+    has_device = bool(_local_work(profile.kernels).any())
     o = profile.ops.schema
     calls_schema: dict[str, pl.DataType | type[pl.DataType]] = {
         **{k: o[k] for k in ("id", "rank", "step", "name", "input_dims", "input_types")},
