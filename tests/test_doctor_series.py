@@ -201,3 +201,47 @@ def test_last_step_as_the_query(rel: str, monkeypatch: pytest.MonkeyPatch) -> No
         several = any(len(s) >= 2 for s in checks._step_times(p).values())
         assert bool(collected) == several  # the count query only when a rank has 2+ steps
         collected.clear()
+
+
+def test_step_times_in_python_equal_the_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_step_times from the step rows in Python (no query) equals the filter-and-sort query it
+    replaced: steps without a duration or number left out, ranks in order with a null rank
+    first (as rank 0), steps in order; rows with the same (rank, step) take the query."""
+    from types import SimpleNamespace
+
+    from helpers.spies import count_queries
+
+    def reference(steps: pl.DataFrame) -> dict[int, list[tuple[int, int]]]:
+        st = (
+            steps.lazy()
+            .filter(pl.col("dur_ns").is_not_null() & pl.col("step").is_not_null())
+            .sort("rank", "step")
+            .select("rank", "step", "dur_ns")
+            .collect(engine="in-memory")
+        )
+        out: dict[int, list[tuple[int, int]]] = {}
+        for r, s, d in st.iter_rows():
+            out.setdefault(int(r if r is not None else 0), []).append((int(s), int(d)))
+        return out
+
+    schema = {"rank": pl.Int32, "step": pl.Int64, "dur_ns": pl.Int64}
+    cases = [
+        {"rank": [1, 0, 1, None, 0, 2], "step": [5, 3, 4, 7, None, 1],
+         "dur_ns": [10, 20, None, 40, 50, 60]},
+        {"rank": [], "step": [], "dur_ns": []},
+    ]  # fmt: skip
+    for case in cases:
+        steps = pl.DataFrame(case, schema=schema)
+        want = reference(steps)
+        ran = count_queries(monkeypatch)
+        assert checks._step_times.__wrapped__(SimpleNamespace(steps=steps)) == want
+        assert ran == []
+        monkeypatch.undo()
+    assert reference(pl.DataFrame(cases[0], schema=schema)) == {
+        0: [(7, 40), (3, 20)], 1: [(5, 10)], 2: [(1, 60)]
+    }  # fmt: skip
+    same = pl.DataFrame({"rank": [0, 0, 0], "step": [1, 1, 0], "dur_ns": [5, 6, 7]}, schema=schema)
+    ran = count_queries(monkeypatch)
+    got = checks._step_times.__wrapped__(SimpleNamespace(steps=same))
+    assert len(ran) == 1
+    assert got[0][0] == (0, 7) and sorted(got[0][1:]) == [(1, 5), (1, 6)]
