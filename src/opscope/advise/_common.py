@@ -122,10 +122,14 @@ def _device_kind(profile: Profile) -> str:
         if any(w in names for w in ("amd", "instinct", "mi250", "mi300", "radeon")):
             return "amd"
     if profile.has_device:
-        knames = profile.kernels.get_column("name")
-        if knames.str.contains(r"(?i)aclnn|aicore|MatMulV\d").any():
+        # both patterns in one query (a Series' str.contains is one each)
+        ascend, amd = profile.kernels.select(
+            pl.col("name").str.contains(r"(?i)aclnn|aicore|MatMulV\d").any(),
+            pl.col("name").str.contains(r"(?i)^(void )?(hip|rocm|ck_|Cijk_)").any().alias("amd"),
+        ).row(0)
+        if ascend:
             return "ascend"
-        if knames.str.contains(r"(?i)^(void )?(hip|rocm|ck_|Cijk_)").any():
+        if amd:
             return "amd"
         return "nvidia"
     return "cpu"
@@ -135,9 +139,11 @@ def device_name(profile: Profile) -> str | None:
     """The first non-CPU device name of the profile, if any (once a profile)."""
 
     def run() -> str | None:
-        dev = profile.devices.filter(pl.col("vendor").fill_null("") != "cpu")
-        names = [n for n in dev.get_column("name").to_list() if n is not None]
-        return str(names[0]) if names else None
+        # in Python over the few devices (a filter of them was a query); a null vendor is no CPU
+        dev = profile.devices
+        vendors, names = (dev.get_column(c).to_list() for c in ("vendor", "name"))
+        gpu = [n for v, n in zip(vendors, names, strict=True) if v != "cpu" and n is not None]
+        return str(gpu[0]) if gpu else None
 
     out: str | None = _memo("device_name", profile, run)
     return out
@@ -357,12 +363,27 @@ def event_positions(profile: Profile, ids: pl.Series) -> Any:
     index: _Index = _memo("event_index", profile, lambda: _Index.of(profile.events["id"]))
     if not ids.null_count():
         return index.find(ids.to_numpy())
-    # the non-null ids by a filter on NumPy's float copy of the column (NaN where null): no
-    # query (a Series' fill_null and is_null are one each)
-    known = ~np.isnan(ids.to_numpy())
+    known = _known(ids)
     found = np.full(len(ids), -1, dtype=np.int64)
     found[known] = index.find(ids.filter(pl.Series(known)).to_numpy())
     return found
+
+
+def _known(s: pl.Series) -> Any:
+    """Where an integer column is not null, from NumPy's float copy of it (NaN where null): no
+    query (a Series' is_null, is_not_null and fill_null are one each)."""
+    return np.ones(len(s), dtype=bool) if not s.null_count() else ~np.isnan(s.to_numpy())
+
+
+def _filled(s: pl.Series, fill: int) -> Any:
+    """An integer column as int64, ``fill`` where null, without a query (the values exact: a
+    filter of the column, not its float copy)."""
+    if not s.null_count():
+        return s.to_numpy().astype(np.int64, copy=False)
+    known = _known(s)
+    out = np.full(len(s), fill, dtype=np.int64)
+    out[known] = s.filter(pl.Series(known)).to_numpy()
+    return out
 
 
 def outermost(profile: Profile, events: pl.DataFrame) -> pl.DataFrame:
@@ -397,29 +418,29 @@ def _op_cost(profile: Profile) -> pl.DataFrame:
 
     if no_ops(profile):  # no op, no cost (every path below gives an Int64 ``cost_ns``)
         return pl.DataFrame(schema={"id": profile.ops.schema["id"], "cost_ns": pl.Int64})
-    ops = profile.ops.select("id", "dur_ns")
+    # (the columns as Series and arrays: a select, a fill_null or a filter query is a fixed cost)
+    op_ids = profile.ops.get_column("id")
     if not profile.has_device:
-        return ops.select("id", pl.col("dur_ns").fill_null(0).alias("cost_ns"))
+        dur_ns = _filled(profile.ops.get_column("dur_ns"), 0)
+        return pl.DataFrame([op_ids, pl.Series("cost_ns", dur_ns, dtype=pl.Int64)])
     if not present(profile.kernels.get_column("op_id")):
-        return ops.select("id", pl.lit(0, pl.Int64).alias("cost_ns"))
-    # each kernel's time added to its op and the op's ancestors (c.ancestors' walk) in NumPy:
-    # one query for the kernels' two columns (a group-by, the ancestor table, its join and
-    # group-by and a join with every op were 5-7 ms on the 75k-event trace)
-    k = profile.kernels.select("op_id", pl.col("dur_ns").fill_null(0)).filter(
-        pl.col("op_id").is_not_null()
-    )
-    dur = k.get_column("dur_ns").to_numpy().astype(np.int64)
+        zero = np.zeros(len(op_ids), dtype=np.int64)
+        return pl.DataFrame([op_ids, pl.Series("cost_ns", zero, dtype=pl.Int64)])
+    # each kernel's time added to its op and the op's ancestors (c.ancestors' walk) in NumPy
+    # (a group-by, the ancestor table, its join and group-by and a join with every op were
+    # 5-7 ms on the 75k-event trace): the kernels of an op, their durations (null: 0)
+    k_op = profile.kernels.get_column("op_id")
+    launched = _known(k_op)
+    dur = _filled(profile.kernels.get_column("dur_ns"), 0)[launched]
     forest = _forest(profile)
-    at = event_positions(profile, k.get_column("op_id"))
+    at = event_positions(profile, k_op.filter(pl.Series(launched)))
     i, anc, _ = forest.ancestor_pairs(at, max_depth=MAX_WALK - 1)
     total = np.zeros(len(forest), dtype=np.int64)
     np.add.at(total, at[at >= 0], dur[at >= 0])
     np.add.at(total, anc, dur[i])
-    op_at = event_positions(profile, ops.get_column("id"))
+    op_at = event_positions(profile, op_ids)
     cost = np.where(op_at >= 0, total[np.maximum(op_at, 0)], 0) if len(total) else op_at * 0
-    return pl.DataFrame(
-        [ops.get_column("id"), pl.Series("cost_ns", cost, dtype=pl.Int64)],
-    )
+    return pl.DataFrame([op_ids, pl.Series("cost_ns", cost, dtype=pl.Int64)])
 
 
 def kernels_of(profile: Profile, op_ids: Sequence[int]) -> pl.DataFrame:
@@ -545,18 +566,29 @@ def _place_arrays(inp: pl.DataFrame) -> tuple[Any, Any, Any]:
     event, else the op at or above it; -1 for none), whether it is under no op (a host
     event without one), its own stack (-1 for none): arrays, so that each :func:`locate` is
     one query."""
-    cols = inp.select(pl.col("launcher", "enclosing", "own_stack").fill_null(-1), "dev")
-    dev = cols.get_column("dev").to_numpy()
-    op = np.where(
-        dev, cols.get_column("launcher").to_numpy(), cols.get_column("enclosing").to_numpy()
-    ).astype(np.int64)
-    return op, (op < 0) & ~dev, cols.get_column("own_stack").to_numpy().astype(np.int64)
+    launcher, enclosing, own_stack = (
+        _filled(inp.get_column(c), -1) for c in ("launcher", "enclosing", "own_stack")
+    )
+    dev = inp.get_column("dev").to_numpy()
+    op = np.where(dev, launcher, enclosing).astype(np.int64)
+    return op, (op < 0) & ~dev, own_stack
 
 
 def _gather_rows(df: pl.DataFrame, at: Any, cols: Sequence[str] | None = None) -> pl.DataFrame:
     """``df``'s rows (its ``cols``, default all) at the positions ``at``, a row of nulls where
-    -1 (one query)."""
-    return df.select((pl.all() if cols is None else pl.col(*cols)).gather(_null_at(at)))
+    -1: each column indexed and its misses set null, no query (a select of the gathers was
+    one, of fixed cost, on each of a report's few calls)."""
+    at = np.asarray(at, dtype=np.int64)
+    miss = at < 0
+    names = df.columns if cols is None else list(cols)
+    if not df.height:  # (nothing to index: every row a miss)
+        return pl.DataFrame([pl.Series(c, [None] * len(at), dtype=df.schema[c]) for c in names])
+    pos = np.where(miss, 0, at)
+    out = [df.get_column(c)[pos] for c in names]
+    if miss.any():
+        none = pl.Series(miss)
+        out = [c.set(none, None) for c in out]
+    return pl.DataFrame(out)
 
 
 def _user_frames(profile: Profile) -> pl.DataFrame:
