@@ -153,3 +153,73 @@ def test_idle_equals_the_reference_on_shared_traces(rel: str) -> None:
     kern = p.kernels.select(*KERNELS).to_dicts()
     steps = p.steps.select(*STEPS).to_dicts()
     assert overhead._idle_of(p) == _reference(kern, steps) > 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_device_ends_equal_the_sort_query(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """overhead._device_ends in NumPy: each rank's (and, for a null rank, every rank's) timed
+    kernels by rank and start, and the running maximum of their ends, as the filter-and-sort
+    query it replaced gives them (kernels starting together on a rank may come in either
+    order there: the running maximum at the last of them, where idle_after's search lands,
+    is the same); no query."""
+    from helpers.spies import count_queries
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 40))
+
+    def col(hi: int, nulls: float) -> list[int | None]:
+        return [None if rng.random() < nulls else int(x) for x in rng.integers(0, hi, n)]
+
+    kern = pl.DataFrame(
+        {"rank": col(3, 0.1), "ts_ns": col(30, 0.1), "dur_ns": col(20, 0.1)},
+        schema={"rank": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64},
+    )
+    profile = SimpleNamespace(kernels=kern, events=kern)
+    for rank in (None, 0, 1, 2, 5):
+        plan = kern.lazy().drop_nulls()
+        if rank is not None:
+            plan = plan.filter(pl.col("rank") == rank)
+        kr = plan.sort("rank", "ts_ns", maintain_order=True).collect()
+        ran = count_queries(monkeypatch)
+        got = overhead._device_ends(profile, rank)  # type: ignore[arg-type]
+        assert ran == []
+        monkeypatch.undo()
+        if kr.height == 0:
+            assert got is None
+            continue
+        assert got is not None
+        starts = kr.get_column("ts_ns").to_numpy()
+        ends = np.maximum.accumulate(starts + kr.get_column("dur_ns").to_numpy())
+        assert got[0].tolist() == starts.tolist()
+        # equal wherever a run of equal (rank, start) ends: the only places read
+        last = np.append(
+            (kr.get_column("rank").to_numpy()[1:] != kr.get_column("rank").to_numpy()[:-1])
+            | (starts[1:] != starts[:-1]),
+            True,
+        )
+        assert got[1][last].tolist() == ends[last].tolist()
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["multi_rank/hta_sampled_128rank_job/rank-0.json.gz", "gpu/tracelens_h100_bert_small.json.gz"],
+)
+def test_sync_ops_equal_the_gather_and_filter_query(rel: str) -> None:
+    """overhead._sync_ops (the rows by position, the parent columns beside them, the rows
+    under a sync op left out in Python) equals the one query it replaced."""
+    from polars.testing import assert_frame_equal
+
+    from opscope.advise import _common as c
+
+    p = opscope.load(shared_trace(rel), cache=False)
+    rows = np.flatnonzero(c.name_mask(p, "ops", names=overhead.SYNC_OPS))
+    par, pname, cost = c.op_context(p, rows)
+    want = (
+        p.ops.lazy()
+        .select(pl.all().gather(pl.lit(pl.Series(rows, dtype=pl.Int64))))
+        .with_columns(par, cost, pname.alias("pname"))
+        .filter(~pl.col("pname").fill_null("").is_in(overhead.SYNC_OPS))
+        .collect(engine="in-memory")
+    )
+    assert want.height
+    assert_frame_equal(overhead._sync_ops(p), want)

@@ -62,13 +62,10 @@ def _sync_ops(profile: Profile) -> pl.DataFrame:
     par, pname, cost = c.op_context(profile, rows)
     if not len(rows):  # the empty table of the columns below (no query to find it empty)
         return profile.ops.clear().with_columns(par, cost, pname.alias("pname"))
-    return (
-        profile.ops.lazy()
-        .select(pl.all().gather(pl.lit(pl.Series(rows, dtype=pl.Int64))))
-        .with_columns(par, cost, pname.alias("pname"))
-        .filter(~pl.col("pname").fill_null("").is_in(SYNC_OPS))
-        .collect(engine="in-memory")
-    )
+    # the rows whose parent is no sync op, taken by position and the three columns added
+    # beside them (a gather, the columns and a filter were one query of fixed cost)
+    keep = np.flatnonzero([p not in SYNC_OPS for p in pname.to_list()])
+    return profile.ops[rows[keep]].hstack([par[keep], cost[keep], pname[keep].alias("pname")])
 
 
 _IDLE_HOW = (
@@ -89,16 +86,26 @@ def _device_ends(profile: Profile, rank: Any) -> tuple[Any, Any] | None:
     if rank not in by_rank:
         import numpy as np
 
-        plan = profile.kernels.lazy().select("rank", "ts_ns", "dur_ns").drop_nulls()
+        from opscope.analysis.breakdown import int_values
+
+        # in NumPy (a filter and a sort were a query of fixed cost): the kernels with a rank, a
+        # start and a duration, by rank then start (kernels starting together on a rank may
+        # come in any order: the running maximum is the same at the last of them, the only
+        # place a search lands)
+        k = profile.kernels
+        kr, ok = int_values(k.get_column("rank"))
+        ts, ok_ts = int_values(k.get_column("ts_ns"))
+        dur, ok_dur = int_values(k.get_column("dur_ns"))
+        keep = ok & ok_ts & ok_dur
         if rank is not None:
-            plan = plan.filter(pl.col("rank") == rank)
-        kr = plan.sort("rank", "ts_ns").collect(engine="in-memory")  # one query
-        if kr.height == 0:
+            keep &= kr == rank
+        at = np.flatnonzero(keep)
+        if not len(at):
             by_rank[rank] = None
         else:
-            starts = kr.get_column("ts_ns").to_numpy()
-            ends = np.maximum.accumulate(starts + kr.get_column("dur_ns").to_numpy())
-            by_rank[rank] = (starts, ends)
+            at = at[np.lexsort((ts[at], kr[at]))]
+            starts = ts[at]
+            by_rank[rank] = (starts, np.maximum.accumulate(starts + dur[at]))
     return by_rank[rank]
 
 
