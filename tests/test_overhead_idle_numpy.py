@@ -223,3 +223,39 @@ def test_sync_ops_equal_the_gather_and_filter_query(rel: str) -> None:
     )
     assert want.height
     assert_frame_equal(overhead._sync_ops(p), want)
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+        "gpu/hta_alexnet_a100_cuda_sync.json.gz",  # runtime syncs
+        "gpu/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",  # above the name index's size
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+    ],
+)
+def test_named_events_equal_the_filters(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host-sync, data-loader and recompile rules' events (_named_events: the three masks
+    from one select a profile, the rows by position) equal the filters they replaced."""
+    from polars.testing import assert_frame_equal
+
+    from helpers.spies import count_queries
+    from opscope.advise import _common as c
+
+    p = opscope.load(shared_trace(rel), cache=False)
+    want = {
+        pattern: p.events.filter(c.name_match(p, "events", pattern=pattern), kinds)
+        for pattern, kinds in (
+            (overhead.SYNC_RUNTIME, pl.col("kind").is_in(overhead._SYNC_KINDS)),
+            (overhead.DATALOADER, pl.col("kind") != "python_function"),
+            (overhead.RECOMPILE, pl.col("kind") != "python_function"),
+        )
+    }
+    ran = count_queries(monkeypatch)
+    got = {pattern: overhead._named_events(p, pattern) for pattern in want}
+    # one select (on a large table, each pattern also tests the distinct names: a query each)
+    assert len(ran) == (1 if p.events.height < c.NAME_INDEX_MIN_ROWS else 1 + len(want))
+    for pattern, frame in want.items():
+        assert_frame_equal(got[pattern], frame)
+    if rel.startswith("gpu/hta_alexnet"):
+        assert want[overhead.SYNC_RUNTIME].height

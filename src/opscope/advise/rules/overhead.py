@@ -68,6 +68,31 @@ def _sync_ops(profile: Profile) -> pl.DataFrame:
     return profile.ops[rows[keep]].hstack([par[keep], cost[keep], pname[keep].alias("pname")])
 
 
+def _named_events(profile: Profile, pattern: str) -> pl.DataFrame:
+    """The events of :data:`_NAMED`'s ``pattern`` (the host-sync, data-loader and recompile
+    rules' filters), by position: the three rules' masks come from one select a profile (a
+    filter each was a query of fixed cost)."""
+
+    def masks() -> dict[str, Any]:
+        got = profile.events.select(
+            (c.name_match(profile, "events", pattern=p) & kinds).fill_null(False).alias(p)
+            for p, kinds in _NAMED.items()
+        )
+        return {p: np.flatnonzero(got.get_column(p).to_numpy()) for p in _NAMED}
+
+    rows = c._memo("overhead.named_events", profile, masks)[pattern]
+    out: pl.DataFrame = profile.events[rows]
+    return out
+
+
+#: The event name patterns of three rules, with the kinds each keeps (a null kind none).
+_NAMED: dict[str, pl.Expr] = {
+    SYNC_RUNTIME: pl.col("kind").is_in(_SYNC_KINDS),
+    DATALOADER: pl.col("kind") != "python_function",
+    RECOMPILE: pl.col("kind") != "python_function",
+}
+
+
 _IDLE_HOW = (
     "the device idle each sync causes: from the end of the device work it waited for to the "
     "start of the next kernel (each gap once), at most the time the sync blocked (removing it "
@@ -173,10 +198,7 @@ class HostSync:
         if no_ops(profile) and c.absent(profile, *_SYNC_KINDS):
             return []  # no sync op, no runtime sync: both tables below would be empty
         ops = _sync_ops(profile)
-        rt = profile.events.filter(
-            c.name_match(profile, "events", pattern=SYNC_RUNTIME),
-            pl.col("kind").is_in(_SYNC_KINDS),
-        )
+        rt = _named_events(profile, SYNC_RUNTIME)
         if ops.height == 0 and rt.height == 0:
             return []
         steps = c.step_info(profile)
@@ -582,9 +604,7 @@ class DataLoader:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        dl = profile.events.filter(
-            c.name_match(profile, "events", pattern=DATALOADER), pl.col("kind") != "python_function"
-        )
+        dl = _named_events(profile, DATALOADER)
         if dl.height == 0:
             return []
         top = c.outermost(profile, dl)  # nested ranges of the same fetch count once
@@ -630,9 +650,7 @@ class Recompile:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        ev = profile.events.filter(
-            c.name_match(profile, "events", pattern=RECOMPILE), pl.col("kind") != "python_function"
-        )
+        ev = _named_events(profile, RECOMPILE)
         if ev.height == 0:
             return []
         top = c.outermost(profile, ev)
