@@ -275,7 +275,14 @@ def ancestors(profile: Profile, ids: pl.Series | None = None) -> pl.DataFrame:
     """``[id, anc_id, hops]``: each of ``ids`` (default every event) with each of its ancestors
     (and itself at hops 0), up to ``MAX_WALK - 1`` hops."""
     forest = _forest(profile)
-    start = profile.events.get_column("id") if ids is None else ids.cast(pl.Int64).unique()
+    if ids is None:
+        start = profile.events.get_column("id")
+    elif not ids.null_count():
+        # the distinct ids in NumPy (a Series' unique is a query; its order is none in
+        # particular either)
+        start = pl.Series(ids.name, np.unique(ids.cast(pl.Int64).to_numpy()), dtype=pl.Int64)
+    else:
+        start = ids.cast(pl.Int64).unique()
     i, anc, hops = forest.ancestor_pairs(event_positions(profile, start), max_depth=MAX_WALK - 1)
     own = start.to_numpy()
     if start.null_count() == 0 and start.dtype == pl.Int64:
@@ -579,16 +586,17 @@ def _gather_rows(df: pl.DataFrame, at: Any, cols: Sequence[str] | None = None) -
     -1: each column indexed and its misses set null, no query (a select of the gathers was
     one, of fixed cost, on each of a report's few calls)."""
     at = np.asarray(at, dtype=np.int64)
+    return pl.DataFrame([_take(df.get_column(c), at) for c in (cols or df.columns)])
+
+
+def _take(s: pl.Series, at: Any) -> pl.Series:
+    """``s`` at the positions ``at`` (an int64 array), null where -1: indexed, the misses set
+    null (a Series' gather is a query)."""
     miss = at < 0
-    names = df.columns if cols is None else list(cols)
-    if not df.height:  # (nothing to index: every row a miss)
-        return pl.DataFrame([pl.Series(c, [None] * len(at), dtype=df.schema[c]) for c in names])
-    pos = np.where(miss, 0, at)
-    out = [df.get_column(c)[pos] for c in names]
-    if miss.any():
-        none = pl.Series(miss)
-        out = [c.set(none, None) for c in out]
-    return pl.DataFrame(out)
+    if not len(s):  # (nothing to index: every position a miss)
+        return pl.Series(s.name, [None] * len(at), dtype=s.dtype)
+    out = s[np.where(miss, 0, at)]
+    return out.set(pl.Series(miss), None) if miss.any() else out
 
 
 def _user_frames(profile: Profile) -> pl.DataFrame:
@@ -754,16 +762,19 @@ def op_context(profile: Profile, rows: Any) -> list[pl.Series]:
             pl.Series("parent_name", [], ev["name"]),
             pl.Series("cost_ns", [], op_cost(profile).schema["cost_ns"]),
         ]
-    up = _null_at(op_parent_positions(profile)[event_positions(profile, pl.Series(ids))])
+    up = np.asarray(
+        op_parent_positions(profile)[event_positions(profile, pl.Series(ids))], dtype=np.int64
+    )
     cost = op_cost(profile)
     index: _Index = _memo("op_cost_index", profile, lambda: _Index.of(cost["id"]))
-    # one query: the parents' columns from the events, the costs from their table's column
-    got = profile.events.select(
-        pl.col("id").gather(up).alias("op_parent"),
-        pl.col("name").gather(up).alias("parent_name"),
-        pl.lit(cost.get_column("cost_ns")).gather(_null_at(index.find(ids))).alias("cost_ns"),
-    )
-    return got.get_columns()
+    # the parents' columns from the events, the costs from their table's column, each indexed
+    # (a select of their gathers was a query)
+    ev_ = profile.events
+    return [
+        _take(ev_.get_column("id"), up).alias("op_parent"),
+        _take(ev_.get_column("name"), up).alias("parent_name"),
+        _take(cost.get_column("cost_ns"), np.asarray(index.find(ids), dtype=np.int64)),
+    ]
 
 
 def _null_at(at: Any) -> pl.Expr:

@@ -351,7 +351,9 @@ def attention_spans(profile: Profile) -> list[dict[str, Any]]:
 
     def run() -> list[dict[str, Any]]:
         s = _seq(profile)
-        if s.height == 0 or not s.get_column("name").is_in(SOFTMAX_OPS).any():
+        names = s.get_column("name")
+        # (comparisons: a Series' is_in is a query)
+        if s.height == 0 or not any(bool((names == n).any()) for n in SOFTMAX_OPS):
             return []
         s = s.with_columns(pl.col("cost_ns").fill_null(0))
         out: list[dict[str, Any]] = []
@@ -523,7 +525,7 @@ class Foreach:
         )
         anc = c.ancestors(profile, pl.Series(inner, dtype=pl.Int64)).lazy()
         anc = anc.filter(
-            pl.col("anc_id").is_in(ann.get_column("id").implode()) & (pl.col("hops") > 0)
+            pl.col("anc_id").is_in(pl.lit(ann.get_column("id")).implode()) & (pl.col("hops") > 0)
         )
         inside = (
             profile.ops.lazy()

@@ -84,16 +84,16 @@ class Precision:
             )
         if src.height == 0:
             return []
-        fp = c.has_tensor_dtype(
-            src.select("id", "name", "input_dims", "input_types", "cost_ns"), ("float32",)
-        )
+        # (the columns picked as Series: a select is a query)
+        cols = ("id", "name", "input_dims", "input_types", "cost_ns")
+        fp = c.has_tensor_dtype(pl.DataFrame([src.get_column(k) for k in cols]), ("float32",))
         if fp.height == 0:
             return []
         same_device = c.device_kind(profile) == target
         steps = c.step_info(profile)
         out = []
         for where, ids, rs in c.rows_by_location(profile, fp):
-            t = float(rs.get_column("cost_ns").fill_null(0).sum())
+            t = float(rs.get_column("cost_ns").sum())  # (a sum skips nulls: no fill_null query)
             saving = t * (1 - fp32 / best) if same_device else 0.0
             how = (
                 f"fp32 time × (1 − {fp32 / 1e12:g}/{best / 1e12:g} TFLOP/s, {spec.label} "
