@@ -326,3 +326,43 @@ def test_time_base_span_of_one_rank_without_a_query(monkeypatch: pytest.MonkeyPa
     assert ran == []
     assert [hs.time_base(p)[1] for p in several] == want[1]  # type: ignore[arg-type]
     assert len(ran) == 2
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+        "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+        "gpu/tracelens_h100_bert_small.json.gz",
+    ],
+)
+def test_op_times_equal_the_ancestor_pairs_joins(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """op_times over the forest (its columns and device sums in NumPy, the figures beside the
+    ops' columns: no query once the forest is built) equals the joins over every ancestor
+    pair; _device_self equals the filter and group-by it replaced."""
+    from polars.testing import assert_frame_equal
+
+    import opscope
+    from helpers.spies import count_queries
+    from opscope.analysis import hotspots as hs
+    from opscope.analysis import tree
+
+    p = opscope.load(shared_trace(rel), cache=False)
+    want = hs.op_times(p, hs.ancestor_pairs(p.events)).sort("id")
+    tree.host_forest(p), p.ops, p.kernels  # the shared intermediates, built first
+    ran = count_queries(monkeypatch)
+    got = hs.op_times(p)
+    assert ran == []
+    assert_frame_equal(got.sort("id"), want, check_column_order=False)
+    assert got.columns == [*hs._OP_COLUMNS, "device_self_ns", "self_ns", "device_ns"]
+    dev = (
+        p.events.lazy()
+        .select("kind", "op_id", "dur_ns")
+        .filter(pl.col("kind").is_in(hs.DEVICE_WORK) & pl.col("op_id").is_not_null())
+        .group_by("op_id")
+        .agg(pl.col("dur_ns").sum().alias("device_self_ns"))
+        .rename({"op_id": "id"})
+        .sort("id")
+        .collect()
+    )
+    assert_frame_equal(hs._device_self(p.kernels), dev)

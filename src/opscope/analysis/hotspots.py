@@ -302,7 +302,7 @@ def op_times(profile: Profile, pairs: pl.DataFrame | None = None) -> pl.DataFram
         .agg(pl.col("dur_ns").sum().alias("child_ns"))
         .rename({"host_parent": "id"})
     )
-    dev_self = _device_self(ev)
+    dev_self = _device_self(profile.kernels)
     dev_incl = (
         pairs.join(dev_self.rename({"id": "dd"}), left_on="id", right_on="dd")
         .group_by("anc_id")
@@ -312,16 +312,23 @@ def op_times(profile: Profile, pairs: pl.DataFrame | None = None) -> pl.DataFram
     return _op_table(ev, child, dev_self, dev_incl)
 
 
-def _device_self(ev: pl.DataFrame) -> pl.DataFrame:
+def _device_self(kernels: pl.DataFrame) -> pl.DataFrame:
     """(id, device_self_ns): the device time of the work each op launched itself (never null:
-    a sum of no duration is 0)."""
-    return collect(  # one query (four eager steps were four)
-        ev.lazy()
-        .select("kind", "op_id", "dur_ns")
-        .filter(pl.col("kind").is_in(DEVICE_WORK) & pl.col("op_id").is_not_null())
-        .group_by("op_id")
-        .agg(pl.col("dur_ns").sum().alias("device_self_ns"))
-        .rename({"op_id": "id"})
+    a sum of no duration is 0), from the profile's device work (``kernels``), one row per op
+    in no particular order."""
+    from opscope.analysis.breakdown import int_values
+
+    # summed in NumPy by op (the filter and group-by were a query of fixed cost)
+    op, launched = int_values(kernels.get_column("op_id"))
+    dur, timed = int_values(kernels.get_column("dur_ns"))
+    ids, at = np.unique(op[launched], return_inverse=True)
+    sums = np.zeros(len(ids), dtype=np.int64)
+    np.add.at(sums, at, np.where(timed, dur, 0)[launched])
+    return pl.DataFrame(
+        [
+            pl.Series("id", ids, dtype=kernels.schema["op_id"]),
+            pl.Series("device_self_ns", sums, dtype=pl.Int64),
+        ]
     )
 
 
@@ -339,36 +346,50 @@ def _op_times(profile: Profile) -> pl.DataFrame:
     # rows, from one query (each Series method is a query: a fixed cost each)
     rows, forest = host_forest(profile)
     n = len(forest)
-    cols = collect(
-        ev.lazy().select(
-            (pl.col("kind") != "python_function").fill_null(True).alias("not_py"),
-            pl.col("dur_ns").fill_null(0).cast(pl.Int64),
-            (pl.col("kind") == "cpu_op").fill_null(False).alias("is_op"),
+    from opscope.analysis.breakdown import int_values
+
+    kind = ev.get_column("kind")
+    dur_all = int_values(ev.get_column("dur_ns"))[0]  # (a null duration: 0)
+    if kind.null_count():
+        cols = collect(
+            ev.lazy().select(
+                (pl.col("kind") != "python_function").fill_null(True).alias("not_py"),
+                (pl.col("kind") == "cpu_op").fill_null(False).alias("is_op"),
+            )
         )
-    )
-    not_py = cols.get_column("not_py").to_numpy()[rows]
+        not_py_all, is_op_all = (cols.get_column(c).to_numpy() for c in ("not_py", "is_op"))
+    else:  # Series comparisons: no query (the fill_nulls were one)
+        not_py_all = (kind != "python_function").to_numpy()
+        is_op_all = (kind == "cpu_op").to_numpy()
+    not_py = not_py_all[rows]
     # children of an event: the events whose nearest non-Python ancestor it is
     hp = forest.nearest_up(not_py, include_self=False)
-    dur = cols.get_column("dur_ns").to_numpy()[rows]
+    dur = dur_all[rows]
     kid = np.flatnonzero(not_py & (hp >= 0))
     child_ns = np.zeros(n, dtype=np.int64)
     np.add.at(child_ns, hp[kid], dur[kid])
-    dev_self = _device_self(ev)
+    dev_self = _device_self(profile.kernels)
     own = np.zeros(n, dtype=np.int64)
     at = forest.positions(dev_self.get_column("id"))
     vals = dev_self.get_column("device_self_ns").to_numpy().astype(np.int64)
     np.add.at(own, at[at >= 0], vals[at >= 0])
     desc = forest.descendant_sum(own)
-    ops = profile.ops.select(_OP_COLUMNS)  # the cached cpu_op rows: no filter of the events
-    at_op = np.flatnonzero(cols.get_column("is_op").to_numpy()[rows])
+    # the cached cpu_op rows' columns as Series: no filter of the events, no query
+    ops = pl.DataFrame([profile.ops.get_column(c) for c in _OP_COLUMNS])
+    at_op = np.flatnonzero(is_op_all[rows])
     if len(at_op) == ops.height:
         # the ops are the forest's cpu_op rows in the same order: their figures by position,
-        # not three joins on id (most of the time of this function on millions of events)
-        child = pl.lit(pl.Series(child_ns[at_op], dtype=pl.Int64))
-        return ops.with_columns(  # one query, the columns in the joins' order
-            pl.Series("device_self_ns", own[at_op], dtype=pl.Int64),
-            (pl.col("dur_ns") - child).clip(lower_bound=0).alias("self_ns"),
-            pl.Series("device_ns", own[at_op] + desc[at_op], dtype=pl.Int64),
+        # not three joins on id (most of the time of this function on millions of events); in
+        # NumPy beside the ops' columns, in the joins' order (with_columns was a query): self
+        # time is the duration less the children's, at least 0, null without a duration
+        op_dur, timed = int_values(ops.get_column("dur_ns"))
+        self_ns = np.maximum(op_dur - child_ns[at_op], 0)
+        return ops.hstack(
+            [
+                pl.Series("device_self_ns", own[at_op], dtype=pl.Int64),
+                pl.Series("self_ns", np.ma.masked_array(self_ns, mask=~timed), dtype=pl.Int64),
+                pl.Series("device_ns", own[at_op] + desc[at_op], dtype=pl.Int64),
+            ]
         )
     ids = pl.Series("id", forest.ids)
     children = pl.DataFrame([ids, pl.Series("child_ns", child_ns)])
