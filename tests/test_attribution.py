@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
-import opscope.analysis  # noqa: F401
+import opscope
+import opscope.analysis
 from helpers.synth import USER_FILE, training
 from opscope.analysis.registry import run
 
@@ -140,3 +142,60 @@ def test_op_times_and_the_resolution_walk_one_host_forest(monkeypatch: pytest.Mo
     # charges_plan puts each top-level op's duration beside its resolution by position: the
     # resolution's rows are the cached ops, row for row
     assert res.get_column("id").to_list() == p.ops.get_column("id").to_list()
+
+
+def _columns_by_query(ev: pl.DataFrame) -> dict[str, list[Any]]:
+    cols = ev.select(
+        (pl.col("kind") == "cpu_op").fill_null(False).alias("is_op"),
+        pl.col("fwd_id").fill_null(-1).alias("fwd"),
+        pl.col("fwd_id").is_not_null().alias("has_fwd"),
+        pl.col("is_backward").fill_null(False).alias("backward"),
+        pl.col("stack_id").fill_null(-1).cast(pl.Int64).alias("stack"),
+        pl.col("stack_id").is_not_null().alias("has_stack"),
+        pl.col("module").is_not_null().alias("has_module"),
+    )
+    return {c: cols.get_column(c).to_list() for c in cols.columns}
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+        "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+    ],
+)
+def test_resolve_reads_its_columns_without_a_query(
+    rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The columns the resolution reads, from the Series (no query) where no column needs its
+    nulls read row by row, equal the query's; a column partly null takes the query; the rows
+    taken by position (null at -1) equal the gathers they replaced."""
+    from conftest import shared_trace
+    from helpers.spies import count_queries
+    from opscope.analysis import attribution as A
+
+    ev = opscope.load(shared_trace(rel), cache=False).events
+    # every variant of a column read for its nulls: as loaded, all null, none null, some null
+    half = [True, None] * (ev.height // 2) + [True] * (ev.height % 2)
+    for back in (
+        ev.get_column("is_backward"),
+        pl.Series([None] * ev.height, dtype=pl.Boolean),
+        pl.Series([False] * ev.height),
+        pl.Series(half, dtype=pl.Boolean),
+    ):
+        frame = ev.with_columns(back.alias("is_backward"))
+        partly = any(
+            0 < frame.get_column(c).null_count() < frame.height
+            for c in ("kind", "is_backward", "module")
+        )
+        ran = count_queries(monkeypatch)
+        got = {c: a.tolist() for c, a in A._columns_read(frame).items()}
+        monkeypatch.undo()
+        assert len(ran) == int(partly)
+        assert got == _columns_by_query(frame)
+    s = ev.get_column("module")
+    at = np.array([0, -1, ev.height - 1, -1, 1], dtype=np.int64)
+    idx = pl.Series(np.where(at >= 0, at, np.nan), nan_to_null=True, dtype=pl.Int64)
+    assert A._taken(s, at).to_list() == s.gather(idx).to_list()
+    assert A._taken(s, at[[0, 2]]).to_list() == s.gather(at[[0, 2]]).to_list()

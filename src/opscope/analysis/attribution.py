@@ -90,20 +90,10 @@ def _resolve(profile: Profile) -> pl.DataFrame:
     # trace, most of its time on a small one).
     rows, forest = host_forest(profile)
     ev = profile.events
-    cols = collect(
-        ev.lazy().select(
-            (pl.col("kind") == "cpu_op").fill_null(False).alias("is_op"),
-            pl.col("fwd_id").fill_null(-1).alias("fwd"),
-            pl.col("fwd_id").is_not_null().alias("has_fwd"),
-            pl.col("is_backward").fill_null(False).alias("backward"),
-            pl.col("stack_id").fill_null(-1).cast(pl.Int64).alias("stack"),
-            pl.col("stack_id").is_not_null().alias("has_stack"),
-            pl.col("module").is_not_null().alias("has_module"),
-        )
-    )
+    cols = _columns_read(ev)
 
     def host(column: str) -> npt.NDArray[Any]:
-        return cols.get_column(column).to_numpy()[rows]
+        return cols[column][rows]
 
     is_op = host("is_op")
     ops = np.flatnonzero(is_op)
@@ -129,11 +119,9 @@ def _resolve(profile: Profile) -> pl.DataFrame:
         return np.where(src >= 0, found[np.maximum(src, 0)], -1)
 
     at_stack, at_module = nearest("has_stack"), nearest("has_module")
-    # the events' rows, null where none: one query gathers both columns
-    found = ev.select(
-        pl.col("stack_id").gather(_nullable(np.where(at_stack >= 0, rows[at_stack], -1))),
-        pl.col("module").gather(_nullable(np.where(at_module >= 0, rows[at_module], -1))),
-    )
+    # the events' rows, null where none (taken by position: no query)
+    found_stack = _taken(ev.get_column("stack_id"), np.where(at_stack >= 0, rows[at_stack], -1))
+    found_module = _taken(ev.get_column("module"), np.where(at_module >= 0, rows[at_module], -1))
     frames = user_frames(profile)
     keys = frames.get_column("stack_id")
     if keys.null_count():  # a null key joins nothing: one no stack id can equal
@@ -145,23 +133,67 @@ def _resolve(profile: Profile) -> pl.DataFrame:
         np.where(at_stack >= 0, stack[np.maximum(at_stack, 0)], -1),
         at_stack < 0,
     )
-    user = frames.select(pl.col(c).gather(_nullable(fr)) for c in ("file", "line", "function"))
+    user = [_taken(frames.get_column(c), fr) for c in ("file", "line", "function")]
     return pl.DataFrame(
         [
             pl.Series("id", forest.ids[ops], dtype=ev.schema["id"]),
             pl.Series("is_backward", backward | linked, dtype=pl.Boolean),
             pl.Series("src_id", src_id, dtype=pl.Int64),
-            found.get_column("stack_id"),
-            found.get_column("module"),
-            *user.get_columns(),
+            found_stack,
+            found_module,
+            *user,
             pl.Series("top_level", ~forest.has_ancestor(is_op)[ops]),
         ]
     )
 
 
-def _nullable(at: IntArray) -> pl.Series:
-    """Positions for a gather, null where -1."""
-    return pl.Series(np.ma.masked_array(np.maximum(at, 0), mask=at < 0), dtype=pl.Int64)
+def _columns_read(ev: pl.DataFrame) -> dict[str, npt.NDArray[Any]]:
+    """The events' columns :func:`_resolve` reads, as arrays: from the Series without a query
+    where no column needs its nulls read row by row (the common case: a column without nulls,
+    or all null), else from one query (a Series' fill_null or is_not_null is one each)."""
+    from opscope.analysis.breakdown import int_values
+
+    kind, back, module = (ev.get_column(c) for c in ("kind", "is_backward", "module"))
+    if all(not s.null_count() or s.null_count() == len(s) for s in (kind, back, module)):
+        fwd, has_fwd = int_values(ev.get_column("fwd_id"))
+        stack, has_stack = int_values(ev.get_column("stack_id"))
+        n = len(ev)
+
+        def filled(s: pl.Series, value: bool) -> npt.NDArray[Any]:
+            return np.full(n, value) if s.null_count() else s.to_numpy().astype(bool)
+
+        return {
+            "is_op": np.zeros(n, dtype=bool)
+            if kind.null_count()
+            else (kind == "cpu_op").to_numpy(),
+            "fwd": np.where(has_fwd, fwd, -1),
+            "has_fwd": has_fwd,
+            "backward": filled(back, False),
+            "stack": np.where(has_stack, stack, -1),
+            "has_stack": has_stack,
+            "has_module": np.full(n, not module.null_count()),
+        }
+    cols = collect(
+        ev.lazy().select(
+            (pl.col("kind") == "cpu_op").fill_null(False).alias("is_op"),
+            pl.col("fwd_id").fill_null(-1).alias("fwd"),
+            pl.col("fwd_id").is_not_null().alias("has_fwd"),
+            pl.col("is_backward").fill_null(False).alias("backward"),
+            pl.col("stack_id").fill_null(-1).cast(pl.Int64).alias("stack"),
+            pl.col("stack_id").is_not_null().alias("has_stack"),
+            pl.col("module").is_not_null().alias("has_module"),
+        )
+    )
+    return {c: cols.get_column(c).to_numpy() for c in cols.columns}
+
+
+def _taken(s: pl.Series, at: IntArray) -> pl.Series:
+    """``s`` at positions ``at``, null where -1: indexed, a null appended for the -1s (a
+    gather was a query of fixed cost)."""
+    if len(at) and not bool((at >= 0).all()):
+        s = pl.concat([s, pl.Series(s.name, [None], dtype=s.dtype)])
+        at = np.where(at >= 0, at, len(s) - 1)
+    return s[at]
 
 
 def user_frames(profile: Profile) -> pl.DataFrame:
