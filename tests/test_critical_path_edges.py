@@ -324,9 +324,10 @@ def test_unique_order_is_polars_order_without_ties(monkeypatch: pytest.MonkeyPat
 )
 def test_tie_free_orders_skip_polars_sorts(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A spy on unique_order and on partition_by: where no step has two nodes of equal end and
-    start (the triton trace), the steps' order is NumPy's and no partition is made; where one
-    has (the sampled rank), Polars' partition and sorts. Either way the tables equal those of
-    the shortcuts off (every order from Polars' sorts)."""
+    start (the triton trace), the steps' order is NumPy's; where one has (the sampled rank),
+    Polars' sorts of each step's rows, partitioned in NumPy. No partition_by either way (the
+    shortcuts off make it). The tables equal those of the shortcuts off (every order from
+    Polars' partition and sorts)."""
     fast: list[bool] = []
     real_order = cpg.unique_order
 
@@ -348,9 +349,10 @@ def test_tie_free_orders_skip_polars_sorts(rel: str, monkeypatch: pytest.MonkeyP
     got = cp.critical_path(load(shared_trace(rel), cache=False), Options())
     tie_free = rel.startswith("gpu/")
     assert fast and all(fast) == tie_free
-    assert (not parts) == tie_free
+    assert not parts
     monkeypatch.setattr(tree, "SHORTCUTS", False)
     want = cp.critical_path(load(shared_trace(rel), cache=False), Options())
+    assert parts  # (the full path partitions)
     for g, w in zip((got.path, got.ops, got.steps), (want.path, want.ops, want.steps), strict=True):
         assert g.schema == w.schema
         assert g.equals(w)

@@ -217,6 +217,22 @@ def _step_rows(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[np.ndar
     fast = _step_rows_unique(nodes)
     if fast is not None:
         return fast
+    split = _step_partitions(nodes)
+    if split is not None:
+        # the steps' sorts in one call, each over its rows' two key columns, built from arrays
+        # (the partition of the nodes was a query of its own); the same plan as below per step
+        keys, parts, end, start = split
+        done = pl.collect_all(
+            [
+                pl.DataFrame({"_row": rows, "end_ns": end[rows], "start_ns": start[rows]})
+                .lazy()
+                .sort("end_ns", "start_ns")
+                for rows in parts
+            ],
+            engine="in-memory",
+            optimizations=tree.EAGER_FLAGS,
+        )
+        return keys, [g.get_column("_row").to_numpy().astype(np.int64) for g in done]
     groups = nodes.select(
         pl.int_range(pl.len()).alias("_row"), "rank", "step", "end_ns", "start_ns"
     ).partition_by("rank", "step", maintain_order=True, as_dict=True)
@@ -229,6 +245,27 @@ def _step_rows(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[np.ndar
     )
     step_rows = [g.get_column("_row").to_numpy().astype(np.int64) for g in done]
     return [(int(k[0]), int(k[1])) for k in groups], step_rows  # type: ignore[call-overload]
+
+
+def _step_partitions(
+    nodes: pl.DataFrame,
+) -> tuple[list[tuple[int, int]], list[np.ndarray], np.ndarray, np.ndarray] | None:
+    """The steps' (rank, step) keys in order of first appearance and each step's rows in their
+    order (what ``partition_by("rank", "step", maintain_order=True)`` gives), with the end and
+    start columns, in NumPy; None when a key column holds a null (or the shortcuts are off)."""
+    cols = [nodes.get_column(c) for c in ("rank", "step", "end_ns", "start_ns")]
+    if not tree.SHORTCUTS or any(c.null_count() for c in cols):
+        return None
+    rank, step, end, start = (c.to_numpy().astype(np.int64) for c in cols)
+    if not len(rank):
+        return [], [], end, start
+    by_key = np.lexsort((step, rank))  # stable: the rows' order within a step
+    r, st = rank[by_key], step[by_key]
+    cuts = np.flatnonzero(np.concatenate(([True], (r[1:] != r[:-1]) | (st[1:] != st[:-1]))))
+    parts = np.split(by_key, cuts[1:])
+    first = np.argsort([int(p[0]) for p in parts], kind="stable")  # by first appearance
+    keys = [(int(r[cuts[k]]), int(st[cuts[k]])) for k in first.tolist()]
+    return keys, [parts[k] for k in first.tolist()], end, start
 
 
 def _step_rows_unique(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[np.ndarray]] | None:

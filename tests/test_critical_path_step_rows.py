@@ -1,0 +1,84 @@
+"""The critical path's per-step node orders: the NumPy partition (``_step_partitions``) gives
+what ``partition_by`` gave before it, Polars' sort order of ties included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from opscope.analysis import critical_path as cp
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, nodes: pl.DataFrame) -> tuple[Any, Any, list[int]]:
+    taken: list[int] = []
+    real = cp._step_partitions
+
+    def spy(df: pl.DataFrame) -> Any:
+        out = real(df)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(cp.tree, "SHORTCUTS", True)
+    monkeypatch.setattr(cp, "_step_partitions", spy)
+    fast = cp._step_rows(nodes)
+    monkeypatch.setattr(cp, "_step_partitions", lambda df: None)
+    full = cp._step_rows(nodes)
+    return fast, full, taken
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return (
+        a[0] == b[0]
+        and len(a[1]) == len(b[1])
+        and all(np.array_equal(x, y) for x, y in zip(a[1], b[1], strict=True))
+    )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_partition_equals_partition_by_with_ties(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    start = rng.integers(0, 30, n)  # few distinct times: many equal (end, start) pairs
+    nodes = pl.DataFrame(
+        {
+            "rank": pl.Series(rng.integers(0, 3, n), dtype=pl.Int32),
+            "step": pl.Series(rng.integers(0, 4, n), dtype=pl.Int32),
+            "id": np.arange(n),
+            "start_ns": start,
+            "end_ns": start + rng.integers(0, 5, n),
+        }
+    )
+    fast, full, taken = _both(monkeypatch, nodes)
+    assert taken == [True]
+    assert _equal(fast, full)
+
+
+def test_a_trace_with_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    import opscope
+    from conftest import shared_trace
+    from opscope.analysis.critical_path_graph import graph
+
+    p = opscope.load(shared_trace("multi_rank/hta_sampled_128rank_job/rank-0.json.gz"), cache=False)
+    nodes, _, _ = graph(p)
+    assert cp._step_rows_unique(nodes) is None  # ties: the sorts run
+    fast, full, taken = _both(monkeypatch, nodes)
+    assert taken == [True]
+    assert _equal(fast, full) and len(fast[0]) > 0
+
+
+def test_a_null_key_takes_partition_by(monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = pl.DataFrame(
+        {
+            "rank": pl.Series([0, 0, None], dtype=pl.Int32),
+            "step": pl.Series([1, 1, 1], dtype=pl.Int32),
+            "id": [0, 1, 2],
+            "start_ns": [0, 0, 0],
+            "end_ns": [5, 5, 5],
+        }
+    )
+    assert cp._step_partitions(nodes) is None
