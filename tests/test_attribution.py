@@ -199,3 +199,60 @@ def test_resolve_reads_its_columns_without_a_query(
     idx = pl.Series(np.where(at >= 0, at, np.nan), nan_to_null=True, dtype=pl.Int64)
     assert A._taken(s, at).to_list() == s.gather(idx).to_list()
     assert A._taken(s, at[[0, 2]]).to_list() == s.gather(at[[0, 2]]).to_list()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_user_frames_equal_the_query(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """user_frames in NumPy (each stack's user frame of least depth, stacks in order, a null
+    stack id and a null depth first) equals the filter-sort-group query it replaced, on random
+    stacks tables with null ids, depths and flags; no query unless two user frames of a stack
+    share a depth (then the query's own order decides, as before); memoised per profile."""
+    from helpers.spies import count_queries
+    from opscope.analysis import attribution as A
+    from opscope.model import schema
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 30))
+
+    def col(values: list[Any], nulls: float) -> list[Any]:
+        return [None if rng.random() < nulls else v for v in values]
+
+    rows = {
+        "stack_id": col([int(x) for x in rng.integers(0, 6, n)], 0.1),
+        "depth": col([int(x) for x in rng.permutation(n)], 0.05 if seed % 2 else 0.0),
+        "file": col([f"f{i}.py" for i in range(n)], 0.1),
+        "line": col(list(range(n)), 0.1),
+        "function": col([f"fn{i}" for i in range(n)], 0.1),
+        "is_user": col([bool(x) for x in rng.integers(0, 2, n)], 0.1),
+    }
+    if seed % 5 == 0 and n > 2:  # two user frames of one stack at one depth: the query
+        rows["stack_id"][:2] = [3, 3]
+        rows["depth"][:2] = [1, 1]
+        rows["is_user"][:2] = [True, True]
+    stacks = pl.DataFrame(rows, schema=schema.STACKS)
+    want = (
+        stacks.lazy()
+        .filter(pl.col("is_user").fill_null(False))
+        .sort("stack_id", "depth")
+        .group_by("stack_id", maintain_order=True)
+        .first()
+        .select("stack_id", "file", "line", "function")
+        .collect()
+    )
+
+    class Owner:  # (a profile's stand-in the memo can refer to weakly)
+        pass
+
+    profile = Owner()
+    profile.stacks = stacks  # type: ignore[attr-defined]
+    profile.events = stacks  # type: ignore[attr-defined]
+    user = stacks.filter(pl.col("is_user").fill_null(False))
+    ties = user.select("stack_id", "depth").is_duplicated().any()
+    ran = count_queries(monkeypatch)
+    got = A.user_frames(profile)  # type: ignore[arg-type]
+    assert A.user_frames(profile) is got  # type: ignore[arg-type]
+    assert len(ran) == int(ties)
+    if ties:  # the query's order among the tied frames is its own: the same stacks
+        assert got.get_column("stack_id").to_list() == want.get_column("stack_id").to_list()
+    else:
+        assert got.rows() == want.rows() and got.schema == want.schema

@@ -196,16 +196,36 @@ def _taken(s: pl.Series, at: IntArray) -> pl.Series:
     return s[at]
 
 
+@per_profile  # the resolution and two of the rules' helpers ask: once per profile
 def user_frames(profile: Profile) -> pl.DataFrame:
-    """(``stack_id``, ``file``, ``line``, ``function``): the innermost user frame of each stack."""
+    """(``stack_id``, ``file``, ``line``, ``function``): the innermost user frame of each stack
+    (one row per stack id in order, a null id first)."""
+    from opscope.analysis.breakdown import int_values
+
+    st = profile.stacks
+    cols = ("stack_id", "file", "line", "function")
+    # in NumPy (the filter, sort and group-by were one query of fixed cost): the user frames
+    # by stack id then depth, nulls first, and each stack's first; where two user frames of a
+    # stack share a depth (the sort leaves their order open) the query decides, as before
+    flag, known = int_values(st.get_column("is_user").cast(pl.Int8))
+    user = np.flatnonzero(known & (flag == 1))
+    sid, has_sid = (a[user] for a in int_values(st.get_column("stack_id")))
+    depth, has_depth = (a[user] for a in int_values(st.get_column("depth")))
+    order = np.lexsort((depth, has_depth, sid, has_sid))
+    keys = np.stack([has_sid, sid, has_depth, depth])[:, order]
+    change = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
+    if bool(change.all()):  # no two rows with one key: the sort's order is this one
+        same_stack = (keys[:2, 1:] == keys[:2, :-1]).all(axis=0)
+        first = order[np.flatnonzero(np.append(len(order) > 0, ~same_stack))]
+        return pl.DataFrame([st.get_column(c) for c in cols])[user[first]]
     return (
-        profile.stacks.lazy()
+        st.lazy()
         .filter(pl.col("is_user").fill_null(False))
         .sort("stack_id", "depth")
         .group_by("stack_id", maintain_order=True)
         .first()
-        .select("stack_id", "file", "line", "function")
-        .pipe(collect)  # one query (each eager step was one)
+        .select(*cols)
+        .pipe(collect)
     )
 
 
