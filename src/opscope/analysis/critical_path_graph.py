@@ -627,26 +627,22 @@ def _cross_thread_waits(
         st_d.append(d[known])
         st_dst.append(dst[known])
     rows = np.concatenate(out_rows)
-    # one query per table: the rows gathered, the cut times set
-    out = (
-        host.lazy()
-        .select(pl.all().gather(pl.Series(rows)))
-        .with_columns(
-            pl.Series("id", np.concatenate(out_id), dtype=pl.Int64),
-            pl.Series("start_ns", np.concatenate(out_a), dtype=pl.Int64),
-            pl.Series("end_ns", np.concatenate(out_b), dtype=pl.Int64),
-        )
-        .pipe(tree.collect)
-    )
-    stretches = (
-        host.lazy()
-        .select(pl.col("rank", "step", "lane").gather(pl.Series(np.concatenate(st_rows))))
-        .with_columns(
+    # the rows taken and the cut times set column by column, by indexing (no query: a plan per
+    # table was one, of fixed cost)
+    cut = {
+        "id": pl.Series("id", np.concatenate(out_id), dtype=pl.Int64),
+        "start_ns": pl.Series("start_ns", np.concatenate(out_a), dtype=pl.Int64),
+        "end_ns": pl.Series("end_ns", np.concatenate(out_b), dtype=pl.Int64),
+    }
+    out = pl.DataFrame([cut[c] if c in cut else host.get_column(c)[rows] for c in host.columns])
+    st = np.concatenate(st_rows)
+    stretches = pl.DataFrame(
+        [
+            *(host.get_column(c)[st] for c in ("rank", "step", "lane")),
             pl.Series("c", np.concatenate(st_c), dtype=pl.Int64),
             pl.Series("d", np.concatenate(st_d), dtype=pl.Int64),
             pl.Series("dst", np.concatenate(st_dst), dtype=pl.Int64),
-        )
-        .pipe(tree.collect)
+        ]
     )
     return out, stretches
 
