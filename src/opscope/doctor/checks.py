@@ -325,15 +325,18 @@ def check_last_step(profile: Profile) -> list[Check]:
     # asked when no rank has an earlier step to compare its last with (a one-step trace)
     per_rank: dict[Any, dict[Any, int]] = {}
     if any(len(steps) >= 2 for steps in step_times.values()):
-        per = (
-            profile.kernels.lazy()
-            .filter(pl.col("step").is_not_null())
-            .group_by("rank", "step")
-            .len()
-            .collect(engine="in-memory")
+        from opscope.analysis.breakdown import int_values
+
+        # counted in NumPy (the filter and group-by were a query of fixed cost): the kernels
+        # with a step, per (rank, step), a null rank a key of its own
+        k = profile.kernels
+        k_rank, k_known = int_values(k.get_column("rank"))
+        k_step, k_stepped = int_values(k.get_column("step"))
+        keys, n_per = np.unique(
+            np.stack([k_known, k_rank, k_step])[:, k_stepped], axis=1, return_counts=True
         )
-        for r, step, n in per.select("rank", "step", "len").iter_rows():
-            per_rank.setdefault(r, {})[step] = n
+        for (has_rank, r, step_no), n in zip(keys.T.tolist(), n_per.tolist(), strict=True):
+            per_rank.setdefault(r if has_rank else None, {})[step_no] = n
     out: list[Check] = []
     cut: dict[str, Any] = {}
     for rank, steps in step_times.items():
@@ -584,7 +587,8 @@ def _data_counts(profile: Profile) -> dict[str, int]:
     ops = profile.ops  # cached for the analyses and rules: not a second filter of the events
     dims = ops.get_column("input_dims")
     # (no comparison of an op table without shapes: each is a query of fixed cost)
-    shapes = int((dims.is_not_null() & (dims != "[]")).sum()) if present(dims) else 0
+    # (a null compares to null, which the sum leaves out: is_not_null was a query)
+    shapes = int((dims != "[]").sum()) if present(dims) else 0
     return {
         # the kinds counted once a profile, not compared row by row here
         "with_stack": kind_counts(profile).get("python_function", 0) + profile.stacks.height,
