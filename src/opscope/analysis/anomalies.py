@@ -216,16 +216,29 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
     keep = []
     if out.height:
-        g = out.group_by(_GROUP).agg(pl.col("n").first(), pl.len().alias("k"))
+        # the outliers per group (their count, the group's calls) in Python over the outliers
+        # (a group_by was a query; which group is judged first changes nothing: the tables
+        # below are sorted)
+        per: dict[tuple[Any, ...], list[int]] = {}
+        for key, n in zip(
+            zip(*(out.get_column(c).to_list() for c in _GROUP), strict=True),
+            out.get_column("n").to_list(),
+            strict=True,
+        ):
+            got = per.get(key)
+            if got is None:
+                per[key] = [1, n]
+            else:
+                got[0] += 1
         total_k = out.height
         min_k = MIN_OUTLIERS_DEVICE if profile.has_device else MIN_OUTLIERS_HOST
-        for r in g.iter_rows(named=True):
-            if r["k"] < min_k:
+        for key, (k, n) in per.items():
+            if k < min_k:
                 continue
-            rest_n = total_n - r["n"]
-            p0 = (total_k - r["k"]) / rest_n if rest_n else 0.0
-            if _binom_tail(int(r["k"]), int(r["n"]), p0) < ALPHA:
-                keep.append({k: r[k] for k in _GROUP})
+            rest_n = total_n - n
+            p0 = (total_k - k) / rest_n if rest_n else 0.0
+            if _binom_tail(int(k), int(n), p0) < ALPHA:
+                keep.append(dict(zip(_GROUP, key, strict=True)))
     if not keep:
         kept = out.clear().lazy()
     else:
@@ -289,7 +302,7 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
         # no op, no shape to judge (a trace of kernels only): the empty table without the
         # dozen fixed-cost queries that would find it empty
         return pl.DataFrame(schema=_EFFICIENCY_SCHEMA)
-    # the groups one query, each metric's rows one more (each eager step was a query). Each
+    # each metric's rows one query with the groups' plan (each eager step was a query). Each
     # op's FLOPs and bytes: the roofline engineer's formulas, else the trace's flops. By
     # position, not two joins on id: the op times, the op costs and the ops are the same
     # rows in the same order (each is the cached cpu_op rows, row for row)
@@ -323,16 +336,13 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
             pl.col("bytes").mean().alias("bytes_per_call"),
         )
         .filter(pl.col("time_ns") / pl.col("calls") >= MIN_EFF_DUR_NS)
-        .collect(engine="in-memory")
-    )
+    )  # (a plan: each metric's rows below are one query with it, not two)
     out: list[dict[str, Any]] = []
     # (the bytes/s rows are read only when the FLOP/s ones find nothing: both in one call, the
     # second read for nothing on most traces, was slower: 0.43 against 0.30 ms)
     for metric, size in (("flops", "flops_per_call"), ("bytes", "bytes_per_call")):
-        m = (
-            g.lazy()
-            .filter(pl.col(metric) > 0)
-            .with_columns((pl.col(metric) / pl.col("time_ns") * 1e9).alias("rate"))
+        m = g.filter(pl.col(metric) > 0).with_columns(
+            (pl.col(metric) / pl.col("time_ns") * 1e9).alias("rate")
         )
         # the groups of one name are contiguous in the sorted rows: split them in Python (each
         # group of a group_by iterated is a query of its own, a fixed cost per op name)
