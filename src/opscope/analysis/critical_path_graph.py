@@ -653,7 +653,8 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
     i64 = np.int64
     if tree.SHORTCUTS and stretches.height == 0:
         return pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
-    srcs = tree.collect(srcs.lazy())
+    if isinstance(srcs, pl.LazyFrame):
+        srcs = tree.collect(srcs)
     # per (rank, step) of the stretches, in their order: the sources of that step by end time,
     # in Polars' order of the step's rows sorted by end (the order of the edges into a node
     # decides ties); the partitions and queries per step they replace were ~9 per report
@@ -766,6 +767,10 @@ def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
     )
 
 
+#: The columns of the nodes that :func:`_stretch_edges` reads as its sources.
+_SRC_COLUMNS: Final = ("rank", "step", "lane", "id", "end_ns")
+
+
 def graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Every node of every step (host segments and device work, with their op_id: their
     operator and the name of a host piece come from :func:`op_names`, read for the nodes on
@@ -795,12 +800,12 @@ def graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     )
     nodes = _split_earlier_waits(nodes, ev)
     # the nodes that can end a cross-thread wait: every host node, the split waits included
-    # (a plan: read only when there is a stretch)
-    srcs = (
-        nodes.lazy()
-        .filter(pl.col("lane_kind") == "host")
-        .select("rank", "step", "lane", "id", "end_ns")
-    )
+    # (their columns filtered as Series, no query; only when there is a stretch)
+    if stretches.height:
+        host_mask = pl.Series(_flag(nodes.get_column("lane_kind") == "host"))
+        srcs = pl.DataFrame([nodes.get_column(c).filter(host_mask) for c in _SRC_COLUMNS])
+    else:
+        srcs = tree.empty_frame(tree.schema_key({c: nodes.schema[c] for c in _SRC_COLUMNS}))
     return nodes, _stretch_edges(stretches, srcs), ev
 
 
