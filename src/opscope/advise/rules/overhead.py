@@ -74,11 +74,23 @@ def _named_events(profile: Profile, pattern: str) -> pl.DataFrame:
     filter each was a query of fixed cost)."""
 
     def masks() -> dict[str, Any]:
+        from opscope.analysis.tree import no_ops
+
+        # (the runtime syncs' pattern only where the host-sync rule reads it: its shortcut
+        # returns before when there is no op and no event of a sync's kinds)
+        asked = {
+            p: kinds
+            for p, kinds in _NAMED.items()
+            if p != SYNC_RUNTIME or not (no_ops(profile) and c.absent(profile, *_SYNC_KINDS))
+        }
         got = profile.events.select(
             (c.name_match(profile, "events", pattern=p) & kinds).fill_null(False).alias(p)
-            for p, kinds in _NAMED.items()
+            for p, kinds in asked.items()
         )
-        return {p: np.flatnonzero(got.get_column(p).to_numpy()) for p in _NAMED}
+        none = np.zeros(0, dtype=np.int64)
+        return {
+            p: np.flatnonzero(got.get_column(p).to_numpy()) if p in asked else none for p in _NAMED
+        }
 
     rows = c._memo("overhead.named_events", profile, masks)[pattern]
     out: pl.DataFrame = profile.events[rows]
