@@ -29,7 +29,7 @@ from opscope.analysis.breakdown import int_values
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import Forest, _positions, gather, no_ops, per_profile, per_profile_args
+from opscope.analysis.tree import _positions, gather, no_ops, per_profile, per_profile_args
 from opscope.model import Profile, kinds
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -197,9 +197,12 @@ def _local_work(dev: pl.DataFrame) -> npt.NDArray[np.bool_]:
 def _op_parents(ops: pl.DataFrame) -> npt.NDArray[np.int64]:
     """For each op (by position), its parent's position when the parent is an op one or more
     nesting levels up (``depth``, null read as 0), else -1: the links the roofline follows."""
-    forest = Forest.of(ops)
+    # (Forest.of's parent positions, the parent ids' nulls from NumPy: its fill_null and
+    # is_null were a query each)
+    ids = ops.get_column("id").to_numpy().astype(np.int64, copy=False)
+    parent_id, known = int_values(ops.get_column("parent_id"))
+    par = _positions(ids, parent_id, ~known)
     depth, _ = int_values(ops.get_column("depth"))  # (a null read as 0, without a query)
-    par = forest.parent
     ok = par >= 0
     ok[ok] = depth[par[ok]] < depth[ok]
     return np.where(ok, par, -1)

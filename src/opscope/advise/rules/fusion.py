@@ -518,8 +518,10 @@ class Foreach:
         parents = pl.DataFrame(
             [
                 pl.Series("id", inner, dtype=pl.Int64),
-                tree.gather(
-                    profile.events.get_column("id"), c.op_parent_positions(profile)[ops_at[keep]]
+                # (indexed, misses null: a Series' gather is a query)
+                c._take(
+                    profile.events.get_column("id"),
+                    np.asarray(c.op_parent_positions(profile)[ops_at[keep]], dtype=np.int64),
                 ).alias("op_parent"),
             ]
         )
