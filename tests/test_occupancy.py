@@ -205,3 +205,13 @@ def test_products_match_the_plans_parse_or_step_aside() -> None:
     assert got == dict(zip(ok, want, strict=True))
     for bad in ("[1.5]", "[true]", "{}", "x", "[[1]]", "[9223372036854775807,2]", "3"):
         assert _products(["[2]", bad]) is None, bad
+
+
+def test_not_null_of_a_float_column_equals_is_not_null() -> None:
+    """The NumPy mask (no query) where every NaN of the copy is a null, the Series' own where a
+    real NaN (0/0) sits among them: both equal is_not_null."""
+    from opscope.analysis.occupancy import _not_null
+
+    for values in ([1.0, None, 0.5], [None, None], [1.0, None, float("nan")], [float("nan"), 2.0]):
+        s = pl.Series(values, dtype=pl.Float64)
+        assert _not_null(s).to_list() == s.is_not_null().to_list(), values

@@ -1063,7 +1063,8 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
         )
         .fill_null(False)
         .alias("forward"),
-        pl.col("name").is_in(node_names.implode()).fill_null(False).alias("node"),
+        # (imploded in the plan: a Series' implode is a query)
+        pl.col("name").is_in(pl.lit(node_names).implode()).fill_null(False).alias("node"),
         pl.col("fwd_id").fill_null(-1).alias("link"),
         pl.col("fwd_id").is_null().alias("no_link"),
     )

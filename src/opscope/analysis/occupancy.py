@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from opscope.analysis import tree
@@ -186,8 +187,8 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
         )  # fmt: skip
         out = plan.collect(engine="in-memory")
     valid_eff, valid_ns = out.get_column("wave_efficiency"), out.get_column("time_ns")
-    if valid_eff.null_count():  # (the mask a query: only then)
-        known = valid_eff.is_not_null()
+    if valid_eff.null_count():
+        known = _not_null(valid_eff)
         valid_eff, valid_ns = valid_eff.filter(known), valid_ns.filter(known)
     eff = None
     total = float(valid_ns.sum() or 0)
@@ -197,6 +198,13 @@ def utilisation(profile: Profile, options: Options) -> UtilisationResult:
         weighted = math.fsum((valid_eff * valid_ns).to_list())
         eff = weighted / total
     return UtilisationResult(kernels=out, compute_units=cu, wave_efficiency=eff, note=note)
+
+
+def _not_null(s: pl.Series) -> pl.Series:
+    """``s.is_not_null()`` of a float column: from NumPy's copy (NaN where null) when it holds
+    no other NaN (a 0/0 efficiency is one), without the Series' query; else that query."""
+    nan = np.isnan(s.to_numpy())
+    return pl.Series(~nan) if int(nan.sum()) == s.null_count() else s.is_not_null()
 
 
 @functools.cache
