@@ -82,3 +82,37 @@ def test_a_null_key_takes_partition_by(monkeypatch: pytest.MonkeyPatch) -> None:
         }
     )
     assert cp._step_partitions(nodes) is None
+
+
+def test_no_runtime_call_no_host_node_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace of device work only (st/level2's rank 1: collectives): the host nodes are the
+    empty table without the calls' collect_all, and the path tables equal those of the
+    shortcuts off (the collect_all finding no call)."""
+    import os
+
+    import opscope
+    from helpers.spies import count_collect_all
+    from opscope.analysis import tree
+    from opscope.analysis.critical_path_graph import _host_nodes
+    from opscope.analysis.registry import Options
+
+    path = "/work/ascend_data/st/level2/rank_1_ascend_pt"
+    if not os.path.exists(path):
+        pytest.skip(f"trace not found: {path}")
+    p = opscope.load(path, cache=False)
+    ev = p.events
+    assert not ev.get_column("kind").is_in(["runtime", "driver"]).any()
+    calls = count_collect_all(monkeypatch)
+    monkeypatch.setattr(tree, "SHORTCUTS", True)
+    fast_nodes = _host_nodes(ev, p.steps)
+    assert calls == [] and fast_nodes.height == 0
+    fast = cp.critical_path(opscope.load(path, cache=False), Options())
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    full_nodes = _host_nodes(ev, p.steps)
+    assert calls and full_nodes.schema == fast_nodes.schema and full_nodes.height == 0
+    full = cp.critical_path(opscope.load(path, cache=False), Options())
+    for a, b in zip(
+        (fast.path, fast.ops, fast.steps), (full.path, full.ops, full.steps), strict=True
+    ):
+        assert a.schema == b.schema and a.equals(b)
+    assert fast.path.height > 0

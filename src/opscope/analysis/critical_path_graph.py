@@ -243,6 +243,11 @@ def _host_nodes(
     # three queries over the columns used, the rest in NumPy per thread (the joins, sorts and
     # partitions per thread they replace were ~20 ms of a 75k-event trace and a fixed cost of
     # every small one)
+    kind = ev.get_column("kind")
+    if tree.SHORTCUTS and not any(bool((kind == k).any()) for k in ("runtime", "driver")):
+        # no runtime call (a trace of device work only; a CPU-only one): no node, as the
+        # queries below find (Series comparisons: no query)
+        return pl.DataFrame(schema=_NODE_SCHEMA)
     calls = ev.lazy().filter(pl.col("kind").is_in(["runtime", "driver"]))
     # the calls and their distinct names in one call; which names sync or copy: the patterns
     # on the distinct names (a handful), each row's flag by is_in (the regexes in the query were
