@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import numpy as np
 import polars as pl
@@ -349,9 +350,9 @@ def test_device_work_launch_times_equal_the_left_join(monkeypatch: pytest.Monkey
             "id": [0, 1, 2, 3, 4, 5, 6, 7],
             "rank": [0] * 8,
             "kind": ["runtime", "runtime", *["kernel"] * 4, "runtime", "kernel"],
-            "device": [None, None, 0, 0, 0, 0, None, 0],
-            "stream": [None, None, 7, 7, 7, 7, None, 7],
-            "tid": [1, 1, 7, 7, 7, 7, 1, 7],
+            "device": [None, None, 0, 0, None, 0, None, 0],
+            "stream": [None, None, 7, None, 7, 7, None, 7],
+            "tid": [1, 1, 7, 9, 7, None, 1, 7],
             "ts_ns": [100, 200, 150, 260, 300, 400, None, 500],
             "dur_ns": [10, 10, 50, 30, 20, 10, 10, 5],
             "launch_id": [None, None, 0, 1, None, 99, None, 6],
@@ -371,10 +372,28 @@ def test_device_work_launch_times_equal_the_left_join(monkeypatch: pytest.Monkey
     )
     assert want.to_list() == [100, 200, None, None, None]
     ran = count_queries(monkeypatch)
-    plan = bd._device_work(profile)  # type: ignore[arg-type]
+    work = bd._device_work(profile)  # type: ignore[arg-type]
     assert ran == []
-    got = plan.collect().get_column("launch_ts")
+    got = work.get_column("launch_ts")
     assert got.to_list() == want.to_list() and got.dtype == want.dtype
+    # the other columns as the plan it replaced selected them (nulls filled, stream or tid)
+    from polars.testing import assert_frame_equal
+
+    monkeypatch.undo()
+    plan = profile.kernels.select(
+        "rank",
+        "kind",
+        pl.col("device").fill_null(-1).alias("device"),
+        pl.coalesce("stream", "tid").fill_null(-1).alias("stream"),
+        "ts_ns",
+        "dur_ns",
+        "launch_id",
+    )
+    assert_frame_equal(work.drop("launch_ts"), plan)
+    none = profile.kernels.with_columns(pl.lit(None, pl.Int64).alias("launch_id"))
+    bare = bd._device_work(SimpleNamespace(events=ev, kernels=none))  # type: ignore[arg-type]
+    assert bare.get_column("launch_ts").null_count() == none.height
+    assert bare.schema["launch_ts"] == pl.Int64
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -405,3 +424,32 @@ def test_group_starts_of_integer_keys_equal_the_query(seed: int) -> None:
     # a string key: the query's path, the same answer
     s = df.with_columns(pl.col(keys[0]).cast(pl.String))
     assert bd.group_starts(s, keys).tolist() == want
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+    ],
+)
+def test_window_frame_equals_the_windows_plan(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The windows of a profile with steps from the steps' Series (no query) equal the plan's;
+    a step without a duration has a null end in both."""
+    from polars.testing import assert_frame_equal
+
+    import opscope
+
+    p = opscope.load(shared_trace(rel), cache=False)
+    assert p.steps.height
+    odd = p.steps.with_columns(pl.when(pl.col("step") == pl.col("step").min()).then(None)
+                               .otherwise(pl.col("dur_ns")).alias("dur_ns"))  # fmt: skip
+    for prof in (p, dataclasses.replace(p, steps=odd)):
+        want = bd._windows(prof).collect()
+        ran = count_queries(monkeypatch)
+        got = bd._window_frame(prof)
+        assert ran == []
+        monkeypatch.undo()
+        assert got is not None
+        assert_frame_equal(got, want)
+    assert got.get_column("w1").null_count() >= 1

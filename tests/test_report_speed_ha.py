@@ -277,9 +277,10 @@ def test_breakdown_is_the_same_with_and_without_shortcuts(
 def test_breakdown_input_shortcuts_are_taken_where_there_is_nothing(
     planted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No host event that could be data loading: its filter is not run (two plans collected,
-    not three); no launch link (no kernel, or Ascend's): the launch times are null without
-    looking any up; else each is its launching event's start (plain Python over the events)."""
+    """No host event that could be data loading: its filter is not run (with steps, whose
+    windows and the device work come from Series: no plan collected; else one plan fewer); no
+    launch link (no kernel, or Ascend's): the launch times are null without looking any up;
+    else each is its launching event's start (plain Python over the events)."""
     monkeypatch.setattr(tree, "SHORTCUTS", True)
     sizes: list[int] = []
     real = pl.collect_all
@@ -293,15 +294,20 @@ def test_breakdown_input_shortcuts_are_taken_where_there_is_nothing(
     if not p.exists():
         pytest.skip(f"ascend_data export not found: {p}")
     nccl = planted["nccl"]
-    for path, plans, linked in ((p, 2, False), (planted["gloo"], 3, False), (nccl, 3, True)):
+    for path, data, linked in (
+        (p, False, False),
+        (planted["gloo"], True, False),
+        (nccl, True, True),
+    ):
         prof = opscope.load(path, cache=False)
         monkeypatch.setattr(pl, "collect_all", spy)
         sizes.clear()
         breakdown._inputs(prof)
         monkeypatch.setattr(pl, "collect_all", real)
-        assert sizes == [plans], path
+        plans = int(data) + int(not prof.steps.height)  # the data-loading filter, the windows
+        assert sizes == ([plans] if plans else []), path
         looked.calls.clear()
-        work = breakdown._device_work(prof).collect()
+        work = breakdown._device_work(prof)
         assert bool(looked.calls) is linked, path
         ts = dict(zip(prof.events.get_column("id"), prof.events.get_column("ts_ns"), strict=True))
         want = [ts.get(i) if i is not None else None for i in work.get_column("launch_id")]

@@ -562,26 +562,38 @@ class Breakdown(Result):
         return {"steps": steps, "stats": stats, "streams": streams, "queue": queue}
 
 
-def _device_work(profile: Profile) -> pl.LazyFrame:
-    """Device work with its stream and the start of the runtime call that launched it (a
-    plan)."""
-    # one plan (a query per step was a fixed cost on small traces), from the profile's device
-    # work (cached: the same rows in the same order as filtering every event again)
+def _device_work(profile: Profile) -> pl.DataFrame:
+    """Device work with its stream and the start of the runtime call that launched it: the
+    profile's device work (cached: the same rows in the same order as filtering every event
+    again), its columns as Series and arrays (no query: a plan's select was one)."""
     ev = profile.events
-    work = profile.kernels.lazy().select(
-        "rank",
-        "kind",
-        pl.col("device").fill_null(-1).alias("device"),
-        pl.coalesce("stream", "tid").fill_null(-1).alias("stream"),
-        "ts_ns",
-        "dur_ns",
-        "launch_id",
-    )
-    ids = profile.kernels.get_column("launch_id")
+    k = profile.kernels
+    device, has_device = int_values(k.get_column("device"))
+    stream, has_stream = int_values(k.get_column("stream"))
+    tid, has_tid = int_values(k.get_column("tid"))
+    cols = [
+        k.get_column("rank"),
+        k.get_column("kind"),
+        # fill_null(-1), and coalesce(stream, tid).fill_null(-1), in NumPy
+        pl.Series("device", np.where(has_device, device, -1), dtype=k.schema["device"]),
+        pl.Series(
+            "stream",
+            np.where(has_stream, stream, np.where(has_tid, tid, -1)),
+            dtype=pl.Int64,
+        ),
+        k.get_column("ts_ns"),
+        k.get_column("dur_ns"),
+        k.get_column("launch_id"),
+    ]
+    ids = k.get_column("launch_id")
     if tree.SHORTCUTS and ids.null_count() == len(ids):
         # no launch link (Ascend exports, kernels without runtime calls): the left join's
         # launch times are all null, without the join
-        return work.with_columns(pl.lit(None, ev.schema["ts_ns"]).alias("launch_ts"))
+        none = np.zeros(len(ids), dtype=np.int64)
+        launch_ts = pl.Series(
+            "launch_ts", np.ma.masked_array(none, mask=none == 0), dtype=ev.schema["ts_ns"]
+        )
+        return pl.DataFrame([*cols, launch_ts])
     # each launch's start by its event's position (ids are row ids, unique: what the left join
     # on the ids gave), a gather instead of hashing every event (2.7 -> 1.2 ms on 75k events);
     # the ids and starts as arrays and the starts taken in NumPy (a fill_null, an is_null and a
@@ -589,8 +601,24 @@ def _device_work(profile: Profile) -> pl.LazyFrame:
     lid, linked = int_values(ids)
     at = tree._positions(ev.get_column("id").to_numpy().astype(np.int64, copy=False), lid, ~linked)
     ts = ev.get_column("ts_ns")
-    launch_ts = _take(ts, np.maximum(at, 0), at >= 0).alias("launch_ts")
-    return work.with_columns(pl.lit(launch_ts))
+    return pl.DataFrame([*cols, _take(ts, np.maximum(at, 0), at >= 0).alias("launch_ts")])
+
+
+def _window_frame(profile: Profile) -> pl.DataFrame | None:
+    """:func:`_windows` of a profile with steps, from the steps' Series (no query); None
+    without steps (the windows' plan then)."""
+    st = profile.steps
+    if not st.height:
+        return None
+    ts = st.get_column("ts_ns")
+    return pl.DataFrame(
+        [
+            st.get_column("rank"),
+            st.get_column("step"),
+            ts.alias("w0"),
+            (ts + st.get_column("dur_ns")).alias("w1"),
+        ]
+    )
 
 
 @analysis("breakdown")
@@ -634,7 +662,12 @@ def _inputs(profile: Profile) -> _Inputs:
     # the host ops from the profile's (cached) ops: the same rows as filtering the events; its
     # columns as Series (a selection of columns needs no query)
     host = _columns(profile.ops, ("rank", "step", "ts_ns", "dur_ns"))
-    plans = [_windows(profile), _device_work(profile)]
+    # the windows of the steps and the device work from Series (no query); the windows of a
+    # trace without steps and the data-loading events in one call at most (a collect each was
+    # a fixed cost)
+    win = _window_frame(profile)
+    dev = _device_work(profile)
+    plans = [] if win is not None else [_windows(profile)]
     kind = events.get_column("kind")
     # (Series comparisons: no query, where is_in was one; a null kind is none of them)
     if tree.SHORTCUTS and not any((kind == k).any() for k in _DATA_KINDS):
@@ -644,13 +677,14 @@ def _inputs(profile: Profile) -> _Inputs:
     else:
         data_ops = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
         plans.append(ev.lazy().filter(data_ops))
-    # in one call on the eager calls' engine (a collect each was a fixed cost)
-    win, dev, *rest = pl.collect_all(plans, engine="in-memory")
+    done = pl.collect_all(plans, engine="in-memory") if plans else []
+    if win is None:
+        win, *done = done
     return _Inputs(
         win=win,
         dev=dev,
         host=host,
-        data=rest[0] if rest else data,
+        data=done[0] if done else data,
         has_dev=profile.has_device,
         steps=profile.steps,
     )
