@@ -205,28 +205,17 @@ def user_frames(profile: Profile) -> pl.DataFrame:
     st = profile.stacks
     cols = ("stack_id", "file", "line", "function")
     # in NumPy (the filter, sort and group-by were one query of fixed cost): the user frames
-    # by stack id then depth, nulls first, and each stack's first; where two user frames of a
-    # stack share a depth (the sort leaves their order open) the query decides, as before
+    # by stack id then depth, nulls first, and each stack's first; frames of one stack at one
+    # depth in table order (the stable sort's: the query's sort left their order open)
     flag, known = int_values(st.get_column("is_user").cast(pl.Int8))
     user = np.flatnonzero(known & (flag == 1))
     sid, has_sid = (a[user] for a in int_values(st.get_column("stack_id")))
     depth, has_depth = (a[user] for a in int_values(st.get_column("depth")))
     order = np.lexsort((depth, has_depth, sid, has_sid))
-    keys = np.stack([has_sid, sid, has_depth, depth])[:, order]
-    change = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
-    if bool(change.all()):  # no two rows with one key: the sort's order is this one
-        same_stack = (keys[:2, 1:] == keys[:2, :-1]).all(axis=0)
-        first = order[np.flatnonzero(np.append(len(order) > 0, ~same_stack))]
-        return pl.DataFrame([st.get_column(c) for c in cols])[user[first]]
-    return (
-        st.lazy()
-        .filter(pl.col("is_user").fill_null(False))
-        .sort("stack_id", "depth")
-        .group_by("stack_id", maintain_order=True)
-        .first()
-        .select(*cols)
-        .pipe(collect)
-    )
+    keys = np.stack([has_sid, sid])[:, order]
+    same_stack = (keys[:, 1:] == keys[:, :-1]).all(axis=0)
+    first = order[np.flatnonzero(np.append(len(order) > 0, ~same_stack))]
+    return pl.DataFrame([st.get_column(c) for c in cols])[user[first]]
 
 
 def charges(profile: Profile) -> pl.DataFrame:

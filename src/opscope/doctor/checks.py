@@ -214,20 +214,11 @@ def _step_times(profile: Profile) -> dict[int, list[tuple[int, int]]]:
     the checks that read it: not to be changed by them)."""
     steps = profile.steps
     # the few step rows in Python (the filter and sort were a query of fixed cost): in (rank,
-    # step) order, a null rank first as the sort puts it; rows with the same (rank, step)
-    # (which the sort may put in any order) take the query's order
+    # step) order, a null rank first as the query's sort put it; rows with the same (rank, step)
+    # in table order (the stable sort's; the query's sort left their order open)
     cols = (steps.get_column(c).to_list() for c in ("rank", "step", "dur_ns"))
     rows = [(r, s, d) for r, s, d in zip(*cols, strict=True) if s is not None and d is not None]
     rows.sort(key=lambda x: (x[0] is not None, x[0] or 0, x[1]))
-    if len({(r, s) for r, s, _ in rows}) < len(rows):
-        st = (
-            steps.lazy()
-            .filter(pl.col("dur_ns").is_not_null() & pl.col("step").is_not_null())
-            .sort("rank", "step")
-            .select("rank", "step", "dur_ns")
-            .collect(engine="in-memory")
-        )
-        rows = list(zip(*(s.to_list() for s in st.get_columns()), strict=True))
     out: dict[int, list[tuple[int, int]]] = {}
     for rank, step, dur in rows:
         out.setdefault(int(rank if rank is not None else 0), []).append((int(step), int(dur)))
