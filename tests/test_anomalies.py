@@ -369,3 +369,57 @@ def test_inefficient_shapes_without_flops_or_bytes_skips_its_queries(
     full = anomalies.inefficient_shapes(profile)
     assert ran  # the full path's queries
     assert fast.schema == full.schema and fast.equals(full) and fast.height == 0
+
+
+def test_outliers_equal_the_definition_per_group() -> None:
+    """_outliers' rows (in the calls' order) are the definition's, computed here per group in
+    Python: groups of fewer than MIN_CALLS calls never judged (extreme calls planted in them
+    too), each judged call's group median and median absolute deviation, the outlier tests,
+    the excess, and the count of judged calls; null keys group together."""
+    import random
+    import statistics
+
+    from opscope.analysis import anomalies as an
+
+    rng = random.Random(5)
+    rows = []
+    for g in range(60):
+        size = rng.randint(1, 9)
+        key = (rng.choice(["kernel", "op"]), None if g % 11 == 0 else f"n{g % 23}",
+               None if g % 7 == 0 else f"[{g % 5}]", "float")  # fmt: skip
+        base = rng.randint(1, 50) * 1000
+        for _ in range(size):
+            d = base + rng.randint(0, 400) * rng.choice([1, 1, 1, 3])
+            if rng.random() < 0.15:
+                d = base * rng.randint(4, 40)  # a planted slow call (judged or not)
+            rows.append((*key, d))
+    calls = pl.DataFrame(
+        {
+            "id": list(range(len(rows))),
+            "what": [r[0] for r in rows],
+            "name": [r[1] for r in rows],
+            "input_dims": [r[2] for r in rows],
+            "input_types": [r[3] for r in rows],
+            "step": [0] * len(rows),
+            "ts_ns": list(range(0, 10 * len(rows), 10)),
+            "dur_ns": [r[4] for r in rows],
+        }
+    )
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for r in rows:
+        groups.setdefault(r[:4], []).append(r[4])
+    judged = sum(len(v) for v in groups.values() if len(v) >= an.MIN_CALLS)
+    want = []
+    for i, r in enumerate(rows):
+        durs = groups[r[:4]]
+        if len(durs) < an.MIN_CALLS:
+            continue
+        med = statistics.median(durs)
+        mad = statistics.median(abs(d - med) for d in durs)
+        d = r[4]
+        spread = max(1.4826 * mad, an.MIN_REL_SPREAD * med)
+        if d > med + an.Z * spread and d >= an.MIN_RATIO * med and d - med >= an.MIN_EXCESS_NS:
+            want.append((i, len(durs), med, mad, d - med, judged))
+    got = an._outliers(calls.lazy())
+    assert len(want) >= 10  # (planted outliers judged, and others in small groups left)
+    assert got.select("id", "n", "med", "mad", "excess", "_judged").rows() == want
