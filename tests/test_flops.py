@@ -415,7 +415,7 @@ def test_op_costs_rows_equal_a_row_by_row_reference() -> None:
     without one), then for an autograd node whose fwd_id is a row that is real forward work
     (a name, not passed through, some cost), twice that row's cost. Rows out of id order,
     repeated keys, a node of a node, links to a missing id, to a pass-through op and to a
-    row of unknown cost, and a null link."""
+    row of unknown cost, a null link, and nodes of three forward keys."""
     from opscope.analysis.flops import (
         _PASSTHROUGH_BACKWARD,
         BACKWARD_FACTOR,
@@ -437,6 +437,13 @@ def test_op_costs_rows_equal_a_row_by_row_reference() -> None:
         (1, "ViewBackward0", "[[4,6]]", '["float"]', 8),  # forward of unknown cost
         (6, "MmBackward0", "[[4,6]]", '["float"]', None),
         (10, "aten::mm", mm, mm_t, None),
+        # nodes of two other forward keys, the later key's first: each node's row of the
+        # derived costs is its own forward key's
+        (12, "MulBackward0", "[[4,5]]", '["float"]', 11),
+        (14, "BmmBackward0", "[[2,4,6]]", '["float"]', 13),
+        (11, "aten::mul", "[[4,5],[4,5]]", '["float","float"]', None),
+        (13, "aten::bmm", "[[2,4,5],[2,5,6]]", '["c10::BFloat16","c10::BFloat16"]', None),
+        (15, "MulBackward0", "[[4,5]]", '["float"]', 11),
     ]
     ev = pl.DataFrame(
         {

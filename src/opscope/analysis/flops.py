@@ -1003,99 +1003,87 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # only names with a formula are costed call by call; the others get no key and read
     # UNKNOWN (null flops, bytes, dtype and roof; formula "unknown")
     costed = [n for n in names if n is None or has_formula(n)]
-    # each distinct key with the positions of its rows: the costs go back to the rows by
-    # position (a gather per column), not by a join on the four string keys (13 of the 20 ms
-    # of this function on a 75k-event trace)
-    # (few queries: each Series method but a handful is one, of fixed cost)
-    keys = (
-        ev.lazy()
-        .select(_KEY)
-        .with_row_index("row")
-        .filter(pl.col("name").is_in(costed, nulls_equal=True))
-        .group_by(_KEY)
-        .agg("row", pl.len().alias("n"))
-        .collect(engine="in-memory")
-    )
-    # the costs of the keys, then UNKNOWN: the cost of every row of no key
-    found = [cost(*k) for k in zip(*(keys.get_column(c).to_list() for c in _KEY), strict=True)]
-    found.append(UNKNOWN)
-    table = _cost_frame(found)
-    at = np.full(ev.height, keys.height, dtype=np.int64)
-    at[keys.get_column("row").explode().to_numpy()] = np.repeat(
-        np.arange(keys.height, dtype=np.int64), keys.get_column("n").to_numpy()
-    )
-    gathered = table.select(pl.all().gather(pl.Series(at, dtype=pl.Int64)))
-    out_df = pl.DataFrame([ev.get_column("id"), *gathered.get_columns()])
     # Autograd nodes: cost of the forward op times the backward factor.
     # in Python over the unique names, not map_elements: the same names (nulls skipped), without
     # Polars' bytecode inspection of the function (4 ms on its first call in a process)
-    node_names = pl.Series(
-        "name",
-        [n for n in names if n is not None and is_autograd_node(n)],
-        dtype=pl.String,
+    node_names = [n for n in names if n is not None and is_autograd_node(n)]
+    # each distinct key with the positions of its rows: the costs go back to the rows by
+    # position (a gather per column), not by a join on the four string keys (13 of the 20 ms
+    # of this function on a 75k-event trace). The nodes' keys too, with their rows' forward
+    # links: a node's name has no formula (its key's cost is UNKNOWN), and its rows are found
+    # by the same query
+    keys = (
+        ev.lazy()
+        .select(*_KEY, "fwd_id")
+        .with_row_index("row")
+        .filter(pl.col("name").is_in(costed + node_names, nulls_equal=True))
+        .group_by(_KEY)
+        .agg("row", "fwd_id", pl.len().alias("n"))
+        .collect(engine="in-memory")
     )
-    if not node_names.len():
-        return out_df  # no node to cost from its forward op
-    # only forward ops whose backward is real work: a gradient of add / clone / copy is
-    # passed through (or summed over broadcast dims), not recomputed. Judged on the distinct
-    # names in Python (the base name: after the last "::", before the first "."), not on
-    # every row's string; a null name is never a forward op here
-    passed = [
-        n
-        for n in names
-        if n is not None and n.split("::")[-1].split(".")[0] in _PASSTHROUGH_BACKWARD
-    ]
-    # by position, in NumPy: each node's forward op is the row whose id is its fwd_id (ids are
-    # unique), and only the nodes' rows change (a join of every row and a conditional per
-    # column were 6 of the 16 ms of this function on a 75k-event trace)
-    flags = pl.DataFrame(
-        [
-            ev.get_column("name"),
-            ev.get_column("fwd_id"),
-            out_df.get_column("flops"),
-            out_df.get_column("bytes"),
-        ]
-    ).select(
-        (
-            pl.col("name").is_not_null()
-            & ~pl.col("name").is_in(passed)
-            & (pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
+    # the costs of the keys, then UNKNOWN: the cost of every row of no key
+    key_names = keys.get_column("name").to_list()
+    nodes = frozenset(node_names)
+    cols = (key_names, *(keys.get_column(c).to_list() for c in _KEY[1:]))
+    found = [UNKNOWN if k[0] in nodes else cost(*k) for k in zip(*cols, strict=True)]
+    n_keys = len(found)
+    found.append(UNKNOWN)
+    # every key's rows, with their forward links, in one query (a Series' explode is one)
+    flat = keys.select(
+        pl.col("row").explode(),
+        pl.col("fwd_id").explode().fill_null(-1).alias("link"),
+        pl.col("fwd_id").explode().is_null().alias("no_link"),
+    )
+    n_rows = keys.get_column("n").to_numpy()
+    key_of = np.repeat(np.arange(n_keys, dtype=np.int64), n_rows)
+    rows = flat.get_column("row").to_numpy().astype(np.int64)
+    at = np.full(ev.height, n_keys, dtype=np.int64)
+    at[rows] = key_of
+    if nodes:
+        # only forward ops whose backward is real work: a gradient of add / clone / copy is
+        # passed through (or summed over broadcast dims), not recomputed; a null name is never
+        # a forward op here. Judged per key (its name, after the last "::", before the first
+        # "."; its cost known), not on every row: a row of no key has no cost
+        forward = np.array(
+            [
+                n is not None
+                and n.split("::")[-1].split(".")[0] not in _PASSTHROUGH_BACKWARD
+                and (c.flops is not None or c.bytes is not None)
+                for n, c in zip(key_names, found, strict=False)
+            ]
+            + [False],
+            dtype=bool,
         )
-        .fill_null(False)
-        .alias("forward"),
-        # (imploded in the plan: a Series' implode is a query)
-        pl.col("name").is_in(pl.lit(node_names).implode()).fill_null(False).alias("node"),
-        pl.col("fwd_id").fill_null(-1).alias("link"),
-        pl.col("fwd_id").is_null().alias("no_link"),
-    )
-    node = np.flatnonzero(flags.get_column("node").to_numpy())
-    src = tree._positions(  # the nodes' forward rows
-        ev.get_column("id").to_numpy().astype(np.int64, copy=False),
-        flags.get_column("link").to_numpy()[node],
-        flags.get_column("no_link").to_numpy()[node],
-    )
-    hit = src >= 0
-    hit[hit] = flags.get_column("forward").to_numpy()[src[hit]]
-    at, src = node[hit], src[hit]
-    if not len(at):
-        return out_df
-    frm = pl.Series(src, dtype=pl.Int64)
-    got = out_df.select(
-        pl.col("flops").gather(frm) * BACKWARD_FACTOR,
-        pl.col("bytes").gather(frm) * BACKWARD_FACTOR,
-        (
-            pl.lit(f"backward: {BACKWARD_FACTOR} x forward (") + pl.col("formula").gather(frm) + ")"
-        ).alias("formula"),
-        pl.col("dtype").gather(frm),
-        pl.col("roof").gather(frm),
-    )
-    # the nodes' rows replaced, in copies (scatter writes in place)
-    return pl.DataFrame(
-        [
-            out_df.get_column("id"),
-            *(out_df.get_column(c).clone().scatter(at, got.get_column(c)) for c in _COST_SCHEMA),
-        ]
-    )
+        # by position, in NumPy: each node's forward op is the row whose id is its fwd_id (ids
+        # are unique)
+        is_node = np.repeat(np.array([n in nodes for n in key_names], dtype=bool), n_rows)
+        node_rows = rows[is_node]
+        src = tree._positions(
+            ev.get_column("id").to_numpy().astype(np.int64, copy=False),
+            flat.get_column("link").to_numpy()[is_node],
+            flat.get_column("no_link").to_numpy()[is_node],
+        )
+        hit = src >= 0
+        hit[hit] = forward[at[src[hit]]]
+        if hit.any():
+            # the nodes' costs: their forward key's, derived (a row of the table each, after
+            # UNKNOWN), gathered with the rest (a gather and a scatter per column were two
+            # queries and five copies)
+            fwd_keys, of = np.unique(at[src[hit]], return_inverse=True)
+            found.extend(
+                Cost(
+                    None if c.flops is None else c.flops * BACKWARD_FACTOR,
+                    None if c.bytes is None else c.bytes * BACKWARD_FACTOR,
+                    f"backward: {BACKWARD_FACTOR} x forward ({c.formula})",
+                    c.dtype,
+                    c.roof,
+                )
+                for c in (found[k] for k in fwd_keys.tolist())
+            )
+            at[node_rows[hit]] = n_keys + 1 + of.reshape(-1)
+    table = _cost_frame(found)
+    gathered = table.select(pl.all().gather(pl.Series(at, dtype=pl.Int64)))
+    return pl.DataFrame([ev.get_column("id"), *gathered.get_columns()])
 
 
 # Ascend kernels ---------------------------------------------------------------------------------
