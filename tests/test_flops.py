@@ -482,3 +482,46 @@ def test_op_costs_rows_equal_a_row_by_row_reference() -> None:
     got = op_costs(ev)
     assert got.rows() == want
     assert got.schema["flops"] == pl.Int64 and got.schema["formula"] == pl.String
+
+
+def test_op_costs_decodes_each_input_type_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys that share their "Input type" string read its dtypes once (a spy on _infos), and
+    every row's cost is still :func:`cost` of its own four strings."""
+    from opscope.analysis import flops
+    from opscope.analysis.flops import cost
+
+    f2, bf = '["float","float"]', '["c10::BFloat16","c10::BFloat16"]'
+    rows = [  # name, dims, types, concrete
+        ("aten::mm", "[[4,5],[5,6]]", f2, None),
+        ("aten::mm", "[[8,5],[5,6]]", f2, None),
+        ("aten::add", "[[4,5],[4,5]]", f2, '["","","1"]'),
+        ("aten::bmm", "[[2,4,5],[2,5,6]]", bf, None),
+        ("aten::mul", "[[3],[3]]", bf, None),
+        ("aten::mm", "[[4,5],[5,6]]", f2, None),  # a repeated key
+        ("aten::sum", "[[4,5],[]]", '["float","ScalarList"]', '["","[1]"]'),
+    ]
+    ev = pl.DataFrame(
+        {
+            "id": list(range(len(rows))),
+            "name": [r[0] for r in rows],
+            "input_dims": [r[1] for r in rows],
+            "input_types": [r[2] for r in rows],
+            "concrete_inputs": [r[3] for r in rows],
+        },
+        schema_overrides={"concrete_inputs": pl.String},
+    )
+    seen: list[Any] = []
+    real = flops._infos
+
+    def spy(types: Any) -> Any:
+        seen.append(types)
+        return real(types)
+
+    monkeypatch.setattr(flops, "_infos", spy)
+    got = op_costs(ev)
+    assert len(seen) == 3  # three distinct type strings
+    monkeypatch.setattr(flops, "_infos", real)
+    want = [cost(*r) for r in rows]
+    assert got.select("flops", "bytes", "formula", "dtype", "roof").rows() == [
+        tuple(c) for c in want
+    ]

@@ -230,7 +230,7 @@ UNKNOWN: Final = Cost(None, None, "unknown")
 class _Tensor(NamedTuple):
     # a named tuple, not a frozen dataclass: built once per tensor argument of every distinct
     # call (~2k on a 4.8k-event rank), where the dataclass's field-by-field __init__ was a third
-    # of _tensors' time
+    # of the tensors' time
     shape: tuple[int, ...]
     size: int  # element size in bytes
     dtype: str
@@ -276,17 +276,24 @@ def _is_shape(x: Any) -> bool:
     return isinstance(x, list) and (not x or _INT.issuperset(map(type, x)))
 
 
-def _tensors(dims: Any, types: Any) -> list[_Tensor | None]:
-    """One entry per argument: a tensor (shape, element size) or None for non-tensors."""
+def _infos(types: Any) -> list[tuple[int, str] | None]:
+    """Per argument of decoded "Input type" ``types``, its :func:`dtype_info` (None for a
+    non-string)."""
+    if not isinstance(types, list):
+        return []
+    return [dtype_info(t) if type(t) is str else None for t in types]
+
+
+def _tensors_of(dims: Any, infos: list[tuple[int, str] | None]) -> list[_Tensor | None]:
+    """One entry per argument: a tensor (shape, element size) or None for non-tensors, from
+    the decoded "Input Dims" and the arguments' dtypes as :func:`_infos` gives them."""
     if not isinstance(dims, list):
         return []
-    tlist = types if isinstance(types, list) else []
-    nt = len(tlist)
+    nt = len(infos)
     out: list[_Tensor | None] = []
     new, ints = tuple.__new__, _INT
     for i, d in enumerate(dims):
-        t = tlist[i] if i < nt else None
-        info = dtype_info(t) if type(t) is str else None
+        info = infos[i] if i < nt else None
         # _is_shape inline (every entry an int: int(v) was the identity), the tensor built as
         # the tuple it is (its class's __new__ is one Python call more per argument)
         if info is None or type(d) is not list or (d and not ints.issuperset(map(type, d))):
@@ -832,11 +839,13 @@ def cost(name: str, input_dims: str | None, input_types: str | None, concrete: s
     table. Autograd node names (``MmBackward0``) have no formula here: their cost comes from the
     forward op (see :func:`op_costs`).
     """
+    return _cost(name, _decode(input_dims), _infos(_decode(input_types)), _decode(concrete))
+
+
+def _cost(name: str, dims: Any, infos: list[tuple[int, str] | None], cin: Any) -> Cost:
+    """:func:`cost` of the decoded arguments (their dtypes as :func:`_infos` gives them)."""
     b = base_name(name)
-    dims = _decode(input_dims)
-    types = _decode(input_types)
-    cin = _decode(concrete)
-    ts = _tensors(dims, types)
+    ts = _tensors_of(dims, infos)
     if not ts:
         return UNKNOWN
     if b in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "npu_linear"):
@@ -1024,8 +1033,20 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # the costs of the keys, then UNKNOWN: the cost of every row of no key
     key_names = keys.get_column("name").to_list()
     nodes = frozenset(node_names)
-    cols = (key_names, *(keys.get_column(c).to_list() for c in _KEY[1:]))
-    found = [UNKNOWN if k[0] in nodes else cost(*k) for k in zip(*cols, strict=True)]
+    # each distinct "Input type" decoded once (a trace has a few dozen: 70 of 562 keys on
+    # hta_sampled rank-0), not once per key
+    types = keys.get_column("input_types").to_list()
+    infos = {t: _infos(_decode(t)) for t in set(types)}
+    found = [
+        UNKNOWN if n in nodes else _cost(n, _decode(d), infos[t], _decode(c))
+        for n, d, t, c in zip(
+            key_names,
+            keys.get_column("input_dims").to_list(),
+            types,
+            keys.get_column("concrete_inputs").to_list(),
+            strict=True,
+        )
+    ]
     n_keys = len(found)
     found.append(UNKNOWN)
     # every key's rows, with their forward links, in one query (a Series' explode is one)
