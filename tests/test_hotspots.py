@@ -416,3 +416,44 @@ def test_op_times_equal_the_ancestor_pairs_joins(rel: str, monkeypatch: pytest.M
         .collect()
     )
     assert_frame_equal(hs._device_self(p.kernels), dev)
+
+
+def test_per_step_is_run_when_first_read_and_equals_the_definition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The analysis leaves per_step as a plan (its tables' one call holds four plans, no
+    query of it; the report's terminal and JSON never read it); the first read runs it once,
+    the next reads none; its rows are the definition's, computed here in Python from the ops
+    and kernels: per (step, what, name) the calls, total and self time, sorted by step, what,
+    total time (largest first), name; tables() and scalars() as the fields gave them."""
+    from helpers.spies import count_queries
+    from opscope.analysis import hotspots as hs
+
+    profile = training(steps=3, layers=2, slow_at=(1, 0), slow_factor=4).profile
+    calls = count_collect_all(monkeypatch)
+    res = hs.hotspots(profile, Options())
+    assert 4 in calls and 5 not in calls
+    assert isinstance(res.per_step_plan, pl.LazyFrame)
+    ran = count_queries(monkeypatch)
+    per = res.per_step
+    assert len(ran) == 1
+    assert res.per_step is per and len(ran) == 1
+    sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
+    ops = hs.op_times(profile)
+    for what, df, self_col in (("op", ops, "self_ns"), ("kernel", profile.kernels, "dur_ns")):
+        for r in df.iter_rows(named=True):
+            s = sums[(r["step"], what, r["name"])]
+            s[0] += 1
+            s[1] += r["dur_ns"]
+            s[2] += r[self_col]
+    want = sorted(
+        ((st, name, c, t, sf, what) for (st, what, name), (c, t, sf) in sums.items()),
+        key=lambda r: (r[0], r[5], -r[3], r[1]),
+    )
+    assert per.columns == ["step", "name", "calls", "total_ns", "self_ns", "what"]
+    assert per.rows() == want
+    assert list(res.tables()) == [
+        "ops", "kernels", "op_shapes", "modules", "sources", "per_step", "kernel_types"
+    ]  # fmt: skip
+    assert res.tables()["per_step"] is per
+    assert res.scalars() == {"step_ns": res.step_ns, "span_ns": res.span_ns, "top": 20}
