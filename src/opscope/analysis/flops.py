@@ -231,17 +231,19 @@ class _Tensor(NamedTuple):
     # a named tuple, not a frozen dataclass: built once per tensor argument of every distinct
     # call (~2k on a 4.8k-event rank), where the dataclass's field-by-field __init__ was a third
     # of the tensors' time
+    # numel and nbytes stored, not properties: the formulas read them several times per
+    # distinct call, each read a Python call and a math.prod
     shape: tuple[int, ...]
     size: int  # element size in bytes
     dtype: str
+    numel: int
+    nbytes: int
 
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
 
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.size
+def _tensor(shape: tuple[int, ...], size: int, dtype: str) -> _Tensor:
+    """A tensor argument of this shape, element size and dtype class."""
+    numel = math.prod(shape)
+    return tuple.__new__(_Tensor, (shape, size, dtype, numel, numel * size))
 
 
 @functools.lru_cache(maxsize=1 << 10)
@@ -291,7 +293,7 @@ def _tensors_of(dims: Any, infos: list[tuple[int, str] | None]) -> list[_Tensor 
         return []
     nt = len(infos)
     out: list[_Tensor | None] = []
-    new, ints = tuple.__new__, _INT
+    new, ints, prod = tuple.__new__, _INT, math.prod
     for i, d in enumerate(dims):
         info = infos[i] if i < nt else None
         # _is_shape inline (every entry an int: int(v) was the identity), the tensor built as
@@ -299,7 +301,9 @@ def _tensors_of(dims: Any, infos: list[tuple[int, str] | None]) -> list[_Tensor 
         if info is None or type(d) is not list or (d and not ints.issuperset(map(type, d))):
             out.append(None)
         else:
-            out.append(new(_Tensor, (tuple(d), info[0], info[1])))
+            shape = tuple(d)
+            numel = prod(shape)
+            out.append(new(_Tensor, (shape, info[0], info[1], numel, numel * info[0])))
     return out
 
 
@@ -1254,7 +1258,7 @@ def ascend_kernel_cost(
     if t in _ASCEND_MATMUL:
         return _ascend_matmul(shapes, types, out0)
     tens = [
-        _Tensor(tuple(s), *(dtype_info(types[i] if i < len(types) else None) or (4, "fp32")))
+        _tensor(tuple(s), *(dtype_info(types[i] if i < len(types) else None) or (4, "fp32")))
         for i, s in enumerate(shapes)
     ]
     ts: list[_Tensor | None] = list(tens)
