@@ -270,3 +270,24 @@ def test_peak_columns_are_the_device_tables_peaks() -> None:
         assert got.get_column("peak_flops").to_list() == want_peak, spec
         assert got.get_column("peak_tf32").to_list() == want_tf32, spec
         assert got.schema["peak_flops"] == got.schema["peak_tf32"] == pl.Float64
+
+
+def test_starts_with_equals_polars_without_a_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The derived-cost mask from two comparisons equals ``str.starts_with`` (nulls False) on
+    the prefix itself, its neighbours in sort order, longer and non-ASCII strings and nulls,
+    and runs no query (a spy on the engine)."""
+    from helpers.spies import count_queries
+    from opscope.analysis.roofline import _starts_with
+
+    vals = [
+        "backward: 2 x forward (mm: 2*M*N*K)", "backward:", "backward: ", "backward:!",
+        "backward:  x", "backwards", "Backward: x", "", "unknown", "backward:\x7f",
+        "backward: é", "backward:\u00a0x", "b", None,
+    ]  # fmt: skip
+    for series in (pl.Series(vals, dtype=pl.String), pl.Series(vals[:-1], dtype=pl.String)):
+        want = series.str.starts_with("backward: ").fill_null(False).to_numpy()
+        ran = count_queries(monkeypatch)
+        got = _starts_with(series, "backward: ")
+        assert got.tolist() == want.tolist()
+        assert ran == ([1] if series.null_count() else [])  # a fill_null only with a null
+        monkeypatch.undo()

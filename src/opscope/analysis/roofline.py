@@ -180,6 +180,19 @@ def _valid(s: pl.Series) -> npt.NDArray[np.bool_]:
     return valid
 
 
+def _starts_with(s: pl.Series, prefix: str) -> npt.NDArray[np.bool_]:
+    """``s.str.starts_with(prefix).fill_null(False)`` as a NumPy mask, from two Series
+    comparisons (no query; str.starts_with is one): a string starts with ``prefix`` exactly
+    when it sorts at or after it and before ``prefix`` with its last character the next one
+    (strings compare by their UTF-8 bytes, which keep the code points' order)."""
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    hit = (s >= prefix) & (s < upper)
+    out: npt.NDArray[np.bool_] = (
+        (hit.fill_null(False) if hit.null_count() else hit).to_numpy().astype(bool)
+    )
+    return out
+
+
 def _local_work(dev: pl.DataFrame) -> npt.NDArray[np.bool_]:
     """Which rows of the device work are local work (:data:`_DEVICE_KINDS`) launched by an op
     (``op_id``): Enum comparisons and a NumPy mask, no query (a Series' is_in and
@@ -434,11 +447,7 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     costed = _valid(ops.get_column("our_flops")) | _valid(ops.get_column("our_bytes"))
     # a cost derived from the forward op (autograd nodes) yields to exact, shape-based costs of
     # the ops it runs (convolution_backward knows which gradients were needed)
-    derived = (
-        ops.select(pl.col("formula").str.starts_with("backward: ").fill_null(False))
-        .to_series()
-        .to_numpy()
-    )
+    derived = _starts_with(ops.get_column("formula"), "backward: ")
     direct = costed & ~derived
     par = _op_parents(ops)  # once for both walks (a sort of every op id: ms on 40k ops)
     if derived.any():
