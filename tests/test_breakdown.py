@@ -453,3 +453,65 @@ def test_window_frame_equals_the_windows_plan(rel: str, monkeypatch: pytest.Monk
         assert got is not None
         assert_frame_equal(got, want)
     assert got.get_column("w1").null_count() >= 1
+
+
+def test_queue_lengths_equal_a_sweep_per_lane() -> None:
+    """queue_lengths per (rank, device, stream) equals a sweep over each lane's launch and end
+    points computed here (ends before launches at one instant; a null launch time: the start;
+    lanes with a null stream or device; stretches clipped to the rank's range), many lanes
+    sorted together."""
+    import random
+
+    from opscope.analysis.breakdown import queue_lengths
+
+    rng = random.Random(3)
+    rows = []
+    for _ in range(400):
+        rank = rng.choice([0, 1])
+        dev = rng.choice([0, 1, None])
+        stream = rng.choice([7, 9, None])
+        ts = rng.randrange(0, 2000, 10)  # (on a grid: points often at one instant)
+        launch = None if rng.random() < 0.2 else ts - rng.randrange(0, 300, 10)
+        rows.append((rank, dev, stream, launch, ts, rng.randrange(10, 200, 10)))
+    dev = pl.DataFrame(
+        rows,
+        schema={"rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64, "launch_ts": pl.Int64,
+                "ts_ns": pl.Int64, "dur_ns": pl.Int64},
+        orient="row",
+    )  # fmt: skip
+    win = pl.DataFrame(
+        {"rank": [0, 0, 1], "step": [0, 1, 0], "w0": [100, 900, 50], "w1": [900, 1700, 1900]},
+        schema={"rank": pl.Int32, "step": pl.Int32, "w0": pl.Int64, "w1": pl.Int64},
+    )
+    rng_of = {0: (100, 1700), 1: (50, 1900)}
+    lanes: dict[tuple[int | None, ...], list[tuple[int, int]]] = {}
+    for rank, d, s, launch, ts, dur in rows:
+        pts = lanes.setdefault((rank, d, s), [])
+        pts += [(ts if launch is None else launch, 1), (ts + dur, -1)]
+    want = {}
+    for key, pts in lanes.items():
+        pts.sort()  # (-1 before 1 at one instant)
+        r0, r1 = rng_of[key[0]]
+        q = area = top = busy = 0
+        for i, (t, d) in enumerate(pts):
+            q += d
+            t1 = pts[i + 1][0] if i + 1 < len(pts) else t
+            ln = max(min(t1, r1) - max(t, r0), 0)
+            area += q * ln
+            if ln > 0:
+                top = max(top, q)
+            if q > 0:
+                busy += ln
+        span = r1 - r0
+        want[key] = (span, area / span, top, span - busy, 100.0 * (span - busy) / span)
+    got = queue_lengths(dev, win)
+    assert {
+        (r["rank"], r["device"], r["stream"]): (
+            r["span_ns"], r["mean"], r["max"], r["zero_ns"], r["zero_pct"]
+        )
+        for r in got.iter_rows(named=True)
+    } == want  # fmt: skip
+    assert got.height == len(want)
+    assert got.select("rank", "device", "stream").rows() == sorted(
+        want, key=lambda k: tuple((v is not None, v) for v in k)
+    )

@@ -504,9 +504,16 @@ def _queue_exprs(lane: tuple[str, ...]) -> _QueueExprs:
     return _QueueExprs(
         launches=(*keys, pl.coalesce("launch_ts", "ts_ns").alias("t"), pl.lit(1).alias("d")),
         ends=(*keys, (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"), pl.lit(-1).alias("d")),
+        # the points sorted by lane: a lane's rows are contiguous and its launches and ends
+        # cancel (each work item has one of each, in its lane), so the running sum over all
+        # rows is the lane's own, and the next point is the next row's where it is the same
+        # lane: no window per lane (two group-bys of the lane keys: ~0.4 ms of 1.2 ms on a
+        # 4.8k-event trace)
         running=(
-            pl.col("d").cum_sum().over(lane).alias("q"),
-            pl.col("t").shift(-1).over(lane).alias("t1"),
+            pl.col("d").cum_sum().alias("q"),
+            pl.when(pl.all_horizontal(pl.col(k).shift(-1).eq_missing(pl.col(k)) for k in lane))
+            .then(pl.col("t").shift(-1))
+            .alias("t1"),
         ),
         length=(pl.min_horizontal(pl.coalesce("t1", "t"), "r1") - pl.max_horizontal("t", "r0"))
         .clip(lower_bound=0)
