@@ -375,6 +375,12 @@ def _fold(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
         [(16,), (4, 16)],
         [(-1, 3), (-1, 3)],  # a negative dim: the fold's answer (1), not the shape's
         [(4, 16), (4, 0)],
+        [(1953,), (), (1953,)],  # scalars beside one shape
+        [(), (2048,), ()],
+        [(), ()],
+        [(-1, 3), (), (-1, 3)],  # a negative dim beside a scalar: the fold's answer
+        [(), (0, 4)],
+        [(4, 1), (), (1, 16)],
     ],
 )
 def test_broadcast_equals_the_fold(shapes: list[tuple[int, ...]]) -> None:
@@ -405,6 +411,8 @@ def test_broadcast_of_one_shape_skips_the_fold(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(flops, "reduce", spy)
     assert flops._broadcast([(4, 16), (4, 16)]) == (4, 16)
     assert flops._broadcast([(0, 16), (0, 16)]) == (0, 16)
+    assert flops._broadcast([(1953,), (), (1953,)]) == (1953,)  # scalars beside one shape
+    assert flops._broadcast([(), ()]) == () and flops._broadcast([]) == ()
     assert folds == []  # the shortcut was taken
     assert flops._broadcast([(4, 1), (1, 16)]) == (4, 16)
     assert folds == [1]

@@ -334,12 +334,16 @@ def _concrete(concrete: Any, i: int) -> Any:
 
 
 def _broadcast(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
-    if shapes:
-        # the common case, operands of one shape, is that shape (what the fold below gives for
-        # dims >= 0: max(x, x), or 0 for a 0), without the per-dim fold
-        first = shapes[0]
-        if all(sh == first for sh in shapes) and (not first or min(first) >= 0):
-            return first
+    # the common case, operands of one shape beside scalars (shape ()), is that shape (what
+    # the fold below gives for dims >= 0: max(x, x), or 0 for a 0; a () leaves a shape of such
+    # dims as it is), without the per-dim fold (an elementwise op with a scalar operand: most
+    # of the fold's calls)
+    shaped = [sh for sh in shapes if sh]
+    if not shaped:
+        return ()
+    first = shaped[0]
+    if all(sh == first for sh in shaped) and min(first) >= 0:
+        return first
 
     def two(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
         n = max(len(a), len(b))
