@@ -16,6 +16,7 @@ import opscope
 import opscope.analysis
 from helpers.synth import USER_FILE, training
 from opscope.analysis.registry import run
+from opscope.analysis.tree import gather
 
 
 def _by_line(res: object) -> dict[int, tuple[float, float]]:
@@ -197,8 +198,8 @@ def test_resolve_reads_its_columns_without_a_query(
     s = ev.get_column("module")
     at = np.array([0, -1, ev.height - 1, -1, 1], dtype=np.int64)
     idx = pl.Series(np.where(at >= 0, at, np.nan), nan_to_null=True, dtype=pl.Int64)
-    assert A._taken(s, at).to_list() == s.gather(idx).to_list()
-    assert A._taken(s, at[[0, 2]]).to_list() == s.gather(at[[0, 2]]).to_list()
+    assert gather(s, at).to_list() == s.gather(idx).to_list()
+    assert gather(s, at[[0, 2]]).to_list() == s.gather(at[[0, 2]]).to_list()
 
 
 @pytest.mark.parametrize("seed", range(40))

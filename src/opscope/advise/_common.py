@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from opscope.analysis.tree import Memo
+from opscope.analysis.tree import Memo, gather, int_values, not_null
 from opscope.model import Profile, dtypes, kinds
 
 MAX_WALK = 48  # deepest op nesting followed when walking parent links
@@ -370,27 +370,16 @@ def event_positions(profile: Profile, ids: pl.Series) -> Any:
     index: _Index = _memo("event_index", profile, lambda: _Index.of(profile.events["id"]))
     if not ids.null_count():
         return index.find(ids.to_numpy())
-    known = _known(ids)
+    known = not_null(ids)
     found = np.full(len(ids), -1, dtype=np.int64)
     found[known] = index.find(ids.filter(pl.Series(known)).to_numpy())
     return found
 
 
-def _known(s: pl.Series) -> Any:
-    """Where an integer column is not null, from NumPy's float copy of it (NaN where null): no
-    query (a Series' is_null, is_not_null and fill_null are one each)."""
-    return np.ones(len(s), dtype=bool) if not s.null_count() else ~np.isnan(s.to_numpy())
-
-
 def _filled(s: pl.Series, fill: int) -> Any:
-    """An integer column as int64, ``fill`` where null, without a query (the values exact: a
-    filter of the column, not its float copy)."""
-    if not s.null_count():
-        return s.to_numpy().astype(np.int64, copy=False)
-    known = _known(s)
-    out = np.full(len(s), fill, dtype=np.int64)
-    out[known] = s.filter(pl.Series(known)).to_numpy()
-    return out
+    """An integer column as int64, ``fill`` where null, without a query."""
+    values, known = int_values(s)
+    return values if known.all() else np.where(known, values, fill)
 
 
 def outermost(profile: Profile, events: pl.DataFrame) -> pl.DataFrame:
@@ -437,7 +426,7 @@ def _op_cost(profile: Profile) -> pl.DataFrame:
     # (a group-by, the ancestor table, its join and group-by and a join with every op were
     # 5-7 ms on the 75k-event trace): the kernels of an op, their durations (null: 0)
     k_op = profile.kernels.get_column("op_id")
-    launched = _known(k_op)
+    launched = not_null(k_op)
     dur = _filled(profile.kernels.get_column("dur_ns"), 0)[launched]
     forest = _forest(profile)
     at = event_positions(profile, k_op.filter(pl.Series(launched)))
@@ -586,17 +575,7 @@ def _gather_rows(df: pl.DataFrame, at: Any, cols: Sequence[str] | None = None) -
     -1: each column indexed and its misses set null, no query (a select of the gathers was
     one, of fixed cost, on each of a report's few calls)."""
     at = np.asarray(at, dtype=np.int64)
-    return pl.DataFrame([_take(df.get_column(c), at) for c in (cols or df.columns)])
-
-
-def _take(s: pl.Series, at: Any) -> pl.Series:
-    """``s`` at the positions ``at`` (an int64 array), null where -1: indexed, the misses set
-    null (a Series' gather is a query)."""
-    miss = at < 0
-    if not len(s):  # (nothing to index: every position a miss)
-        return pl.Series(s.name, [None] * len(at), dtype=s.dtype)
-    out = s[np.where(miss, 0, at)]
-    return out.set(pl.Series(miss), None) if miss.any() else out
+    return pl.DataFrame([gather(df.get_column(c), at) for c in (cols or df.columns)])
 
 
 def _user_frames(profile: Profile) -> pl.DataFrame:
@@ -730,7 +709,6 @@ def _op_parents(profile: Profile) -> pl.DataFrame:
     ev = profile.events
     if no_ops(profile):  # no op, no parent to find (the empty table, without the walk)
         return pl.DataFrame(schema={"id": profile.ops.schema["id"], "op_parent": ev.schema["id"]})
-    from opscope.analysis.tree import gather
 
     up = op_parent_positions(profile)
     par = pl.DataFrame([ev.get_column("id"), gather(ev.get_column("id"), up).alias("op_parent")])
@@ -771,9 +749,9 @@ def op_context(profile: Profile, rows: Any) -> list[pl.Series]:
     # (a select of their gathers was a query)
     ev_ = profile.events
     return [
-        _take(ev_.get_column("id"), up).alias("op_parent"),
-        _take(ev_.get_column("name"), up).alias("parent_name"),
-        _take(cost.get_column("cost_ns"), np.asarray(index.find(ids), dtype=np.int64)),
+        gather(ev_.get_column("id"), up).alias("op_parent"),
+        gather(ev_.get_column("name"), up).alias("parent_name"),
+        gather(cost.get_column("cost_ns"), np.asarray(index.find(ids), dtype=np.int64)),
     ]
 
 

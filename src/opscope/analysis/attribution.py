@@ -35,6 +35,7 @@ from opscope.analysis.tree import (
     _positions,
     collect,
     empty_frame,
+    gather,
     host_forest,
     no_ops,
     per_profile,
@@ -120,8 +121,8 @@ def _resolve(profile: Profile) -> pl.DataFrame:
 
     at_stack, at_module = nearest("has_stack"), nearest("has_module")
     # the events' rows, null where none (taken by position: no query)
-    found_stack = _taken(ev.get_column("stack_id"), np.where(at_stack >= 0, rows[at_stack], -1))
-    found_module = _taken(ev.get_column("module"), np.where(at_module >= 0, rows[at_module], -1))
+    found_stack = gather(ev.get_column("stack_id"), np.where(at_stack >= 0, rows[at_stack], -1))
+    found_module = gather(ev.get_column("module"), np.where(at_module >= 0, rows[at_module], -1))
     frames = user_frames(profile)
     keys = frames.get_column("stack_id")
     if keys.null_count():  # a null key joins nothing: one no stack id can equal
@@ -133,7 +134,7 @@ def _resolve(profile: Profile) -> pl.DataFrame:
         np.where(at_stack >= 0, stack[np.maximum(at_stack, 0)], -1),
         at_stack < 0,
     )
-    user = [_taken(frames.get_column(c), fr) for c in ("file", "line", "function")]
+    user = [gather(frames.get_column(c), fr) for c in ("file", "line", "function")]
     return pl.DataFrame(
         [
             pl.Series("id", forest.ids[ops], dtype=ev.schema["id"]),
@@ -151,7 +152,7 @@ def _columns_read(ev: pl.DataFrame) -> dict[str, npt.NDArray[Any]]:
     """The events' columns :func:`_resolve` reads, as arrays: from the Series without a query
     where no column needs its nulls read row by row (the common case: a column without nulls,
     or all null), else from one query (a Series' fill_null or is_not_null is one each)."""
-    from opscope.analysis.breakdown import int_values
+    from opscope.analysis.tree import int_values
 
     kind, back, module = (ev.get_column(c) for c in ("kind", "is_backward", "module"))
     if all(not s.null_count() or s.null_count() == len(s) for s in (kind, back, module)):
@@ -187,20 +188,11 @@ def _columns_read(ev: pl.DataFrame) -> dict[str, npt.NDArray[Any]]:
     return {c: cols.get_column(c).to_numpy() for c in cols.columns}
 
 
-def _taken(s: pl.Series, at: IntArray) -> pl.Series:
-    """``s`` at positions ``at``, null where -1: indexed, a null appended for the -1s (a
-    gather was a query of fixed cost)."""
-    if len(at) and not bool((at >= 0).all()):
-        s = pl.concat([s, pl.Series(s.name, [None], dtype=s.dtype)])
-        at = np.where(at >= 0, at, len(s) - 1)
-    return s[at]
-
-
 @per_profile  # the resolution and two of the rules' helpers ask: once per profile
 def user_frames(profile: Profile) -> pl.DataFrame:
     """(``stack_id``, ``file``, ``line``, ``function``): the innermost user frame of each stack
     (one row per stack id in order, a null id first)."""
-    from opscope.analysis.breakdown import int_values
+    from opscope.analysis.tree import int_values
 
     st = profile.stacks
     cols = ("stack_id", "file", "line", "function")

@@ -48,7 +48,7 @@ import polars as pl
 from opscope.analysis import tree
 from opscope.analysis.hotspots import projected, rows_of
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import per_profile
+from opscope.analysis.tree import int_values, per_profile
 from opscope.model import Profile
 
 #: Host events that are data loading.
@@ -262,18 +262,6 @@ def _windows(profile: Profile) -> pl.LazyFrame:
     )
 
 
-def int_values(s: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(values as int64 with nulls read as 0, valid) of an integer column, without a query
-    (``fill_null`` and ``is_not_null`` are each one, of fixed cost): the valid rows from the
-    float copy NumPy gets of a column with nulls (NaN there), their exact values by a filter."""
-    if s.null_count() == 0:  # (a count Polars keeps: no query)
-        return s.to_numpy().astype(np.int64, copy=False), np.ones(len(s), dtype=bool)
-    valid = ~np.isnan(s.to_numpy())
-    out = np.zeros(len(s), dtype=np.int64)
-    out[valid] = s.filter(pl.Series(valid)).to_numpy()
-    return out, valid
-
-
 def _clip(ev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     """``ev`` (``rank``, ``ts_ns``, ``dur_ns``, any other columns) once per window of ``win``
     (``rank``, ``step``, ``w0``, ``w1``) of its rank that it overlaps, clipped to it: ``ev``'s
@@ -329,29 +317,17 @@ def _clip(ev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     # the window's columns gathered as Series (a frame's gather is a query of fixed cost); the
     # events' rows as they are when each is kept once, in order (one window: most small traces)
     cols = [
-        _take(win.get_column("step"), at).alias("step_right" if "step" in ev.columns else "step"),
-        _take(win.get_column("w0"), at),
-        _take(win.get_column("w1"), at),
+        tree.gather(win.get_column("step"), at).alias(
+            "step_right" if "step" in ev.columns else "step"
+        ),
+        tree.gather(win.get_column("w0"), at),
+        tree.gather(win.get_column("w1"), at),
         pl.Series("start", start, dtype=pl.Int64),
         pl.Series("end", end, dtype=pl.Int64),
     ]
     same = tree.SHORTCUTS and len(rows) == ev.height and bool((rows == np.arange(len(rows))).all())
     out: pl.DataFrame = ev if same else ev[rows]
     return out.hstack(cols)
-
-
-def _take(s: pl.Series, at: np.ndarray, found: np.ndarray | None = None) -> pl.Series:
-    """``s.gather(at)``: of an integer column in NumPy (a Series gather is a query of fixed
-    cost), nulls kept; null too where ``found`` (when given) is false."""
-    if not s.dtype.is_integer():
-        idx = at if found is None else np.ma.masked_array(at, mask=~found)
-        return s.gather(pl.Series(idx, dtype=pl.Int64))
-    v, ok = int_values(s)
-    if not len(v):  # (nothing to take from: every row found nowhere)
-        none = np.zeros(len(at), dtype=np.int64)
-        return pl.Series(s.name, np.ma.masked_array(none, mask=none == 0), dtype=s.dtype)
-    valid = ok[at] if found is None else ok[at] & found
-    return pl.Series(s.name, np.ma.masked_array(v[at], mask=~valid), dtype=s.dtype)
 
 
 def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -624,7 +600,7 @@ def _device_work(profile: Profile) -> pl.DataFrame:
     lid, linked = int_values(ids)
     at = tree._positions(ev.get_column("id").to_numpy().astype(np.int64, copy=False), lid, ~linked)
     ts = ev.get_column("ts_ns")
-    return pl.DataFrame([*cols, _take(ts, np.maximum(at, 0), at >= 0).alias("launch_ts")])
+    return pl.DataFrame([*cols, tree.gather(ts, at).alias("launch_ts")])
 
 
 def _window_frame(profile: Profile) -> pl.DataFrame | None:

@@ -322,7 +322,7 @@ def _device_self(kernels: pl.DataFrame) -> pl.DataFrame:
     """(id, device_self_ns): the device time of the work each op launched itself (never null:
     a sum of no duration is 0), from the profile's device work (``kernels``), one row per op
     in no particular order."""
-    from opscope.analysis.breakdown import int_values
+    from opscope.analysis.tree import int_values
 
     # summed in NumPy by op (the filter and group-by were a query of fixed cost)
     op, launched = int_values(kernels.get_column("op_id"))
@@ -352,7 +352,7 @@ def _op_times(profile: Profile) -> pl.DataFrame:
     # rows, from one query (each Series method is a query: a fixed cost each)
     rows, forest = host_forest(profile)
     n = len(forest)
-    from opscope.analysis.breakdown import int_values
+    from opscope.analysis.tree import int_values
 
     kind = ev.get_column("kind")
     dur_all = int_values(ev.get_column("dur_ns"))[0]  # (a null duration: 0)

@@ -25,11 +25,18 @@ import numpy.typing as npt
 import polars as pl
 
 from opscope.analysis import tree
-from opscope.analysis.breakdown import int_values
 from opscope.analysis.devices import DeviceSpec, resolve
 from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.tree import _positions, gather, no_ops, per_profile, per_profile_args
+from opscope.analysis.tree import (
+    _positions,
+    gather,
+    int_values,
+    no_ops,
+    not_null,
+    per_profile,
+    per_profile_args,
+)
 from opscope.model import Profile, kinds
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -171,15 +178,6 @@ def _aligned(ops: pl.DataFrame, costs: pl.DataFrame) -> bool:
     return a.null_count() == 0 and b.null_count() == 0 and bool((a == b).all())
 
 
-def _valid(s: pl.Series) -> npt.NDArray[np.bool_]:
-    """Where a numeric column is not null, without a query (NumPy's float copy of a column
-    with nulls holds NaN there)."""
-    if s.null_count() == 0:  # (a count Polars keeps)
-        return np.ones(len(s), dtype=bool)
-    valid: npt.NDArray[np.bool_] = ~np.isnan(s.to_numpy())
-    return valid
-
-
 def _starts_with(s: pl.Series, prefix: str) -> npt.NDArray[np.bool_]:
     """``s.str.starts_with(prefix).fill_null(False)`` as a NumPy mask, from two Series
     comparisons (no query; str.starts_with is one): a string starts with ``prefix`` exactly
@@ -198,7 +196,7 @@ def _local_work(dev: pl.DataFrame) -> npt.NDArray[np.bool_]:
     (``op_id``): Enum comparisons and a NumPy mask, no query (a Series' is_in and
     is_not_null are one each)."""
     kind = dev.get_column("kind")
-    out = _valid(dev.get_column("op_id"))
+    out = not_null(dev.get_column("op_id"))
     local = np.zeros(dev.height, dtype=bool)
     for k in _DEVICE_KINDS:
         eq = kind == k
@@ -444,7 +442,7 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
         # one query (a rename and a join eagerly were two)
         ops = ops.lazy().join(costs.lazy(), on="id", how="left").collect(engine="in-memory")
     # the masks in NumPy (a Series' is_not_null, fill_null, negation or is_in is a query each)
-    costed = _valid(ops.get_column("our_flops")) | _valid(ops.get_column("our_bytes"))
+    costed = not_null(ops.get_column("our_flops")) | not_null(ops.get_column("our_bytes"))
     # a cost derived from the forward op (autograd nodes) yields to exact, shape-based costs of
     # the ops it runs (convolution_backward knows which gradients were needed)
     derived = _starts_with(ops.get_column("formula"), "backward: ")

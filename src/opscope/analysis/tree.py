@@ -288,17 +288,33 @@ def _positions_sorted(ids: IntArray, want: IntArray, null: Any) -> IntArray:
 
 
 def gather(series: pl.Series, at: IntArray) -> pl.Series:
-    """``series[at]``, null where ``at`` is -1."""
-    if not len(series):
-        # all null (not a list of Nones: its construction scans every entry, ~1 ms per 65k)
-        return pl.Series(series.name, dtype=series.dtype).extend_constant(None, len(at))
-    ok = at >= 0
-    if bool(ok.all()):
-        return series.gather(pl.Series(at, dtype=pl.Int64))  # nothing to null
-    # a null index gathers a null: the index masked where -1 (a gather, not a gather and then
-    # a query to null those rows: a fixed cost that showed on small traces)
-    idx = np.ma.masked_array(np.where(ok, at, 0), mask=~ok)
-    return series.gather(pl.Series(idx, dtype=pl.Int64))
+    """``series[at]``, null where ``at`` is -1, without a query (a Series' gather is one, of
+    fixed cost; indexing by a NumPy array is none): a null appended and indexed for the -1s."""
+    if len(at) and not bool((at >= 0).all()):
+        series = pl.concat([series, pl.Series(series.name, [None], dtype=series.dtype)])
+        at = np.where(at >= 0, at, len(series) - 1)
+    return series[at]
+
+
+def not_null(s: pl.Series) -> BoolArray:
+    """Where a numeric column is not null, without a query (``is_not_null`` is one): from the
+    float copy NumPy gets of a column with nulls (NaN there)."""
+    if s.null_count() == 0:  # (a count Polars keeps: no query)
+        return np.ones(len(s), dtype=bool)
+    valid: BoolArray = ~np.isnan(s.to_numpy())
+    return valid
+
+
+def int_values(s: pl.Series) -> tuple[IntArray, BoolArray]:
+    """(values as int64 with nulls read as 0, valid) of an integer column, without a query
+    (``fill_null`` and ``is_not_null`` are each one, of fixed cost): the valid rows from
+    :func:`not_null`, their exact values by a filter."""
+    if s.null_count() == 0:
+        return s.to_numpy().astype(np.int64, copy=False), np.ones(len(s), dtype=bool)
+    valid = not_null(s)
+    out = np.zeros(len(s), dtype=np.int64)
+    out[valid] = s.filter(pl.Series(valid)).to_numpy()
+    return out, valid
 
 
 # Per-profile memoisation -------------------------------------------------------------------------

@@ -316,7 +316,7 @@ def check_last_step(profile: Profile) -> list[Check]:
     # asked when no rank has an earlier step to compare its last with (a one-step trace)
     per_rank: dict[Any, dict[Any, int]] = {}
     if any(len(steps) >= 2 for steps in step_times.values()):
-        from opscope.analysis.breakdown import int_values
+        from opscope.analysis.tree import int_values
 
         # counted in NumPy (the filter and group-by were a query of fixed cost): the kernels
         # with a step, per (rank, step), a null rank a key of its own

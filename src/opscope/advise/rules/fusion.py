@@ -519,7 +519,7 @@ class Foreach:
             [
                 pl.Series("id", inner, dtype=pl.Int64),
                 # (indexed, misses null: a Series' gather is a query)
-                c._take(
+                tree.gather(
                     profile.events.get_column("id"),
                     np.asarray(c.op_parent_positions(profile)[ops_at[keep]], dtype=np.int64),
                 ).alias("op_parent"),

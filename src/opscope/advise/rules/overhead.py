@@ -123,7 +123,7 @@ def _device_ends(profile: Profile, rank: Any) -> tuple[Any, Any] | None:
     if rank not in by_rank:
         import numpy as np
 
-        from opscope.analysis.breakdown import int_values
+        from opscope.analysis.tree import int_values
 
         # in NumPy (a filter and a sort were a query of fixed cost): the kernels with a rank, a
         # start and a duration, by rank then start (kernels starting together on a rank may
@@ -441,7 +441,7 @@ def _idle_of(profile: Profile) -> float:
     # the rank and whether its kernels carry steps: one query (a Series step each was one),
     # then one query
     from opscope.analysis import tree
-    from opscope.analysis.breakdown import int_values
+    from opscope.analysis.tree import int_values
 
     kern = profile.kernels
     ts, rank, step = (kern.get_column(x) for x in ("ts_ns", "rank", "step"))
