@@ -55,11 +55,12 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
+import numpy as np
 import polars as pl
 
 from opscope.analysis import cluster_ascend as asc
 from opscope.analysis import tree
-from opscope.analysis.breakdown import breakdown, union_ns
+from opscope.analysis.breakdown import breakdown
 from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, dtypes
@@ -179,12 +180,12 @@ def _rank_plans(
     hccl: pl.DataFrame | None = None,
     stages: pl.DataFrame | None = None,
 ) -> dict[str, pl.DataFrame | pl.LazyFrame]:
-    """:func:`rank_tables`, the steps and collectives as plans (in the columns and types of
-    their schemas): the in-process analysis hands them to :func:`aggregate`, which runs each in
-    its own query (a query each here too was a fixed cost per report)."""
-    ev = profile.events
-    colls = _collectives(ev)
-    steps = _steps(profile, colls)
+    """:func:`rank_tables`, the steps and collectives as plans or frames (in the columns and
+    types of their schemas): the in-process analysis hands them to :func:`aggregate`, which runs
+    each in its own query (a query each here too was a fixed cost per report)."""
+    calls, comp = _calls(profile.events, host_compute=not profile.has_device)
+    colls = _collectives_of(calls)
+    steps = _steps(profile, calls, comp)
     lk = _conform(links if links is not None else _empty("links"), LINK_COLUMNS)
     hc = _conform(hccl if hccl is not None else _empty("hccl"), asc.HCCL_COLUMNS)
     sg = _conform(stages if stages is not None else _empty("stages"), asc.STAGE_COLUMNS)
@@ -231,7 +232,10 @@ def _cast_to(lf: pl.LazyFrame, cols: dict[str, type[pl.DataType]]) -> pl.LazyFra
     return lf.select(pl.col(c).cast(t, strict=False) for c, t in cols.items())
 
 
-def _collectives(ev: pl.DataFrame) -> pl.LazyFrame:
+def _calls(ev: pl.DataFrame, *, host_compute: bool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(The collective calls of ``ev`` in :func:`_call_columns`, with ``host_compute`` the host
+    compute intervals ``rank``, ``ts_ns``, ``dur_ns`` for a profile without device work, else
+    None), in one call (a query each was a fixed cost)."""
     # Per rank: the device collectives when the rank has any, else its host ones (gloo).
     # (The ranks with device collectives as a Series; the host part only when a rank lacks
     # them: a filter and a concatenation less on most traces.)
@@ -244,8 +248,34 @@ def _collectives(ev: pl.DataFrame) -> pl.LazyFrame:
             "name"
         ).str.contains(HOST_COLLECTIVE)
         parts.append(lev.filter(host_comm & ~pl.col("rank").is_in(dev_ranks)))
-    c = (pl.concat(parts) if len(parts) > 1 else parts[0]).select(*_call_columns())
-    calls = c.collect(engine="in-memory")
+    plans = [(pl.concat(parts) if len(parts) > 1 else parts[0]).select(*_call_columns())]
+    if host_compute:
+        plans.append(lev.filter(_host_compute()).select("rank", "ts_ns", "dur_ns"))
+    got = pl.collect_all(plans, engine="in-memory")
+    return got[0], got[1] if len(got) > 1 else None
+
+
+@functools.cache
+def _host_compute() -> pl.Expr:
+    """The host ops that are compute on a rank without device work: ``cpu_op`` that are not
+    collectives (a null name is none: the filter drops it)."""
+    name = pl.col("name")
+    return (
+        (pl.col("kind") == "cpu_op")
+        & ~name.str.contains(HOST_COLLECTIVE)
+        & ~name.str.starts_with("c10d::")
+        & ~name.str.contains("record_param_comms")
+    )
+
+
+def _collectives(ev: pl.DataFrame) -> pl.LazyFrame:
+    """The collectives table (:data:`COLLECTIVE_COLUMNS`) of the events ``ev``, as a plan."""
+    return _collectives_of(_calls(ev, host_compute=False)[0])
+
+
+def _collectives_of(calls: pl.DataFrame) -> pl.LazyFrame:
+    """The collectives table (:data:`COLLECTIVE_COLUMNS`) of :func:`_calls`' calls, as a
+    plan."""
     nelems = calls.get_column("_nelems")
     if tree.SHORTCUTS and nelems.null_count() == len(nelems):
         # no message size recorded (Ascend, most host collectives): bytes is null whatever the
@@ -308,8 +338,13 @@ def _call_columns() -> tuple[pl.Expr, ...]:
     )
 
 
-def _steps(profile: Profile, colls: pl.LazyFrame) -> pl.LazyFrame:
-    if profile.has_device:
+def _steps(
+    profile: Profile, calls: pl.DataFrame, comp: pl.DataFrame | None
+) -> pl.DataFrame | pl.LazyFrame:
+    """The steps table (:data:`STEP_COLUMNS`): a plan from the breakdown with device work, else
+    a frame of the host intervals' unions in each step window (``comp``: :func:`_calls`'
+    compute intervals)."""
+    if profile.has_device or comp is None:
         b = breakdown(profile, Options()).steps
         plan = b.lazy().select(
             "rank",
@@ -322,68 +357,151 @@ def _steps(profile: Profile, colls: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("device_idle_ns").alias("idle_ns"),
         )
         return _cast_to(plan, STEP_COLUMNS)  # (every column of the schema is above)
-    ev = profile.events
+    return _host_steps(profile, calls, comp)
+
+
+def _host_steps(profile: Profile, calls: pl.DataFrame, comp: pl.DataFrame) -> pl.DataFrame:
+    """Per step window (the profile's steps, else one per rank: its events' span, step -1) the
+    length of the union of the rank's compute intervals in it, of its collectives and of both.
+
+    A window's union of the intervals clipped to it is the union of the intervals intersected
+    with it: each rank's intervals merged once, then each window's share read off the running
+    sum of their lengths by binary search, in NumPy (the join of every interval with every
+    window, a union and a pivot were ~16 frame operations of fixed cost). Windows of one
+    (rank, step) count as one (their union), as the per-key union did; a window with a null
+    rank, step or bound, or none of its rank's intervals, has 0 of each. Intervals with a null
+    rank, start or duration count nowhere."""
     st = profile.steps
     if st.height:
-        win = st.select(
-            "rank",
-            "step",
-            pl.col("ts_ns").alias("w0"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("w1"),
-        )
+        rank, rank_ok = tree.int_values(st.get_column("rank"))
+        step, step_ok = tree.int_values(st.get_column("step"))
+        w0, w0_ok = tree.int_values(st.get_column("ts_ns"))
+        d, d_ok = tree.int_values(st.get_column("dur_ns"))
+        w1, w1_ok = w0 + d, w0_ok & d_ok
     else:
-        win = (
-            ev.group_by("rank")
-            .agg(
-                pl.col("ts_ns").min().alias("w0"),
-                (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("w1"),
+        rank, rank_ok, w0, w0_ok, w1, w1_ok = _event_spans(profile.events)
+        step, step_ok = np.full(len(rank), -1, dtype=np.int64), np.ones(len(rank), dtype=bool)
+    # (rank, step) as one int64 (two int32s): a key's figures are its windows' (a window of
+    # no length too, beside one of its key with a length)
+    keyed = rank_ok & step_ok
+    code = rank[keyed] * (1 << 32) + (step[keyed] + (1 << 31))
+    keys, key_of = np.unique(code, return_inverse=True)
+    live = (w0_ok & w1_ok & (w1 > w0))[keyed]  # the windows that can hold anything
+    g, a, b = _merged(key_of[live].astype(np.int64), w0[keyed][live], w1[keyed][live])
+    win_rank = keys[g] >> 32
+
+    def per_window(iv: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        got = np.zeros(len(rank), dtype=np.int64)
+        if len(g):
+            u = _merged(*iv)
+            per_key = np.zeros(len(keys), dtype=np.int64)
+            np.add.at(per_key, g, _below(u, win_rank, b) - _below(u, win_rank, a))
+            got[keyed] = per_key[key_of]
+        return got
+
+    ci, mi = _intervals(comp, "ts_ns"), _intervals(calls, "start_ns")
+    compute = per_window(ci)
+    comm = per_window(mi)
+    busy = per_window(tuple(np.concatenate(x) for x in zip(ci, mi, strict=True)))  # type: ignore[arg-type]
+    dur_ok = w0_ok & w1_ok
+    dur = w1 - w0
+    order = np.lexsort((step, step_ok, rank, rank_ok))  # nulls first, as Polars sorts
+    cols = (
+        ("rank", rank, rank_ok),
+        ("step", step, step_ok),
+        ("ts_ns", w0, w0_ok),
+        ("dur_ns", dur, dur_ok),
+        ("compute_ns", compute, None),
+        ("communication_ns", comm, None),
+        ("communication_not_overlapped_ns", busy - compute, None),
+        ("idle_ns", dur - busy, dur_ok),
+    )
+    return pl.DataFrame(
+        [
+            pl.Series(
+                c,
+                v[order] if ok is None else np.ma.masked_array(v[order], mask=~ok[order]),
+                dtype=STEP_COLUMNS[c],
             )
-            .with_columns(pl.lit(-1, pl.Int32).alias("step"))
-            .select("rank", "step", "w0", "w1")
-        )
-    comp = ev.filter(
-        (pl.col("kind") == "cpu_op")
-        & ~pl.col("name").str.contains(HOST_COLLECTIVE)
-        & ~pl.col("name").str.starts_with("c10d::")
-        & ~pl.col("name").str.contains("record_param_comms")
-    ).select("rank", "ts_ns", "dur_ns")
-    comm = colls.select("rank", pl.col("start_ns").alias("ts_ns"), "dur_ns").collect(
-        engine="in-memory"
+            for c, v, ok in cols
+        ]
     )
 
-    def clip(iv: pl.DataFrame, cls: str) -> pl.DataFrame:
-        j = iv.join(win, on="rank")
-        return j.filter(
-            (pl.col("ts_ns") < pl.col("w1")) & (pl.col("ts_ns") + pl.col("dur_ns") > pl.col("w0"))
-        ).select(
-            "rank",
-            "step",
-            pl.lit(cls).alias("cls"),
-            pl.max_horizontal("ts_ns", "w0").alias("start"),
-            pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), "w1").alias("end"),
-        )
 
-    c1, c2 = clip(comp, "compute"), clip(comm, "communication")
-    both = pl.concat([c1, c2]).with_columns(pl.lit("busy").alias("cls"))
-    u = union_ns(pl.concat([c1, c2, both]), ["rank", "step", "cls"])
-    piv = u.pivot(on="cls", index=["rank", "step"], values="union_ns") if u.height else None
-    out = win.with_columns((pl.col("w1") - pl.col("w0")).alias("dur_ns"))
-    if piv is not None:
-        out = out.join(piv, on=["rank", "step"], how="left")
-    for col in ("compute", "communication", "busy"):
-        if col not in out.columns:
-            out = out.with_columns(pl.lit(0, pl.Int64).alias(col))
-    out = out.with_columns(pl.col("compute", "communication", "busy").fill_null(0)).select(
-        "rank",
-        "step",
-        pl.col("w0").alias("ts_ns"),
-        "dur_ns",
-        pl.col("compute").alias("compute_ns"),
-        pl.col("communication").alias("communication_ns"),
-        (pl.col("busy") - pl.col("compute")).alias("communication_not_overlapped_ns"),
-        (pl.col("dur_ns") - pl.col("busy")).alias("idle_ns"),
-    )
-    return _cast_to(out.sort("rank", "step").lazy(), STEP_COLUMNS)  # (every column above)
+def _event_spans(
+    ev: pl.DataFrame,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per rank of ``ev`` (a null rank one too): (rank, rank valid, the least start, valid, the
+    greatest end, valid), each window's bounds over its events with them."""
+    r, r_ok = tree.int_values(ev.get_column("rank"))
+    ts, ts_ok = tree.int_values(ev.get_column("ts_ns"))
+    d, d_ok = tree.int_values(ev.get_column("dur_ns"))
+    ranks, inv = np.unique(r[r_ok], return_inverse=True)
+    n = len(ranks) + int(not r_ok.all())
+    grp = np.full(len(r), len(ranks), dtype=np.int64)  # the null rank last
+    grp[r_ok] = inv
+    big = np.iinfo(np.int64).max
+    lo, hi = np.full(n, big, dtype=np.int64), np.full(n, -big - 1, dtype=np.int64)
+    np.minimum.at(lo, grp[ts_ok], ts[ts_ok])
+    e_ok = ts_ok & d_ok
+    np.maximum.at(hi, grp[e_ok], ts[e_ok] + d[e_ok])
+    lo_ok, hi_ok = np.bincount(grp[ts_ok], minlength=n) > 0, np.bincount(grp[e_ok], minlength=n) > 0
+    rank = np.concatenate([ranks, np.zeros(n - len(ranks), dtype=np.int64)])
+    return rank, np.arange(n) < len(ranks), lo, lo_ok, hi, hi_ok
+
+
+def _intervals(df: pl.DataFrame, start: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, start, end) of the rows of ``df`` with a rank, a start and a duration."""
+    r, r_ok = tree.int_values(df.get_column("rank"))
+    s, s_ok = tree.int_values(df.get_column(start))
+    d, d_ok = tree.int_values(df.get_column("dur_ns"))
+    ok = r_ok & s_ok & d_ok
+    return r[ok], s[ok], s[ok] + d[ok]
+
+
+def _merged(
+    g: np.ndarray, s: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The union of the intervals [``s``, ``e``) per group ``g``: its disjoint segments (group,
+    start, end) sorted by group and start (touching intervals join)."""
+    if not len(s):
+        return g, s, e
+    order = np.lexsort((s, g))
+    g, s, e = g[order], s[order], e[order]
+    first = np.ones(len(s), dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    # the running maximum of the ends within each group, by one running maximum over all rows:
+    # each end as its rank among the ends, each group's ranks lifted above the group's before
+    # (exact integers, no restart per group)
+    vals, inv = np.unique(e, return_inverse=True)
+    lift = (np.cumsum(first) - 1) * len(vals)
+    reach = vals[np.maximum.accumulate(lift + inv) - lift]
+    new = first.copy()
+    new[1:] |= s[1:] > reach[:-1]
+    at = np.flatnonzero(new)
+    return g[at], s[at], np.maximum.reduceat(e, at)
+
+
+def _below(
+    u: tuple[np.ndarray, np.ndarray, np.ndarray], g: np.ndarray, x: np.ndarray
+) -> np.ndarray:
+    """Per query (``g``, ``x``): the length of group ``g``'s union ``u`` (:func:`_merged`)
+    before ``x``."""
+    ug, us, ue = u
+    if not len(us) or not len(x):
+        return np.zeros(len(x), dtype=np.int64)
+    # (group, time) pairs ordered as one int64 key: the group's rank among the groups, then
+    # the time's rank among the times
+    _, gi = np.unique(np.concatenate([ug, g]), return_inverse=True)
+    times, ti = np.unique(np.concatenate([us, x]), return_inverse=True)
+    key = gi * len(times) + ti
+    seg_key, q_key = key[: len(us)], key[len(us) :]
+    k = np.searchsorted(seg_key, q_key, side="right")  # segments up to the query's
+    lo = np.searchsorted(seg_key, gi[len(us) :] * len(times), side="left")  # its group's first
+    cum = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(ue - us)])
+    last = np.maximum(k - 1, 0)
+    inside = np.minimum(x, ue[last]) - us[last]  # of the last segment starting at or before x
+    return np.where(k > lo, cum[last] - cum[lo] + inside, 0)
 
 
 # --------------------------------------------------------------------------------- aggregate
