@@ -179,3 +179,126 @@ def test_optimizer_without_annotation_runs_no_query(
     prof = opscope.load(p, cache=False)
     (f,) = _check_loops(prof)
     assert f.evidence["calls"] == 20
+
+
+# shape-alignment's candidates -------------------------------------------------------------
+
+_ALIGN_TRACES = [
+    SHARED_TRACES / "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+    SHARED_TRACES / "gpu/tracelens_h100_bert_small.json.gz",
+    SHARED_TRACES / "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
+    CORPUS / "facebookresearch_tests_data_rank_non_gpu_rank_non_gpu.json.gz",
+    Path("/work/ascend_data/db/level0/rank0_ascend_pt"),  # kernels with their own shapes
+]
+
+
+def _old_candidates(profile: Profile) -> list[dict[str, Any]]:
+    """The plan shape-alignment ran before: a filter and a join with the costs (or the shaped
+    kernels), the attention spans' ops dropped, a group_by, the shapes table, a sort."""
+    from opscope.advise.rules import alignment as al
+    from opscope.advise.rules.fusion import in_attention_spans
+
+    kern = c.kernels_with(
+        profile,
+        "input_dims",
+        lambda: (
+            pl.col("name").str.contains(al._KERNEL_MM).fill_null(False)
+            | pl.col("name").str.contains(al._KERNEL_FA).fill_null(False)
+        ),
+    )
+    if kern.height:
+        src = kern.with_columns(pl.col("dur_ns").alias("cost_ns"), pl.lit(True).alias("dev"))
+    else:
+        src = (
+            profile.ops.filter(
+                pl.col("name").is_in([*al._HOST_MM, *al._HOST_CONV, *al._HOST_ATTN])
+                & pl.col("input_dims").is_not_null()
+            )
+            .join(c.op_cost(profile), on="id", how="left", maintain_order="left")
+            .with_columns(pl.lit(False).alias("dev"))
+        )
+        if src.height:
+            src = src.filter(~in_attention_spans(profile, src.get_column("id")))
+    if src.height == 0:
+        return []
+    g = src.group_by("name", "input_dims", "input_types", "dev").agg(
+        pl.len().alias("calls"),
+        pl.col("cost_ns").fill_null(0).sum(),
+        pl.col("id").sort().alias("ids"),
+    )
+    keys = ["cost_ns", "name", "input_dims", "input_types", "dev"]
+    out = c.shapes_table(g).sort(keys, descending=[k == "cost_ns" for k in keys], nulls_last=True)
+    return list(out.iter_rows(named=True))
+
+
+def _alignment_trace(path: Path) -> Path:
+    """Matmuls with null dtypes, null and repeated shapes, equal times (the order's ties), a
+    conv and an SDPA call, and a materialised attention span whose bmms are not candidates."""
+    ev: list[dict[str, Any]] = []
+    t = 0.0
+
+    def op(name: str, dims: Any, types: Any, dur: float = 10) -> None:
+        nonlocal t
+        args = {"Input Dims": dims} if dims is not None else {}
+        if types is not None:
+            args["Input type"] = types
+        ev.append(_x(name, t, dur, **args))
+        t += dur + 1
+
+    for _ in range(2):
+        op("aten::mm", [[100, 130], [130, 7]], ["float", "float"])
+        op("aten::mm", [[100, 130], [130, 7]], None)
+        op("aten::mm", [[9, 9], [9, 16]], ["float", "float"])
+        op("aten::mm", [[9, 9], [9, 9]], ["float", "float"])
+        op("aten::addmm", [[7], [100, 130], [130, 7]], ["float", "float", "float"], 30)
+        op("aten::mm", None, ["float", "float"])
+        op("aten::convolution", [[8, 3, 32, 32], [130, 3, 3, 3]], ["float", "float"], 20)
+        op("aten::scaled_dot_product_attention", [[2, 4, 200, 72]], ["float"], 5)
+        op("aten::bmm", [[8, 200, 72], [8, 72, 200]], ["float", "float"])
+        op("aten::softmax", [[8, 200, 200]], ["float"])
+        op("aten::bmm", [[8, 200, 200], [8, 200, 72]], ["float", "float"])
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return path
+
+
+def _check_candidates(prof: Profile) -> list[dict[str, Any]]:
+    from opscope.advise.rules.alignment import Alignment
+
+    want = _old_candidates(prof)
+    got = Alignment._candidates(prof)
+    assert got == want
+    return got
+
+
+def test_alignment_candidates_equal_the_group_by_plan_on_synthetic(tmp_path: Path) -> None:
+    prof = opscope.load(_alignment_trace(tmp_path / "align.json"), cache=False)
+    got = _check_candidates(prof)
+    names = [r["name"] for r in got]
+    # the attention span's bmms are fusion-attention's; the mm without shapes is no candidate
+    assert "aten::bmm" not in names and all(r["input_dims"] for r in got)
+    assert names[:3] == ["aten::addmm", "aten::convolution", "aten::mm"]
+    mm = [r for r in got if r["input_dims"] == "[[100,130],[130,7]]"]
+    # the same shape with and without dtypes: two candidates, the null dtypes last
+    assert [r["input_types"] for r in mm] == ['["float","float"]', None]
+    assert [r["calls"] for r in mm] == [2, 2] and mm[1]["dtypes"] == []
+
+
+@pytest.mark.parametrize("path", _ALIGN_TRACES, ids=lambda p: str(p)[-40:])
+def test_alignment_candidates_equal_the_group_by_plan_on_traces(path: Path) -> None:
+    if not path.exists():
+        pytest.skip(f"trace not found: {path}")
+    assert _check_candidates(opscope.load(path, cache=False))
+
+
+def test_alignment_candidates_run_one_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host ops' candidates: one query (the names' test) where the plan ran six."""
+    from opscope.advise.rules.alignment import Alignment
+
+    p = SHARED_TRACES / "multi_rank/hta_sampled_128rank_job/rank-0.json.gz"
+    if not p.exists():
+        pytest.skip(f"trace not found: {p}")
+    prof = opscope.load(p, cache=False)
+    c.op_cost(prof), fusion.attention_spans(prof)  # (memoised intermediates of other rules)
+    ran = count_queries(monkeypatch)
+    assert Alignment._candidates(prof)
+    assert len(ran) == 1

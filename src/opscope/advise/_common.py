@@ -743,16 +743,24 @@ def op_context(profile: Profile, rows: Any) -> list[pl.Series]:
     up = np.asarray(
         op_parent_positions(profile)[event_positions(profile, pl.Series(ids))], dtype=np.int64
     )
-    cost = op_cost(profile)
-    index: _Index = _memo("op_cost_index", profile, lambda: _Index.of(cost["id"]))
     # the parents' columns from the events, the costs from their table's column, each indexed
     # (a select of their gathers was a query)
     ev_ = profile.events
     return [
         gather(ev_.get_column("id"), up).alias("op_parent"),
         gather(ev_.get_column("name"), up).alias("parent_name"),
-        gather(cost.get_column("cost_ns"), np.asarray(index.find(ids), dtype=np.int64)),
+        op_costs_at(profile, rows),
     ]
+
+
+def op_costs_at(profile: Profile, rows: Any) -> pl.Series:
+    """``cost_ns`` (:func:`op_cost`) of the host ops at positions ``rows`` of ``profile.ops``,
+    null for an op without one: what a left join of those ops with :func:`op_cost` gives, by
+    position (no query)."""
+    ids = profile.ops.get_column("id").to_numpy()[rows]
+    cost = op_cost(profile)
+    index: _Index = _memo("op_cost_index", profile, lambda: _Index.of(cost["id"]))
+    return gather(cost.get_column("cost_ns"), np.asarray(index.find(ids), dtype=np.int64))
 
 
 def _null_at(at: Any) -> pl.Expr:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from opscope.advise import _common as c
@@ -68,12 +69,31 @@ def kernel_mkn(dims: list[list[int]]) -> tuple[int, int, int] | None:
     return None
 
 
+def candidate_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The candidates' order: by time, longest first, then by op name and shape text (nulls
+    last), a total order, so that the benchmarked shape and the findings' order do not depend
+    on the order the rows were grouped in."""
+    key: list[Any] = []
+    for k in ("cost_ns", "name", "input_dims", "input_types", "dev"):
+        v = r.get(k)
+        if k == "cost_ns":
+            key += [v is None, -v if v is not None else 0]
+        else:
+            key += [v is None, v if v is not None else ""]
+    return tuple(key)
+
+
 def candidate_order(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` (one row per op, shapes, dtypes) by time, longest first, then by op name and shape
-    text: a total order, so that the benchmarked shape and the findings' order do not depend on
-    how a group_by happened to order two shapes of equal time."""
-    keys = [k for k in ("cost_ns", "name", "input_dims", "input_types", "dev") if k in df.columns]
-    return df.sort(keys, descending=[k == "cost_ns" for k in keys], nulls_last=True)
+    """``df`` (one row per op, shapes, dtypes) in :func:`candidate_key`'s order."""
+    rows = sorted(df.iter_rows(named=True), key=candidate_key)
+    return pl.DataFrame(rows, schema=df.schema) if rows else df
+
+
+def _sorted(ids: list[Any]) -> list[Any]:
+    """``ids`` ascending, nulls first (a Polars sort's order)."""
+    if None not in ids:
+        return sorted(ids)
+    return [None] * ids.count(None) + sorted(i for i in ids if i is not None)
 
 
 class Alignment:
@@ -107,18 +127,23 @@ class Alignment:
         if no_ops(profile) and not c.present(profile.kernels.get_column("input_dims")):
             return []  # no shape on any kernel, no host op: no candidate (the queries find none)
         rows = self._candidates(profile)
-        if rows.height == 0:
+        if not rows:
             return []
         steps = c.step_info(profile)
         flagged: list[dict[str, Any]] = []
         aligned: list[dict[str, Any]] = []
-        for r in rows.iter_rows(named=True):  # one row per distinct (op, shapes, dtypes)
+        for r in rows:  # one row per distinct (op, shapes, dtypes)
             v = self._violations(target, r)
             r["flops"] = self._flops(r)
             if v:
                 flagged.append({**r, **v})
             elif r["flops"] and r["cost_ns"]:
                 aligned.append(r)
+        # each aligned row's position, by op name (a scan of every aligned row per flagged
+        # group was 0.4 ms on a rank with 30 findings)
+        by_name: dict[str, list[int]] = {}
+        for k, a in enumerate(aligned):
+            by_name.setdefault(a["name"], []).append(k)
         if not flagged:
             return []
         # the first id of each flagged group, from the rows (a frame built from these dicts only
@@ -140,7 +165,7 @@ class Alignment:
             dtype = rs[0]["dtype"]
             cap = "low" if target == "cpu" else "medium"
             bench = self._bench(rs, multiple)
-            saving_ns, how = self._estimate(rs, aligned, total_ns)
+            saving_ns, how = self._estimate(rs, aligned, by_name, total_ns)
             method = "peer-rate"
             if saving_ns <= 0 and target != "cpu":
                 saving_ns, how = self._from_bound(profile, results, rs, multiple, total_ns)
@@ -215,7 +240,10 @@ class Alignment:
 
     @staticmethod
     def _estimate(
-        rs: list[dict[str, Any]], aligned: list[dict[str, Any]], total_ns: float
+        rs: list[dict[str, Any]],
+        aligned: list[dict[str, Any]],
+        by_name: Mapping[str, list[int]],
+        total_ns: float,
     ) -> tuple[float, str]:
         """Saving if the flagged calls ran at the FLOP/s the same operator (same dtype, work
         within 8× per call) reaches on aligned shapes in this profile."""
@@ -225,11 +253,12 @@ class Alignment:
         per_call = flops / max(sum(r["calls"] for r in rs), 1)
         names = {r["name"] for r in rs}
         dtypes = {r["dtype"] for r in rs}
+        # the aligned rows of these ops, in their order (the sums below add in that order)
+        mine_at = sorted(k for n in names for k in by_name.get(n, ()))
         peers = [
             a
-            for a in aligned
-            if a["name"] in names
-            and ((a["dtypes"] or [None])[0] or "float32") in dtypes
+            for a in (aligned[k] for k in mine_at)
+            if ((a["dtypes"] or [None])[0] or "float32") in dtypes
             and per_call / 8 <= a["flops"] <= per_call * 8
         ]
         if not peers:
@@ -305,8 +334,12 @@ class Alignment:
         return None
 
     @staticmethod
-    def _candidates(profile: Profile) -> pl.DataFrame:
-        """Distinct (name, input_dims, input_types) of matmul-like work, with calls and cost."""
+    def _candidates(profile: Profile) -> list[dict[str, Any]]:
+        """Distinct (name, input_dims, input_types) of matmul-like work, with calls, cost, ids
+        (sorted) and the parsed dims and dtypes, in :func:`candidate_key`'s order.
+
+        Grouped in Python over the few hundred calls (a filter, a join with the costs, a
+        group_by, the shapes' joins and a sort were six queries, 2.5 ms on a 4.8k-event rank)."""
         kern = c.kernels_with(
             profile,
             "input_dims",
@@ -317,31 +350,53 @@ class Alignment:
         )
         if kern.height:
             # Ascend kernel rows carry their own shapes: the device's view is the truth.
-            src = kern.with_columns(pl.col("dur_ns").alias("cost_ns"), pl.lit(True).alias("dev"))
+            dev = True
+            src = [kern.get_column(x) for x in ("name", "input_dims", "input_types", "id")]
+            cost = kern.get_column("dur_ns")
         else:
-            src = (  # one query
-                profile.ops.lazy()
-                .filter(
-                    pl.col("name").is_in([*_HOST_MM, *_HOST_CONV, *_HOST_ATTN])
-                    & pl.col("input_dims").is_not_null()
-                )
-                .join(c.op_cost(profile).lazy(), on="id", how="left")
-                .with_columns(pl.lit(False).alias("dev"))
-                .collect(engine="in-memory")
-            )
-        if src.height and not kern.height:  # host ops (dev false on every row)
             from opscope.advise.rules.fusion import in_attention_spans
 
-            # fusion-attention claims the matmuls of a materialised attention span
-            src = src.filter(~in_attention_spans(profile, src.get_column("id")))
-        if src.height == 0:
-            return src
-        g = src.group_by("name", "input_dims", "input_types", "dev").agg(
-            pl.len().alias("calls"),
-            pl.col("cost_ns").fill_null(0).sum(),
-            pl.col("id").sort().alias("ids"),
-        )
-        return candidate_order(c.shapes_table(g))
+            dev = False
+            ops = profile.ops
+            names = [*_HOST_MM, *_HOST_CONV, *_HOST_ATTN]
+            at = np.flatnonzero(c.name_mask(profile, "ops", names=names))
+            dims = ops.get_column("input_dims")[at]
+            # (these rows' strings only: a Series' is_not_null is a query)
+            if dims.null_count():
+                at = at[np.array([d is not None for d in dims.to_list()], dtype=bool)]
+            if len(at):
+                # fusion-attention claims the matmuls of a materialised attention span
+                at = at[~in_attention_spans(profile, ops.get_column("id")[at]).to_numpy()]
+            src = [ops.get_column(x)[at] for x in ("name", "input_dims", "input_types", "id")]
+            cost = c.op_costs_at(profile, at)
+        groups: dict[tuple[Any, Any, Any], list[Any]] = {}
+        for name, dims, types, i, ns in zip(
+            *(s.to_list() for s in src), c._filled(cost, 0).tolist(), strict=True
+        ):
+            g = groups.get((name, dims, types))
+            if g is None:
+                groups[(name, dims, types)] = [ns, [i]]
+            else:
+                g[0] += ns
+                g[1].append(i)
+        # each distinct dtypes text parsed once (the rows share it: read only)
+        types_of = {t: c.parse_types(t) for t in {k[2] for k in groups}}
+        rows = [
+            {
+                "name": name,
+                "input_dims": dims,
+                "input_types": types,
+                "dev": dev,
+                "calls": len(ids),
+                "cost_ns": ns,
+                "ids": _sorted(ids),
+                # (cached parses, shared: read only)
+                "dims": c.parse_dims(dims),
+                "dtypes": types_of[types],
+            }
+            for (name, dims, types), (ns, ids) in groups.items()
+        ]
+        return sorted(rows, key=candidate_key)
 
     def _violations(self, target: str, r: dict[str, Any]) -> dict[str, Any] | None:
         dims: list[list[int]] = r["dims"] or []
