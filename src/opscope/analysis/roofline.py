@@ -231,7 +231,7 @@ def _owners(
     )
 
 
-def _masked(values: npt.NDArray[np.int64], null: npt.NDArray[np.bool_], dtype: Any) -> pl.Series:
+def _masked(values: npt.NDArray[Any], null: npt.NDArray[np.bool_], dtype: Any) -> pl.Series:
     """``values`` as a Series of ``dtype``, null where ``null``."""
     return pl.Series(np.ma.masked_array(values, mask=null), dtype=dtype)
 
@@ -280,95 +280,238 @@ def _with_direct_descendant(
     return pl.Series("below", below)
 
 
-def _peak_columns(spec: DeviceSpec | None) -> tuple[pl.Expr, pl.Expr]:
+_F64 = npt.NDArray[np.float64]
+_Bools = npt.NDArray[np.bool_]
+#: (peak_flops, valid, peak_tf32, valid) per row: :func:`_peaks`.
+_Peaks = tuple[_F64, _Bools, _F64, _Bools]
+
+
+def _peaks(df: pl.DataFrame, spec: DeviceSpec | None) -> _Peaks:
     """``peak_flops`` (:meth:`DeviceSpec.peak` of each row's dtype and roof) and ``peak_tf32``
-    (the TF32 matrix peak on fp32 matrix rows), as expressions over the rows' columns.
+    (the TF32 matrix peak on fp32 matrix rows), each with its valid mask.
 
     The peak of every dtype the device's tables can answer for, by the roof's branch of
-    :meth:`DeviceSpec.peak` (``"matrix"``, else the vector units): any other dtype reads None
-    there too. A join with a table of the rows' distinct (dtype, roof) pairs gave the same
-    values, but finding the pairs first was a query of its own (or a Python pass over every
-    row), of fixed cost on every profile with costed ops."""
+    :meth:`DeviceSpec.peak` (``"matrix"``, else the vector units; a null roof is not
+    ``"matrix"``): any other dtype, an empty or null one, has none. Looked up by the dtype's
+    code in an Enum of those dtypes (one select: a cast and its codes; expressions mapping the
+    strings were a hash join each, ~1.7 ms on a 75k-event trace's 9k calls)."""
+    n = df.height
     if spec is None:
-        none = pl.lit(None, dtype=pl.Float64)
-        return none.alias("peak_flops"), none.alias("peak_tf32")
+        none = np.zeros(n, dtype=np.float64)
+        return none, np.zeros(n, dtype=bool), none, np.zeros(n, dtype=bool)
     # (the fallbacks of DeviceSpec.peak among the keys: tf32 on matrix units, fp16/bf16 on
-    # vector units; a null or empty dtype has no peak, as `spec.peak(dt, roof) if dt`)
+    # vector units)
     matrix = {d: spec.peak(d, "matrix") for d in (*spec.matrix, "tf32")}
     vector = {d: spec.peak(d, "vector") for d in (*spec.vector, "fp16", "bf16")}
-    dtype = pl.col("dtype")
-    on_matrix = pl.col("roof") == "matrix"
-    peak = (
-        pl.when(on_matrix)
-        .then(dtype.replace_strict(matrix, default=None, return_dtype=pl.Float64))
-        .otherwise(dtype.replace_strict(vector, default=None, return_dtype=pl.Float64))
-    )
-    tf32 = pl.when(on_matrix & (dtype == "fp32")).then(
-        pl.lit(spec.peak("tf32", "matrix"), dtype=pl.Float64)
-    )
-    return peak.alias("peak_flops"), tf32.alias("peak_tf32")
+    names = sorted({*matrix, *vector, "fp32"})
+    codes = df.select(pl.col("dtype").cast(pl.Enum(names), strict=False).to_physical())
+    code, known = int_values(codes.to_series())  # (a dtype of no name there: null)
+    on_matrix, _ = _flags(df.get_column("roof") == "matrix")
+
+    def table(peaks: dict[str, float | None]) -> tuple[_F64, _Bools]:
+        got = [peaks.get(d) for d in names]
+        return (
+            np.array([0.0 if v is None else float(v) for v in got], dtype=np.float64),
+            np.array([v is not None for v in got], dtype=bool),
+        )
+
+    (m_peak, m_ok), (v_peak, v_ok) = table(matrix), table(vector)
+    peak = np.where(on_matrix, m_peak[code], v_peak[code])
+    ok = known & np.where(on_matrix, m_ok[code], v_ok[code])
+    tf32 = spec.peak("tf32", "matrix")
+    tf32_ok = on_matrix & known & (code == names.index("fp32")) & (tf32 is not None)
+    return peak, ok, np.full(n, 0.0 if tf32 is None else float(tf32)), tf32_ok
+
+
+def _ge(a: _F64, b: _F64) -> _Bools:
+    """``a >= b`` as Polars compares floats: NaN is the greatest value, equal to itself."""
+    out: _Bools = (a >= b) | np.isnan(a)
+    return out
+
+
+def _gt(a: _F64, b: _F64) -> _Bools:
+    """``a > b`` as Polars compares floats (NaN greater than any number, not than NaN)."""
+    out: _Bools = (a > b) | (np.isnan(a) & ~np.isnan(b))
+    return out
+
+
+def _floats(s: pl.Series) -> tuple[_F64, _Bools]:
+    """(values as float64, valid) of an integer column: Polars' cast of each value."""
+    v, ok = int_values(s)
+    return v.astype(np.float64), ok
+
+
+def _flags(s: pl.Series) -> tuple[_Bools, _Bools]:
+    """(true, valid) of a Boolean Series, without a query (NumPy's copy of one with nulls is
+    an object array of True, False and None)."""
+    if s.null_count() == 0:
+        v: _Bools = s.to_numpy().astype(bool, copy=False)
+        return v, np.ones(len(s), dtype=bool)
+    obj = s.to_numpy()
+    true: _Bools = np.equal(obj, True)
+    return true, true | np.equal(obj, False)
+
+
+def _by_literal(x: _F64, lit: Any, divide: bool) -> _F64:
+    """``x`` divided by the literal ``lit`` as Polars' kernel for a column and a scalar
+    computes it: a product with ``1 / lit`` (not always the same float as the division), or
+    the true division where ``divide`` (a one-row frame; a literal made a column)."""
+    out: _F64 = x / lit if divide else x * (np.float64(1.0) / np.float64(lit))
+    return out
+
+
+def _figures(
+    df: pl.DataFrame,
+    spec: DeviceSpec | None,
+    peaks: _Peaks,
+    rates: tuple[tuple[_F64, _Bools], tuple[_F64, _Bools]] | None = None,
+) -> list[pl.Series]:
+    """The columns of :data:`_METRIC_SCHEMA` for rows with ``flops``/``bytes``/``time_ns``/
+    ``calls``/``roof`` (Polars' expressions, evaluated in NumPy: no query).
+
+    Rates divide ``rates`` (the flops and bytes of the timed calls, with their valid masks;
+    default the rows' flops and bytes) by ``time_ns``. Each figure is the float the
+    expressions they replace gave (``tests/test_roofline_figures.py`` keeps them): the same
+    operations in the same order on float64, a null wherever an operand is null, ``when``
+    taking a null condition as false, comparisons ordering NaN (0 flops over 0 bytes) above
+    every number."""
+    f, f_ok = _floats(df.get_column("flops"))
+    b, b_ok = _floats(df.get_column("bytes"))
+    t, t_ok = _floats(df.get_column("time_ns"))
+    c, c_ok = _floats(df.get_column("calls"))
+    (rf, rf_ok), (rb, rb_ok) = rates if rates is not None else ((f, f_ok), (b, b_ok))
+    peak, p_ok, tf32, t32_ok = peaks
+    bw = spec.mem_bw if spec is not None else None
+    bw_ok = bw is not None
+    timed = t_ok & (t > 0)
+    # Polars divides a column by a literal (the constants, the bandwidth) as a product with
+    # the literal's inverse, unless the frame has one row; and the bandwidth branch of the
+    # figures' nested when is a true division unless every row is timed and none is on the
+    # compute side (the literal there a column of the frame). Not always the same float:
+    # written as Polars runs it (see _by_literal)
+    one = df.height == 1
+    bw_v = np.float64(bw if bw is not None else np.nan)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        secs = _by_literal(t, 1e9, one)
+        intensity = f / b
+        tflops = _by_literal(rf / secs, 1e12, one)
+        tf_ok = rf_ok & timed
+        gbps = _by_literal(rb / secs, 1e9, one)
+        gb_ok = rb_ok & timed
+        # fp32 matmul/conv beyond the fp32 roof ran on TF32 tensor cores (cuDNN's default for
+        # convolutions, torch.backends.cuda.matmul.allow_tf32 for matmul): use the TF32 roof
+        tf32_roof = t32_ok & tf_ok & p_ok & _gt(tflops * 1e12, peak)
+        peak = np.where(tf32_roof, tf32, peak)
+        p_ok = p_ok | tf32_roof
+        # at or right of the ridge point the compute roof applies, left of it the bandwidth
+        # roof (the roof a null: neither)
+        memory, roof_ok = _flags(df.get_column("roof") == "memory")
+        ridge = _by_literal(peak, bw_v, one)
+        compute_side = roof_ok & ~memory & f_ok & b_ok & p_ok & bw_ok & _ge(intensity, ridge)
+        scalar_bw = not one and bool(timed.all()) and not compute_side.any()
+        bandwidth_pct = _by_literal(gbps * 1e9, bw_v, not scalar_bw) * 100
+        pct = np.where(compute_side, tflops * 1e12 / peak * 100, bandwidth_pct)
+        pct_ok = timed & np.where(compute_side, tf_ok & p_ok, gb_ok & bw_ok)
+        per_call = t / c
+    bound = np.full(df.height, "memory", dtype=object)
+    bound[compute_side] = "compute"
+    bound[pct_ok & (pct < LATENCY_PCT)] = "latency"  # (a NaN is not below: as Polars)
+    bound[~pct_ok] = None
+    bound[t_ok & c_ok & (per_call < LATENCY_NS)] = "latency"
+    return [
+        _masked(peak, ~p_ok, pl.Float64).alias("peak_flops"),
+        _masked(intensity, ~(f_ok & b_ok), pl.Float64).alias("intensity"),
+        _masked(tflops, ~tf_ok, pl.Float64).alias("achieved_tflops"),
+        _masked(gbps, ~gb_ok, pl.Float64).alias("achieved_gbps"),
+        _masked(pct, ~pct_ok, pl.Float64).alias("pct_of_peak"),
+        pl.Series("bound", bound.tolist(), dtype=pl.String),
+    ]
 
 
 def _metrics(
-    df: FrameT,
+    df: pl.DataFrame,
     spec: DeviceSpec | None,
     rate_flops: str = "flops",
     rate_bytes: str = "bytes",
-) -> FrameT:
-    """Add intensity, achieved rates, % of peak and bound to rows with flops/bytes/time_ns.
+) -> pl.DataFrame:
+    """Add intensity, achieved rates, % of peak and bound to rows with flops/bytes/time_ns
+    (:func:`_figures`; the peaks one select).
 
     Rates divide ``rate_flops`` / ``rate_bytes`` (the work of the timed calls) by ``time_ns``.
     """
-    bw = spec.mem_bw if spec is not None else None
-    secs = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns").cast(pl.Float64) / 1e9)
-    df = df.with_columns(*_peak_columns(spec)).with_columns(
-        (pl.col("flops") / pl.col("bytes")).alias("intensity"),
-        (pl.col(rate_flops) / secs / 1e12).alias("achieved_tflops"),
-        (pl.col(rate_bytes) / secs / 1e9).alias("achieved_gbps"),
-        pl.lit(bw, dtype=pl.Float64).alias("peak_bw"),
+    rates = (_floats(df.get_column(rate_flops)), _floats(df.get_column(rate_bytes)))
+    return df.hstack(_figures(df, spec, _peaks(df, spec), rates))
+
+
+def _order(time_ns: npt.NDArray[np.int64], timed: _Bools, *keys: pl.Series) -> Any:
+    """The positions of rows sorted by ``time_ns`` descending (untimed rows last), then
+    ``keys`` ascending, nulls last in each (strings by code point: UTF-8's byte order,
+    Polars'). In Python over the rows (groups: a few hundred), not a sort query of fixed
+    cost; rows equal in every key (none: the groups' keys are distinct) keep their order."""
+    cols: list[list[Any]] = [(~timed).tolist(), (-time_ns).tolist()]
+    for k in keys:
+        v = k.to_list()
+        cols += ([x is None for x in v], ["" if x is None else x for x in v])
+    rows = list(zip(*cols, strict=True))
+    return np.array(sorted(range(len(rows)), key=rows.__getitem__), dtype=np.int64)
+
+
+def _sums(group: npt.NDArray[np.int64], n: int, values: npt.NDArray[np.int64]) -> Any:
+    """Each group's sum of the int64 ``values`` (exact: no float weights)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, group, values)
+    return out
+
+
+def _groups(calls: pl.DataFrame, spec: DeviceSpec | None, peaks: _Peaks) -> pl.DataFrame:
+    """The calls per :data:`_GROUP` (nulls a key of their own), sorted by time (descending)
+    and then the key: the counts and sums (a null flops or bytes adds 0; torch flops and time
+    null where no call has one), each key's first call's formula, dtype, roof, time source
+    and peaks, the figures (:func:`_figures`) of the timed calls' work. One window query, the
+    rest in NumPy and Python (a group-by, a sort and the figures' expressions were a query of
+    ~1 ms)."""
+    # each call's group as the position of its group's first call (one window query: a
+    # Python dict of the keys was ~2 ms on the 9k calls of a 75k-event trace)
+    at = pl.Series("_at", np.arange(calls.height, dtype=np.int64))
+    first_of = calls.hstack([at]).select(pl.col("_at").first().over(_GROUP)).to_series()
+    first, group = np.unique(first_of.to_numpy(), return_inverse=True)
+    group = group.reshape(-1)
+    n = len(first)
+    flops, _ = int_values(calls.get_column("flops"))
+    nbytes, _ = int_values(calls.get_column("bytes"))
+    torch, torch_ok = int_values(calls.get_column("torch_flops"))
+    time_ns, time_ok = int_values(calls.get_column("time_ns"))
+    kernels, _ = int_values(calls.get_column("kernels"))
+    any_torch = np.zeros(n, dtype=bool)
+    any_torch[group[torch_ok]] = True
+    any_time = np.zeros(n, dtype=bool)
+    any_time[group[time_ok]] = True
+    time_sum = _sums(group, n, time_ns)
+    keys = [calls.get_column(c)[first] for c in _GROUP]
+    # ties broken by the group's key: the same trace gives the same table order on any machine
+    order = _order(np.where(any_time, time_sum, 0), any_time, *keys)
+    at = first[order]  # each group's first call, in the table's order
+    g = pl.DataFrame(
+        [
+            *(k[order] for k in keys),
+            pl.Series("calls", np.bincount(group, minlength=n)[order], dtype=pl.UInt32),
+            pl.Series("flops", _sums(group, n, flops)[order], dtype=pl.Int64),
+            pl.Series("bytes", _sums(group, n, nbytes)[order], dtype=pl.Int64),
+            _masked(_sums(group, n, torch)[order], ~any_torch[order], pl.Int64).alias(
+                "torch_flops"
+            ),
+            _masked(time_sum[order], ~any_time[order], pl.Int64).alias("time_ns"),
+            pl.Series("kernels", _sums(group, n, kernels)[order], dtype=pl.UInt32),
+            *(calls.get_column(c)[at] for c in ("formula", "dtype", "roof", "time_source")),
+        ]
     )
-    # fp32 matmul/conv beyond the fp32 roof ran on TF32 tensor cores (cuDNN's default for
-    # convolutions, torch.backends.cuda.matmul.allow_tf32 for matmul): use the TF32 roof
-    df = df.with_columns(
-        pl.when(
-            pl.col("peak_tf32").is_not_null()
-            & (pl.col("achieved_tflops") * 1e12 > pl.col("peak_flops"))
-        )
-        .then(pl.col("peak_tf32"))
-        .otherwise(pl.col("peak_flops"))
-        .alias("peak_flops")
+    ones = np.ones(n, dtype=bool)
+    rates = (
+        (_sums(group, n, np.where(time_ok, flops, 0))[order].astype(np.float64), ones),
+        (_sums(group, n, np.where(time_ok, nbytes, 0))[order].astype(np.float64), ones),
     )
-    # at or right of the ridge point the compute roof applies, left of it the bandwidth roof
-    compute_side = (pl.col("roof") != "memory") & (
-        pl.col("intensity") >= pl.col("peak_flops") / pl.col("peak_bw")
-    )
-    pct = (
-        pl.when(compute_side)
-        .then(pl.col("achieved_tflops") * 1e12 / pl.col("peak_flops") * 100)
-        .otherwise(pl.col("achieved_gbps") * 1e9 / pl.col("peak_bw") * 100)
-    )
-    df = df.with_columns(
-        pl.when(pl.col("time_ns") > 0).then(pct).otherwise(None).alias("pct_of_peak"),
-        compute_side.alias("_compute_side"),
-    )
-    per_call = pl.col("time_ns") / pl.col("calls").cast(pl.Float64)
-    bound = (
-        pl.when(per_call < LATENCY_NS)
-        .then(pl.lit("latency"))
-        .when(pl.col("pct_of_peak").is_null())
-        .then(pl.lit(None, dtype=pl.String))
-        .when(pl.col("pct_of_peak") < LATENCY_PCT)
-        .then(pl.lit("latency"))
-        .when(pl.col("_compute_side"))
-        .then(pl.lit("compute"))
-        .otherwise(pl.lit("memory"))
-    )
-    # the bound added and the helper columns dropped in one query (a drop is a query of its
-    # own; each is a fixed cost per call). Every figure is computed from the columns as
-    # before: inlining them into fewer queries changed last digits (Polars folds literals)
-    gone = ("peak_tf32", "_compute_side", "peak_bw")
-    names = df.collect_schema().names() if isinstance(df, pl.LazyFrame) else df.columns
-    return df.select(*(c for c in names if c not in gone), bound.alias("bound"))
+    peak, p_ok, tf32, t32_ok = peaks
+    return g.hstack(_figures(g, spec, (peak[at], p_ok[at], tf32[at], t32_ok[at]), rates))
 
 
 def _pmu(profile: Profile, kernels: FrameT, key: str) -> FrameT | None:
@@ -452,8 +595,6 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
         below = _with_direct_descendant(ops, pl.Series(direct), par).to_numpy()
         costed = direct | (derived & ~below)
     owner_at = _owner_positions(ops, pl.Series(costed), par)
-    # from here two plans, the calls and the groups, each collected once (each eager step was
-    # a query of fixed cost: ~34 per report on an op-bearing Ascend export)
     # from the profile's cached device work (LOCAL_WORK is part of it: the same rows in the
     # same order as filtering every event again)
     dev = profile.kernels
@@ -482,66 +623,36 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     np.add.at(torch, owner_at[counted], flops_v[counted])
     any_flops = np.zeros(n, dtype=bool)
     any_flops[owner_at[counted]] = True
+    # the calls (the ops that own themselves) and their groups in NumPy, from the ops'
+    # columns indexed by position: the plans (a filter, a group-by, a sort and the figures'
+    # expressions) were two queries of ~1 ms each, a fixed cost on every profile
     rows = np.flatnonzero(owner_at == np.arange(n))
-    calls_plan = (
-        ops.lazy()
-        .filter(pl.lit(pl.Series(owner_at == np.arange(n))))
-        .with_columns(
-            # null where the call has no kernel (no row of the left join)
-            pl.lit(_masked(device_ns[rows], kernels[rows] == 0, pl.Int64)).alias("device_ns"),
-            pl.lit(_masked(torch[rows], ~any_flops[rows], pl.Int64)).alias("torch_flops"),
-        )
-        .with_columns(
-            pl.when(pl.col("device_ns").is_not_null())
-            .then(pl.lit("device"))
-            .when(pl.lit(has_device))
-            .then(pl.lit("none"))
-            .otherwise(pl.lit("host"))
-            .alias("time_source"),
-            # on a device profile an op without kernels did no device work (a no-op, a
-            # pass-through, or host tensors): its host time says nothing about throughput
-            pl.when(pl.col("device_ns").is_not_null())
-            .then(pl.col("device_ns"))
-            .when(pl.lit(has_device))
-            .then(None)
-            .otherwise(pl.col("dur_ns"))
-            .alias("time_ns"),
-            pl.lit(pl.Series(kernels[rows], dtype=pl.UInt32)).alias("kernels"),
-            pl.lit(1, dtype=pl.UInt32).alias("calls"),
-        )
-        .select(
-            "id", "rank", "step", "name", "input_dims", "input_types", "module",
-            pl.col("our_flops").alias("flops"), pl.col("our_bytes").alias("bytes"),
-            "torch_flops", "formula", "dtype", "roof", "time_ns", "time_source", "kernels",
-            "calls", "is_backward",
-        )
-    )  # fmt: skip
-    calls = _metrics(calls_plan, spec).collect(engine="in-memory")
-    groups = (
-        calls.lazy()
-        .group_by(list(_GROUP), maintain_order=True)
-        .agg(
-            pl.len().cast(pl.UInt32).alias("calls"),
-            pl.col("flops").sum().alias("flops"),
-            pl.col("bytes").sum().alias("bytes"),
-            pl.when(pl.col("torch_flops").is_not_null().any())
-            .then(pl.col("torch_flops").sum())
-            .otherwise(None)
-            .alias("torch_flops"),
-            pl.when(pl.col("time_ns").is_not_null().any())
-            .then(pl.col("time_ns").sum())
-            .otherwise(None)
-            .alias("time_ns"),
-            pl.col("kernels").sum().alias("kernels"),
-            pl.col("formula").first(),
-            pl.col("dtype").first(),
-            pl.col("roof").first(),
-            pl.col("time_source").first(),
-            pl.col("flops").filter(pl.col("time_ns").is_not_null()).sum().alias("_flops_t"),
-            pl.col("bytes").filter(pl.col("time_ns").is_not_null()).sum().alias("_bytes_t"),
-        )
+    dev_ok = kernels[rows] > 0  # (a call without kernels: no row of the joins, null)
+    dur, dur_ok = int_values(ops.get_column("dur_ns"))
+    # on a device profile an op without kernels did no device work (a no-op, a pass-through,
+    # or host tensors): its host time says nothing about throughput
+    time_ok = dev_ok | (not has_device and dur_ok[rows])
+    source = np.where(dev_ok, "device", "none" if has_device else "host")
+    picked = {c: ops.get_column(c)[rows] for c in ("id", "rank", "step", *_GROUP, "module")}
+    calls = pl.DataFrame(
+        [
+            *picked.values(),
+            ops.get_column("our_flops")[rows].alias("flops"),
+            ops.get_column("our_bytes")[rows].alias("bytes"),
+            _masked(torch[rows], ~any_flops[rows], pl.Int64).alias("torch_flops"),
+            *(ops.get_column(c)[rows] for c in ("formula", "dtype", "roof")),
+            _masked(np.where(dev_ok, device_ns[rows], dur[rows]), ~time_ok, pl.Int64).alias(
+                "time_ns"
+            ),
+            pl.Series("time_source", source.tolist(), dtype=pl.String),
+            pl.Series("kernels", kernels[rows], dtype=pl.UInt32),
+            pl.Series("calls", np.ones(len(rows), dtype=np.uint32), dtype=pl.UInt32),
+            ops.get_column("is_backward")[rows],
+        ]
     )
-    groups = _metrics(groups, spec, "_flops_t", "_bytes_t").drop("_flops_t", "_bytes_t")
+    peaks = _peaks(calls, spec)
+    groups = _groups(calls, spec, peaks)
+    calls = calls.hstack(_figures(calls, spec, peaks))
     pmu = None
     if _pmu_wide(profile) is not None:
         # the kernels of owned ops with their owner's id (the owners as a column: the ops'
@@ -573,15 +684,15 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
         agg = per_group.group_by(list(_GROUP)).agg(
             [((pl.col(m) * w).sum() / w.sum()).alias(m) for m in present]
         )
-        groups = groups.join(agg, on=list(_GROUP), how="left", nulls_equal=True)
-    # ties broken by the group's key: the same trace gives the same table order on any machine
-    groups_out = groups.sort(
-        ["time_ns", *_GROUP], descending=[True, False, False, False], nulls_last=True
-    ).collect(engine="in-memory")
+        groups = (
+            groups.lazy()
+            .join(agg, on=list(_GROUP), how="left", nulls_equal=True, maintain_order="left")
+            .collect(engine="in-memory")
+        )
     kernel_groups = _ascend_kernels(profile, spec)
     return RooflineResult(
         calls=calls,
-        groups=groups_out,
+        groups=groups,
         kernel_groups=kernel_groups,
         device=dev_name,
         peaks_note=note if spec is not None else f"{NO_PEAK} ({note})",
@@ -673,25 +784,33 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     )
     if k.height == 0:
         return empty
-    # the groups one plan, collected once
+    # the groups one query, their figures in NumPy
     lk = k.lazy()
-    g = lk.with_columns(pl.col("op_type").alias("kname"))
-    g = g.group_by("kname", "input_dims", "input_types", maintain_order=True).agg(
-        pl.len().cast(pl.UInt32).alias("calls"),
-        pl.col("flops_model").sum().alias("flops"),
-        pl.col("bytes_model").sum().alias("bytes"),
-        pl.col("dur_ns").sum().alias("time_ns"),
-        pl.col("formula").first(),
-        pl.col("dtype").first(),
-        pl.col("roof").first(),
+    g = (
+        lk.group_by("op_type", "input_dims", "input_types", maintain_order=True)
+        .agg(
+            pl.len().cast(pl.UInt32).alias("calls"),
+            pl.col("flops_model").sum().alias("flops"),
+            pl.col("bytes_model").sum().alias("bytes"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+            pl.col("formula").first(),
+            pl.col("dtype").first(),
+            pl.col("roof").first(),
+        )
+        .rename({"op_type": "name"})
+        .collect(engine="in-memory")
     )
-    g = _metrics(g.rename({"kname": "name"}), spec)
+    g = _metrics(g, spec)
     pmu = _pmu(profile, lk.with_columns(pl.concat_str("op_type", "input_dims").alias("gk")), "gk")
     if pmu is not None:
-        g = g.with_columns(pl.concat_str("name", "input_dims").alias("gk")).join(
-            pmu, on="gk", how="left"
+        g = (
+            g.lazy()
+            .with_columns(pl.concat_str("name", "input_dims").alias("gk"))
+            .join(pmu, on="gk", how="left", maintain_order="left")
+            .drop("gk")
+            .collect(engine="in-memory")
         )
-        g = g.drop("gk")
-    return g.sort(
-        ["time_ns", "name", "input_dims"], descending=[True, False, False], nulls_last=True
-    ).collect(engine="in-memory")
+    at = _order(
+        *int_values(g.get_column("time_ns")), g.get_column("name"), g.get_column("input_dims")
+    )
+    return pl.DataFrame([c[at] for c in g.get_columns()])
