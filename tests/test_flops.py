@@ -533,3 +533,27 @@ def test_op_costs_decodes_each_input_type_once(monkeypatch: pytest.MonkeyPatch) 
     assert got.select("flops", "bytes", "formula", "dtype", "roof").rows() == [
         tuple(c) for c in want
     ]
+
+
+def test_rule_once_per_name_matches_has_formula_and_reads_concrete_only_where_needed() -> None:
+    """The formula chosen once per name (flops._rule) exists exactly for the names
+    has_formula accepts; the concrete inputs are decoded only by the formulas reading them
+    (a matmul costs the same whatever that text holds, eval-mode dropout reads it)."""
+    from opscope.analysis import flops
+
+    names = [
+        *(f"aten::{b}" for b in sorted(flops._FORMULA_NAMES)),
+        *(f"aten::{b}.Tensor" for b in sorted(flops._ELEMENTWISE)),
+        *(f"aten::{b}_" for b in sorted(flops._ELEMENTWISE)),
+        "aten::view", "aten::as_strided", "MmBackward0", "npu::npu_rms_norm", "x", "",
+    ]  # fmt: skip
+    for n in names:
+        assert (flops._rule(n) is not None) == flops.has_formula(n), n
+    dims, types = "[[4,8],[8,2]]", '["float","float"]'
+    mm = flops.cost("aten::mm", dims, types, None)
+    assert mm.flops == 2 * 4 * 2 * 8
+    for text in ("", "[", '["", ""]', "not json"):
+        assert flops.cost("aten::mm", dims, types, text) == mm
+    drop = ("aten::dropout", "[[4,8],[],[]]", '["float","Scalar","Scalar"]')
+    assert flops.cost(*drop, '["", "0.1", "False"]') == flops.UNKNOWN
+    assert flops.cost(*drop, '["", "0.1", "True"]').formula == "elementwise: 2 x numel"

@@ -847,48 +847,66 @@ def cost(name: str, input_dims: str | None, input_types: str | None, concrete: s
     table. Autograd node names (``MmBackward0``) have no formula here: their cost comes from the
     forward op (see :func:`op_costs`).
     """
-    return _cost(name, _decode(input_dims), _infos(_decode(input_types)), _decode(concrete))
+    return _cost(name, _decode(input_dims), _infos(_decode(input_types)), concrete)
 
 
-def _cost(name: str, dims: Any, infos: list[tuple[int, str] | None], cin: Any) -> Cost:
-    """:func:`cost` of the decoded arguments (their dtypes as :func:`_infos` gives them)."""
-    b = base_name(name)
+#: A formula of the decoded tensors and the "Concrete Inputs" text (decoded by the formulas
+#: that read it).
+_Rule = Callable[[list[_Tensor | None], str | None], Cost]
+
+
+def _cost(name: str, dims: Any, infos: list[tuple[int, str] | None], concrete: str | None) -> Cost:
+    """:func:`cost` of the decoded dims and dtypes (as :func:`_infos` gives them)."""
+    rule = _rule(name)
+    if rule is None:
+        return UNKNOWN
     ts = _tensors_of(dims, infos)
     if not ts:
         return UNKNOWN
+    return rule(ts, concrete)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _rule(name: str) -> _Rule | None:
+    """The formula for operator ``name``, None when it has none (UNKNOWN for any arguments):
+    chosen once per name (its base name and a dozen family tests were most of a distinct
+    call's dispatch), the concrete inputs decoded only by the formulas that read them."""
+    b = base_name(name)
     if b in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "npu_linear"):
-        return _matmul(ts, b)
+        return lambda ts, c: _matmul(ts, b)
     if b == "_addmm_activation":
-        return _matmul(ts, b)
+        return lambda ts, c: _matmul(ts, b)
     if b in _CONV_FORWARD:
-        return _conv(ts, cin, b)
+        return lambda ts, c: _conv(ts, _decode(c), b)
     if b in ("convolution_backward", "npu_convolution_backward"):
-        return _conv_backward(ts, cin)
+        return lambda ts, c: _conv_backward(ts, _decode(c))
     if b in _ATTENTION:
-        return _attention(ts, cin, b, backward=False)
+        return lambda ts, c: _attention(ts, _decode(c), b, backward=False)
     if b in _ATTENTION_BACKWARD:
-        return _attention(ts, cin, b, backward=True)
+        return lambda ts, c: _attention(ts, _decode(c), b, backward=True)
     if b in ("npu_fusion_attention", "npu_fusion_attention_grad"):
-        return _npu_fusion_attention(ts, cin, backward=b.endswith("_grad"))
+        grad = b.endswith("_grad")
+        return lambda ts, c: _npu_fusion_attention(ts, _decode(c), backward=grad)
     if b in ("_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax"):
-        return _softmax(ts, b)
+        return lambda ts, c: _softmax(ts, b)
     if b in ("_softmax_backward_data", "_log_softmax_backward_data"):
-        return _softmax(ts, b)
+        return lambda ts, c: _softmax(ts, b)
     if b in _NORMS or b in _NORM_BACKWARD:
-        return _norm(ts, b)
+        return lambda ts, c: _norm(ts, b)
     if b in _REDUCTIONS:
-        return _reduction(ts, cin, b)
+        return lambda ts, c: _reduction(ts, _decode(c), b)
     if b in _GATHERS:
-        return _gather(ts, b)
+        return lambda ts, c: _gather(ts, b)
     if b == "embedding_dense_backward":
-        return _embedding_backward(ts)
+        return lambda ts, c: _embedding_backward(ts)
     if b in _COPIES:
-        return _copy(ts, cin, b)
-    if b == "dropout" and _concrete(cin, 2) is False:
-        return UNKNOWN  # eval-mode dropout returns its input: no work to cost
+        return lambda ts, c: _copy(ts, _decode(c), b)
+    if b == "dropout":
+        # eval-mode dropout returns its input: no work to cost
+        return lambda ts, c: UNKNOWN if _concrete(_decode(c), 2) is False else _elementwise(ts, b)
     if b.rstrip("_") in _ELEMENTWISE:
-        return _elementwise(ts, b)
-    return UNKNOWN
+        return lambda ts, c: _elementwise(ts, b)
+    return None
 
 
 # The base names :func:`cost` has a formula for (its branches, in the same terms): any other
@@ -1046,7 +1064,7 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     types = keys.get_column("input_types").to_list()
     infos = {t: _infos(_decode(t)) for t in set(types)}
     found = [
-        UNKNOWN if n in nodes else _cost(n, _decode(d), infos[t], _decode(c))
+        UNKNOWN if n in nodes else _cost(n, _decode(d), infos[t], c)
         for n, d, t, c in zip(
             key_names,
             keys.get_column("input_dims").to_list(),
