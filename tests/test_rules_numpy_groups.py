@@ -302,3 +302,37 @@ def test_alignment_candidates_run_one_query(monkeypatch: pytest.MonkeyPatch) -> 
     ran = count_queries(monkeypatch)
     assert Alignment._candidates(prof)
     assert len(ran) == 1
+
+
+# costs by position, the shapes table -----------------------------------------------------
+
+
+@pytest.mark.parametrize("path", _ALIGN_TRACES[:4], ids=lambda p: str(p)[-40:])
+def test_op_costs_at_equals_the_left_join(path: Path) -> None:
+    """The ops' costs by position (shape-alignment, precision-fp32-matmul) equal a left join
+    of those ops with ``op_cost``, in their order, nulls where an op has none."""
+    if not path.exists():
+        pytest.skip(f"trace not found: {path}")
+    prof = opscope.load(path, cache=False)
+    at = np.arange(0, prof.ops.height, 3, dtype=np.int64)[::-1]  # some rows, out of order
+    want = (
+        prof.ops[at]
+        .select("id")
+        .join(c.op_cost(prof), on="id", how="left", maintain_order="left")
+        .get_column("cost_ns")
+    )
+    got = c.op_costs_at(prof, at)
+    assert got.to_list() == want.to_list() and got.dtype == want.dtype
+    assert c.op_costs_at(prof, at[:0]).len() == 0
+
+
+def test_shapes_table_runs_one_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    df = pl.DataFrame(
+        {"input_dims": ["[[4,8]]", None, "[[4,8]]"], "input_types": [None, '["float"]', None]},
+        schema={"input_dims": pl.String, "input_types": pl.String},
+    )
+    ran = count_queries(monkeypatch)
+    got = c.shapes_table(df)
+    assert len(ran) == 1
+    assert got.get_column("dims").to_list() == [[[4, 8]], None, [[4, 8]]]
+    assert got.get_column("dtypes").to_list() == [[], ["float32"], []]
