@@ -53,11 +53,9 @@ from opscope.analysis import _critical_path_kernels as _kernels
 from opscope.analysis import tree
 from opscope.analysis.critical_path_graph import (
     IDLE_OP,
+    _flag,
     edges,
     graph,
-    name_expr,
-    op_expr,
-    op_names,
     positions,
     unique_order,
 )
@@ -290,6 +288,150 @@ def _step_rows_unique(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[
     return keys, [parts[k] for k in seen.tolist()]
 
 
+def _path_table(
+    nodes: pl.DataFrame, ev: pl.DataFrame, rows: np.ndarray, order: np.ndarray, on_path: np.ndarray
+) -> pl.DataFrame:
+    """The path's table: the nodes at ``rows`` with their ``order`` and ``on_path`` time, the
+    name of a host piece of no name and every node's operator from the event its ``op_id`` is
+    (:func:`~opscope.analysis.critical_path_graph.name_expr`, ``op_expr``). Each column by
+    indexing (a gather and the when/then of a plan were a query, of fixed cost): the names
+    picked from one pool of the nodes' names, the events' names and :data:`IDLE_OP`."""
+    i64 = np.int64
+    m = len(rows)
+    name = nodes.get_column("name")[rows]
+    op_id, op_known = tree.int_values(nodes.get_column("op_id")[rows])
+    ev_name = ev.get_column("name")
+    at = positions(ev.get_column("id").to_numpy().astype(i64), op_id)
+    # no op: no op_id, none of the events, or an event of no name (a query only then)
+    no_op = (at < 0) | ~op_known
+    if ev_name.null_count() and len(at):
+        no_op |= ev_name.is_null().to_numpy()[np.maximum(at, 0)]
+    pool = pl.concat(
+        [name.alias("name"), ev_name.alias("name"), pl.Series("name", [IDLE_OP, None], pl.String)]
+    )
+    idle_at, null_at = m + len(ev_name), m + len(ev_name) + 1
+    own = np.arange(m, dtype=i64)
+    # a name "" (a host piece): its op's (null without one); "(idle)": the idle op; else the
+    # op's name, or without one the node's own
+    name_at = np.where(_flag(name == ""), np.where(no_op, null_at, m + at), own)
+    op_at = np.where(_flag(name == "(idle)"), idle_at, np.where(no_op, own, m + at))
+    # explicit host segments (idle gaps, host work cut off a call) are no event of the trace
+    ids = nodes.get_column("id")
+    keep_id = ids.to_numpy()[rows] >= 0  # (a null reads NaN: not kept, as the when/then)
+    path = pl.DataFrame(
+        [
+            nodes.get_column("rank")[rows],
+            nodes.get_column("step")[rows],
+            pl.Series("order", order, pl.Int64),
+            tree.gather(ids, np.where(keep_id, rows, -1)),
+            pl.Series("on_path_ns", on_path, pl.Int64),
+            *(nodes.get_column(c)[rows] for c in ("lane_kind", "lane", "start_ns", "end_ns")),
+            pool[name_at].alias("name"),
+            pool[op_at].alias("op"),
+            nodes.get_column("op_id")[rows],
+        ]
+    ).rechunk()
+    return path
+
+
+def _dense_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` of non-negative integers: by a table over their
+    range where it is a few times their number (a sort was ~0.3 ms on 38k values), else
+    ``np.unique`` (the same values either way)."""
+    i64 = np.int64
+    x = np.asarray(x, dtype=i64)
+    if not len(x):
+        return x, x
+    span = int(x.max()) + 1
+    if span > _DENSE_SPAN * len(x) + 4096:
+        u, inv = np.unique(x, return_inverse=True)
+        return u, inv.reshape(-1).astype(i64)
+    seen = np.zeros(span, dtype=bool)
+    seen[x] = True
+    return np.flatnonzero(seen).astype(i64), (np.cumsum(seen) - 1)[x].astype(i64)
+
+
+#: :func:`_dense_unique` reads a table of up to this many entries per value (and 4096 more).
+_DENSE_SPAN = 4
+
+
+def _a_row_of_each(inv: np.ndarray) -> np.ndarray:
+    """A row of each value of ``inv`` (the codes ``0..k-1`` of :func:`_dense_unique`): any one,
+    the values being read from it are equal on all its rows."""
+    row = np.empty(int(inv.max()) + 1 if len(inv) else 0, dtype=np.int64)
+    row[inv] = np.arange(len(inv), dtype=np.int64)
+    return row
+
+
+def _ops_table(
+    path: pl.DataFrame,
+    step_of: np.ndarray,
+    step_rows: list[int],
+    span_ns: list[int],
+) -> pl.DataFrame:
+    """Per step and operator of ``path``: the time on the path, the nodes, and the share of the
+    step's span, for each row of the steps table (``step_rows``: its step, a position in
+    ``span_ns``, the steps in (rank, step) order; a step of several rows repeats its operators),
+    by step, then time on the path descending, then name (null first): what the group_by, join
+    with the steps and sort gave (a query of fixed cost, most of a small trace's part), grouped
+    in NumPy. ``step_of``: each row's step."""
+    i64 = np.int64
+    op = path.get_column("op")
+    # a code per name: the names' codes as a Categorical (its cast is one small query, ~25 us
+    # and ~12 ns a row; a dict of the names in Python was ~0.1 us a row), a null one of its own
+    phys, known = tree.int_values(op.cast(pl.Categorical).to_physical())
+    _, code = _dense_unique(np.where(known, phys + 1, 0))
+    names = op[_a_row_of_each(code)].to_list()
+    # each name's rank in the sort's order: by its bytes (Python's order of code points is
+    # UTF-8's), null first
+    by_name = sorted(range(len(names)), key=lambda k: (names[k] is not None, names[k] or ""))
+    name_rank = np.empty(len(names), dtype=i64)
+    name_rank[by_name] = np.arange(len(names), dtype=i64)
+    # the groups (step, name), in that order, their sums and sizes
+    width = max(len(names), 1)
+    g, g_inv = _dense_unique(step_of.astype(i64) * width + code)
+    on_path = path.get_column("on_path_ns").to_numpy().astype(i64)
+    total = np.zeros(len(g), dtype=i64)
+    np.add.at(total, g_inv, on_path)
+    count = np.bincount(g_inv, minlength=len(g)).astype(np.uint32)
+    g_step, g_code = g // width, g % width
+    g_row = _a_row_of_each(g_inv)  # (its rank, step and name)
+    # the join: each steps row's operators (a step of no row has none)
+    per_step = np.bincount(np.asarray(step_rows, dtype=i64), minlength=len(span_ns))
+    rows = np.repeat(np.arange(len(g), dtype=i64), per_step[g_step])
+    rows = rows[np.lexsort((name_rank[g_code[rows]], -total[rows], g_step[rows]))]
+    step_ns = np.asarray(span_ns, dtype=i64)[g_step[rows]]
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a step of no span: inf, NaN)
+        if len(step_rows) == 1:
+            # the join with a steps table of one row gave its span as one value (a scalar
+            # column), which Polars divides by as a product with its reciprocal: the same
+            # digits as that, not the quotient's (they differ in the last bit on most rows)
+            share = total[rows].astype(np.float64) * (1.0 / step_ns.astype(np.float64))
+        else:
+            share = total[rows].astype(np.float64) / step_ns.astype(np.float64)
+    return pl.DataFrame(
+        {
+            # (each group's rank, step and name from a row of it, by indexing)
+            "rank": path.get_column("rank")[g_row[rows]],
+            "step": path.get_column("step")[g_row[rows]],
+            "op": op[g_row[rows]],
+            "on_path_ns": total[rows],
+            "nodes": count[rows],
+            "step_ns": step_ns,
+            "share": share,
+        },
+        schema={
+            "rank": path.schema["rank"],
+            "step": path.schema["step"],
+            "op": pl.String,
+            "on_path_ns": pl.Int64,
+            "nodes": pl.UInt32,
+            "step_ns": pl.Int64,
+            "share": pl.Float64,
+        },
+    )
+
+
 @analysis("critical_path")
 def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time."""
@@ -338,37 +480,14 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     # the steps by (rank, step), as the table was sorted (the keys are unique)
     by_step = sorted(range(len(keys)), key=keys.__getitem__)
     rows = np.concatenate([path_rows[k] for k in by_step]) if keys else np.empty(0, i64)
-    # the operators of the nodes on the path only
-    # (the column indexed: a select of its gather is a query)
-    op = op_names(pl.DataFrame([nodes.get_column("op_id")[rows]]), ev)
-    name = pl.col("name").gather(rows)
-    path = (
-        nodes.select(
-            "rank", "step", "id", "lane_kind", "lane", "start_ns", "end_ns", "name", "op_id"
-        )
-        .lazy()
-        .select(
-            pl.col("rank").gather(rows),
-            pl.col("step").gather(rows),
-            pl.Series(
-                "order",
-                np.concatenate([np.arange(len(path_rows[k]), dtype=i64) for k in by_step])
-                if keys
-                else np.empty(0, i64),
-            ),
-            # explicit host segments (idle gaps, host work cut off a call) are no event of the trace
-            pl.when(pl.col("id") >= 0).then(pl.col("id")).alias("id").gather(rows),
-            pl.Series(
-                "on_path_ns",
-                np.concatenate([contribs[k] for k in by_step]) if keys else np.empty(0, i64),
-            ),
-            pl.col("lane_kind", "lane", "start_ns", "end_ns").gather(rows),
-            name_expr(name, op).alias("name"),
-            op_expr(name, op).alias("op"),
-            pl.col("op_id").gather(rows),
-        )
-        .pipe(tree.collect)
-        .rechunk()
+    path = _path_table(
+        nodes,
+        ev,
+        rows,
+        np.concatenate([np.arange(len(path_rows[k]), dtype=i64) for k in by_step])
+        if keys
+        else np.empty(0, i64),
+        np.concatenate([contribs[k] for k in by_step]) if keys else np.empty(0, i64),
     )
     # per step: the path's length, its host and device parts, and the span of its nodes
     host_ns, device_ns, span_ns = [], [], []
@@ -414,17 +533,10 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
             "host_step_ns": profile.steps.schema["dur_ns"],
         },
     )
-    # (the path read back, not its plan run again in the same call: the plan's gathers were
-    # ~8 ms of the 75k-event trace)
-    ops = (
-        path.lazy()
-        .group_by("rank", "step", "op")
-        .agg(pl.col("on_path_ns").sum(), pl.len().alias("nodes"))
-        .join(steps.lazy().select("rank", "step", "step_ns"), on=["rank", "step"])
-        .with_columns((pl.col("on_path_ns") / pl.col("step_ns")).alias("share"))
-        # equal times by op name: group_by's row order varies with the thread count
-        .sort(["rank", "step", "on_path_ns", "op"], descending=[False, False, True, False])
-        .pipe(tree.collect)
-        .rechunk()
+    ops = _ops_table(
+        path,
+        np.repeat(np.arange(len(by_step), dtype=i64), [len(path_rows[k]) for k in by_step]),
+        [ix[k] for k, _ in rows_of],
+        span_ns,
     )
     return CriticalPathResult(path=path, ops=ops, steps=steps)
