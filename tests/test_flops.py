@@ -557,3 +557,44 @@ def test_rule_once_per_name_matches_has_formula_and_reads_concrete_only_where_ne
     drop = ("aten::dropout", "[[4,8],[],[]]", '["float","Scalar","Scalar"]')
     assert flops.cost(*drop, '["", "0.1", "False"]') == flops.UNKNOWN
     assert flops.cost(*drop, '["", "0.1", "True"]').formula == "elementwise: 2 x numel"
+
+
+def test_op_costs_two_queries_and_null_keys_grouped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """op_costs runs two queries (the distinct names; each costed row's key by a window), and
+    rows whose key strings are null where another's are, or equal, share that key's cost:
+    every row's cost is cost() of its own strings."""
+    from helpers.spies import count_queries
+    from opscope.analysis.flops import cost
+
+    mm, mm_t = "[[4,5],[5,6]]", '["float","float"]'
+    rows = [
+        ("aten::mm", mm, mm_t, None),
+        ("aten::mm", None, mm_t, None),
+        ("aten::add", mm, None, None),
+        ("aten::mm", mm, mm_t, '["", ""]'),
+        ("aten::add", mm, None, None),
+        ("aten::mm", None, mm_t, None),
+        ("aten::mm", mm, mm_t, None),
+        (None, mm, mm_t, None),
+        ("aten::view", mm, mm_t, None),
+    ]
+    ev = pl.DataFrame(
+        {
+            "id": list(range(len(rows))),
+            "name": [r[0] for r in rows],
+            "input_dims": [r[1] for r in rows],
+            "input_types": [r[2] for r in rows],
+            "concrete_inputs": [r[3] for r in rows],
+            "fwd_id": [None] * len(rows),
+        },
+        schema_overrides={"fwd_id": pl.Int64, "name": pl.String, "concrete_inputs": pl.String},
+    )
+    ran = count_queries(monkeypatch)
+    got = op_costs(ev)
+    assert len(ran) == 2
+    for r, g in zip(rows, got.iter_rows(), strict=True):
+        c = cost(r[0], r[1], r[2], r[3]) if r[0] is not None else None
+        if c is None or r[0] == "aten::view":
+            assert g[1:] == (None, None, "unknown", None, None)
+        else:
+            assert g[1:] == (c.flops, c.bytes, c.formula, c.dtype, c.roof)

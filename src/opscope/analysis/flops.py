@@ -1036,54 +1036,48 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # the distinct names once: the formulas' and the autograd nodes' tests both read them
     names = ev.get_column("name").unique().to_list()
     # only names with a formula are costed call by call; the others get no key and read
-    # UNKNOWN (null flops, bytes, dtype and roof; formula "unknown")
-    costed = [n for n in names if n is None or has_formula(n)]
+    # UNKNOWN (null flops, bytes, dtype and roof; formula "unknown"), a null name too (its
+    # key's formula lookup raised)
+    costed = [n for n in names if n is not None and has_formula(n)]
     # Autograd nodes: cost of the forward op times the backward factor.
     # in Python over the unique names, not map_elements: the same names (nulls skipped), without
     # Polars' bytecode inspection of the function (4 ms on its first call in a process)
     node_names = [n for n in names if n is not None and is_autograd_node(n)]
-    # each distinct key with the positions of its rows: the costs go back to the rows by
-    # position (a gather per column), not by a join on the four string keys (13 of the 20 ms
-    # of this function on a 75k-event trace). The nodes' keys too, with their rows' forward
-    # links: a node's name has no formula (its key's cost is UNKNOWN), and its rows are found
-    # by the same query
-    keys = (
+    # each costed row (and each autograd node's) with its key, the position of the key's first
+    # row: the costs go back to the rows by position (a gather per column), not by a join on
+    # the four string keys (13 of the 20 ms of this function on a 75k-event trace). A window,
+    # with the eager calls' optimisations (tree.collect), not a group-by of the rows' lists
+    # and their explode: two queries were one (1.1 -> 0.6 ms on hta_sampled rank-0)
+    picked = tree.collect(
         ev.lazy()
         .select(*_KEY, "fwd_id")
         .with_row_index("row")
         .filter(pl.col("name").is_in(costed + node_names, nulls_equal=True))
-        .group_by(_KEY)
-        .agg("row", "fwd_id", pl.len().alias("n"))
-        .collect(engine="in-memory")
+        .select("row", "fwd_id", pl.col("row").first().over(_KEY).alias("first"))
     )
+    first, key_of = np.unique(picked.get_column("first").to_numpy(), return_inverse=True)
+    key_of = key_of.reshape(-1).astype(np.int64, copy=False)
+    first = first.astype(np.int64, copy=False)
+    rows = picked.get_column("row").to_numpy().astype(np.int64)
     # the costs of the keys, then UNKNOWN: the cost of every row of no key
-    key_names = keys.get_column("name").to_list()
+    key_names = ev.get_column("name")[first].to_list()
     nodes = frozenset(node_names)
     # each distinct "Input type" decoded once (a trace has a few dozen: 70 of 562 keys on
     # hta_sampled rank-0), not once per key
-    types = keys.get_column("input_types").to_list()
+    types = ev.get_column("input_types")[first].to_list()
     infos = {t: _infos(_decode(t)) for t in set(types)}
     found = [
         UNKNOWN if n in nodes else _cost(n, _decode(d), infos[t], c)
         for n, d, t, c in zip(
             key_names,
-            keys.get_column("input_dims").to_list(),
+            ev.get_column("input_dims")[first].to_list(),
             types,
-            keys.get_column("concrete_inputs").to_list(),
+            ev.get_column("concrete_inputs")[first].to_list(),
             strict=True,
         )
     ]
     n_keys = len(found)
     found.append(UNKNOWN)
-    # every key's rows, with their forward links, in one query (a Series' explode is one)
-    flat = keys.select(
-        pl.col("row").explode(),
-        pl.col("fwd_id").explode().fill_null(-1).alias("link"),
-        pl.col("fwd_id").explode().is_null().alias("no_link"),
-    )
-    n_rows = keys.get_column("n").to_numpy()
-    key_of = np.repeat(np.arange(n_keys, dtype=np.int64), n_rows)
-    rows = flat.get_column("row").to_numpy().astype(np.int64)
     at = np.full(ev.height, n_keys, dtype=np.int64)
     at[rows] = key_of
     if nodes:
@@ -1103,12 +1097,13 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
         )
         # by position, in NumPy: each node's forward op is the row whose id is its fwd_id (ids
         # are unique)
-        is_node = np.repeat(np.array([n in nodes for n in key_names], dtype=bool), n_rows)
+        is_node = np.array([n in nodes for n in key_names], dtype=bool)[key_of]
         node_rows = rows[is_node]
+        link, linked = tree.int_values(picked.get_column("fwd_id"))
         src = tree._positions(
             ev.get_column("id").to_numpy().astype(np.int64, copy=False),
-            flat.get_column("link").to_numpy()[is_node],
-            flat.get_column("no_link").to_numpy()[is_node],
+            link[is_node],
+            ~linked[is_node],
         )
         hit = src >= 0
         hit[hit] = forward[at[src[hit]]]
@@ -1128,9 +1123,9 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
                 for c in (found[k] for k in fwd_keys.tolist())
             )
             at[node_rows[hit]] = n_keys + 1 + of.reshape(-1)
+    # each column indexed by the rows' cost positions (a select of gathers is a query)
     table = _cost_frame(found)
-    gathered = table.select(pl.all().gather(pl.Series(at, dtype=pl.Int64)))
-    return pl.DataFrame([ev.get_column("id"), *gathered.get_columns()])
+    return pl.DataFrame([ev.get_column("id"), *(c[at] for c in table.get_columns())])
 
 
 # Ascend kernels ---------------------------------------------------------------------------------
