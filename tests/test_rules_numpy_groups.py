@@ -336,3 +336,52 @@ def test_shapes_table_runs_one_query(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(ran) == 1
     assert got.get_column("dims").to_list() == [[[4, 8]], None, [[4, 8]]]
     assert got.get_column("dtypes").to_list() == [[], ["float32"], []]
+
+
+# the perf model's calls the gemm and efficiency rules read ------------------------------
+
+
+def _old_model_filters() -> dict[str, pl.Expr]:
+    from opscope.advise.rules import gemm
+
+    matrix = (
+        pl.col("name").is_in(gemm.GEMM_OPS)
+        & (pl.col("roof") == "matrix")
+        & pl.col("time_ns").is_not_null()
+    )
+    costed = pl.col("gap_ns").is_not_null() & (pl.col("time_ns") > 0)
+    return {
+        "gemm": matrix & pl.col("bound_ns").is_not_null(),
+        "moe": matrix & pl.col("module").fill_null("").str.contains(gemm.MOE_MODULE),
+        gemm.ATTN_FORMULA: pl.col("formula").fill_null("").str.contains(gemm.ATTN_FORMULA) & costed,
+        gemm.CONV_FORMULA: pl.col("formula").fill_null("").str.contains(gemm.CONV_FORMULA) & costed,
+    }
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        *_ALIGN_TRACES,
+        SHARED_TRACES / "gpu/hta_triton_a100.json.gz",
+        SHARED_TRACES / "ascend/kernel_details_gpt_fp16",
+    ],
+    ids=lambda p: str(p)[-40:],
+)
+def test_model_calls_equal_the_filters(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The four masks from one select equal the four filters they replace; the select once a
+    profile, a filter only for a mask that keeps a row."""
+    from polars.testing import assert_frame_equal
+
+    from opscope.advise.rules import gemm
+
+    if not path.exists():
+        pytest.skip(f"trace not found: {path}")
+    prof = opscope.load(path, cache=False)
+    calls = c.perf_model(prof, {}).calls
+    want = {k: calls.filter(e) for k, e in _old_model_filters().items()}
+    ran = count_queries(monkeypatch)
+    got = {k: gemm.model_calls(prof, {}, k) for k in want}
+    kept = sum(1 for w in want.values() if w.height)
+    assert len(ran) == (1 + kept if calls.height else 0)
+    for k, w in want.items():
+        assert_frame_equal(got[k], w)

@@ -16,7 +16,15 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
-from opscope.advise.rules.gemm import GAP_MIN_SHARE, STEP_MIN_PCT, _finding, _significant
+from opscope.advise.rules.gemm import (
+    ATTN_FORMULA,
+    CONV_FORMULA,
+    GAP_MIN_SHARE,
+    STEP_MIN_PCT,
+    _finding,
+    _significant,
+    model_calls,
+)
 from opscope.model import Profile
 
 # Flash-attention kernels are compiled for head dims in steps of 32 up to 256 (FlashAttention-2
@@ -26,8 +34,6 @@ HEAD_DIM_STEP: Final = 32
 # A call whose time is within this many launch floors is launch-bound: the sequence is too short
 # for the device (opscope's heuristic: 4 floors = the kernel is mostly ramp-up and tail).
 SHORT_CALL_FLOORS: Final = 4.0
-_ATTN_FORMULA = r"^(attention|npu_fusion_attention)"
-_CONV_FORMULA = r"^conv"
 # q's layout per op family: (batch·heads dims, sequence axis, head-dim axis)
 _BSHD = ("aten::_flash_attention_forward", "aten::_efficient_attention_forward")
 
@@ -36,11 +42,7 @@ def _groups(profile: Profile, results: Mapping[str, Any], formula: str) -> tuple
     model = c.perf_model(profile, results)
     if model.calls.height == 0:  # no costed call (no host op): nothing to filter
         return model, None
-    calls = model.calls.filter(
-        pl.col("formula").fill_null("").str.contains(formula)
-        & pl.col("gap_ns").is_not_null()
-        & (pl.col("time_ns") > 0)
-    )
+    calls = model_calls(profile, results, formula)
     if calls.height == 0:
         return model, None
     return model, c.shape_groups(calls, pl.col("kernels").sum())
@@ -79,7 +81,7 @@ class AttentionEfficiency:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        flagged = _flagged(profile, results, _ATTN_FORMULA)
+        flagged = _flagged(profile, results, ATTN_FORMULA)
         if flagged is None:
             return []
         model, steps, rows = flagged
@@ -155,7 +157,7 @@ class ConvEfficiency:
     )
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        flagged = _flagged(profile, results, _CONV_FORMULA)
+        flagged = _flagged(profile, results, CONV_FORMULA)
         if flagged is None:
             return []
         _, steps, rows = flagged

@@ -79,6 +79,44 @@ def gemm_dims(name: str, dims: list[list[int]]) -> tuple[int, int, int, int] | N
     return batch, a[-2], b[-1], a[-1]
 
 
+# The formulas of the fused-attention and convolution calls (attention- and conv-efficiency).
+ATTN_FORMULA: Final = r"^(attention|npu_fusion_attention)"
+CONV_FORMULA: Final = r"^conv"
+
+
+def _call_masks() -> dict[str, pl.Expr]:
+    """The perf model's calls each rule here reads, as predicates (null: false)."""
+    gemm = pl.col("name").is_in(GEMM_OPS) & (pl.col("roof") == "matrix")
+    gemm &= pl.col("time_ns").is_not_null()
+    costed = pl.col("gap_ns").is_not_null() & (pl.col("time_ns") > 0)
+    return {
+        "gemm": gemm & pl.col("bound_ns").is_not_null(),
+        "moe": gemm & pl.col("module").fill_null("").str.contains(MOE_MODULE),
+        ATTN_FORMULA: pl.col("formula").fill_null("").str.contains(ATTN_FORMULA) & costed,
+        CONV_FORMULA: pl.col("formula").fill_null("").str.contains(CONV_FORMULA) & costed,
+    }
+
+
+def model_calls(profile: Profile, results: Mapping[str, Any], which: str) -> pl.DataFrame:
+    """The perf model's calls of ``which`` (a key of :func:`_call_masks`), in their order: the
+    four masks from one select once per profile and device (a filter each was a query of
+    fixed cost, four a report), a filter only where a mask keeps some row."""
+
+    def run() -> dict[str, Any]:
+        calls = c.perf_model(profile, results).calls
+        if calls.height == 0:
+            return {}
+        got = calls.select(e.fill_null(False).alias(k) for k, e in _call_masks().items())
+        return {k: got.get_column(k) for k in got.columns}
+
+    masks: dict[str, Any] = c._memo(f"model_calls:{c.device_option(results)}", profile, run)
+    calls: pl.DataFrame = c.perf_model(profile, results).calls
+    mask = masks.get(which)
+    if mask is None or not mask.any():
+        return calls.clear()
+    return calls.filter(mask)
+
+
 def _gemm_calls(profile: Profile, results: Mapping[str, Any]) -> tuple[Any, pl.DataFrame]:
     """The model and its GEMM groups with (batch, M, N, K), tiles and measured time.
 
@@ -96,12 +134,7 @@ def _gemm_calls_of(profile: Profile, results: Mapping[str, Any]) -> tuple[Any, p
     model = c.perf_model(profile, results)
     if model.calls.height == 0:  # no costed call (no host op): the empty table, no filter
         return model, model.calls
-    calls = model.calls.filter(
-        pl.col("name").is_in(GEMM_OPS)
-        & (pl.col("roof") == "matrix")
-        & pl.col("time_ns").is_not_null()
-        & pl.col("bound_ns").is_not_null()
-    )
+    calls = model_calls(profile, results, "gemm")
     if calls.height:
         calls = calls.filter(~in_attention_spans(profile, calls.get_column("id")))
         moe = {i for g in moe_expert_groups(profile, results) for i in g["ids"]}
@@ -417,12 +450,7 @@ def moe_expert_groups(profile: Profile, results: Mapping[str, Any]) -> list[dict
         model = c.perf_model(profile, results)
         if _tree.SHORTCUTS and model.calls.height == 0:
             return []  # no costed call (the filter below would find none)
-        calls = model.calls.filter(
-            pl.col("name").is_in(GEMM_OPS)
-            & (pl.col("roof") == "matrix")
-            & pl.col("time_ns").is_not_null()
-            & pl.col("module").fill_null("").str.contains(MOE_MODULE)
-        )
+        calls = model_calls(profile, results, "moe")
         if calls.height == 0:
             return []
         groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
