@@ -443,6 +443,12 @@ def _metrics(
     return df.hstack(_figures(df, spec, _peaks(df, spec), rates))
 
 
+def _index(at: npt.NDArray[Any]) -> pl.Series:
+    """Positions as a UInt32 Series, to index Series by (no query, and no conversion and
+    bounds check of a NumPy array per Series indexed)."""
+    return pl.Series(at, dtype=pl.UInt32)
+
+
 def _order(time_ns: npt.NDArray[np.int64], timed: _Bools, *keys: pl.Series) -> Any:
     """The positions of rows sorted by ``time_ns`` descending (untimed rows last), then
     ``keys`` ascending, nulls last in each (strings by code point: UTF-8's byte order,
@@ -487,13 +493,15 @@ def _groups(calls: pl.DataFrame, spec: DeviceSpec | None, peaks: _Peaks) -> pl.D
     any_time = np.zeros(n, dtype=bool)
     any_time[group[time_ok]] = True
     time_sum = _sums(group, n, time_ns)
-    keys = [calls.get_column(c)[first] for c in _GROUP]
+    # (Series indexed by a UInt32 Series: by a NumPy array each converts and checks it)
+    keys = [calls.get_column(c)[_index(first)] for c in _GROUP]
     # ties broken by the group's key: the same trace gives the same table order on any machine
     order = _order(np.where(any_time, time_sum, 0), any_time, *keys)
     at = first[order]  # each group's first call, in the table's order
+    at_s = _index(at)
     g = pl.DataFrame(
         [
-            *(k[order] for k in keys),
+            *(calls.get_column(c)[at_s] for c in _GROUP),
             pl.Series("calls", np.bincount(group, minlength=n)[order], dtype=pl.UInt32),
             pl.Series("flops", _sums(group, n, flops)[order], dtype=pl.Int64),
             pl.Series("bytes", _sums(group, n, nbytes)[order], dtype=pl.Int64),
@@ -502,7 +510,7 @@ def _groups(calls: pl.DataFrame, spec: DeviceSpec | None, peaks: _Peaks) -> pl.D
             ),
             _masked(time_sum[order], ~any_time[order], pl.Int64).alias("time_ns"),
             pl.Series("kernels", _sums(group, n, kernels)[order], dtype=pl.UInt32),
-            *(calls.get_column(c)[at] for c in ("formula", "dtype", "roof", "time_source")),
+            *(calls.get_column(c)[at_s] for c in ("formula", "dtype", "roof", "time_source")),
         ]
     )
     ones = np.ones(n, dtype=bool)
@@ -633,21 +641,22 @@ def _with_ops(profile: Profile, device_name: str | None) -> RooflineResult:
     # or host tensors): its host time says nothing about throughput
     time_ok = dev_ok | (not has_device and dur_ok[rows])
     source = np.where(dev_ok, "device", "none" if has_device else "host")
-    picked = {c: ops.get_column(c)[rows] for c in ("id", "rank", "step", *_GROUP, "module")}
+    rows_s = _index(rows)
+    picked = {c: ops.get_column(c)[rows_s] for c in ("id", "rank", "step", *_GROUP, "module")}
     calls = pl.DataFrame(
         [
             *picked.values(),
-            ops.get_column("our_flops")[rows].alias("flops"),
-            ops.get_column("our_bytes")[rows].alias("bytes"),
+            ops.get_column("our_flops")[rows_s].alias("flops"),
+            ops.get_column("our_bytes")[rows_s].alias("bytes"),
             _masked(torch[rows], ~any_flops[rows], pl.Int64).alias("torch_flops"),
-            *(ops.get_column(c)[rows] for c in ("formula", "dtype", "roof")),
+            *(ops.get_column(c)[rows_s] for c in ("formula", "dtype", "roof")),
             _masked(np.where(dev_ok, device_ns[rows], dur[rows]), ~time_ok, pl.Int64).alias(
                 "time_ns"
             ),
             pl.Series("time_source", source.tolist(), dtype=pl.String),
             pl.Series("kernels", kernels[rows], dtype=pl.UInt32),
             pl.Series("calls", np.ones(len(rows), dtype=np.uint32), dtype=pl.UInt32),
-            ops.get_column("is_backward")[rows],
+            ops.get_column("is_backward")[rows_s],
         ]
     )
     peaks = _peaks(calls, spec)
@@ -813,4 +822,5 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     at = _order(
         *int_values(g.get_column("time_ns")), g.get_column("name"), g.get_column("input_dims")
     )
-    return pl.DataFrame([c[at] for c in g.get_columns()])
+    at_s = _index(at)
+    return pl.DataFrame([c[at_s] for c in g.get_columns()])
