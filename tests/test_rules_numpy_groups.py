@@ -385,3 +385,45 @@ def test_model_calls_equal_the_filters(path: Path, monkeypatch: pytest.MonkeyPat
     assert len(ran) == (1 + kept if calls.height else 0)
     for k, w in want.items():
         assert_frame_equal(got[k], w)
+
+
+# fusion-bias-add / fusion-activation: the pairs of the user-level sequence -----------------
+
+
+def _old_pairs(profile: Profile) -> tuple[list[int], list[int]]:
+    """The rows the two rules' shifted-sequence filters kept (one query each before)."""
+    s = fusion._seq(profile).with_row_index("row")
+    bias = s.with_columns(fusion._shifted("name", 1).alias("n_name")).filter(
+        pl.col("name").is_in(["aten::matmul", "aten::mm"]) & pl.col("n_name").is_in(fusion.ADD_OPS)
+    )
+    act = s.with_columns(fusion._shifted("name", -1).alias("p_name")).filter(
+        pl.col("name").is_in(fusion.ACTIVATIONS) & pl.col("p_name").is_in(fusion.LINEAR_OPS)
+    )
+    return bias.get_column("row").to_list(), act.get_column("row").to_list()
+
+
+def _pairs_trace(path: Path) -> Path:
+    """Matmul/add and linear/relu pairs on two threads, split across the threads' ends (not a
+    pair), a null name between."""
+    ev: list[dict[str, Any]] = []
+    for tid, t0 in ((1, 0.0), (2, 0.5)):
+        t = t0
+        for name in ("aten::mm", "aten::add_", "aten::linear", "aten::relu", "aten::mm"):
+            ev.append(_x(name, t, 5) | {"tid": tid})
+            t += 10
+    ev.append(_x("aten::relu", 200, 5) | {"tid": 3})  # first op of its thread: no linear before
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return path
+
+
+@pytest.mark.parametrize("path", [*_ALIGN_TRACES[:4], None], ids=lambda p: str(p)[-40:])
+def test_fusion_pairs_equal_the_shifted_filters(path: Path | None, tmp_path: Path) -> None:
+    if path is None:
+        path = _pairs_trace(tmp_path / "pairs.json")
+    if not path.exists():
+        pytest.skip(f"trace not found: {path}")
+    prof = opscope.load(path, cache=False)
+    bias, act = fusion._pairs(prof)
+    assert (bias.tolist(), act.tolist()) == _old_pairs(prof)
+    if path.name == "pairs.json":
+        assert len(bias) == 2 and len(act) == 2  # one of each per thread, none across
