@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -155,3 +156,97 @@ def test_int_column_is_fill_null_and_is_null(dtype: pl.DataType, seed: int) -> N
     assert (null is None and not any(want_null)) or (
         null is not None and null.tolist() == want_null
     )
+
+
+def reference_device_nodes(ev: pl.DataFrame) -> pl.DataFrame:
+    """The device nodes as the plan of graph() was (verbatim)."""
+    return (
+        ev.lazy()
+        .filter(pl.col("kind").is_in(list(cpg._DEVICE_KINDS)))
+        .select(
+            "rank", "step", "id", pl.lit("device").alias("lane_kind"),
+            (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000
+             + pl.coalesce("stream", "tid", pl.lit(-1, dtype=pl.Int64))).alias("lane"),
+            pl.col("ts_ns").alias("start_ns"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+            "op_id", "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
+        )
+        .pipe(tree.collect)
+    )  # fmt: skip
+
+
+def _random_kinds_events(seed: int) -> pl.DataFrame:
+    from opscope.model.schema import EventKind
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 80))
+
+    def nulls(x: Any, p: float = 0.2) -> list[Any]:
+        return [None if rng.random() < p else v for v in np.asarray(x).tolist()]
+
+    kinds = EventKind.categories.to_list()
+    return pl.DataFrame(
+        {
+            "rank": pl.Series(rng.integers(0, 2, n), dtype=pl.Int32),
+            "pid": rng.integers(0, 3, n),
+            "tid": nulls(rng.integers(0, 9, n)),
+            "step": pl.Series(rng.integers(-1, 3, n), dtype=pl.Int32),
+            "id": rng.permutation(n),
+            "parent_id": [None] * n,
+            "kind": pl.Series(nulls(rng.choice(kinds, n), 0.05), dtype=EventKind),
+            "name": nulls([f"k{i}" for i in rng.integers(0, 5, n)], 0.05),
+            "ts_ns": nulls(rng.integers(0, 10**6, n), 0.05),
+            "dur_ns": nulls(rng.integers(0, 10**3, n), 0.05),
+            "op_id": nulls(rng.integers(0, max(n, 1), n)),
+            "launch_id": nulls(rng.integers(0, max(n, 1), n)),
+            "device": pl.Series(nulls(rng.integers(0, 3, n)), dtype=pl.Int32),
+            "stream": nulls(rng.integers(0, 20, n)),
+        },
+        schema_overrides={
+            **dict.fromkeys(("pid", "tid", "id", "parent_id", "ts_ns", "dur_ns"), pl.Int64),
+            **dict.fromkeys(("op_id", "launch_id", "stream"), pl.Int64),
+            "name": pl.String,
+        },
+    )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_device_nodes_and_kinds_equal_the_plans(seed: int) -> None:
+    """The device nodes by one gather and NumPy lanes equal the plan's (null devices, streams,
+    threads, times and kinds); the kinds' masks from the Enum's codes equal is_in on the kind,
+    and those by comparisons on a String column."""
+    ev = _random_kinds_events(seed)
+    kinds = cpg._Kinds.of(ev.get_column("kind"))
+    got = cpg._device_nodes(ev, kinds)
+    want = reference_device_nodes(ev)
+    assert got.schema == want.schema
+    assert got.equals(want)
+    as_text = cpg._Kinds.of(ev.get_column("kind").cast(pl.String))
+    for mask, group in (
+        (kinds.call, ["runtime", "driver"]),
+        (kinds.device, list(cpg._DEVICE_KINDS)),
+        (kinds.tracked, list(cpg._TRACKED)),
+        (kinds.op, ["cpu_op"]),
+    ):
+        want_mask = ev.get_column("kind").is_in(group).fill_null(False).to_numpy()
+        assert np.array_equal(mask, want_mask)
+        assert np.array_equal(getattr(as_text, _field(kinds, mask)), want_mask)
+
+
+def _field(kinds: Any, mask: np.ndarray) -> str:
+    return next(f for f in ("call", "device", "tracked", "op") if getattr(kinds, f) is mask)
+
+
+def test_graph_reads_no_query_but_the_kinds_and_the_sorts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a trace of calls, kernels and threads without calls: the graph's queries are the
+    kinds' codes, the split waits' table, and two calls of two plans (the host nodes' sort of
+    the slices' starts with the names' codes, the stretch edges' sorts of two steps), never
+    the columns' select, the calls' filters or the nodes' concat (six queries before)."""
+    from helpers.spies import count_collect_all, count_queries
+
+    profile = load(shared_trace("multi_rank/hta_sampled_128rank_job/rank-0.json.gz"), cache=False)
+    ran = count_queries(monkeypatch)
+    plans = count_collect_all(monkeypatch)
+    nodes, _, _ = cpg.graph(profile)
+    assert nodes.height > 0
+    assert len(ran) == 2 and plans == [2, 2]

@@ -86,14 +86,14 @@ def test_a_null_key_takes_partition_by(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_no_runtime_call_no_host_node_query(monkeypatch: pytest.MonkeyPatch) -> None:
     """A trace of device work only (st/level2's rank 1: collectives): the host nodes are the
-    empty table without the calls' collect_all, and the path tables equal those of the
-    shortcuts off (the collect_all finding no call)."""
+    empty table without a query (the calls found by the kinds' codes in NumPy, shortcuts on or
+    off), and the path tables equal those of the shortcuts off."""
     import os
 
     import opscope
-    from helpers.spies import count_collect_all
+    from helpers.spies import count_collect_all, count_queries
     from opscope.analysis import tree
-    from opscope.analysis.critical_path_graph import _host_nodes
+    from opscope.analysis.critical_path_graph import _host_nodes, _Kinds
     from opscope.analysis.registry import Options
 
     path = "/work/ascend_data/st/level2/rank_1_ascend_pt"
@@ -102,14 +102,19 @@ def test_no_runtime_call_no_host_node_query(monkeypatch: pytest.MonkeyPatch) -> 
     p = opscope.load(path, cache=False)
     ev = p.events
     assert not ev.get_column("kind").is_in(["runtime", "driver"]).any()
+    kinds = _Kinds.of(ev.get_column("kind"))  # (graph's, once per graph: one small query)
     calls = count_collect_all(monkeypatch)
+    ran = count_queries(monkeypatch)
     monkeypatch.setattr(tree, "SHORTCUTS", True)
-    fast_nodes = _host_nodes(ev, p.steps)
-    assert calls == [] and fast_nodes.height == 0
+    fast_nodes = _host_nodes(ev, p.steps, kinds=kinds)
+    assert calls == [] and ran == [] and fast_nodes.height == 0
     fast = cp.critical_path(opscope.load(path, cache=False), Options())
     monkeypatch.setattr(tree, "SHORTCUTS", False)
-    full_nodes = _host_nodes(ev, p.steps)
-    assert calls and full_nodes.schema == fast_nodes.schema and full_nodes.height == 0
+    calls.clear()
+    ran.clear()
+    full_nodes = _host_nodes(ev, p.steps, kinds=kinds)
+    assert calls == [] and ran == []
+    assert full_nodes.schema == fast_nodes.schema and full_nodes.height == 0
     full = cp.critical_path(opscope.load(path, cache=False), Options())
     for a, b in zip(
         (fast.path, fast.ops, fast.steps), (full.path, full.ops, full.steps), strict=True

@@ -17,6 +17,7 @@ from conftest import shared_trace
 from helpers.spies import count_collect_all, count_queries
 from opscope import load
 from opscope.analysis import critical_path as cp
+from opscope.analysis import critical_path_graph as cpg
 from opscope.analysis import tree
 from opscope.analysis.critical_path_graph import (
     _NODE_SCHEMA,
@@ -255,8 +256,8 @@ def test_dense_unique_is_numpys(seed: int, monkeypatch: pytest.MonkeyPatch) -> N
     for x in (rng.integers(0, 50, n), rng.integers(0, 10**5, n), np.zeros(n, dtype=np.int64)):
         want_u, want_inv = np.unique(x, return_inverse=True)
         for span in (-(10**6), 10**3):  # (every range sparse; every one dense)
-            monkeypatch.setattr(cp, "_DENSE_SPAN", span)
-            u, inv = cp._dense_unique(x)
+            monkeypatch.setattr(cpg, "DENSE_SPAN", span)
+            u, inv = cpg.dense_unique(x)
             assert np.array_equal(u, want_u) and np.array_equal(inv, want_inv.reshape(-1))
-            row = cp._a_row_of_each(inv)
+            row = cpg.a_row_of_each(inv)
             assert np.array_equal(x[row], u)

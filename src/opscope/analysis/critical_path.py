@@ -54,6 +54,8 @@ from opscope.analysis import tree
 from opscope.analysis.critical_path_graph import (
     IDLE_OP,
     _flag,
+    a_row_of_each,
+    dense_unique,
     edges,
     graph,
     positions,
@@ -334,35 +336,6 @@ def _path_table(
     return path
 
 
-def _dense_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(x, return_inverse=True)`` of non-negative integers: by a table over their
-    range where it is a few times their number (a sort was ~0.3 ms on 38k values), else
-    ``np.unique`` (the same values either way)."""
-    i64 = np.int64
-    x = np.asarray(x, dtype=i64)
-    if not len(x):
-        return x, x
-    span = int(x.max()) + 1
-    if span > _DENSE_SPAN * len(x) + 4096:
-        u, inv = np.unique(x, return_inverse=True)
-        return u, inv.reshape(-1).astype(i64)
-    seen = np.zeros(span, dtype=bool)
-    seen[x] = True
-    return np.flatnonzero(seen).astype(i64), (np.cumsum(seen) - 1)[x].astype(i64)
-
-
-#: :func:`_dense_unique` reads a table of up to this many entries per value (and 4096 more).
-_DENSE_SPAN = 4
-
-
-def _a_row_of_each(inv: np.ndarray) -> np.ndarray:
-    """A row of each value of ``inv`` (the codes ``0..k-1`` of :func:`_dense_unique`): any one,
-    the values being read from it are equal on all its rows."""
-    row = np.empty(int(inv.max()) + 1 if len(inv) else 0, dtype=np.int64)
-    row[inv] = np.arange(len(inv), dtype=np.int64)
-    return row
-
-
 def _ops_table(
     path: pl.DataFrame,
     step_of: np.ndarray,
@@ -380,8 +353,8 @@ def _ops_table(
     # a code per name: the names' codes as a Categorical (its cast is one small query, ~25 us
     # and ~12 ns a row; a dict of the names in Python was ~0.1 us a row), a null one of its own
     phys, known = tree.int_values(op.cast(pl.Categorical).to_physical())
-    _, code = _dense_unique(np.where(known, phys + 1, 0))
-    names = op[_a_row_of_each(code)].to_list()
+    _, code = dense_unique(np.where(known, phys + 1, 0))
+    names = op[a_row_of_each(code)].to_list()
     # each name's rank in the sort's order: by its bytes (Python's order of code points is
     # UTF-8's), null first
     by_name = sorted(range(len(names)), key=lambda k: (names[k] is not None, names[k] or ""))
@@ -389,13 +362,13 @@ def _ops_table(
     name_rank[by_name] = np.arange(len(names), dtype=i64)
     # the groups (step, name), in that order, their sums and sizes
     width = max(len(names), 1)
-    g, g_inv = _dense_unique(step_of.astype(i64) * width + code)
+    g, g_inv = dense_unique(step_of.astype(i64) * width + code)
     on_path = path.get_column("on_path_ns").to_numpy().astype(i64)
     total = np.zeros(len(g), dtype=i64)
     np.add.at(total, g_inv, on_path)
     count = np.bincount(g_inv, minlength=len(g)).astype(np.uint32)
     g_step, g_code = g // width, g % width
-    g_row = _a_row_of_each(g_inv)  # (its rank, step and name)
+    g_row = a_row_of_each(g_inv)  # (its rank, step and name)
     # the join: each steps row's operators (a step of no row has none)
     per_step = np.bincount(np.asarray(step_rows, dtype=i64), minlength=len(span_ns))
     rows = np.repeat(np.arange(len(g), dtype=i64), per_step[g_step])

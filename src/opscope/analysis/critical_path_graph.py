@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
@@ -41,6 +42,40 @@ _NODE_SCHEMA: Final = {
     "lane": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "op_id": pl.Int64,
     "name": pl.String, "is_sync": pl.Boolean, "is_wait": pl.Boolean,
 }  # fmt: skip
+
+
+def dense_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` of non-negative integers: by a table over their
+    range where it is a few times their number (a sort was ~0.3 ms on 38k values), else
+    ``np.unique`` (the same values either way)."""
+    i64 = np.int64
+    x = np.asarray(x, dtype=i64)
+    if not len(x):
+        return x, x
+    span = int(x.max()) + 1
+    if span > DENSE_SPAN * len(x) + 4096:
+        u, inv = np.unique(x, return_inverse=True)
+        return u, inv.reshape(-1).astype(i64)
+    seen = np.zeros(span, dtype=bool)
+    seen[x] = True
+    return np.flatnonzero(seen).astype(i64), (np.cumsum(seen) - 1)[x].astype(i64)
+
+
+#: :func:`dense_unique` reads a table of up to this many entries per value (and 4096 more).
+DENSE_SPAN = 4
+
+
+def a_row_of_each(inv: np.ndarray) -> np.ndarray:
+    """A row of each value of ``inv`` (the codes ``0..k-1`` of :func:`dense_unique`): any one,
+    the values being read from it are equal on all its rows."""
+    row = np.empty(int(inv.max()) + 1 if len(inv) else 0, dtype=np.int64)
+    row[inv] = np.arange(len(inv), dtype=np.int64)
+    return row
+
+
+def _empty(schema: dict[str, Any]) -> pl.DataFrame:
+    """An empty table of ``schema`` (made once per process: ~45 us each time)."""
+    return tree.empty_frame(tree.schema_key(schema))
 
 
 def _int_column(df: pl.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -174,28 +209,58 @@ def _polars_orders(*columns: np.ndarray) -> list[np.ndarray]:
     """:func:`_polars_order` of each of ``columns``: without equal times, a NumPy sort (Polars'
     sort was a query, a fixed cost of ~0.2 ms); the others' eager sorts as plans in one call
     (the same engine and optimisations: the same order of ties)."""
+    return _polars_orders_and(list(columns), [])[0]
+
+
+def _polars_orders_and(
+    columns: list[np.ndarray], plans: list[pl.LazyFrame]
+) -> tuple[list[np.ndarray], list[pl.DataFrame]]:
+    """:func:`_polars_orders` of ``columns``, and ``plans`` collected in the same call."""
     out = [unique_order(ts) for ts in columns]
     todo = [i for i, o in enumerate(out) if o is None]
     schema = {"_row": pl.Int64, "ts_ns": pl.Int64}
+    sorts = [
+        pl.DataFrame({"_row": np.arange(len(columns[i])), "ts_ns": columns[i]}, schema=schema)
+        .lazy()
+        .sort("ts_ns")
+        for i in todo
+    ]
     done = (
-        pl.collect_all(
-            [
-                pl.DataFrame(
-                    {"_row": np.arange(len(columns[i])), "ts_ns": columns[i]}, schema=schema
-                )
-                .lazy()
-                .sort("ts_ns")
-                for i in todo
-            ],
-            engine="in-memory",
-            optimizations=tree.EAGER_FLAGS,
-        )
-        if todo
+        pl.collect_all(sorts + plans, engine="in-memory", optimizations=tree.EAGER_FLAGS)
+        if sorts or plans
         else []
     )
-    for i, df in zip(todo, done, strict=True):
+    for i, df in zip(todo, done[: len(sorts)], strict=True):
         out[i] = df.get_column("_row").to_numpy().astype(np.int64)
-    return [o for o in out if o is not None]
+    return [o for o in out if o is not None], done[len(sorts) :]
+
+
+@dataclass(frozen=True)
+class _Kinds:
+    """Where the events are of each kind the graph reads (a null kind: none)."""
+
+    call: np.ndarray  # runtime and driver calls
+    device: np.ndarray  # device work (_DEVICE_KINDS)
+    tracked: np.ndarray  # what a host thread runs (_TRACKED)
+    op: np.ndarray  # operators (cpu_op)
+
+    @classmethod
+    def of(cls, kind: pl.Series) -> _Kinds:
+        """The masks from the codes of the kind's Enum (one small query: a Series' is_in was
+        one per group), else by comparisons (no query each)."""
+        groups = (("runtime", "driver"), _DEVICE_KINDS, _TRACKED, ("cpu_op",))
+        if isinstance(kind.dtype, pl.Enum):
+            cats = kind.dtype.categories.to_list()
+            codes, known = tree.int_values(kind.to_physical())
+            # each code's groups as bits (a null: the last entry, in no group), read by one
+            # take (a fancy index of a table per group was ~4x slower)
+            bits = [sum(1 << i for i, g in enumerate(groups) if c in g) for c in cats]
+            at = np.take(np.array([*bits, 0], dtype=np.uint8), np.where(known, codes, len(cats)))
+            masks = [(at & (1 << i)) != 0 for i in range(len(groups))]
+        else:
+            none = np.zeros(len(kind), dtype=bool)
+            masks = [np.logical_or.reduce([none, *(_flag(kind == k) for k in g)]) for g in groups]
+        return cls(*masks)
 
 
 _SYNC_RE: Final = re.compile(SYNC_PATTERN.replace("$", r"\Z"))
@@ -224,6 +289,7 @@ def _host_nodes(
     ev: pl.DataFrame,
     steps: pl.DataFrame,
     coverage: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+    kinds: _Kinds | None = None,
 ) -> pl.DataFrame:
     """Host nodes of the threads that make runtime calls (see the module doc).
 
@@ -236,70 +302,70 @@ def _host_nodes(
     its time when the wait is handed to the device.
 
     ``coverage``, when given, receives :func:`_rank_coverage` of ``ev`` from the tracked slices
-    read here (when there is a runtime call: else no node has a gap to cut).
+    read here (when there is a runtime call: else no node has a gap to cut). ``kinds``:
+    :class:`_Kinds` of ``ev`` when known.
     """
     i64 = np.int64
-    thread = ["rank", "pid", "tid"]
-    # three queries over the columns used, the rest in NumPy per thread (the joins, sorts and
-    # partitions per thread they replace were ~20 ms of a 75k-event trace and a fixed cost of
-    # every small one)
-    kind = ev.get_column("kind")
-    if tree.SHORTCUTS and not any(bool((kind == k).any()) for k in ("runtime", "driver")):
-        # no runtime call (a trace of device work only; a CPU-only one): no node, as the
-        # queries below find (Series comparisons: no query)
-        return pl.DataFrame(schema=_NODE_SCHEMA)
-    calls = ev.lazy().filter(pl.col("kind").is_in(["runtime", "driver"]))
-    # the calls and their distinct names in one call; which names sync or copy: the patterns
-    # on the distinct names (a handful), each row's flag by is_in (the regexes in the query were
-    # compiled there each time: 0.5-0.7 ms of a small trace's 0.9 ms query)
-    rt, distinct = pl.collect_all(
-        [
-            calls.select(*thread, "id", "ts_ns", "dur_ns", "step", "op_id", "name"),
-            calls.select(pl.col("name").unique()),
-        ],
-        engine="in-memory",
-        optimizations=tree.EAGER_FLAGS,
+    # the calls and tracked slices as rows of the events' columns in NumPy, with one query: the
+    # Polars sorts of their start times where they tie (see _polars_order) and the calls' names
+    # cast to codes (the filters, name patterns and flags were two queries of fixed cost)
+    if kinds is None:
+        kinds = _Kinds.of(ev.get_column("kind"))
+    is_copy_kind, is_tracked = kinds.device, kinds.tracked
+    rt = np.flatnonzero(kinds.call)
+    if not len(rt):
+        # no runtime call (a trace of device work only; a CPU-only one): no node
+        return _empty(_NODE_SCHEMA)
+    n = len(rt)
+    ev_id = ev.get_column("id").to_numpy().astype(i64)
+    ev_ts, ts_null = _int_column(ev, "ts_ns")
+    ev_dur, dur_null = _int_column(ev, "dur_ns")
+    ev_end = ev_ts + ev_dur
+    cid, ts, end = ev_id[rt], ev_ts[rt], ev_end[rt]
+    tr = np.flatnonzero(is_tracked)
+    thread = [_int_column(ev, c) for c in ("rank", "pid", "tid")]
+    c_code, s_code, keys = _thread_codes_of(
+        [(v[rt], None if null is None else null[rt]) for v, null in thread],
+        [(v[tr], None if null is None else null[tr]) for v, null in thread],
     )
-    if not rt.height:
-        return pl.DataFrame(schema=_NODE_SCHEMA)
-    sync_names, copy_names = call_names(distinct.get_column("name"))
-    copies, tracked, flags = pl.collect_all(
-        [
-            ev.lazy()
-            .select("kind", "launch_id", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
-            # (a copy of unknown end: none, as the max of the group_by skipped it)
-            .filter(
-                pl.col("kind").is_in(list(_DEVICE_KINDS))
-                & pl.col("launch_id").is_not_null()
-                & pl.col("end").is_not_null()
-            )
-            .drop("kind"),
-            ev.lazy()
-            .filter(pl.col("kind").is_in(list(_TRACKED)))
-            .select(*thread, "id", "ts_ns", "dur_ns"),
-            # each call's flags (Series.is_in was a query each)
-            rt.lazy().select(
-                pl.col("name").is_in(pl.lit(sync_names).implode()).alias("sync"),
-                pl.col("name").is_in(pl.lit(copy_names).implode()).alias("copy"),
-            ),
-        ],
-        engine="in-memory",
-        optimizations=tree.EAGER_FLAGS,
+    t_ts = ev_ts[tr]
+    mine = np.flatnonzero(s_code >= 0)  # the slices of threads with calls, then sorted
+    rt_name = ev.get_column("name")[rt]
+    (c_order, s_mine), (name_codes,) = _polars_orders_and(
+        [ts, t_ts[mine]],
+        [pl.DataFrame([rt_name]).lazy().select(pl.col("name").cast(pl.Categorical).to_physical())],
     )
-    n = rt.height
-    cid = rt.get_column("id").to_numpy().astype(i64)
-    ts = rt.get_column("ts_ns").to_numpy().astype(i64)
-    end = ts + rt.get_column("dur_ns").to_numpy().astype(i64)
-    # a copy call blocked when its (last-ending) copy ends before the call returns
+    s_order = mine[s_mine]
+    # which calls sync or copy: the patterns on the distinct names (a handful), each call's
+    # flags by its name's code (the regexes in a query were compiled there each time)
+    code, known = tree.int_values(name_codes.to_series())
+    code = np.where(known, code + 1, 0)  # (a null name: a code of its own)
+    _, inv = dense_unique(code)
+    distinct = rt_name[a_row_of_each(inv)]
+    sync_names, copy_names = (set(x.to_list()) for x in call_names(distinct))
+    texts = distinct.to_list()
+    sync = np.array([x in sync_names for x in texts], dtype=bool)[inv]
+    copy = np.array([x in copy_names for x in texts], dtype=bool)[inv]
+    # a copy call blocked when its (last-ending) copy ends before the call returns (a copy of
+    # unknown end: none, as the max of the group_by skipped it)
+    launch, no_launch = _int_column(ev, "launch_id")
+    cp_ok = is_copy_kind if no_launch is None else is_copy_kind & ~no_launch
+    for null in (ts_null, dur_null):
+        if null is not None:
+            cp_ok = cp_ok & ~null
+    copies = np.flatnonzero(cp_ok)
     copy_end = np.full(n, np.iinfo(i64).min, dtype=i64)
-    if copies.height:
-        at = positions(cid, copies.get_column("launch_id").to_numpy().astype(i64))
-        np.maximum.at(copy_end, at[at >= 0], copies.get_column("end").to_numpy()[at >= 0])
-    sync, copy = (_flag(flags.get_column(c)) for c in ("sync", "copy"))
+    if len(copies):
+        at = positions(cid, launch[copies])
+        np.maximum.at(copy_end, at[at >= 0], ev_end[copies][at >= 0])
     blocking = copy & (copy_end > np.iinfo(i64).min)
     wait = sync | (blocking & (copy_end <= end))
-    step, step_null = _int_column(rt, "step")
-    op, op_null = _int_column(rt, "op_id")
+    ev_step, ev_step_null = _int_column(ev, "step")
+    step = ev_step[rt]
+    step_null = None if ev_step_null is None or not ev_step_null[rt].any() else ev_step_null[rt]
+    ev_op, ev_op_null = _int_column(ev, "op_id")
+    op = ev_op[rt]
+    op_null = None if ev_op_null is None or not ev_op_null[rt].any() else ev_op_null[rt]
     # the step starts of the rank, by step
     step_start: dict[tuple[Any, Any], int] = {
         k: t
@@ -314,18 +380,11 @@ def _host_nodes(
     }
     # threads in the order of their first call by start time, each thread's calls and slices
     # in that order (the partitions of the frames sorted by start time)
-    c_code, s_code, keys = _thread_codes(rt, tracked)
-    t_ts = tracked.get_column("ts_ns").to_numpy().astype(i64)
-    mine = np.flatnonzero(s_code >= 0)  # the slices of threads with calls, then sorted
-    c_order, s_mine = _polars_orders(ts, t_ts[mine])  # (one query for both)
-    s_order = mine[s_mine]
-    t_end = t_ts + tracked.get_column("dur_ns").to_numpy().astype(i64)
-    t_id = tracked.get_column("id").to_numpy().astype(i64)
+    t_end = ev_end[tr]
+    t_id = ev_id[tr]
     if coverage is not None:  # (the rank coverage of the same slices: no query of its own)
-        dur, dur_null = _int_column(tracked, "dur_ns")
-        pos = dur > 0 if dur_null is None else (dur > 0) & ~dur_null
-        rank_all, _ = _int_column(tracked, "rank")
-        coverage.update(_coverage(rank_all[pos], t_ts[pos], t_end[pos]))
+        pos = ev_dur[tr] > 0 if dur_null is None else (ev_dur[tr] > 0) & ~dur_null[tr]
+        coverage.update(_coverage(thread[0][0][tr][pos], t_ts[pos], t_end[pos]))
     codes = _distinct(c_code)
     code_ix = np.searchsorted(codes, c_code)  # keys[i] is the code's key
     by_thread = np.argsort(code_ix[c_order], kind="stable")
@@ -354,7 +413,7 @@ def _host_nodes(
         next_id -= int((part["id"] < 0).sum())
         parts.append(part)
     col = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    names = pl.concat([rt.get_column("name"), pl.Series(["", "(idle)"], dtype=pl.String)])
+    names = pl.concat([rt_name, pl.Series(["", "(idle)"], dtype=pl.String)])
     step_s = pl.Series("step", step[col["call"]], dtype=pl.Int32)
     if step_null is not None and step_null[col["call"]].any():
         step_s = step_s.set(pl.Series(step_null[col["call"]]), None)
@@ -556,11 +615,11 @@ def _cross_thread_waits(
     stretch_schema = {"rank": pl.Int32, "step": pl.Int32, "lane": pl.Int64, "c": pl.Int64,
                       "d": pl.Int64, "dst": pl.Int64}  # fmt: skip
     if tree.SHORTCUTS and host.height == 0:  # no host node, no gap to cut (device work only)
-        return host, pl.DataFrame(schema=stretch_schema)
+        return host, _empty(stretch_schema)
     name = host.get_column("name")
     is_idle = _flag(name == "(idle)")
     if not is_idle.any():
-        return host, pl.DataFrame(schema=stretch_schema)
+        return host, _empty(stretch_schema)
     # (a node of no name is neither idle nor kept, as the filters on the name dropped it)
     kept = ~is_idle & ~name.is_null().to_numpy() if name.null_count() else ~is_idle
     ids = host.get_column("id").to_numpy().astype(i64)
@@ -657,7 +716,7 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
     stretch -> the stretch's ``dst``."""
     i64 = np.int64
     if tree.SHORTCUTS and stretches.height == 0:
-        return pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
+        return _empty({"src": pl.Int64, "dst": pl.Int64})
     if isinstance(srcs, pl.LazyFrame):
         srcs = tree.collect(srcs)
     # per (rank, step) of the stretches, in their order: the sources of that step by end time,
@@ -731,14 +790,14 @@ def name_expr(name: pl.Expr, op: pl.Series) -> pl.Expr:
     return pl.when(name == "").then(pl.lit(op)).otherwise(name)
 
 
-def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
+def _top_op_nodes(ev: pl.DataFrame, kinds: _Kinds | None = None) -> pl.DataFrame:
     """The host nodes of threads without runtime calls: their top-level operators (no parent,
     or a parent that is no operator). The thread and parent matches on arrays (the anti join
-    and the join with every event's kind were ~4 ms of a 75k-event trace, most often for none)."""
-    # (Series comparisons: a select of the two flags was a query of fixed cost)
-    kind = ev.get_column("kind")
-    is_op = _flag(kind == "cpu_op")
-    is_rt = _flag(kind == "runtime") | _flag(kind == "driver")
+    and the join with every event's kind were ~4 ms of a 75k-event trace, most often for none).
+    ``kinds``: :class:`_Kinds` of ``ev`` when known."""
+    if kinds is None:
+        kinds = _Kinds.of(ev.get_column("kind"))
+    is_op, is_rt = kinds.op, kinds.call
     threads = [_int_column(ev, c) for c in ("rank", "pid", "tid")]
     calls = [(v[is_rt], None if null is None else null[is_rt]) for v, null in threads]
     _, code, _ = _thread_codes_of(calls, threads)
@@ -752,23 +811,48 @@ def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
             nested &= ~parent_null[cand]
         cand = cand[~nested]
     if not len(cand):
-        return pl.DataFrame(schema=_NODE_SCHEMA)
-    return (
-        ev.lazy()
-        .select(pl.all().gather(pl.Series(cand)))
-        .select(
-            "rank",
-            "step",
-            "id",
-            pl.lit("host").alias("lane_kind"),
-            pl.col("tid").alias("lane"),
-            pl.col("ts_ns").alias("start_ns"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-            pl.col("id").alias("op_id"),
-            "name",
-            pl.lit(False).alias("is_sync"),
-            pl.lit(False).alias("is_wait"),
-        )
+        return _empty(_NODE_SCHEMA)
+    top = _rows(ev, cand, "tid")
+    return _event_nodes(top, "host", top.get_column("tid"), top.get_column("id"))
+
+
+def _device_nodes(ev: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
+    """The device nodes: the device work, each on its lane (device and stream, else thread)."""
+    dev = _rows(ev, np.flatnonzero(kinds.device), "device", "stream", "tid", "op_id")
+    device, _ = tree.int_values(dev.get_column("device"))  # (a null: device 0)
+    stream, has_stream = tree.int_values(dev.get_column("stream"))
+    tid, has_tid = tree.int_values(dev.get_column("tid"))
+    lane = device * 1_000_000 + np.where(has_stream, stream, np.where(has_tid, tid, -1))
+    return _event_nodes(dev, "device", pl.Series(lane), dev.get_column("op_id"))
+
+
+def _rows(ev: pl.DataFrame, rows: np.ndarray, *more: str) -> pl.DataFrame:
+    """The columns of ``ev`` that :func:`_event_nodes` reads, and ``more``, at ``rows`` (one
+    gather of the frame: an indexing per column was ~10 us each)."""
+    cols = ("rank", "step", "id", "ts_ns", "dur_ns", "name", *more)
+    return pl.DataFrame([ev.get_column(c) for c in cols])[rows]
+
+
+def _event_nodes(
+    ev: pl.DataFrame, lane_kind: str, lane: pl.Series, op_id: pl.Series
+) -> pl.DataFrame:
+    """Nodes that are the events of ``ev`` (:func:`_rows`: a plan of their gather and literals
+    was a query of fixed cost)."""
+    ts = ev.get_column("ts_ns")
+    n = ev.height
+    return pl.DataFrame(
+        [
+            *(ev.get_column(c) for c in ("rank", "step", "id")),
+            pl.Series("lane_kind", [lane_kind], pl.String).new_from_index(0, n),
+            lane.alias("lane"),
+            ts.alias("start_ns"),
+            (ts + ev.get_column("dur_ns")).alias("end_ns"),
+            op_id.alias("op_id"),
+            ev.get_column("name"),
+            pl.Series("is_sync", np.zeros(n, dtype=bool)),
+            pl.Series("is_wait", np.zeros(n, dtype=bool)),
+        ],
+        schema=_NODE_SCHEMA,
     )
 
 
@@ -776,33 +860,36 @@ def _top_op_nodes(ev: pl.DataFrame) -> pl.DataFrame | pl.LazyFrame:
 _SRC_COLUMNS: Final = ("rank", "step", "lane", "id", "end_ns")
 
 
+#: The columns of the events the graph reads.
+_EVENT_COLUMNS: Final = (
+    "rank", "pid", "tid", "step", "id", "parent_id", "kind", "name", "ts_ns", "dur_ns", "op_id",
+    "launch_id", "device", "stream",
+)  # fmt: skip
+
+
+def _columns(events: pl.DataFrame) -> pl.DataFrame:
+    """The columns of the events the graph reads, a null step read as -1 (a select of them was
+    a query of fixed cost; this takes the columns as they are)."""
+    step = events.get_column("step")
+    if step.null_count():  # (a query only then: NumPy's fill was ~10x slower on 75k events)
+        step = step.fill_null(-1)
+    return pl.DataFrame([step if c == "step" else events.get_column(c) for c in _EVENT_COLUMNS])
+
+
 def graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Every node of every step (host segments and device work, with their op_id: their
     operator and the name of a host piece come from :func:`op_names`, read for the nodes on
     the path only), the cross-thread edges of :func:`_cross_thread_waits`, and the columns of
     the events read."""
-    # the columns used, before any filter: filtering every column of the events is the cost
-    ev = profile.events.select(
-        "rank", "pid", "tid", pl.col("step").fill_null(-1), "id", "parent_id", "kind", "name",
-        "ts_ns", "dur_ns", "op_id", "launch_id", "device", "stream",
-    )  # fmt: skip
-    lazy = ev.lazy()
+    ev = _columns(profile.events)
+    kinds = _Kinds.of(ev.get_column("kind"))
     cover: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    host = _host_nodes(ev, profile.steps, cover)
-    # threads without runtime calls: their top-level operators (no operator: none, the same
-    # empty table without a query)
-    top_nodes = pl.DataFrame(schema=_NODE_SCHEMA) if tree.no_ops(profile) else _top_op_nodes(ev)
-    dev = lazy.filter(pl.col("kind").is_in(list(_DEVICE_KINDS))).select(
-        "rank", "step", "id", pl.lit("device").alias("lane_kind"),
-        (pl.col("device").fill_null(0).cast(pl.Int64) * 1_000_000
-         + pl.coalesce("stream", "tid", pl.lit(-1, dtype=pl.Int64))).alias("lane"),
-        pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-        "op_id", "name", pl.lit(False).alias("is_sync"), pl.lit(False).alias("is_wait"),
-    )  # fmt: skip
+    host = _host_nodes(ev, profile.steps, cover, kinds)
+    # threads without runtime calls: their top-level operators (no operator: none)
+    top_nodes = _empty(_NODE_SCHEMA) if tree.no_ops(profile) else _top_op_nodes(ev, kinds)
     host, stretches = _cross_thread_waits(host, ev, cover)
-    nodes = pl.concat([host.lazy(), top_nodes.lazy(), dev], how="vertical_relaxed").pipe(
-        tree.collect
-    )
+    # (tables of one schema: appended, no query)
+    nodes = pl.concat([host, top_nodes, _device_nodes(ev, kinds)], how="vertical").rechunk()
     nodes = _split_earlier_waits(nodes, ev)
     # the nodes that can end a cross-thread wait: every host node, the split waits included
     # (their columns filtered as Series, no query; only when there is a stretch)
@@ -810,7 +897,7 @@ def graph(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         host_mask = pl.Series(_flag(nodes.get_column("lane_kind") == "host"))
         srcs = pl.DataFrame([nodes.get_column(c).filter(host_mask) for c in _SRC_COLUMNS])
     else:
-        srcs = tree.empty_frame(tree.schema_key({c: nodes.schema[c] for c in _SRC_COLUMNS}))
+        srcs = _empty({c: _NODE_SCHEMA[c] for c in _SRC_COLUMNS})
     return nodes, _stretch_edges(stretches, srcs), ev
 
 
