@@ -29,6 +29,7 @@ Groups whose calls average under :data:`MIN_EFF_DUR_NS` are not judged.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -201,6 +202,11 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             p0 = (total_k - k) / rest_n if rest_n else 0.0
             if _binom_tail(int(k), int(n), p0) < ALPHA:
                 keep.append(dict(zip(_GROUP, key, strict=True)))
+    if not keep and no_outliers_shortcut():
+        # no group reported (most profiles): the plans' empty tables, their schemas resolved
+        # once per process (tests/test_anomalies.py runs both ways)
+        g_key, c_key = _empty_schemas(_tree.schema_key(out.schema))
+        return _tree.empty_frame(g_key), _tree.empty_frame(c_key)
     if not keep:
         kept = out.clear().lazy()
     else:
@@ -209,17 +215,26 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             on=_GROUP,
             nulls_equal=True,
         )
+    groups, calls = pl.collect_all(
+        list(_report_plans(kept)), engine="in-memory", optimizations=_tree.EAGER_FLAGS
+    )
+    return groups, calls
+
+
+@functools.cache
+def _empty_schemas(key: _tree.SchemaKey) -> tuple[_tree.SchemaKey, _tree.SchemaKey]:
+    """The schemas of :func:`_report_plans`' tables for outliers of schema ``key``."""
+    g, c = _report_plans(pl.LazyFrame(schema=dict(key)))
+    return _tree.schema_key(g.collect_schema()), _tree.schema_key(c.collect_schema())
+
+
+def _report_plans(kept: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The plans of the reported groups and of their outlier calls, from the outliers of the
+    reported groups."""
+    aggs, calls = _report_columns()
     groups_plan = (
         kept.group_by(_GROUP)
-        .agg(
-            pl.col("n").first().alias("calls"),
-            pl.len().alias("outlier_calls"),
-            pl.col("med").first().alias("median_ns"),
-            pl.col("dur_ns").median().alias("outlier_median_ns"),
-            pl.col("excess").sum().alias("excess_ns"),
-            pl.col("step").unique().sort().alias("steps"),
-            pl.col("ts_ns").sort().alias("ts_ns"),
-        )
+        .agg(*aggs)
         .rename({"what": "kind", "input_dims": "input_shapes"})
         # ties by every group key: group_by's row order varies with the thread count
         .sort(
@@ -228,7 +243,22 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
             nulls_last=True,
         )
     )
-    calls_plan = kept.select(
+    return groups_plan, kept.select(*calls).sort("ts_ns", "event_id")
+
+
+@functools.cache
+def _report_columns() -> tuple[tuple[pl.Expr, ...], tuple[pl.Expr | str, ...]]:
+    """(:func:`_report_plans`' group aggregates, its calls' columns), built once per process."""
+    aggs = (
+        pl.col("n").first().alias("calls"),
+        pl.len().alias("outlier_calls"),
+        pl.col("med").first().alias("median_ns"),
+        pl.col("dur_ns").median().alias("outlier_median_ns"),
+        pl.col("excess").sum().alias("excess_ns"),
+        pl.col("step").unique().sort().alias("steps"),
+        pl.col("ts_ns").sort().alias("ts_ns"),
+    )
+    calls = (
         pl.col("id").alias("event_id"),
         pl.col("what").alias("kind"),
         "name",
@@ -238,18 +268,8 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         "ts_ns",
         "dur_ns",
         pl.col("med").alias("typical_ns"),
-    ).sort("ts_ns", "event_id")
-    if not keep and no_outliers_shortcut():
-        # no group reported (most profiles): the plans' empty tables from their schemas,
-        # without the query (tests/test_anomalies.py runs both ways)
-        return (
-            pl.DataFrame(schema=groups_plan.collect_schema()),
-            pl.DataFrame(schema=calls_plan.collect_schema()),
-        )
-    groups, calls = pl.collect_all(
-        [groups_plan, calls_plan], engine="in-memory", optimizations=_tree.EAGER_FLAGS
     )
-    return groups, calls
+    return aggs, calls
 
 
 def _without_nested(profile: Profile, out: pl.DataFrame) -> pl.DataFrame:
@@ -282,28 +302,41 @@ def _outliers(c: pl.LazyFrame) -> pl.DataFrame:
     """The outlier calls of ``c`` (:func:`_calls`) with their group's ``n``, ``med`` and
     ``mad``, the excess over the median, and ``_judged``: the calls in groups large enough to
     judge (on every row). One query."""
-    dur, by = pl.col("dur_ns"), _GROUP
     # The groups too small to judge dropped before their medians (a whole group goes or stays:
     # the medians of those kept are the same), the spread from the median column, not a second
     # median per group: 1.5 -> 1.0 ms on a 1.2k-call trace (hta_sampled rank-0)
-    j = (
-        c.with_columns(pl.len().over(by).alias("n"))
-        .filter(pl.col("n") >= MIN_CALLS)
-        .with_columns(dur.median().over(by).alias("med"))
-        .with_columns((dur - pl.col("med")).abs().median().over(by).alias("mad"))
-    )
-    spread = pl.max_horizontal(1.4826 * pl.col("mad"), MIN_REL_SPREAD * pl.col("med"))
+    n, judged, med, mad, count, hit, excess = _outlier_columns()
     return (
-        j.with_columns(pl.len().alias("_judged"))
-        .filter(
-            (pl.col("dur_ns") > pl.col("med") + Z * spread)
-            & (pl.col("dur_ns") >= MIN_RATIO * pl.col("med"))
-            & (pl.col("dur_ns") - pl.col("med") >= MIN_EXCESS_NS)
-        )
-        .with_columns((pl.col("dur_ns") - pl.col("med")).alias("excess"))
+        c.with_columns(n)
+        .filter(judged)
+        .with_columns(med)
+        .with_columns(mad)
+        .with_columns(count)
+        .filter(hit)
+        .with_columns(excess)
         # the eager calls' optimisations: the plan reads the columns it needs already (the
         # default passes were ~0.2 ms of its 1.5-3 ms)
         .collect(engine="in-memory", optimizations=_tree.EAGER_FLAGS)
+    )
+
+
+@functools.cache
+def _outlier_columns() -> tuple[pl.Expr, ...]:
+    """:func:`_outliers`' steps: the group's calls, the judged groups, the median, the median
+    absolute deviation, the judged calls, the outlier test and the excess; built once per
+    process (~30 expressions of Python each report)."""
+    dur, by = pl.col("dur_ns"), _GROUP
+    spread = pl.max_horizontal(1.4826 * pl.col("mad"), MIN_REL_SPREAD * pl.col("med"))
+    return (
+        pl.len().over(by).alias("n"),
+        pl.col("n") >= MIN_CALLS,
+        dur.median().over(by).alias("med"),
+        (dur - pl.col("med")).abs().median().over(by).alias("mad"),
+        pl.len().alias("_judged"),
+        (dur > pl.col("med") + Z * spread)
+        & (dur >= MIN_RATIO * pl.col("med"))
+        & (dur - pl.col("med") >= MIN_EXCESS_NS),
+        (dur - pl.col("med")).alias("excess"),
     )
 
 
