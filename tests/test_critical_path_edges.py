@@ -389,3 +389,61 @@ def test_call_names_equal_the_patterns_in_polars() -> None:
         want = set(pl.Series(names, dtype=pl.String).filter(s.str.contains(pattern)).to_list())
         assert set(found.to_list()) == want
         assert want  # the patterns do find names here
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lane_pairs_without_lane_ties_are_numpys(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each node's lane predecessor: by one NumPy sort where no lane has two nodes of equal
+    start and end (no query; ties across lanes allowed), else with Polars' sort for the tied
+    groups; the same pairs as the shortcuts off (Polars' sort always). Times drawn wide (few
+    ties) or narrow (many)."""
+    from helpers.spies import count_queries
+
+    rng = np.random.default_rng(seed)
+    nodes, _, _ = _random_nodes(seed)
+    n = nodes.height
+    wide = bool(seed % 2)
+    start = rng.permutation(n * 10)[:n] if wide else rng.integers(0, 40, n)
+    # (wide: unique starts in a lane, and ties across lanes made on purpose)
+    if wide and n > 2:
+        start[1] = start[0]
+        nodes = nodes.with_columns(pl.Series("lane", [0, 1, *nodes["lane"][2:]], dtype=pl.Int64))
+    nodes = nodes.with_columns(
+        pl.Series("start_ns", start, dtype=pl.Int64),
+        pl.Series("end_ns", start + (0 if wide else rng.integers(0, 4, n)), dtype=pl.Int64),
+    )
+    lanes = [nodes[c].to_numpy().astype(np.int64) for c in ("rank", "step", "lane")]
+    lanes.append((nodes["lane_kind"] == "device").to_numpy())
+    ran = count_queries(monkeypatch)
+    got = set(zip(*(x.tolist() for x in cpg._lane_pairs(nodes, lanes)), strict=True))
+    took_numpy = not ran
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    want = set(zip(*(x.tolist() for x in cpg._lane_pairs(nodes, lanes)), strict=True))
+    assert got == want
+    assert len(got) == len(cpg._lane_pairs(nodes, lanes)[0])  # (no pair twice)
+    if wide:
+        assert took_numpy  # (no tie in a lane)
+    else:
+        key = nodes.select("rank", "step", "lane", "lane_kind", "start_ns", "end_ns")
+        assert took_numpy == (not key.is_duplicated().any())
+
+
+def test_rank0_lanes_take_no_sort_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """hta_sampled rank-0: 384 ties of (start, end) across lanes, none in a lane: the lane
+    edges without the Polars sort of its 3.8k nodes; the path tables equal the shortcuts off."""
+    from helpers.spies import count_queries
+
+    path = shared_trace("multi_rank/hta_sampled_128rank_job/rank-0.json.gz")
+    profile = load(path, cache=False)
+    nodes, cross, _ = cpg.graph(profile)
+    ran = count_queries(monkeypatch)
+    cpg.edges(nodes, profile.events, cross)
+    assert ran == []
+    got = cp.critical_path(profile, Options())
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    want = cp.critical_path(load(path, cache=False), Options())
+    for g, w in zip((got.path, got.ops, got.steps), (want.path, want.ops, want.steps), strict=True):
+        assert g.schema == w.schema
+        assert g.equals(w)

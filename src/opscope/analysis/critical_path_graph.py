@@ -1005,26 +1005,6 @@ def edges(
     The order matters where it decides ties: :func:`longest_path` takes the first best edge into
     a node, so the edges into one node keep the plan's order (lane, launch, copy, sync, cross)."""
     i64 = np.int64
-    # lane: each node's predecessor on its lane in (start, end) order. The order is Polars' own
-    # sort of the same key columns: it is not stable, and between nodes with equal start and end
-    # its order of ties decides which is first (a stable sort moves 7 of 49 outputs)
-    start, end = nodes.get_column("start_ns"), nodes.get_column("end_ns")
-    fast = (
-        unique_order(start.to_numpy(), end.to_numpy())
-        if not start.null_count() and not end.null_count()  # (Polars sorts nulls first)
-        else None
-    )
-    order = (
-        fast
-        if fast is not None
-        else nodes.lazy()
-        .select(pl.int_range(pl.len()).alias("_row"), "start_ns", "end_ns")
-        .sort("start_ns", "end_ns")
-        .pipe(tree.collect)
-        .get_column("_row")
-        .to_numpy()
-        .astype(i64)
-    )
     ids = nodes.get_column("id").to_numpy().astype(i64)
     lanes: list[np.ndarray] = []
     for c in ("rank", "step", "lane"):
@@ -1035,16 +1015,8 @@ def edges(
         else:
             lanes.append(col.to_numpy().astype(i64))
     lanes.append(_flag(nodes.get_column("lane_kind") == "device"))
-    keys = [k[order] for k in lanes]
-    by_lane = np.lexsort([np.arange(len(order)), *keys[::-1]])  # stable: sorted order in a lane
-    same = np.ones(max(len(order) - 1, 0), dtype=bool)
-    for k in keys:
-        same &= k[by_lane][1:] == k[by_lane][:-1]
-    lane_at = by_lane[1:][same]  # positions in the sorted order of the nodes with a predecessor
-    lane_src = by_lane[:-1][same]
-    in_order = np.argsort(lane_at, kind="stable")  # the plan's rows: in the sorted order
-    src_parts = [ids[order[lane_src[in_order]]]]
-    dst_parts = [ids[order[lane_at[in_order]]]]
+    lane_src, lane_at = _lane_pairs(nodes, lanes)
+    src_parts, dst_parts = [ids[lane_src]], [ids[lane_at]]
     # launch: the runtime call -> the work it launched
     launch, no_launch = _int_column(events, "launch_id")
     has = np.ones(len(launch), dtype=bool) if no_launch is None else ~no_launch
@@ -1102,6 +1074,53 @@ def edges(
         src_parts.append(cross.get_column("src").to_numpy().astype(i64))
         dst_parts.append(cross.get_column("dst").to_numpy().astype(i64))
     return np.concatenate(src_parts), np.concatenate(dst_parts)
+
+
+def _lane_pairs(nodes: pl.DataFrame, lanes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(predecessor, node) rows of each node with a predecessor on its lane (equal ``lanes``
+    keys) in (start, end) order, in an order of no meaning (each node has one at most).
+
+    One NumPy sort by lane, start and end; where two nodes of a lane have equal start and end,
+    their order is Polars' own sort of the rows by (start, end) (not stable: between such
+    nodes its order of ties decides which is first; a stable sort moves 7 of 49 outputs), a
+    query, read back into those groups only. Ties across lanes make no pair (rank-0's 384 of
+    them made a Polars sort of its 3.8k nodes and a sort by lane in that order, ~1 ms)."""
+    i64 = np.int64
+    start, end = nodes.get_column("start_ns"), nodes.get_column("end_ns")
+    if tree.SHORTCUTS and not start.null_count() and not end.null_count():
+        s, e = start.to_numpy(), end.to_numpy()
+        by_lane = np.lexsort([e, s, *lanes[::-1]])
+        same = np.ones(max(len(by_lane) - 1, 0), dtype=bool)
+        for k in lanes:
+            same &= k[by_lane][1:] == k[by_lane][:-1]
+        tie = same & (s[by_lane][1:] == s[by_lane][:-1]) & (e[by_lane][1:] == e[by_lane][:-1])
+        if tie.any():
+            # each group of equal lane, start and end in Polars' order of its rows
+            at = np.empty(len(by_lane), dtype=i64)
+            at[_polars_sort_rows(nodes)] = np.arange(len(by_lane), dtype=i64)
+            group = np.concatenate(([0], np.cumsum(~tie)))
+            by_lane = by_lane[np.lexsort((at[by_lane], group))]
+        return by_lane[:-1][same].astype(i64), by_lane[1:][same].astype(i64)
+    order = _polars_sort_rows(nodes)  # (Polars sorts nulls first)
+    keys = [k[order] for k in lanes]
+    by_lane = np.lexsort([np.arange(len(order)), *keys[::-1]])  # stable: sorted order in a lane
+    same = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for k in keys:
+        same &= k[by_lane][1:] == k[by_lane][:-1]
+    return order[by_lane[:-1][same]], order[by_lane[1:][same]]
+
+
+def _polars_sort_rows(nodes: pl.DataFrame) -> np.ndarray:
+    """The rows of ``nodes`` in Polars' order of a sort by (start, end)."""
+    return (
+        nodes.lazy()
+        .select(pl.int_range(pl.len()).alias("_row"), "start_ns", "end_ns")
+        .sort("start_ns", "end_ns")
+        .pipe(tree.collect)
+        .get_column("_row")
+        .to_numpy()
+        .astype(np.int64)
+    )
 
 
 def _by_rank_step(df: pl.DataFrame) -> dict[tuple[int, int], np.ndarray]:
