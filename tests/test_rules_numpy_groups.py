@@ -427,3 +427,20 @@ def test_fusion_pairs_equal_the_shifted_filters(path: Path | None, tmp_path: Pat
     assert (bias.tolist(), act.tolist()) == _old_pairs(prof)
     if path.name == "pairs.json":
         assert len(bias) == 2 and len(act) == 2  # one of each per thread, none across
+
+
+def test_parse_types_cached_gives_fresh_equal_lists() -> None:
+    """The cached parse: the same values as before (JSON, Ascend's form, scalars, bad JSON,
+    none), and a new list each call (a caller's change does not reach the next caller)."""
+    cases = {
+        '["float","c10::BFloat16"]': ["float32", "bfloat16"],
+        '["float",1,"Scalar"]': ["float32", None, "scalar"],
+        "DT_BF16;DT_FLOAT": ["bfloat16", "float32"],
+        "[not json": [],
+        None: [],
+    }
+    for s, want in cases.items():
+        got = c.parse_types(s)
+        assert got == want
+        got.append("x")
+        assert c.parse_types(s) == want

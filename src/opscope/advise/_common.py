@@ -80,17 +80,26 @@ def _parse_dims(s: str | None) -> list[list[int]] | None:
 
 
 def parse_types(s: str | None) -> list[str | None]:
-    """Dtypes from compact JSON ``["float","float"]`` or Ascend's ``DT_BF16;DT_BF16``."""
+    """Dtypes from compact JSON ``["float","float"]`` or Ascend's ``DT_BF16;DT_BF16``.
+
+    A new list each call (callers may change it) of a cached parse: the same strings repeat
+    across a report's rules (a JSON decode per distinct pair per rule was ~0.7 ms a rule on a
+    4.8k-event rank)."""
+    return list(_parse_types(s))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_types(s: str | None) -> tuple[str | None, ...]:
     if s is None:
-        return []
+        return ()
     s = s.strip()
     if s.startswith("["):
         try:
             v = json.loads(s)
         except ValueError:
-            return []
-        return [norm_dtype(x) if isinstance(x, str) else None for x in v]
-    return [norm_dtype(x) for x in s.split(";")]
+            return ()
+        return tuple(norm_dtype(x) if isinstance(x, str) else None for x in v)
+    return tuple(norm_dtype(x) for x in s.split(";"))
 
 
 # Devices -------------------------------------------------------------------------------------
