@@ -1,14 +1,12 @@
-"""The roofline's figures and groups in NumPy against the Polars plans they replace, to the
-last digit: the figures' expressions (copied here from the code before) on frames made to hit
-every branch (one row, every row timed or not, compute-side rows or none, nulls, zeros, NaN
-intensities, TF32, no device), and the groups' group-by and sort on shared traces.
-
-Polars divides a column by a literal as a product with the literal's inverse, except on a
-one-row frame, and evaluates the bandwidth branch of the nested ``when`` as a true division
-unless every row is timed and none is on the compute side: the frames below cover each case."""
+"""The roofline's figures and groups in NumPy against independent references: each row's
+figures recomputed in plain Python floats from their definitions (on frames made to hit every
+branch: one row, every row timed or not, compute-side rows or none, nulls, zeros, NaN
+intensities, TF32, no device), and the groups against a Polars group-by and sort of the calls
+on shared traces."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -23,74 +21,88 @@ from opscope.analysis.devices import DEVICES, DeviceSpec
 from opscope.analysis.roofline import LATENCY_NS, LATENCY_PCT
 
 
-def _peak_columns(spec: DeviceSpec | None) -> tuple[pl.Expr, pl.Expr]:
-    """The peaks as expressions (the code before)."""
-    if spec is None:
-        none = pl.lit(None, dtype=pl.Float64)
-        return none.alias("peak_flops"), none.alias("peak_tf32")
-    matrix = {d: spec.peak(d, "matrix") for d in (*spec.matrix, "tf32")}
-    vector = {d: spec.peak(d, "vector") for d in (*spec.vector, "fp16", "bf16")}
-    dtype = pl.col("dtype")
-    on_matrix = pl.col("roof") == "matrix"
-    peak = (
-        pl.when(on_matrix)
-        .then(dtype.replace_strict(matrix, default=None, return_dtype=pl.Float64))
-        .otherwise(dtype.replace_strict(vector, default=None, return_dtype=pl.Float64))
-    )
-    tf32 = pl.when(on_matrix & (dtype == "fp32")).then(
-        pl.lit(spec.peak("tf32", "matrix"), dtype=pl.Float64)
-    )
-    return peak.alias("peak_flops"), tf32.alias("peak_tf32")
+def _peak(spec: DeviceSpec, dtype: str | None, roof: str | None) -> float | None:
+    """A row's peak by :meth:`DeviceSpec.peak`: the matrix units' for a matrix roof, else the
+    vector units' (the dtypes the device's tables name, and their documented fallbacks)."""
+    if not dtype:
+        return None
+    if roof == "matrix":
+        known = {*spec.matrix, "tf32"}
+        return spec.peak(dtype, "matrix") if dtype in known else None
+    known = {*spec.vector, "fp16", "bf16"}
+    return spec.peak(dtype, "vector") if dtype in known else None
 
 
-def _expressions(
-    df: pl.LazyFrame, spec: DeviceSpec | None, rate_flops: str = "flops", rate_bytes: str = "bytes"
-) -> pl.LazyFrame:
-    """``roofline._metrics`` as a plan (the code before, verbatim)."""
+def _ge(a: float, b: float) -> bool:
+    return a >= b or math.isnan(a)  # NaN (0 flops over 0 bytes) above every number
+
+
+def _div(a: float, b: float) -> float:
+    """IEEE float64 division (NumPy's): x/0 is +-inf, 0/0 NaN."""
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
+    return a / b
+
+
+def _row_figures(
+    r: dict[str, Any], spec: DeviceSpec | None, rate_flops: str = "flops", rate_bytes: str = "bytes"
+) -> dict[str, Any]:
+    """One row's figures from their definitions, in Python floats."""
+    f, b, t, c = r["flops"], r["bytes"], r["time_ns"], r["calls"]
+    rf, rb = r[rate_flops], r[rate_bytes]
+    peak = _peak(spec, r["dtype"], r["roof"]) if spec is not None else None
     bw = spec.mem_bw if spec is not None else None
-    secs = pl.when(pl.col("time_ns") > 0).then(pl.col("time_ns").cast(pl.Float64) / 1e9)
-    df = df.with_columns(*_peak_columns(spec)).with_columns(
-        (pl.col("flops") / pl.col("bytes")).alias("intensity"),
-        (pl.col(rate_flops) / secs / 1e12).alias("achieved_tflops"),
-        (pl.col(rate_bytes) / secs / 1e9).alias("achieved_gbps"),
-        pl.lit(bw, dtype=pl.Float64).alias("peak_bw"),
+    timed = t is not None and t > 0
+    secs = t / 1e9 if timed else None
+    tflops = rf / secs / 1e12 if secs is not None and rf is not None else None
+    gbps = rb / secs / 1e9 if secs is not None and rb is not None else None
+    intensity = _div(float(f), float(b)) if f is not None and b is not None else None
+    # fp32 matrix work beyond the fp32 roof ran on TF32 units
+    if (
+        spec is not None
+        and r["roof"] == "matrix"
+        and r["dtype"] == "fp32"
+        and tflops is not None
+        and peak is not None
+        and spec.peak("tf32", "matrix") is not None
+        and tflops * 1e12 > peak
+    ):
+        peak = spec.peak("tf32", "matrix")
+    compute_side = (
+        r["roof"] is not None
+        and r["roof"] != "memory"
+        and intensity is not None
+        and peak is not None
+        and bw is not None
+        and _ge(intensity, peak / bw)
     )
-    df = df.with_columns(
-        pl.when(
-            pl.col("peak_tf32").is_not_null()
-            & (pl.col("achieved_tflops") * 1e12 > pl.col("peak_flops"))
-        )
-        .then(pl.col("peak_tf32"))
-        .otherwise(pl.col("peak_flops"))
-        .alias("peak_flops")
-    )
-    compute_side = (pl.col("roof") != "memory") & (
-        pl.col("intensity") >= pl.col("peak_flops") / pl.col("peak_bw")
-    )
-    pct = (
-        pl.when(compute_side)
-        .then(pl.col("achieved_tflops") * 1e12 / pl.col("peak_flops") * 100)
-        .otherwise(pl.col("achieved_gbps") * 1e9 / pl.col("peak_bw") * 100)
-    )
-    df = df.with_columns(
-        pl.when(pl.col("time_ns") > 0).then(pct).otherwise(None).alias("pct_of_peak"),
-        compute_side.alias("_compute_side"),
-    )
-    per_call = pl.col("time_ns") / pl.col("calls").cast(pl.Float64)
-    bound = (
-        pl.when(per_call < LATENCY_NS)
-        .then(pl.lit("latency"))
-        .when(pl.col("pct_of_peak").is_null())
-        .then(pl.lit(None, dtype=pl.String))
-        .when(pl.col("pct_of_peak") < LATENCY_PCT)
-        .then(pl.lit("latency"))
-        .when(pl.col("_compute_side"))
-        .then(pl.lit("compute"))
-        .otherwise(pl.lit("memory"))
-    )
-    gone = ("peak_tf32", "_compute_side", "peak_bw")
-    names = df.collect_schema().names()
-    return df.select(*(c for c in names if c not in gone), bound.alias("bound"))
+    pct = None
+    if timed:
+        if compute_side:
+            pct = tflops * 1e12 / peak * 100 if tflops is not None else None
+        elif gbps is not None and bw is not None:
+            pct = gbps * 1e9 / bw * 100
+    bound = None
+    if pct is not None:
+        bound = "latency" if pct < LATENCY_PCT else "compute" if compute_side else "memory"
+    if t is not None and c is not None and t / c < LATENCY_NS:
+        bound = "latency"
+    return {
+        "peak_flops": peak,
+        "intensity": intensity,
+        "achieved_tflops": tflops,
+        "achieved_gbps": gbps,
+        "pct_of_peak": pct,
+        "bound": bound,
+    }
+
+
+def _expected(
+    df: pl.DataFrame, spec: DeviceSpec | None, rate_flops: str = "flops", rate_bytes: str = "bytes"
+) -> pl.DataFrame:
+    """``df`` with each row's figures (:func:`_row_figures`) appended."""
+    rows = [_row_figures(r, spec, rate_flops, rate_bytes) for r in df.iter_rows(named=True)]
+    return df.hstack(pl.DataFrame(rows, schema=rl._METRIC_SCHEMA, orient="row"))
 
 
 _H100 = next(d for d in DEVICES if d.key == "h100-sxm")
@@ -151,36 +163,29 @@ def _frame(seed: int, n: int, *, timed: bool, compute: bool) -> pl.DataFrame:
 @pytest.mark.parametrize("n", [1, 2, 3, 40, 1500])
 @pytest.mark.parametrize("timed", [True, False])
 @pytest.mark.parametrize("compute", [True, False])
-def test_figures_equal_the_expressions(
+def test_figures_equal_their_definitions(
     spec: DeviceSpec | None, n: int, timed: bool, compute: bool
 ) -> None:
     for seed in range(4):
         df = _frame(seed, n, timed=timed, compute=compute)
-        want = _expressions(df.lazy(), spec).collect(engine="in-memory")
-        assert_frame_equal(rl._metrics(df, spec), want, check_exact=True)
+        assert_frame_equal(rl._metrics(df, spec), _expected(df, spec), check_exact=True)
 
 
-def test_figures_cover_both_bandwidth_branches() -> None:
-    """The frames above do reach both of Polars' evaluations of the bandwidth branch (a
-    product with the inverse and a true division differ on some rows)."""
-    bw = _H100.mem_bw
-    seen = set()
-    for timed in (True, False):
-        for compute in (True, False):
-            df = _frame(0, 1500, timed=timed, compute=compute)
-            got = rl._metrics(df, _H100).filter(pl.col("bound") != "compute")
-            gbps = got.get_column("achieved_gbps").to_numpy()
-            pct = got.get_column("pct_of_peak").to_numpy()
-            ok = ~np.isnan(pct)
-            if (gbps[ok] * 1e9 / bw * 100 != pct[ok]).any():
-                seen.add("inverse")
-            if (gbps[ok] * 1e9 * (1 / bw) * 100 != pct[ok]).any():
-                seen.add("division")
-    assert seen == {"inverse", "division"}
+def test_frames_reach_every_bound() -> None:
+    """The made frames hold rows of each bound, TF32 rows and NaN intensities (the branches
+    the reference walks)."""
+    df = pl.concat(
+        [_frame(0, 1500, timed=t, compute=c) for t in (True, False) for c in (True, False)]
+    )
+    got = rl._metrics(df, _H100)
+    assert set(got.get_column("bound").to_list()) == {"compute", "memory", "latency", None}
+    assert got.get_column("intensity").is_nan().sum() > 0
+    tf32 = _H100.peak("tf32", "matrix")
+    assert (got.get_column("peak_flops") == tf32).sum() > 0
 
 
 def _groups_by_plan(calls: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
-    """The groups as the plan before computed them from the calls."""
+    """The groups of the calls by a Polars group-by, their figures by :func:`_expected`."""
     plan = (
         calls.drop(list(rl._METRIC_SCHEMA))
         .lazy()
@@ -206,10 +211,10 @@ def _groups_by_plan(calls: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFram
             pl.col("bytes").filter(pl.col("time_ns").is_not_null()).sum().alias("_bytes_t"),
         )
     )
-    plan = _expressions(plan, spec, "_flops_t", "_bytes_t").drop("_flops_t", "_bytes_t")
-    return plan.sort(
+    grouped = _expected(plan.collect(engine="in-memory"), spec, "_flops_t", "_bytes_t")
+    return grouped.drop("_flops_t", "_bytes_t").sort(
         ["time_ns", *rl._GROUP], descending=[True, False, False, False], nulls_last=True
-    ).collect(engine="in-memory")
+    )
 
 
 @pytest.mark.parametrize(
@@ -226,8 +231,7 @@ def test_calls_and_groups_equal_the_plans(rel: str) -> None:
     spec = rl.device_of(prof, rl.Options())[0]
     res = rl.roofline(prof, rl.Options())
     base = res.calls.drop(list(rl._METRIC_SCHEMA))
-    want = _expressions(base.lazy(), spec).collect(engine="in-memory")
-    assert_frame_equal(res.calls, want, check_exact=True)
+    assert_frame_equal(res.calls, _expected(base, spec), check_exact=True)
     assert_frame_equal(res.groups, _groups_by_plan(res.calls, spec), check_exact=True)
     assert res.groups.height > 50
 

@@ -352,14 +352,6 @@ def _flags(s: pl.Series) -> tuple[_Bools, _Bools]:
     return true, true | np.equal(obj, False)
 
 
-def _by_literal(x: _F64, lit: Any, divide: bool) -> _F64:
-    """``x`` divided by the literal ``lit`` as Polars' kernel for a column and a scalar
-    computes it: a product with ``1 / lit`` (not always the same float as the division), or
-    the true division where ``divide`` (a one-row frame; a literal made a column)."""
-    out: _F64 = x / lit if divide else x * (np.float64(1.0) / np.float64(lit))
-    return out
-
-
 def _figures(
     df: pl.DataFrame,
     spec: DeviceSpec | None,
@@ -367,14 +359,13 @@ def _figures(
     rates: tuple[tuple[_F64, _Bools], tuple[_F64, _Bools]] | None = None,
 ) -> list[pl.Series]:
     """The columns of :data:`_METRIC_SCHEMA` for rows with ``flops``/``bytes``/``time_ns``/
-    ``calls``/``roof`` (Polars' expressions, evaluated in NumPy: no query).
+    ``calls``/``roof``, in NumPy over the rows (no query).
 
     Rates divide ``rates`` (the flops and bytes of the timed calls, with their valid masks;
-    default the rows' flops and bytes) by ``time_ns``. Each figure is the float the
-    expressions they replace gave (``tests/test_roofline_figures.py`` keeps them): the same
-    operations in the same order on float64, a null wherever an operand is null, ``when``
-    taking a null condition as false, comparisons ordering NaN (0 flops over 0 bytes) above
-    every number."""
+    default the rows' flops and bytes) by ``time_ns``. Every figure is plain float64
+    arithmetic in the order written (``tests/test_roofline_figures.py`` recomputes each row in
+    Python); a figure is null wherever an operand is null, and comparisons order NaN (0 flops
+    over 0 bytes) above every number, as the tables' sorts do."""
     f, f_ok = _floats(df.get_column("flops"))
     b, b_ok = _floats(df.get_column("bytes"))
     t, t_ok = _floats(df.get_column("time_ns"))
@@ -384,19 +375,13 @@ def _figures(
     bw = spec.mem_bw if spec is not None else None
     bw_ok = bw is not None
     timed = t_ok & (t > 0)
-    # Polars divides a column by a literal (the constants, the bandwidth) as a product with
-    # the literal's inverse, unless the frame has one row; and the bandwidth branch of the
-    # figures' nested when is a true division unless every row is timed and none is on the
-    # compute side (the literal there a column of the frame). Not always the same float:
-    # written as Polars runs it (see _by_literal)
-    one = df.height == 1
     bw_v = np.float64(bw if bw is not None else np.nan)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        secs = _by_literal(t, 1e9, one)
+        secs = t / 1e9
         intensity = f / b
-        tflops = _by_literal(rf / secs, 1e12, one)
+        tflops = rf / secs / 1e12
         tf_ok = rf_ok & timed
-        gbps = _by_literal(rb / secs, 1e9, one)
+        gbps = rb / secs / 1e9
         gb_ok = rb_ok & timed
         # fp32 matmul/conv beyond the fp32 roof ran on TF32 tensor cores (cuDNN's default for
         # convolutions, torch.backends.cuda.matmul.allow_tf32 for matmul): use the TF32 roof
@@ -406,16 +391,14 @@ def _figures(
         # at or right of the ridge point the compute roof applies, left of it the bandwidth
         # roof (the roof a null: neither)
         memory, roof_ok = _flags(df.get_column("roof") == "memory")
-        ridge = _by_literal(peak, bw_v, one)
+        ridge = peak / bw_v
         compute_side = roof_ok & ~memory & f_ok & b_ok & p_ok & bw_ok & _ge(intensity, ridge)
-        scalar_bw = not one and bool(timed.all()) and not compute_side.any()
-        bandwidth_pct = _by_literal(gbps * 1e9, bw_v, not scalar_bw) * 100
-        pct = np.where(compute_side, tflops * 1e12 / peak * 100, bandwidth_pct)
+        pct = np.where(compute_side, tflops * 1e12 / peak * 100, gbps * 1e9 / bw_v * 100)
         pct_ok = timed & np.where(compute_side, tf_ok & p_ok, gb_ok & bw_ok)
         per_call = t / c
     bound = np.full(df.height, "memory", dtype=object)
     bound[compute_side] = "compute"
-    bound[pct_ok & (pct < LATENCY_PCT)] = "latency"  # (a NaN is not below: as Polars)
+    bound[pct_ok & (pct < LATENCY_PCT)] = "latency"  # (a NaN is not below)
     bound[~pct_ok] = None
     bound[t_ok & c_ok & (per_call < LATENCY_NS)] = "latency"
     return [
