@@ -375,13 +375,7 @@ def _ops_table(
     rows = rows[np.lexsort((name_rank[g_code[rows]], -total[rows], g_step[rows]))]
     step_ns = np.asarray(span_ns, dtype=i64)[g_step[rows]]
     with np.errstate(divide="ignore", invalid="ignore"):  # (a step of no span: inf, NaN)
-        if len(step_rows) == 1:
-            # the join with a steps table of one row gave its span as one value (a scalar
-            # column), which Polars divides by as a product with its reciprocal: the same
-            # digits as that, not the quotient's (they differ in the last bit on most rows)
-            share = total[rows].astype(np.float64) * (1.0 / step_ns.astype(np.float64))
-        else:
-            share = total[rows].astype(np.float64) / step_ns.astype(np.float64)
+        share = total[rows].astype(np.float64) / step_ns.astype(np.float64)
     return pl.DataFrame(
         {
             # (each group's rank, step and name from a row of it, by indexing)
