@@ -151,9 +151,14 @@ def reference_tables(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.D
         path.group_by("rank", "step", "op")
         .agg(pl.col("on_path_ns").sum(), pl.len().alias("nodes"))
         .join(steps.select("rank", "step", "step_ns"), on=["rank", "step"])
-        .with_columns((pl.col("on_path_ns") / pl.col("step_ns")).alias("share"))
         .sort(["rank", "step", "on_path_ns", "op"], descending=[False, False, True, False])
     )
+    # share: the true quotient (Polars divides by a one-value column as a product with its
+    # reciprocal, a last-bit difference on a profile of one step)
+    on = ops.get_column("on_path_ns").to_numpy().astype(np.float64)
+    span_of = ops.get_column("step_ns").to_numpy().astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ops = ops.with_columns(pl.Series("share", on / span_of, dtype=pl.Float64))
     return path, ops, steps
 
 
