@@ -478,13 +478,7 @@ class Hotspots(Result):
     @property
     def per_step(self) -> pl.DataFrame:
         """Per (step, what, name) the calls, total and self time (see :func:`_op_tables`)."""
-        got = self._per_step.get("t")
-        if got is None:
-            plan = self.per_step_plan
-            # (two threads reading it at once each get the same table: no lock needed)
-            got = plan if isinstance(plan, pl.DataFrame) else _collected(plan)
-            self._per_step["t"] = got
-        return got
+        return _tree.table_once(self._per_step, self.per_step_plan, _collected)
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """The tables by name, in the fields' order (``per_step`` in its plan's place)."""

@@ -97,13 +97,7 @@ class PerfModel(Result):
     @property
     def groups(self) -> pl.DataFrame:
         """Per (name, shapes, dtypes): see the class doc."""
-        got = self._groups.get("t")
-        if got is None:
-            plan = self.groups_plan
-            # (two threads reading it at once each get the same table: no lock needed)
-            got = plan if isinstance(plan, pl.DataFrame) else plan.collect(engine="in-memory")
-            self._groups["t"] = got
-        return got
+        return tree.table_once(self._groups, self.groups_plan, _in_memory)
 
     def tables(self) -> dict[str, pl.DataFrame]:
         """``calls`` and ``groups`` (in its plan's place)."""
@@ -222,3 +216,7 @@ def _groups_plan(calls: pl.LazyFrame) -> pl.LazyFrame:
         )
         .sort(["gap_ns", *_GROUP], descending=[True, *[False] * len(_GROUP)], nulls_last=True)
     )
+
+
+def _in_memory(plan: pl.LazyFrame) -> pl.DataFrame:
+    return plan.collect(engine="in-memory")

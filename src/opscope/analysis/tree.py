@@ -317,6 +317,21 @@ def int_values(s: pl.Series) -> tuple[IntArray, BoolArray]:
     return out, valid
 
 
+def table_once(
+    store: dict[str, pl.DataFrame],
+    plan: pl.LazyFrame | pl.DataFrame,
+    run: Callable[[pl.LazyFrame], pl.DataFrame],
+) -> pl.DataFrame:
+    """``plan``'s table, ``run`` the first time it is read and kept in ``store`` (a result's
+    field that most of its readers never need: the result holds the plan, not the table)."""
+    got = store.get("t")
+    if got is None:
+        # (two threads reading it at once each get the same table: no lock needed)
+        got = plan if isinstance(plan, pl.DataFrame) else run(plan)
+        store["t"] = got
+    return got
+
+
 # Per-profile memoisation -------------------------------------------------------------------------
 
 R = TypeVar("R")
