@@ -492,6 +492,23 @@ def test_op_costs_rows_equal_a_row_by_row_reference() -> None:
     assert got.schema["flops"] == pl.Int64 and got.schema["formula"] == pl.String
 
 
+def _key_events(rows: list[tuple[Any, ...]], *, fwd_id: bool = False) -> pl.DataFrame:
+    """Events of ids 0.. from (name, input_dims, input_types, concrete_inputs) rows (strings,
+    null where None), with a null ``fwd_id`` column when asked."""
+    cols: dict[str, list[Any]] = {
+        "id": list(range(len(rows))),
+        "name": [r[0] for r in rows],
+        "input_dims": [r[1] for r in rows],
+        "input_types": [r[2] for r in rows],
+        "concrete_inputs": [r[3] for r in rows],
+    }
+    types: dict[str, Any] = {"name": pl.String, "concrete_inputs": pl.String}
+    if fwd_id:
+        cols["fwd_id"] = [None] * len(rows)
+        types["fwd_id"] = pl.Int64
+    return pl.DataFrame(cols, schema_overrides=types)
+
+
 def test_op_costs_decodes_each_input_type_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keys that share their "Input type" string read its dtypes once (a spy on _infos), and
     every row's cost is still :func:`cost` of its own four strings."""
@@ -508,16 +525,7 @@ def test_op_costs_decodes_each_input_type_once(monkeypatch: pytest.MonkeyPatch) 
         ("aten::mm", "[[4,5],[5,6]]", f2, None),  # a repeated key
         ("aten::sum", "[[4,5],[]]", '["float","ScalarList"]', '["","[1]"]'),
     ]
-    ev = pl.DataFrame(
-        {
-            "id": list(range(len(rows))),
-            "name": [r[0] for r in rows],
-            "input_dims": [r[1] for r in rows],
-            "input_types": [r[2] for r in rows],
-            "concrete_inputs": [r[3] for r in rows],
-        },
-        schema_overrides={"concrete_inputs": pl.String},
-    )
+    ev = _key_events(rows)
     seen: list[Any] = []
     real = flops._infos
 
@@ -578,17 +586,7 @@ def test_op_costs_two_queries_and_null_keys_grouped(monkeypatch: pytest.MonkeyPa
         (None, mm, mm_t, None),
         ("aten::view", mm, mm_t, None),
     ]
-    ev = pl.DataFrame(
-        {
-            "id": list(range(len(rows))),
-            "name": [r[0] for r in rows],
-            "input_dims": [r[1] for r in rows],
-            "input_types": [r[2] for r in rows],
-            "concrete_inputs": [r[3] for r in rows],
-            "fwd_id": [None] * len(rows),
-        },
-        schema_overrides={"fwd_id": pl.Int64, "name": pl.String, "concrete_inputs": pl.String},
-    )
+    ev = _key_events(rows, fwd_id=True)
     ran = count_queries(monkeypatch)
     got = op_costs(ev)
     assert len(ran) == 2
