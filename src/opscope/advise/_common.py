@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -932,16 +931,6 @@ def severity_for(pct: float, cap: str | None = None) -> str:
     if cap is not None and order.index(sev) < order.index(cap):
         sev = cap
     return sev
-
-
-def args_field(df: pl.DataFrame, key: str) -> pl.Expr:
-    """An expression extracting ``$.key`` from the ``args`` JSON column (null when absent)."""
-    del df
-    return pl.col("args").str.json_path_match(f"$.{_jsonpath_key(key)}")
-
-
-def _jsonpath_key(key: str) -> str:
-    return key if re.fullmatch(r"\w+", key) else f"['{key}']"
 
 
 def user_level_ops(profile: Profile) -> pl.DataFrame:
