@@ -95,8 +95,8 @@ def _int_column(df: pl.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray | N
 
 
 def _flag(s: pl.Series) -> np.ndarray:
-    """A Boolean column as a NumPy mask, null as False (no Series query without a null)."""
-    return (s.fill_null(False) if s.null_count() else s).to_numpy().astype(bool)
+    """A Boolean column as a NumPy mask, null as False (no query)."""
+    return tree.bool_values(s)[0]
 
 
 def _clip(x: np.ndarray, lo: int, hi: int | None) -> np.ndarray:

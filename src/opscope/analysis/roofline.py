@@ -30,6 +30,7 @@ from opscope.analysis.flops import ascend_kernel_costs, host_op_costs
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import (
     _positions,
+    bool_values,
     gather,
     int_values,
     no_ops,
@@ -306,7 +307,7 @@ def _peaks(df: pl.DataFrame, spec: DeviceSpec | None) -> _Peaks:
     names = sorted({*matrix, *vector, "fp32"})
     codes = df.select(pl.col("dtype").cast(pl.Enum(names), strict=False).to_physical())
     code, known = int_values(codes.to_series())  # (a dtype of no name there: null)
-    on_matrix, _ = _flags(df.get_column("roof") == "matrix")
+    on_matrix, _ = bool_values(df.get_column("roof") == "matrix")
 
     def table(peaks: dict[str, float | None]) -> tuple[_F64, _Bools]:
         got = [peaks.get(d) for d in names]
@@ -339,17 +340,6 @@ def _floats(s: pl.Series) -> tuple[_F64, _Bools]:
     """(values as float64, valid) of an integer column: Polars' cast of each value."""
     v, ok = int_values(s)
     return v.astype(np.float64), ok
-
-
-def _flags(s: pl.Series) -> tuple[_Bools, _Bools]:
-    """(true, valid) of a Boolean Series, without a query (NumPy's copy of one with nulls is
-    an object array of True, False and None)."""
-    if s.null_count() == 0:
-        v: _Bools = s.to_numpy().astype(bool, copy=False)
-        return v, np.ones(len(s), dtype=bool)
-    obj = s.to_numpy()
-    true: _Bools = np.equal(obj, True)
-    return true, true | np.equal(obj, False)
 
 
 def _figures(
@@ -390,7 +380,7 @@ def _figures(
         p_ok = p_ok | tf32_roof
         # at or right of the ridge point the compute roof applies, left of it the bandwidth
         # roof (the roof a null: neither)
-        memory, roof_ok = _flags(df.get_column("roof") == "memory")
+        memory, roof_ok = bool_values(df.get_column("roof") == "memory")
         ridge = peak / bw_v
         compute_side = roof_ok & ~memory & f_ok & b_ok & p_ok & bw_ok & _ge(intensity, ridge)
         pct = np.where(compute_side, tflops * 1e12 / peak * 100, gbps * 1e9 / bw_v * 100)

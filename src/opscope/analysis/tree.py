@@ -317,6 +317,18 @@ def int_values(s: pl.Series) -> tuple[IntArray, BoolArray]:
     return out, valid
 
 
+def bool_values(s: pl.Series) -> tuple[BoolArray, BoolArray]:
+    """(true, valid) of a Boolean column, without a query (``fill_null`` and ``is_not_null``
+    are one each): NumPy's copy of a column with nulls is an object array of True, False and
+    None."""
+    if s.null_count() == 0:
+        v: BoolArray = s.to_numpy().astype(bool, copy=False)
+        return v, np.ones(len(s), dtype=bool)
+    obj = s.to_numpy()
+    true: BoolArray = np.equal(obj, True)
+    return true, true | np.equal(obj, False)
+
+
 def table_once(
     store: dict[str, pl.DataFrame],
     plan: pl.LazyFrame | pl.DataFrame,
