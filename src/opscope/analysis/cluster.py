@@ -268,11 +268,6 @@ def _host_compute() -> pl.Expr:
     )
 
 
-def _collectives(ev: pl.DataFrame) -> pl.LazyFrame:
-    """The collectives table (:data:`COLLECTIVE_COLUMNS`) of the events ``ev``, as a plan."""
-    return _collectives_of(_calls(ev, host_compute=False)[0])
-
-
 def _collectives_of(calls: pl.DataFrame) -> pl.LazyFrame:
     """The collectives table (:data:`COLLECTIVE_COLUMNS`) of :func:`_calls`' calls, as a
     plan."""
