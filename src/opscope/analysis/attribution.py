@@ -37,7 +37,9 @@ from opscope.analysis.tree import (
     empty_frame,
     gather,
     host_forest,
+    int_values,
     no_ops,
+    not_null,
     per_profile,
     schema_key,
 )
@@ -152,7 +154,6 @@ def _columns_read(ev: pl.DataFrame) -> dict[str, npt.NDArray[Any]]:
     """The events' columns :func:`_resolve` reads, as arrays: from the Series without a query
     where no column needs its nulls read row by row (the common case: a column without nulls,
     or all null), else from one query (a Series' fill_null or is_not_null is one each)."""
-    from opscope.analysis.tree import int_values
 
     kind, back, module = (ev.get_column(c) for c in ("kind", "is_backward", "module"))
     if all(not s.null_count() or s.null_count() == len(s) for s in (kind, back, module)):
@@ -192,7 +193,6 @@ def _columns_read(ev: pl.DataFrame) -> dict[str, npt.NDArray[Any]]:
 def user_frames(profile: Profile) -> pl.DataFrame:
     """(``stack_id``, ``file``, ``line``, ``function``): the innermost user frame of each stack
     (one row per stack id in order, a null id first)."""
-    from opscope.analysis.tree import int_values
 
     st = profile.stacks
     cols = ("stack_id", "file", "line", "function")
@@ -270,6 +270,8 @@ def charge_rows(profile: Profile, keys: list[str]) -> pl.LazyFrame:
 def charged_lines(profile: Profile) -> pl.DataFrame:
     """Per (file, line, function, module): fwd/bwd/total/host ns, kernels, calls (computed once
     per Profile: hotspots and attribution both show it)."""
+    if no_ops(profile):
+        return _lines_without_ops(profile)
     ch = charges_plan(profile)
     dev = pl.col("device")
     timed = dev == profile.has_device
@@ -297,6 +299,32 @@ def charged_lines(profile: Profile) -> pl.DataFrame:
     )
     # nothing charged: the table of the schema (as before the plan, whatever the joins give)
     return lines if lines.height else pl.DataFrame(schema=_LINE_SCHEMA)
+
+
+def _lines_without_ops(profile: Profile) -> pl.DataFrame:
+    """:func:`charged_lines` of a profile without host ops: its device work (that
+    :func:`charge_rows` keeps) all charged to no line, one row of null keys, the time device
+    time, nothing backward and no host call; no row when there is no such work. In NumPy over
+    the kernels' columns (the group-by and sort of one row were a query of ~1 ms, most of
+    attribution's time on a small Ascend export); ``tests/test_attribution_no_ops.py`` checks
+    it against the group-by."""
+    dev = profile.kernels
+    dur, timed = int_values(dev.get_column("dur_ns"))
+    kept = np.ones(dev.height, dtype=bool)
+    if profile.steps.height:
+        # as charge_rows: work of no op and no step is charged nowhere
+        kept = not_null(dev.get_column("op_id")) | not_null(dev.get_column("step"))
+    n = int(kept.sum())
+    if not n:
+        return pl.DataFrame(schema=_LINE_SCHEMA)
+    # (every row kept is device work, and the profile has device work: all of it timed; a
+    # null duration adds nothing, as in a sum)
+    total = int(dur[kept & timed].sum())
+    row = {"fwd_ns": total, "bwd_ns": 0, "total_ns": total, "host_ns": 0, "kernels": n, "calls": 0}
+    return pl.DataFrame(
+        {c: [row.get(c)] for c in _LINE_SCHEMA},  # the keys null
+        schema=_LINE_SCHEMA,
+    )
 
 
 @dataclass(frozen=True)
