@@ -14,7 +14,8 @@ from opscope.analysis.registry import Options
 from opscope.ingest.registry import load
 from opscope.model import Profile
 
-REAL = [
+REAL = [  # below and above memory._OPTIMISE_MIN_ROWS allocator events
+    "ascend/small_two_rank/test_rank_0",
     "gpu/tracelens_h100_bert_small.json.gz",
     "gpu/kineto_resnet50_v100_train_2021.pt.trace.json.gz",
 ]

@@ -30,6 +30,11 @@ _DEV = ["rank", "device_type", "device"]
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 #: Kineto's device_type of host (CPU) memory.
 HOST_DEVICE_TYPE = 0
+#: From this many allocator events the memory tables' query runs Polars' optimiser (its common
+#: subplans: the shared steps once); below, the eager calls' flags (the passes cost more than
+#: they save). 236 rows (tracelens_h100_bert_small): 2.5 ms optimised, 2.0 not; 12.8k rows
+#: (kineto_resnet50_v100_train_2021): 7.6 and 15.3.
+_OPTIMISE_MIN_ROWS = 1000
 
 
 @dataclass(frozen=True)
@@ -78,9 +83,16 @@ def memory(profile: Profile, options: Options) -> Memory:
         tl, pk, live, churn, never = (t.clone() for t in _empty_tables(*key))
         return Memory(tl, pk, live, churn, never, top=options.top)
     lazy = _tables(profile.memory.lazy(), _places_plan(res.lazy(), _names(profile).lazy()))
-    # the five tables' plans run together (their shared steps once): the eager steps were ~24
-    # queries of fixed cost; tests/test_memory_plans.py checks it equals the eager run
-    tl, pk, live, churn, never = pl.collect_all(list(lazy), engine="in-memory")
+    # the five tables' plans run together: the eager steps were ~24 queries of fixed cost;
+    # tests/test_memory_plans.py checks it equals the eager run. Their shared steps run once
+    # by the optimiser's common subplans, which pay on many rows (28k: 30 ms, 58 without);
+    # on a few hundred rows its passes cost more than the steps (56 rows: 2.1 ms, 1.5 without)
+    few = profile.memory.height < _OPTIMISE_MIN_ROWS
+    tl, pk, live, churn, never = pl.collect_all(
+        list(lazy),
+        engine="in-memory",
+        optimizations=tree.EAGER_FLAGS if few else pl.QueryOptFlags(),
+    )
     return Memory(tl, pk, live, churn, never, top=options.top)
 
 
