@@ -311,7 +311,8 @@ def test_reference_rates_equal_the_pairwise_definition() -> None:
             ]
         )
     for recs in cases:
-        assert _reference_rates(recs, "s") == _pairwise_reference_rates(recs, "s")
+        sizes, rates = [r["s"] for r in recs], [r["rate"] for r in recs]
+        assert _reference_rates(sizes, rates) == _pairwise_reference_rates(recs, "s")
 
 
 def test_efficiency_rows_in_polars_sort_order() -> None:
