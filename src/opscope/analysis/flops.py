@@ -1327,21 +1327,35 @@ def ascend_kernel_costs(kernels: pl.DataFrame, type_col: str = "name") -> pl.Dat
     ``aclnnMatmul_MatMulCommon_MatMulV2`` end with the type).
     One evaluation per unique (type, shapes, dtypes, output shapes).
     """
-    df = kernels
-    for c in ("input_dims", "input_types", "args", "op_type"):
-        if c not in df.columns:
-            df = df.with_columns(pl.lit(None, dtype=pl.String).alias(c))
+    lf = kernels.lazy()
+    missing = [
+        pl.lit(None, dtype=pl.String).alias(c)
+        for c in ("input_dims", "input_types", "args", "op_type")
+        if c not in kernels.columns
+    ]
+    if missing:
+        lf = lf.with_columns(missing)
     args = pl.col("args")
-    df = df.with_columns(
-        pl.coalesce(
-            pl.col("op_type").replace("N/A", None),
-            args.str.json_path_match("$.Type").replace("N/A", None),
-            pl.col(type_col).str.split("_").list.last(),
-        ).alias("_type"),
-        args.str.json_path_match("$['Output Shapes']").alias("_out"),
-    )
     cols = ["_type", "input_dims", "input_types", "_out"]
-    keys = df.select(cols).unique()
+    # the rows' keys one query, their distinct keys one, the costs back on the rows one (a
+    # query per step, five, were a fixed cost on a small Ascend export)
+    rows = tree.collect(
+        lf.select(
+            "id",
+            pl.coalesce(
+                pl.col("op_type").replace("N/A", None),
+                args.str.json_path_match("$.Type").replace("N/A", None),
+                pl.col(type_col).str.split("_").list.last(),
+            ).alias("_type"),
+            "input_dims",
+            "input_types",
+            args.str.json_path_match("$['Output Shapes']").alias("_out"),
+        )
+    )
+    keys = pl.DataFrame([rows.get_column(c) for c in cols]).unique()
     table = _cost_table(keys, lambda t, i, ty, o: ascend_kernel_cost(t or "", i, ty, o), cols)
-    out = df.select("id", *cols).join(table, on=cols, how="left", nulls_equal=True)
-    return out.select("id", *_COST_SCHEMA)
+    return tree.collect(
+        rows.lazy()
+        .join(table.lazy(), on=cols, how="left", nulls_equal=True)
+        .select("id", *_COST_SCHEMA)
+    )

@@ -749,25 +749,22 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
     empty = tree.empty_frame(_ASCEND_KERNEL_GROUPS)
     if any(kern.get_column(c).null_count() == kern.height for c in ("input_dims", "op_type")):
         return empty  # no kernel with both (every GPU trace): no row, from the null counts
-    # (one select: a Series' is_not_null is a query each)
-    keep = kern.select(
+    # (one filter: the mask's select and the filter by it were a query each)
+    k = kern.filter(
         (pl.col("kind") == "kernel") & pl.col("input_dims").is_not_null()
         & pl.col("op_type").is_not_null()
-    ).to_series()  # fmt: skip
-    if not keep.any():
+    )  # fmt: skip
+    if k.height == 0:
         return empty
-    k = kern.filter(keep)
     costs = ascend_kernel_costs(k)
-    k = (  # one query (a join and a filter eagerly were two)
+    # the costed kernels as a plan, and their groups one query with it (a query for the join
+    # and its filter, then one for the groups, were a fixed cost each); no group: no kernel
+    lk = (
         k.lazy()
         .join(costs.lazy(), on="id", how="left", suffix="_model")
         .filter(pl.col("flops_model").is_not_null() | pl.col("bytes_model").is_not_null())
-        .collect(engine="in-memory")
     )
-    if k.height == 0:
-        return empty
     # the groups one query, their figures in NumPy
-    lk = k.lazy()
     g = (
         lk.group_by("op_type", "input_dims", "input_types", maintain_order=True)
         .agg(
@@ -782,6 +779,8 @@ def _ascend_kernels(profile: Profile, spec: DeviceSpec | None) -> pl.DataFrame:
         .rename({"op_type": "name"})
         .collect(engine="in-memory")
     )
+    if g.height == 0:
+        return empty
     g = _metrics(g, spec)
     pmu = _pmu(profile, lk.with_columns(pl.concat_str("op_type", "input_dims").alias("gk")), "gk")
     if pmu is not None:
