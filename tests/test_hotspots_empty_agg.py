@@ -74,3 +74,32 @@ def test_charges_of_a_profile_without_ops_skip_the_joins(
     assert_frame_equal(attribution.charges(p), full)
     assert_frame_equal(attribution.charged_lines(p), full_lines)
     assert full.height == 6 and full_lines.height == 1  # five kernels and a copy, one line
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",  # no kernel with an operator type
+        "ascend/small_two_rank/test_rank_0",  # Ascend kernels with theirs: the full path
+    ],
+)
+def test_kernel_types_without_operator_types_are_the_full_paths(
+    rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel-types table of kernels without an operator type is the group-by's empty
+    table, without it; with operator types the shortcut is not taken."""
+    import opscope
+    from conftest import SHARED_TRACES
+
+    path = SHARED_TRACES / rel
+    if not path.exists():
+        pytest.skip(f"shared trace not found: {path}")
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    full = hotspots._op_tables(opscope.load(path, cache=False)).kernel_types
+    monkeypatch.setattr(tree, "SHORTCUTS", True)
+    p = opscope.load(path, cache=False)
+    typed = hotspots._typed_kernels(p.kernels, p.kernels.lazy())
+    untyped = p.kernels.get_column("op_type").null_count() == p.kernels.height
+    assert isinstance(typed, pl.DataFrame) == untyped  # the shortcut taken where it applies
+    assert_frame_equal(hotspots._op_tables(p).kernel_types, full, check_row_order=True)
+    assert (full.height == 0) == untyped
