@@ -1,10 +1,12 @@
 """The edges and the per-step pass of ``critical_path`` in NumPy give exactly what the Polars plan
-and the per-step loop they replaced gave (both kept below as references), edge order included:
-the first best edge into a node wins, and the nodes of a step keep Polars' (unstable) order of
-ties in end and start time."""
+and the per-step loop they replaced gave (both kept below as references, since 2026-12 in the
+defined orders: a lane by (start, end, id), a step's nodes by (end, start, id), a node's edges
+by (kind, source), the path by the plain-Python loop of ``test_critical_path_vectorised``),
+where the plan's sorts left ties in Polars' (unstable) order."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -18,18 +20,20 @@ from opscope.analysis import critical_path_graph as cpg
 from opscope.analysis import tree
 from opscope.analysis.registry import Options
 from opscope.model import Profile
+from test_critical_path_vectorised import reference_longest_path
 
 
 def reference_edges(
     nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None = None
 ) -> pl.LazyFrame:
-    """``edges`` as the Polars plan it was (kept verbatim as the reference)."""
+    """``edges`` as the Polars plan it was (kept as the reference, its sorts with the ids last),
+    with each edge's ``kind``."""
     lane = (
         nodes.lazy()
-        .sort("start_ns", "end_ns")
+        .sort("start_ns", "end_ns", "id")
         .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
         .filter(pl.col("src").is_not_null())
-        .select("src", pl.col("id").alias("dst"))
+        .select("src", pl.col("id").alias("dst"), pl.lit(cpg.LANE).alias("kind"))
     )
     launch = (
         events.lazy()
@@ -40,7 +44,7 @@ def reference_edges(
     sync_edges: list[pl.DataFrame] = []
     if is_sync.any():
         syncs = nodes.filter(is_sync).sort("end_ns")
-        dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
+        dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns", "start_ns", "id")
         for (rank, step), s in syncs.group_by("rank", "step") if dev.height else ():
             d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
             if d.height == 0:
@@ -56,8 +60,8 @@ def reference_edges(
                 hit = j >= 0
                 sync_edges.append(
                     pl.DataFrame(
-                        {"src": d_id[on][j[hit]], "dst": s_id[hit]},
-                        schema={"src": pl.Int64, "dst": pl.Int64},
+                        {"src": d_id[on][j[hit]], "dst": s_id[hit], "kind": cpg.SYNC},
+                        schema={"src": pl.Int64, "dst": pl.Int64, "kind": pl.Int64},
                     )
                 )
     waiting = nodes.get_column("is_wait") & ~is_sync
@@ -70,18 +74,18 @@ def reference_edges(
     )
     parts = [
         lane,
-        launch,
-        copy_edges,
+        launch.with_columns(pl.lit(cpg.LAUNCH).alias("kind")),
+        copy_edges.with_columns(pl.lit(cpg.COPY).alias("kind")),
         *(e.lazy() for e in sync_edges),
-        *([] if cross is None else [cross.lazy()]),
+        *([] if cross is None else [cross.lazy().with_columns(pl.lit(cpg.CROSS).alias("kind"))]),
     ]
-    want = pl.Schema({"src": pl.Int64, "dst": pl.Int64})
+    want = pl.Schema({"src": pl.Int64, "dst": pl.Int64, "kind": pl.Int64})
     return pl.concat([p if p.collect_schema() == want else p.cast(want) for p in parts])
 
 
 def reference_tables(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``critical_path``'s path, ops and steps by the per-step loop of Polars queries it was
-    (kept as the reference), from the same graph."""
+    (kept as the reference; the path by the plain-Python loop), from the same graph."""
     nodes, cross = cpg._nodes(profile), cpg.graph(profile)[1]
     step_spans = profile.steps.lazy().select("rank", "step", "dur_ns")
     paths = []
@@ -94,18 +98,19 @@ def reference_tables(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame, pl.D
         (int(k[0]), int(k[1])): df  # type: ignore[call-overload]
         for k, df in edges.partition_by("rank", "step", as_dict=True).items()
     }
-    empty_edges = pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64})
+    empty_edges = pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64, "kind": pl.Int64})
     schema = {"rank": pl.Int32, "step": pl.Int32, "order": pl.Int64, "id": pl.Int64,
               "on_path_ns": pl.Int64}  # fmt: skip
     for (rank, step), group in nodes.group_by("rank", "step", maintain_order=True):
-        g = group.sort("end_ns", "start_ns")
+        g = group.sort("end_ns", "start_ns", "id")
         e = by_step.get((int(rank), int(step)), empty_edges)  # type: ignore[call-overload]
-        p, c, _ = cp.longest_path(
+        p, c, _ = reference_longest_path(
             g.get_column("id").to_numpy(),
             g.get_column("start_ns").to_numpy(),
             g.get_column("end_ns").to_numpy(),
             e.get_column("src").to_numpy(),
             e.get_column("dst").to_numpy(),
+            kinds=e.get_column("kind").to_numpy(),
             waits=g.get_column("is_wait").to_numpy(),
             device=(g.get_column("lane_kind") == "device").to_numpy(),
         )
@@ -203,23 +208,22 @@ def _random_nodes(seed: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     return nodes, events, cross
 
 
-def _into(rows: list[tuple[int, int]]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for s, d in rows:
-        out.setdefault(d, []).append(s)
-    return out
+def _edges(nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None) -> list[Any]:
+    """``edges``' (src, dst, kind) rows, sorted (their order within a kind has no meaning)."""
+    src, dst, kind = cpg.edges(nodes, events, cross)
+    return sorted(zip(src.tolist(), dst.tolist(), kind.tolist(), strict=True))
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_same_edges_in_the_same_order_as_the_plan(seed: int) -> None:
-    """The same edges into each node in the same order (the order that decides ties; the order
-    between the sync edges of two steps varies in the plan itself: group_by's)."""
+def test_same_edges_of_the_same_kinds_as_the_plan(seed: int) -> None:
+    """The same edges of the same kinds (the kinds and the sources decide ties), whatever the
+    order of the nodes' rows."""
     nodes, events, cross = _random_nodes(seed)
     for c in (cross, None):
-        src, dst = cpg.edges(nodes, events, c)
-        want = reference_edges(nodes, events, c).collect().rows()
-        assert _into(list(zip(src.tolist(), dst.tolist(), strict=True))) == _into(want)
-        assert len(src) == len(want)
+        want = sorted(reference_edges(nodes, events, c).collect().rows())
+        assert _edges(nodes, events, c) == want
+        shuffled = nodes.sample(fraction=1.0, shuffle=True, seed=seed)
+        assert _edges(shuffled, events, c) == want
 
 
 @pytest.mark.filterwarnings("ignore:Comparisons with None")  # the plan's, meant
@@ -233,10 +237,9 @@ def test_same_edges_with_null_ranks_and_steps(seed: int) -> None:
         pl.when(pl.lit(rng.random(nodes.height) < 0.2)).then(None).otherwise(pl.col(c)).alias(c)
         for c in ("rank", "step")
     )
-    src, dst = cpg.edges(nodes, events, cross)
-    want = reference_edges(nodes, events, cross).collect().rows()
-    assert _into(list(zip(src.tolist(), dst.tolist(), strict=True))) == _into(want)
-    assert len(src) == len(want)
+    assert _edges(nodes, events, cross) == sorted(
+        reference_edges(nodes, events, cross).collect().rows()
+    )
 
 
 _TRACES = [
@@ -245,6 +248,8 @@ _TRACES = [
     "gpu/hta_nccl_a100_rank0of2.json.gz",
     "multi_rank/hta_sampled_128rank_job/rank-1.json.gz",
     "ascend/small_two_rank/test_rank_0",
+    "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+    "ascend/alexnet_ddp_910b/level1_rank1_ascend_pt",
     "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
 ]
 
@@ -260,20 +265,22 @@ def test_same_tables_as_the_per_step_loop(rel: str) -> None:
         assert g.equals(w)
 
 
-def test_the_steps_keep_polars_order_of_ties(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A spy on the sort: the per-step order is Polars' sort by (end, start) of the step's rows
-    (a stable sort would order ties otherwise), the eager sort's plan run in one collect_all."""
+def test_no_polars_sort_decides_an_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spy on the frames' sorts: the critical path sorts nothing in Polars (every order is
+    NumPy's, of stated keys ending in the ids: no engine's order of ties)."""
     profile = load(shared_trace("multi_rank/hta_sampled_128rank_job/rank-1.json.gz"), cache=False)
-    seen: list[list[str]] = []
-    real = pl.LazyFrame.sort
+    seen: list[Any] = []
+    for cls in (pl.LazyFrame, pl.DataFrame):
+        real = cls.sort
 
-    def spy(self: pl.LazyFrame, by: Any, *more: Any, **kw: Any) -> pl.LazyFrame:
-        seen.append([by, *more])
-        return real(self, by, *more, **kw)
+        def spy(self: Any, *a: Any, _real: Any = real, **kw: Any) -> Any:
+            seen.append(a)
+            return _real(self, *a, **kw)
 
-    monkeypatch.setattr(pl.LazyFrame, "sort", spy)
+        monkeypatch.setattr(cls, "sort", spy)
     cp.critical_path(profile, Options())
-    assert seen.count(["end_ns", "start_ns"]) == profile.steps.height
+    assert seen == []
+    assert pl.DataFrame({"a": [2, 1]}).sort("a").height == 2 and seen  # (the spy sees a sort)
 
 
 def test_steps_take_the_step_ranges_as_a_left_join() -> None:
@@ -304,70 +311,17 @@ def test_same_tables_without_events_or_device_work(keep: str) -> None:
         assert g.equals(w)
 
 
-def test_unique_order_is_polars_order_without_ties(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keys with no two rows equal in all of them: the NumPy order is Polars' sort's (the only
-    one); a tie in every key (or the shortcuts off): None, so Polars sorts."""
-    rng = np.random.default_rng(19)
-    for n in (0, 1, 2, 7, 300):
-        a = rng.integers(0, 5, n)
-        b = rng.permutation(n).astype(np.int64)  # unique: no tie in (a, b)
-        got = cpg.unique_order(a, b)
-        want = pl.DataFrame({"a": a, "b": b}).with_row_index().sort("a", "b")["index"]
-        assert got is not None and got.tolist() == want.to_list()
-        single = cpg.unique_order(b)
-        assert single is not None and single.tolist() == np.argsort(b).tolist()
-    tied = np.array([3, 1, 3], dtype=np.int64)
-    assert cpg.unique_order(tied) is None
-    assert cpg.unique_order(tied, np.array([0, 1, 0], dtype=np.int64)) is None
-    assert cpg.unique_order(tied, np.array([0, 1, 2], dtype=np.int64)) is not None
-    monkeypatch.setattr(tree, "SHORTCUTS", False)
-    assert cpg.unique_order(np.array([2, 1], dtype=np.int64)) is None
-
-
 @pytest.mark.parametrize(
     "rel", ["gpu/hta_triton_a100.json.gz", "multi_rank/hta_sampled_128rank_job/rank-1.json.gz"]
 )
-def test_tie_free_orders_skip_polars_sorts(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A spy on unique_order and on partition_by: where no step has two nodes of equal end and
-    start (the triton trace), the steps' order is NumPy's; where one has (the sampled rank),
-    Polars' sorts of each step's rows, partitioned in NumPy. No partition_by either way (the
-    shortcuts off make it). The tables equal those of the shortcuts off (every order from
-    Polars' partition and sorts)."""
-    fast: list[bool] = []
-    real_order = cpg.unique_order
-
-    def spy(*keys: np.ndarray) -> np.ndarray | None:
-        out = real_order(*keys)
-        fast.append(out is not None)
-        return out
-
-    parts: list[Any] = []
-    real_part = pl.DataFrame.partition_by
-
-    def part_spy(self: pl.DataFrame, *a: Any, **kw: Any) -> Any:
-        parts.append(a)
-        return real_part(self, *a, **kw)
-
-    monkeypatch.setattr(cpg, "unique_order", spy)
-    monkeypatch.setattr(cp, "unique_order", spy)
-    monkeypatch.setattr(pl.DataFrame, "partition_by", part_spy)
+def test_same_tables_with_the_shortcuts_off(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shortcuts on empty inputs change no table."""
     got = cp.critical_path(load(shared_trace(rel), cache=False), Options())
-    tie_free = rel.startswith("gpu/")
-    assert fast and all(fast) == tie_free
-    assert not parts
     monkeypatch.setattr(tree, "SHORTCUTS", False)
     want = cp.critical_path(load(shared_trace(rel), cache=False), Options())
-    assert parts  # (the full path partitions)
     for g, w in zip((got.path, got.ops, got.steps), (want.path, want.ops, want.steps), strict=True):
         assert g.schema == w.schema
         assert g.equals(w)
-
-
-def test_unique_order_leaves_large_tables_to_polars() -> None:
-    """Above _NUMPY_SORT_MAX rows (where real traces have ties) no NumPy sort is tried."""
-    n = cpg._NUMPY_SORT_MAX
-    assert cpg.unique_order(np.arange(n, dtype=np.int64)) is not None
-    assert cpg.unique_order(np.arange(n + 1, dtype=np.int64)) is None
 
 
 def test_call_names_equal_the_patterns_in_polars() -> None:
@@ -396,14 +350,22 @@ def test_call_names_equal_the_patterns_in_polars() -> None:
         assert want  # the patterns do find names here
 
 
+def _reference_lane_pairs(nodes: pl.DataFrame) -> set[tuple[int, int]]:
+    """(predecessor, node) ids of consecutive nodes of each lane by (start, end, id), in plain
+    Python (a null start or end first)."""
+    lanes: dict[Any, list[tuple[Any, ...]]] = {}
+    for r in nodes.iter_rows(named=True):
+        key = (r["rank"], r["step"], r["lane"], r["lane_kind"] == "device")
+        s, e = r["start_ns"], r["end_ns"]
+        lanes.setdefault(key, []).append((s is not None, s or 0, e is not None, e or 0, r["id"]))
+    return {(a[-1], b[-1]) for rows in lanes.values() for a, b in itertools.pairwise(sorted(rows))}
+
+
 @pytest.mark.parametrize("seed", range(40))
-def test_lane_pairs_without_lane_ties_are_numpys(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each node's lane predecessor: by one NumPy sort where no lane has two nodes of equal
-    start and end (no query; ties across lanes allowed), else with Polars' sort for the tied
-    groups; the same pairs as the shortcuts off (Polars' sort always). Times drawn wide (few
-    ties) or narrow (many)."""
+def test_lane_pairs_are_the_lanes_orders(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each node's lane predecessor by (start, end, id): times drawn wide (few ties) or narrow
+    (many equal starts and ends in a lane), some null; the same pairs whatever the rows'
+    order, with no query."""
     from helpers.spies import count_queries
 
     rng = np.random.default_rng(seed)
@@ -411,28 +373,26 @@ def test_lane_pairs_without_lane_ties_are_numpys(
     n = nodes.height
     wide = bool(seed % 2)
     start = rng.permutation(n * 10)[:n] if wide else rng.integers(0, 40, n)
-    # (wide: unique starts in a lane, and ties across lanes made on purpose)
-    if wide and n > 2:
-        start[1] = start[0]
-        nodes = nodes.with_columns(pl.Series("lane", [0, 1, *nodes["lane"][2:]], dtype=pl.Int64))
+    end = start + (0 if wide else rng.integers(0, 4, n))
     nodes = nodes.with_columns(
         pl.Series("start_ns", start, dtype=pl.Int64),
-        pl.Series("end_ns", start + (0 if wide else rng.integers(0, 4, n)), dtype=pl.Int64),
+        pl.Series("end_ns", end, dtype=pl.Int64),
     )
-    lanes = [nodes[c].to_numpy().astype(np.int64) for c in ("rank", "step", "lane")]
-    lanes.append((nodes["lane_kind"] == "device").to_numpy())
-    ran = count_queries(monkeypatch)
-    got = set(zip(*(x.tolist() for x in cpg._lane_pairs(nodes, lanes)), strict=True))
-    took_numpy = not ran
-    monkeypatch.setattr(tree, "SHORTCUTS", False)
-    want = set(zip(*(x.tolist() for x in cpg._lane_pairs(nodes, lanes)), strict=True))
-    assert got == want
-    assert len(got) == len(cpg._lane_pairs(nodes, lanes)[0])  # (no pair twice)
-    if wide:
-        assert took_numpy  # (no tie in a lane)
-    else:
-        key = nodes.select("rank", "step", "lane", "lane_kind", "start_ns", "end_ns")
-        assert took_numpy == (not key.is_duplicated().any())
+    if seed % 4 == 0:  # some null times
+        nodes = nodes.with_columns(
+            pl.when(pl.lit(rng.random(n) < 0.1)).then(None).otherwise(pl.col(c)).alias(c)
+            for c in ("start_ns", "end_ns")
+        )
+    want = _reference_lane_pairs(nodes)
+    for df in (nodes, nodes.sample(fraction=1.0, shuffle=True, seed=seed)):
+        lanes = [df[c].to_numpy().astype(np.int64) for c in ("rank", "step", "lane")]
+        lanes.append((df["lane_kind"] == "device").to_numpy())
+        ids = df["id"].to_numpy()
+        ran = count_queries(monkeypatch)
+        src, dst = cpg._lane_pairs(df, lanes)
+        assert ran == []
+        assert set(zip(ids[src].tolist(), ids[dst].tolist(), strict=True)) == want
+        assert len(src) == len(want)  # (no pair twice)
 
 
 def test_rank0_lanes_take_no_sort_query(monkeypatch: pytest.MonkeyPatch) -> None:

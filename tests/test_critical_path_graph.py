@@ -237,11 +237,11 @@ def _field(kinds: Any, mask: np.ndarray) -> str:
     return next(f for f in ("call", "device", "tracked", "op") if getattr(kinds, f) is mask)
 
 
-def test_graph_reads_no_query_but_the_kinds_and_the_sorts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_graph_reads_no_query_but_the_kinds_and_the_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a trace of calls, kernels and threads without calls: the graph's queries are the
-    kinds' codes, the split waits' table, and two calls of two plans (the host nodes' sort of
-    the slices' starts with the names' codes, the stretch edges' sorts of two steps), never
-    the columns' select, the calls' filters or the nodes' concat (six queries before)."""
+    kinds' codes, the calls' names' codes and the operators' filter (``tree.no_ops``), never
+    the columns' select, the calls' filters, the nodes' concat (six queries before) nor a sort
+    (the orders are NumPy's, of stated keys: two calls of two plans before)."""
     from helpers.spies import count_collect_all, count_queries
 
     profile = load(shared_trace("multi_rank/hta_sampled_128rank_job/rank-0.json.gz"), cache=False)
@@ -249,4 +249,4 @@ def test_graph_reads_no_query_but_the_kinds_and_the_sorts(monkeypatch: pytest.Mo
     plans = count_collect_all(monkeypatch)
     nodes, _, _ = cpg.graph(profile)
     assert nodes.height > 0
-    assert len(ran) == 2 and plans == [2, 2]
+    assert len(ran) == 3 and plans == []

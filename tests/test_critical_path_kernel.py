@@ -132,25 +132,28 @@ def test_positions_take_the_table_when_ids_are_dense(monkeypatch: pytest.MonkeyP
 
 
 def _reference_sync_edges(nodes: pl.DataFrame) -> list[tuple[int, int]]:
-    """The sync edges as ``edges`` made them with a join_asof per stream (kept as reference)."""
+    """The sync edges by their definition, in plain Python: each sync, per stream of its rank
+    and step, waits on the last device node by (end, start, id) ending at or before it."""
+    rows = nodes.rows(named=True)
     out: list[tuple[int, int]] = []
-    syncs = nodes.filter(pl.col("is_sync")).sort("end_ns")
-    dev = nodes.filter(pl.col("lane_kind") == "device").sort("end_ns")
-    for (rank, step), s in syncs.group_by("rank", "step"):
-        d = dev.filter((pl.col("rank") == rank) & (pl.col("step") == step))
-        for ln in d.get_column("lane").unique().to_list():
-            dl = d.filter(pl.col("lane") == ln).select(pl.col("id").alias("src"), "end_ns")
-            e = s.select(pl.col("id").alias("dst"), "end_ns").join_asof(
-                dl, on="end_ns", strategy="backward"
-            )
-            out += e.filter(pl.col("src").is_not_null()).select("src", "dst").rows()
+    for s in (r for r in rows if r["is_sync"]):
+        lanes: dict[Any, tuple[int, int, int]] = {}
+        for d in rows:
+            if (
+                d["lane_kind"] == "device"
+                and (d["rank"], d["step"]) == (s["rank"], s["step"])
+                and d["end_ns"] <= s["end_ns"]
+            ):
+                key = (d["end_ns"], d["start_ns"], d["id"])
+                lanes[d["lane"]] = max(lanes.get(d["lane"], key), key)
+        out += [(k[2], s["id"]) for k in lanes.values()]
     return out
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_sync_edges_equal_the_join_asof(seed: int) -> None:
-    """Random steps of host syncs and device nodes on a few streams, many equal end times (the
-    as-of match takes the last of the tied nodes): the same (src, dst) edges."""
+def test_sync_edges_are_the_last_node_of_each_stream(seed: int) -> None:
+    """Random steps of host syncs and device nodes on a few streams, many equal end and start
+    times (the last of the tied nodes by id): the same (src, dst) edges as the definition."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 120))
     host = rng.random(n) < 0.4
@@ -161,8 +164,8 @@ def test_sync_edges_equal_the_join_asof(seed: int) -> None:
             "id": rng.permutation(n),
             "lane_kind": np.where(host, "host", "device"),
             "lane": np.where(host, 1, rng.integers(0, 4, n)),
-            "start_ns": np.zeros(n, dtype=np.int64),
-            "end_ns": rng.integers(0, 30, n),
+            "start_ns": rng.integers(0, 3, n),
+            "end_ns": rng.integers(3, 30, n),
             "op_id": np.zeros(n, dtype=np.int64),
             "name": ["x"] * n,
             "is_sync": host & (rng.random(n) < 0.6),
@@ -174,15 +177,14 @@ def test_sync_edges_equal_the_join_asof(seed: int) -> None:
         {"id": np.arange(n), "launch_id": [None] * n},
         schema={"id": pl.Int64, "launch_id": pl.Int64},
     )
-    edges = pl.DataFrame(dict(zip(("src", "dst"), cpg.edges(nodes, events), strict=True)))
-    lane = (
-        nodes.sort("start_ns", "end_ns")
-        .with_columns(pl.col("id").shift(1).over("rank", "step", "lane_kind", "lane").alias("src"))
-        .filter(pl.col("src").is_not_null())
-        .height
-    )
-    got = sorted(edges.slice(lane).rows())  # the lane edges come first, then the sync edges
+    src, dst, kind = cpg.edges(nodes, events)
+    sync = kind == cpg.SYNC
+    got = sorted(zip(src[sync].tolist(), dst[sync].tolist(), strict=True))
     assert got == sorted(_reference_sync_edges(nodes))
+    # the order of the nodes' rows changes nothing
+    src, dst, kind = cpg.edges(nodes.sample(fraction=1.0, shuffle=True, seed=seed), events)
+    sync = kind == cpg.SYNC
+    assert sorted(zip(src[sync].tolist(), dst[sync].tolist(), strict=True)) == got
 
 
 def reference_split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
@@ -191,12 +193,12 @@ def reference_split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.D
     if waits.height == 0:  # no waiting call (no runtime call at all)
         return nodes
     dev = nodes.filter(pl.col("lane_kind") == "device").select("rank", "step", "lane", "end_ns")
-    # the stream a blocking copy waits on: its (last-ending) copy's
+    # the stream a blocking copy waits on: its copy's, last by (end, id)
     copy_lane = (
         ev.filter(pl.col("launch_id").is_not_null())
         .select("id", "launch_id")
         .join(nodes.filter(pl.col("lane_kind") == "device"), on="id")
-        .sort("end_ns")
+        .sort("end_ns", "id")
         .group_by("launch_id")
         .agg(pl.col("lane").last().alias("wlane"))
     )

@@ -1,5 +1,5 @@
-"""The critical path's per-step node orders: the NumPy partition (``_step_partitions``) gives
-what ``partition_by`` gave before it, Polars' sort order of ties included."""
+"""The critical path's per-step node orders: the steps by (rank, step), a null first, each
+step's nodes by (end, start, id), as plain Python sorts them, whatever the rows' order."""
 
 from __future__ import annotations
 
@@ -12,76 +12,61 @@ import pytest
 from opscope.analysis import critical_path as cp
 
 
-def _both(monkeypatch: pytest.MonkeyPatch, nodes: pl.DataFrame) -> tuple[Any, Any, list[int]]:
-    taken: list[int] = []
-    real = cp._step_partitions
-
-    def spy(df: pl.DataFrame) -> Any:
-        out = real(df)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(cp.tree, "SHORTCUTS", True)
-    monkeypatch.setattr(cp, "_step_partitions", spy)
-    fast = cp._step_rows(nodes)
-    monkeypatch.setattr(cp, "_step_partitions", lambda df: None)
-    full = cp._step_rows(nodes)
-    return fast, full, taken
+def _reference(nodes: pl.DataFrame) -> tuple[list[Any], list[list[int]]]:
+    """(keys, each step's node ids) in plain Python."""
+    steps: dict[tuple[Any, Any], list[tuple[int, int, int]]] = {}
+    for r in nodes.iter_rows(named=True):
+        steps.setdefault((r["rank"], r["step"]), []).append((r["end_ns"], r["start_ns"], r["id"]))
+    keys = sorted(steps, key=lambda k: (k[0] is not None, k[0] or 0, k[1] is not None, k[1] or 0))
+    return keys, [[x[2] for x in sorted(steps[k])] for k in keys]
 
 
-def _equal(a: Any, b: Any) -> bool:
-    return (
-        a[0] == b[0]
-        and len(a[1]) == len(b[1])
-        and all(np.array_equal(x, y) for x, y in zip(a[1], b[1], strict=True))
-    )
+def _got(nodes: pl.DataFrame) -> tuple[list[Any], list[list[int]]]:
+    keys, rows = cp._step_rows(nodes)
+    ids = nodes.get_column("id").to_numpy()
+    return keys, [ids[r].tolist() for r in rows]
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_partition_equals_partition_by_with_ties(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _random_nodes(seed: int, nulls: bool = False) -> pl.DataFrame:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 400))
     start = rng.integers(0, 30, n)  # few distinct times: many equal (end, start) pairs
     nodes = pl.DataFrame(
         {
             "rank": pl.Series(rng.integers(0, 3, n), dtype=pl.Int32),
-            "step": pl.Series(rng.integers(0, 4, n), dtype=pl.Int32),
-            "id": np.arange(n),
+            "step": pl.Series(rng.integers(-1, 4, n), dtype=pl.Int32),
+            "id": rng.permutation(n) - n // 3,
             "start_ns": start,
             "end_ns": start + rng.integers(0, 5, n),
         }
     )
-    fast, full, taken = _both(monkeypatch, nodes)
-    assert taken == [True]
-    assert _equal(fast, full)
+    if nulls:
+        nodes = nodes.with_columns(
+            pl.when(pl.lit(rng.random(n) < 0.2)).then(None).otherwise(pl.col(c)).alias(c)
+            for c in ("rank", "step")
+        )
+    return nodes
 
 
-def test_a_trace_with_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("seed", range(20))
+def test_steps_and_orders_equal_plain_sorts(seed: int) -> None:
+    nodes = _random_nodes(seed, nulls=seed % 4 == 0)
+    want = _reference(nodes)
+    assert _got(nodes) == want
+    assert _got(nodes.sample(fraction=1.0, shuffle=True, seed=seed)) == want
+
+
+def test_a_trace_with_ties() -> None:
     import opscope
     from conftest import shared_trace
     from opscope.analysis.critical_path_graph import graph
 
     p = opscope.load(shared_trace("multi_rank/hta_sampled_128rank_job/rank-0.json.gz"), cache=False)
     nodes, _, _ = graph(p)
-    assert cp._step_rows_unique(nodes) is None  # ties: the sorts run
-    fast, full, taken = _both(monkeypatch, nodes)
-    assert taken == [True]
-    assert _equal(fast, full) and len(fast[0]) > 0
-
-
-def test_a_null_key_takes_partition_by(monkeypatch: pytest.MonkeyPatch) -> None:
-    nodes = pl.DataFrame(
-        {
-            "rank": pl.Series([0, 0, None], dtype=pl.Int32),
-            "step": pl.Series([1, 1, 1], dtype=pl.Int32),
-            "id": [0, 1, 2],
-            "start_ns": [0, 0, 0],
-            "end_ns": [5, 5, 5],
-        }
-    )
-    assert cp._step_partitions(nodes) is None
+    assert nodes.select("rank", "step", "end_ns", "start_ns").is_duplicated().any()  # ties
+    want = _reference(nodes)
+    assert _got(nodes) == want and len(want[0]) > 0
+    assert _got(nodes.sample(fraction=1.0, shuffle=True, seed=1)) == want
 
 
 def test_no_runtime_call_no_host_node_query(monkeypatch: pytest.MonkeyPatch) -> None:

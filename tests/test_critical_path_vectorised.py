@@ -30,7 +30,9 @@ _DEVICE_KINDS = kinds.DEVICE_WORK
 
 
 def reference_host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """The per-call Python loop that ``_host_nodes`` replaced (kept verbatim as the reference).
+    """The per-call Python loop that ``_host_nodes`` replaced (kept as the reference; its sorts
+    since 2026-12 in the defined orders: calls by (start, id), slices by (start, end
+    descending, id), where Polars' sort by start left ties in its own order).
 
     Per thread, the time from the previous call's end (or the step's start) to the end of call
     *i* is cut where the thread was doing nothing tracked (no operator or runtime call
@@ -73,7 +75,11 @@ def reference_host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     tracked = ev.filter(pl.col("kind").is_in(list(_TRACKED))).join(
         threads, on=thread, how="semi", nulls_equal=True
     )
-    tracked_by = tracked.sort("ts_ns").partition_by(thread, as_dict=True)
+    tracked_by = (
+        tracked.with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("_end"))
+        .sort(["ts_ns", "_end", "id"], descending=[False, True, False])
+        .partition_by(thread, as_dict=True, maintain_order=True)
+    )
     out: list[tuple[Any, ...]] = []
     emit_row = out.append
     next_id = -1
@@ -82,7 +88,8 @@ def reference_host_nodes(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
              sync: bool, wait: bool) -> None:  # fmt: skip
         emit_row((rank, step, nid, "host", lane, a, b, op, name, sync, wait))
 
-    for key, calls in rt.sort("ts_ns").partition_by(thread, as_dict=True).items():
+    by_thread = rt.sort("ts_ns", "id").partition_by(thread, as_dict=True, maintain_order=True)
+    for key, calls in by_thread.items():
         rank, _pid, tid = (int(k) if k is not None else -1 for k in key)
         tr = tracked_by.get(key)
         # coverage of the thread: union of tracked slices, with the top-level slice ids
@@ -274,12 +281,14 @@ def reference_longest_path(
     src: np.ndarray,
     dst: np.ndarray,
     *,
+    kinds: np.ndarray | None = None,
     waits: np.ndarray | None = None,
     device: np.ndarray | None = None,
 ) -> tuple[list[int], list[int], int]:
     """The per-node loop that ``longest_path`` replaced (kept as the reference; since
     2026-12-05 it closes each group of equal end time over that group's edges once the group is
-    relaxed, as ``longest_path`` does)."""
+    relaxed, as ``longest_path`` does; since 2026-12 a node's edges are taken by (kind, source's
+    position), the defined order of ties, not in the order given)."""
     n = len(ids)
     if n == 0:
         return [], [], 0
@@ -292,15 +301,14 @@ def reference_longest_path(
         return np.where(sorted_ids[i] == x, order[i], -1)
 
     ks, kd = pos(np.asarray(src)), pos(np.asarray(dst))
-    ok = (ks >= 0) & (kd >= 0) & (ks != kd)
-    ks, kd = ks[ok], kd[ok]
-    ok = end[ks] <= end[kd]
-    ks, kd = ks[ok], kd[ok]
-    by_dst = np.argsort(kd, kind="stable")
-    ks, kd = ks[by_dst], kd[by_dst]
-    bounds = np.searchsorted(kd, np.arange(n + 1)).tolist()
-    pred_list = ks.tolist()
-    preds = [pred_list[bounds[k] : bounds[k + 1]] for k in range(n)]
+    kind = [0] * len(ks) if kinds is None else np.asarray(kinds).tolist()
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for _, p, d in sorted(
+        (k, p, d)
+        for p, d, k in zip(ks.tolist(), kd.tolist(), kind, strict=True)
+        if p >= 0 and d >= 0 and p != d and end[p] <= end[d]
+    ):
+        preds[d].append(p)
     st = start.tolist()
     en = end.tolist()
     if waits is not None and device is not None:
@@ -361,7 +369,13 @@ def test_same_longest_path_as_the_loop_on_random_graphs(seed: int) -> None:
     dst = rng.choice(ids, m)
     waits = rng.random(n) < 0.3
     device = rng.random(n) < 0.5
-    for kw in ({}, {"waits": waits, "device": device}):
+    kinds = rng.integers(0, 5, m)
+    for kw in ({}, {"waits": waits, "device": device}, {"kinds": kinds}):
         assert longest_path(ids, start, end, src, dst, **kw) == reference_longest_path(
             ids, start, end, src, dst, **kw
         )
+    # the edges' order given is none of the path's business: only (kind, source) order them
+    o = rng.permutation(m)
+    assert longest_path(ids, start, end, src[o], dst[o], kinds=kinds[o]) == longest_path(
+        ids, start, end, src, dst, kinds=kinds
+    )

@@ -39,12 +39,27 @@ A node's contribution along an edge ``u -> v`` is the part of ``v`` after ``u`` 
 twice, so a path's length never exceeds the step's span, and a stream's own chain of kernels
 weighs exactly its busy time. Edges only go forward in end time, so ordering nodes by end time
 is a topological order and the longest path is one pass over nodes and edges (O(N + E)).
+
+**Order.** The result depends on no row order and on no sort's order of ties (an unstable
+sort's can change with the engine's version or its threads): every order is a stated key,
+ending in the nodes' ids (an event's id numbers it by start time, then trace order; the ids of
+host pieces that are no event are numbered in the orders below):
+
+- a step's nodes: by (end, start, id); the path ends at the first node of the greatest length;
+- the edges into a node: by kind (lane, launch, copy, sync, cross), then the source's position
+  in its step's order; a node takes the first edge giving its length, and only one longer than
+  the node alone;
+- a thread's runtime calls: by (start, id); its tracked slices: by (start, end descending, id),
+  so that of slices starting together the enclosing one is the top-level one;
+- a lane's nodes (its chain of edges): by (start, end, id);
+- a sync's predecessor on a stream: the last of the stream's nodes by (end, start, id) ending
+  at or before the sync does; a blocking copy's stream: that of its copy last by (end, id).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import polars as pl
@@ -59,7 +74,6 @@ from opscope.analysis.critical_path_graph import (
     edges,
     graph,
     positions,
-    unique_order,
 )
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile
@@ -113,6 +127,7 @@ def longest_path(
     src: np.ndarray,
     dst: np.ndarray,
     *,
+    kinds: np.ndarray | None = None,
     waits: np.ndarray | None = None,
     device: np.ndarray | None = None,
 ) -> tuple[list[int], list[int], int]:
@@ -121,27 +136,16 @@ def longest_path(
     ``ids`` must be sorted by ``end`` (a topological order, as edges go forward in end time);
     edges whose end time goes backwards are ignored. A node flagged in ``waits`` (a
     synchronisation) only counts from the moment its last ``device`` predecessor ended: the time
-    it spent waiting belongs to the device work it waited on.
+    it spent waiting belongs to the device work it waited on. Ties: a node takes the first edge
+    giving its length (by ``kinds``, the edges' precedence, none: all equal; then by the
+    source's position in ``ids``), only when longer than the node alone; the path ends at the
+    first node of the greatest length.
     """
-    at, contrib, length = _longest_path_at(ids, start, end, src, dst, waits=waits, device=device)
-    return np.asarray(ids)[at].tolist(), contrib.tolist(), length
-
-
-def _longest_path_at(
-    ids: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    src: np.ndarray,
-    dst: np.ndarray,
-    *,
-    waits: np.ndarray | None = None,
-    device: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """:func:`longest_path` with the path as positions in ``ids`` and arrays."""
-    # edge endpoints -> positions in the end-time order, vectorised
     ks = positions(np.asarray(ids), np.asarray(src))
     kd = positions(np.asarray(ids), np.asarray(dst))
-    return _longest_path_of(start, end, ks, kd, waits=waits, device=device)
+    kind = np.zeros(len(kd), dtype=np.int64) if kinds is None else np.asarray(kinds)
+    at, contrib, length = _longest_path_of(start, end, ks, kd, kind, waits=waits, device=device)
+    return np.asarray(ids)[at].tolist(), contrib.tolist(), length
 
 
 def _longest_path_of(
@@ -149,20 +153,24 @@ def _longest_path_of(
     end: np.ndarray,
     ks: np.ndarray,
     kd: np.ndarray,
+    kind: np.ndarray,
     *,
     waits: np.ndarray | None = None,
     device: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """:func:`longest_path` of the edges ``ks`` -> ``kd`` given as positions in the end-time
-    order (-1: a node not in it)."""
+    """:func:`longest_path` of the edges ``ks`` -> ``kd`` of ``kind`` given as positions in the
+    end-time order (-1: a node not in it)."""
     n = len(start)
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64), 0
     ok = (ks >= 0) & (kd >= 0) & (ks != kd)
-    ks, kd = ks[ok], kd[ok]
-    ok = end[ks] <= end[kd]
-    ks, kd = ks[ok], kd[ok]
-    by_dst = np.argsort(kd, kind="stable")
+    ok[ok] = end[ks[ok]] <= end[kd[ok]]
+    ks, kd, kind = ks[ok], kd[ok], kind[ok]
+    # the edges by destination, then kind, then source: the kernel takes the first edge of the
+    # greatest length into a node (one sort of a key combining the three; equal keys are equal
+    # edges)
+    i64 = np.int64
+    by_dst = np.argsort((kd.astype(i64) * (int(kind.max(initial=0)) + 1) + kind) * n + ks)
     ks, kd = ks[by_dst], kd[by_dst]
     stn = np.asarray(start)
     enn = np.asarray(end)
@@ -174,7 +182,6 @@ def _longest_path_of(
         np.maximum.at(ready, kd[m], enn[ks[m]])
         stn = np.where(w, np.minimum(ready, enn), stn)
     # what each edge adds to its destination: the part of it after the source ended
-    i64 = np.int64
     gains = np.maximum(enn[kd] - np.maximum(stn[kd], enn[ks]), 0).astype(i64)
     bounds = np.searchsorted(kd, np.arange(n + 1)).astype(i64)
     own = (enn - stn).astype(i64)
@@ -191,13 +198,13 @@ def ties_of(
     (group of each node, the edges' sources and destinations by group, each group's first edge).
     All empty when every such edge already goes forward in the order (the one pass is exact).
 
-    Nodes are relaxed in end-time order (ties: start time), so an edge from a node of the same
-    end listed later (a synchronisation that started before the kernel it waited on ends with
-    it, and sorts first) was read before its source's length was known, and the chain through
-    it was lost; a blocking copy and its call, ending together, even wait on each other. Such an
-    edge adds nothing of its own (the destination ends when the source does), so once a group
-    is relaxed its lengths are closed over its edges: each node's length is at least that of
-    every node that reaches it by them (the least fixed point, whatever the cycles)."""
+    Nodes are relaxed in end-time order (ties: start time, then id), so an edge from a node of
+    the same end listed later (a synchronisation that started before the kernel it waited on
+    ends with it, and sorts first) was read before its source's length was known, and the chain
+    through it was lost; a blocking copy and its call, ending together, even wait on each other.
+    Such an edge adds nothing of its own (the destination ends when the source does), so once a
+    group is relaxed its lengths are closed over its edges: each node's length is at least that
+    of every node that reaches it by them (the least fixed point, whatever the cycles)."""
     i64 = np.int64
     none = np.empty(0, i64)
     same = end[ks] == end[kd]
@@ -211,83 +218,33 @@ def ties_of(
     return gid, es, ed, ebounds
 
 
-def _step_rows(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
-    """The steps' (rank, step) keys in order of first appearance, and per step its nodes' rows
-    in Polars' order of a sort by (end, start) (see :func:`critical_path`)."""
-    fast = _step_rows_unique(nodes)
-    if fast is not None:
-        return fast
-    split = _step_partitions(nodes)
-    if split is not None:
-        # the steps' sorts in one call, each over its rows' two key columns, built from arrays
-        # (the partition of the nodes was a query of its own); the same plan as below per step
-        keys, parts, end, start = split
-        done = pl.collect_all(
-            [
-                pl.DataFrame({"_row": rows, "end_ns": end[rows], "start_ns": start[rows]})
-                .lazy()
-                .sort("end_ns", "start_ns")
-                for rows in parts
-            ],
-            engine="in-memory",
-            optimizations=tree.EAGER_FLAGS,
-        )
-        return keys, [g.get_column("_row").to_numpy().astype(np.int64) for g in done]
-    groups = nodes.select(
-        pl.int_range(pl.len()).alias("_row"), "rank", "step", "end_ns", "start_ns"
-    ).partition_by("rank", "step", maintain_order=True, as_dict=True)
-    # the steps' sorts in one call (a query each was a fixed cost), each the plan of the eager
-    # sort it replaces (the same engine and optimisations: the same order of ties)
-    done = pl.collect_all(
-        [g.lazy().sort("end_ns", "start_ns") for g in groups.values()],
-        engine="in-memory",
-        optimizations=tree.EAGER_FLAGS,
-    )
-    step_rows = [g.get_column("_row").to_numpy().astype(np.int64) for g in done]
-    return [(int(k[0]), int(k[1])) for k in groups], step_rows  # type: ignore[call-overload]
-
-
-def _step_partitions(
-    nodes: pl.DataFrame,
-) -> tuple[list[tuple[int, int]], list[np.ndarray], np.ndarray, np.ndarray] | None:
-    """The steps' (rank, step) keys in order of first appearance and each step's rows in their
-    order (what ``partition_by("rank", "step", maintain_order=True)`` gives), with the end and
-    start columns, in NumPy; None when a key column holds a null (or the shortcuts are off)."""
-    cols = [nodes.get_column(c) for c in ("rank", "step", "end_ns", "start_ns")]
-    if not tree.SHORTCUTS or any(c.null_count() for c in cols):
-        return None
-    rank, step, end, start = (c.to_numpy().astype(np.int64) for c in cols)
-    if not len(rank):
-        return [], [], end, start
-    by_key = np.lexsort((step, rank))  # stable: the rows' order within a step
-    r, st = rank[by_key], step[by_key]
-    cuts = np.flatnonzero(np.concatenate(([True], (r[1:] != r[:-1]) | (st[1:] != st[:-1]))))
-    parts = np.split(by_key, cuts[1:])
-    first = np.argsort([int(p[0]) for p in parts], kind="stable")  # by first appearance
-    keys = [(int(r[cuts[k]]), int(st[cuts[k]])) for k in first.tolist()]
-    return keys, [parts[k] for k in first.tolist()], end, start
-
-
-def _step_rows_unique(nodes: pl.DataFrame) -> tuple[list[tuple[int, int]], list[np.ndarray]] | None:
-    """:func:`_step_rows` by one NumPy sort, when no two nodes of a step have the same end and
-    start (Polars' order is then the only one) and no key is null; else None. The partition and
-    a sort per step it replaces were queries of fixed cost (most of a small trace's part)."""
-    cols = [nodes.get_column(c) for c in ("rank", "step", "end_ns", "start_ns")]
-    if any(c.null_count() for c in cols):
-        return None
-    rank, step, end, start = (c.to_numpy().astype(np.int64) for c in cols)
-    order = unique_order(rank, step, end, start)
-    if order is None:
-        return None
+def _step_rows(nodes: pl.DataFrame) -> tuple[list[tuple[Any, Any]], list[np.ndarray]]:
+    """The steps' (rank, step) keys in order (a null first), and each step's nodes' rows in the
+    step's node order: by end, then start, then id (see :func:`critical_path`). One NumPy sort
+    (a partition and a Polars sort per step were queries of fixed cost)."""
+    i64 = np.int64
+    rank, rank_ok = tree.int_values(nodes.get_column("rank"))
+    step, step_ok = tree.int_values(nodes.get_column("step"))
+    end, start, ids = (nodes.get_column(c).to_numpy().astype(i64) for c in _ORDER_COLUMNS)
+    order = np.lexsort((ids, start, end, step, step_ok, rank, rank_ok))
     if not len(order):
         return [], []
-    r, s = rank[order], step[order]
-    cuts = np.flatnonzero(np.concatenate(([True], (r[1:] != r[:-1]) | (s[1:] != s[:-1]))))
-    parts = np.split(order, cuts[1:])
-    # the steps in order of their first row, as partition_by(maintain_order=True) gives them
-    seen = np.argsort(np.minimum.reduceat(order, cuts), kind="stable")
-    keys = [(int(r[cuts[k]]), int(s[cuts[k]])) for k in seen.tolist()]
-    return keys, [parts[k] for k in seen.tolist()]
+    r, r_ok, st, st_ok = rank[order], rank_ok[order], step[order], step_ok[order]
+    new = (r[1:] != r[:-1]) | (r_ok[1:] != r_ok[:-1]) | (st[1:] != st[:-1])
+    cuts = np.flatnonzero(np.concatenate(([True], new | (st_ok[1:] != st_ok[:-1]))))
+    firsts = order[cuts]
+    keys = list(
+        zip(
+            nodes.get_column("rank")[firsts].to_list(),
+            nodes.get_column("step")[firsts].to_list(),
+            strict=True,
+        )
+    )
+    return keys, np.split(order, cuts[1:])
+
+
+#: The nodes' columns of their order in a step: end, then start, then id.
+_ORDER_COLUMNS: Final = ("end_ns", "start_ns", "id")
 
 
 def _path_table(
@@ -401,35 +358,32 @@ def _ops_table(
 
 @analysis("critical_path")
 def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
-    """The critical path of every step, the operators on it and their share of step time."""
+    """The critical path of every step, the operators on it and their share of step time.
+
+    The result depends on no row order and no sort's order of ties (module doc, *Order*)."""
     nodes, cross, ev = graph(profile)
     i64 = np.int64
     n_id = nodes.get_column("id").to_numpy().astype(i64)
     n_start = nodes.get_column("start_ns").to_numpy().astype(i64)
     n_end = nodes.get_column("end_ns").to_numpy().astype(i64)
-    n_wait = nodes.get_column("is_wait").to_numpy().astype(bool)
-    n_dev = (nodes.get_column("lane_kind") == "device").to_numpy()
-    # the steps in order of first appearance; per step its nodes by end, then start, in Polars'
-    # order (its sort is not stable: a node of equal end and start can come first either way,
-    # and the path then differs, so the order is Polars' sort of the same key columns)
+    n_wait = _flag(nodes.get_column("is_wait"))
+    n_dev = _flag(nodes.get_column("lane_kind") == "device")
+    # the steps by (rank, step); per step its nodes by (end, start, id)
     keys, step_rows = _step_rows(nodes)
     group_of = np.zeros(len(n_id), dtype=i64)
+    at_in_step = np.zeros(len(n_id), dtype=i64)  # each node's position in its step's order
     for k, rows in enumerate(step_rows):
         group_of[rows] = k
-    # edges belong to the step of their destination (an edge into no node is none); their order
-    # is kept within a step, as the first best edge into a node wins
-    src, dst = edges(nodes, profile.events, cross)
-    dst_row = positions(n_id, dst)
-    src_row = positions(n_id, src)[dst_row >= 0]
-    dst_row = dst_row[dst_row >= 0]
-    by_group = np.argsort(group_of[dst_row], kind="stable")
-    src_row, dst_row = src_row[by_group], dst_row[by_group]
-    cuts = np.searchsorted(group_of[dst_row], np.arange(len(step_rows) + 1))
-    # each node's position in its step's order: the edges' ends as the step's positions (an
-    # edge from a node of another step is none), found once, not per step
-    at_in_step = np.zeros(len(n_id), dtype=i64)
-    for rows in step_rows:
         at_in_step[rows] = np.arange(len(rows), dtype=i64)
+    # edges belong to the step of their destination (an edge into no node, or from a node of
+    # another step, is none)
+    src, dst, kind = edges(nodes, profile.events, cross)
+    dst_row = positions(n_id, dst)
+    into = dst_row >= 0
+    src_row, dst_row, kind = positions(n_id, src)[into], dst_row[into], kind[into]
+    by_group = np.argsort(group_of[dst_row], kind="stable")
+    src_row, dst_row, kind = src_row[by_group], dst_row[by_group], kind[by_group]
+    cuts = np.searchsorted(group_of[dst_row], np.arange(len(step_rows) + 1))
     path_rows: list[np.ndarray] = []
     contribs: list[np.ndarray] = []
     for k, rows in enumerate(step_rows):
@@ -439,30 +393,28 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
             n_end[rows],
             np.where((e_src >= 0) & (group_of[e_src] == k), at_in_step[e_src], -1),
             at_in_step[dst_row[cuts[k] : cuts[k + 1]]],
+            kind[cuts[k] : cuts[k + 1]],
             waits=n_wait[rows],
             device=n_dev[rows],
         )
         path_rows.append(rows[at])
         contribs.append(c)
-    # the steps by (rank, step), as the table was sorted (the keys are unique)
-    by_step = sorted(range(len(keys)), key=keys.__getitem__)
-    rows = np.concatenate([path_rows[k] for k in by_step]) if keys else np.empty(0, i64)
+    rows = np.concatenate(path_rows) if keys else np.empty(0, i64)
     path = _path_table(
         nodes,
         ev,
         rows,
-        np.concatenate([np.arange(len(path_rows[k]), dtype=i64) for k in by_step])
+        np.concatenate([np.arange(len(p), dtype=i64) for p in path_rows])
         if keys
         else np.empty(0, i64),
-        np.concatenate([contribs[k] for k in by_step]) if keys else np.empty(0, i64),
+        np.concatenate(contribs) if keys else np.empty(0, i64),
     )
     # per step: the path's length, its host and device parts, and the span of its nodes
     host_ns, device_ns, span_ns = [], [], []
-    for k in by_step:
-        on_dev = n_dev[path_rows[k]]
-        device_ns.append(int(contribs[k][on_dev].sum()))
-        host_ns.append(int(contribs[k][~on_dev].sum()))
-        rows = step_rows[k]
+    for p, c, rows in zip(path_rows, contribs, step_rows, strict=True):
+        on_dev = n_dev[p]
+        device_ns.append(int(c[on_dev].sum()))
+        host_ns.append(int(c[~on_dev].sum()))
         span_ns.append(int(n_end[rows].max() - n_start[rows].min()))
     # each step's ProfilerStep range, as a left join on (rank, step) gives it (a null key
     # matches nothing; a repeated one repeats the row): a dict, not a query
@@ -475,19 +427,18 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     ):
         if r is not None and st is not None:
             spans.setdefault((r, st), []).append(d)
-    rows_of = [(k, d) for k in by_step for d in spans.get(keys[k], [None])]
-    ix = {k: i for i, k in enumerate(by_step)}
-    path_ns = [int(contribs[k].sum()) for k in by_step]
+    rows_of = [(k, d) for k, key in enumerate(keys) for d in spans.get(key, [None])]
+    path_ns = [int(c.sum()) for c in contribs]
     steps = pl.DataFrame(
         {
             "rank": [keys[k][0] for k, _ in rows_of],
             "step": [keys[k][1] for k, _ in rows_of],
-            "path_ns": [path_ns[ix[k]] for k, _ in rows_of],
-            "host_ns": [host_ns[ix[k]] for k, _ in rows_of],
-            "device_ns": [device_ns[ix[k]] for k, _ in rows_of],
+            "path_ns": [path_ns[k] for k, _ in rows_of],
+            "host_ns": [host_ns[k] for k, _ in rows_of],
+            "device_ns": [device_ns[k] for k, _ in rows_of],
             # a step's device work can finish after its ProfilerStep range on the host closes:
             # the step's time is the span from its first to its last node
-            "step_ns": [span_ns[ix[k]] for k, _ in rows_of],
+            "step_ns": [span_ns[k] for k, _ in rows_of],
             "host_step_ns": [d for _, d in rows_of],
         },
         schema={
@@ -502,8 +453,8 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     )
     ops = _ops_table(
         path,
-        np.repeat(np.arange(len(by_step), dtype=i64), [len(path_rows[k]) for k in by_step]),
-        [ix[k] for k, _ in rows_of],
+        np.repeat(np.arange(len(keys), dtype=i64), [len(p) for p in path_rows]),
+        [k for k, _ in rows_of],
         span_ns,
     )
     return CriticalPathResult(path=path, ops=ops, steps=steps)

@@ -174,67 +174,6 @@ def _thread_codes_of(
     return c_code, s_code, keys
 
 
-#: The most rows :func:`unique_order` sorts: below, a NumPy sort that finds a tie costs less
-#: than the Polars sort it then leaves to (~110 us for 2k rows against ~300 us), above it
-#: approaches its cost (50k rows: 3.9 ms against 2.3 ms).
-_NUMPY_SORT_MAX: Final = 2048
-
-
-def unique_order(*keys: np.ndarray) -> np.ndarray | None:
-    """The rows' order sorted by ``keys`` (the first the primary), when no two rows are equal in
-    every key: any sort gives that order then, Polars' unstable one too. None where two rows
-    tie (or the shortcuts are off): then only Polars' own sort gives its order of the ties.
-    Tried on up to :data:`_NUMPY_SORT_MAX` rows only: larger tables of a real trace have ties
-    (every step of the 75k-event one), where the NumPy sort was wasted (1.2 ms there)."""
-    if not tree.SHORTCUTS or len(keys[0]) > _NUMPY_SORT_MAX:
-        return None
-    order = np.lexsort(keys[::-1]) if len(keys) > 1 else np.argsort(keys[0], kind="stable")
-    if len(order) > 1:
-        tie = np.ones(len(order) - 1, dtype=bool)
-        for k in keys:
-            ks = k[order]
-            tie &= ks[1:] == ks[:-1]
-        if tie.any():
-            return None
-    return order.astype(np.int64, copy=False)
-
-
-def _polars_order(ts: np.ndarray) -> np.ndarray:
-    """The row order of a frame sorted by ``ts_ns`` as Polars sorts it: not a stable sort, and
-    the order of equal times decides which slice is top-level and which call comes first."""
-    return _polars_orders(ts)[0]
-
-
-def _polars_orders(*columns: np.ndarray) -> list[np.ndarray]:
-    """:func:`_polars_order` of each of ``columns``: without equal times, a NumPy sort (Polars'
-    sort was a query, a fixed cost of ~0.2 ms); the others' eager sorts as plans in one call
-    (the same engine and optimisations: the same order of ties)."""
-    return _polars_orders_and(list(columns), [])[0]
-
-
-def _polars_orders_and(
-    columns: list[np.ndarray], plans: list[pl.LazyFrame]
-) -> tuple[list[np.ndarray], list[pl.DataFrame]]:
-    """:func:`_polars_orders` of ``columns``, and ``plans`` collected in the same call."""
-    out = [unique_order(ts) for ts in columns]
-    todo = [i for i, o in enumerate(out) if o is None]
-    schema = {"_row": pl.Int64, "ts_ns": pl.Int64}
-    sorts = [
-        pl.DataFrame({"_row": np.arange(len(columns[i])), "ts_ns": columns[i]}, schema=schema)
-        .lazy()
-        .sort("ts_ns")
-        for i in todo
-    ]
-    done = (
-        pl.collect_all(sorts + plans, engine="in-memory", optimizations=tree.EAGER_FLAGS)
-        if sorts or plans
-        else []
-    )
-    for i, df in zip(todo, done[: len(sorts)], strict=True):
-        out[i] = df.get_column("_row").to_numpy().astype(np.int64)
-    return [o for o in out if o is not None], done[len(sorts) :]
-
-
 @dataclass(frozen=True)
 class _Kinds:
     """Where the events are of each kind the graph reads (a null kind: none)."""
@@ -306,9 +245,8 @@ def _host_nodes(
     :class:`_Kinds` of ``ev`` when known.
     """
     i64 = np.int64
-    # the calls and tracked slices as rows of the events' columns in NumPy, with one query: the
-    # Polars sorts of their start times where they tie (see _polars_order) and the calls' names
-    # cast to codes (the filters, name patterns and flags were two queries of fixed cost)
+    # the calls and tracked slices as rows of the events' columns in NumPy, in their defined
+    # orders (the filters, name patterns and flags were two queries of fixed cost)
     if kinds is None:
         kinds = _Kinds.of(ev.get_column("kind"))
     is_copy_kind, is_tracked = kinds.device, kinds.tracked
@@ -328,17 +266,17 @@ def _host_nodes(
         [(v[rt], None if null is None else null[rt]) for v, null in thread],
         [(v[tr], None if null is None else null[tr]) for v, null in thread],
     )
-    t_ts = ev_ts[tr]
-    mine = np.flatnonzero(s_code >= 0)  # the slices of threads with calls, then sorted
-    rt_name = ev.get_column("name")[rt]
-    (c_order, s_mine), (name_codes,) = _polars_orders_and(
-        [ts, t_ts[mine]],
-        [pl.DataFrame([rt_name]).lazy().select(pl.col("name").cast(pl.Categorical).to_physical())],
-    )
-    s_order = mine[s_mine]
+    t_ts, t_end, t_id = ev_ts[tr], ev_end[tr], ev_id[tr]
+    # the calls by (start, id); the slices of threads with calls by (start, end descending,
+    # id): a slice before those it encloses, so that of slices starting together the outermost
+    # is the top-level one (the ids, numbered in trace order, break the remaining ties)
+    c_order = np.lexsort((cid, ts))
+    mine = np.flatnonzero(s_code >= 0)
+    s_order = mine[np.lexsort((t_id[mine], -t_end[mine], t_ts[mine]))]
     # which calls sync or copy: the patterns on the distinct names (a handful), each call's
     # flags by its name's code (the regexes in a query were compiled there each time)
-    code, known = tree.int_values(name_codes.to_series())
+    rt_name = ev.get_column("name")[rt]
+    code, known = tree.int_values(rt_name.cast(pl.Categorical).to_physical())
     code = np.where(known, code + 1, 0)  # (a null name: a code of its own)
     _, inv = dense_unique(code)
     distinct = rt_name[a_row_of_each(inv)]
@@ -380,8 +318,6 @@ def _host_nodes(
     }
     # threads in the order of their first call by start time, each thread's calls and slices
     # in that order (the partitions of the frames sorted by start time)
-    t_end = ev_end[tr]
-    t_id = ev_id[tr]
     if coverage is not None:  # (the rank coverage of the same slices: no query of its own)
         pos = ev_dur[tr] > 0 if dur_null is None else (ev_dur[tr] > 0) & ~dur_null[tr]
         coverage.update(_coverage(thread[0][0][tr][pos], t_ts[pos], t_end[pos]))
@@ -719,9 +655,9 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
         return _empty({"src": pl.Int64, "dst": pl.Int64})
     if isinstance(srcs, pl.LazyFrame):
         srcs = tree.collect(srcs)
-    # per (rank, step) of the stretches, in their order: the sources of that step by end time,
-    # in Polars' order of the step's rows sorted by end (the order of the edges into a node
-    # decides ties); the partitions and queries per step they replace were ~9 per report
+    # per (rank, step) of the stretches, in their order: the sources of that step by end time
+    # (their order among equal ends is no edge's business); the partitions and queries per
+    # step they replace were ~9 per report
     s_rank, s_step = (_int_column(srcs, c)[0] for c in ("rank", "step"))
     s_lane = srcs.get_column("lane").to_numpy()
     s_id = srcs.get_column("id").to_numpy()
@@ -740,10 +676,8 @@ def _stretch_edges(stretches: pl.DataFrame, srcs: pl.DataFrame | pl.LazyFrame) -
         for r, s in key[np.sort(first)].tolist()
         if len(mine := np.flatnonzero((s_rank == r) & (s_step == s)))
     ]
-    # every step's order in one call (a query per step with equal end times before)
-    orders = _polars_orders(*(s_end[mine] for _, _, mine in steps)) if steps else []
-    for (r, s, mine), order in zip(steps, orders, strict=True):
-        g = mine[order]
+    for r, s, mine in steps:
+        g = mine[np.argsort(s_end[mine], kind="stable")]
         end = s_end[g]
         st = np.flatnonzero((t_rank == r) & (t_step == s))
         lo = np.searchsorted(end, t_c[st], side="right")
@@ -931,15 +865,14 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     w_lane = np.zeros(len(waits), dtype=i64)
     w_ok = is_sync[waits].copy()
     if not w_ok.all():  # a blocking copy (only then the copies' streams)
-        # each launch's device node ending last (of equal ends, the last in Polars' order of
-        # the launched events sorted by end, as the join, sort and group_by it replaces took it)
+        # each launch's device node last by (end, id)
         launch, no_launch = _int_column(ev, "launch_id")
         launched = np.flatnonzero(~no_launch) if no_launch is not None else np.arange(len(launch))
         at = positions(ids, ev.get_column("id").to_numpy().astype(i64)[launched])
         ok = at >= 0
         ok[ok] = on_dev[at[ok]]
         node = at[ok]
-        order = _polars_order(ends[node])[::-1]  # the last first
+        order = np.lexsort((ids[node], ends[node]))[::-1]  # the last first
         last_of, first = np.unique(launch[launched[ok]][order], return_index=True)
         last = node[order][first]
         known = np.ones(len(last), dtype=bool) if lane_null is None else ~lane_null[last]
@@ -996,14 +929,20 @@ def _split_earlier_waits(nodes: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+#: The kinds of :func:`edges`, in their order of precedence: of the edges that give a node the
+#: same length, the path takes one of the first kind (then of the source first in the step's
+#: node order, see :func:`opscope.analysis.critical_path.critical_path`).
+LANE, LAUNCH, COPY, SYNC, CROSS = range(5)
+
+
 def edges(
     nodes: pl.DataFrame, events: pl.DataFrame, cross: pl.DataFrame | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) event ids of lane-order, launch, sync and the ``cross``-thread edges, in that
-    order, as arrays (the Polars plan they replace was ~14 ms of a 75k-event trace's 120).
-
-    The order matters where it decides ties: :func:`longest_path` takes the first best edge into
-    a node, so the edges into one node keep the plan's order (lane, launch, copy, sync, cross)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, kind) of the lane-order, launch, copy, sync and ``cross``-thread edges (event
+    ids and :data:`LANE` .. :data:`CROSS`), grouped by kind, as arrays (the Polars plan they
+    replace was ~14 ms of a 75k-event trace's 120). Within a kind the order has no meaning: the
+    path's choice among edges of equal length is defined by kind and source
+    (:func:`opscope.analysis.critical_path.critical_path`)."""
     i64 = np.int64
     ids = nodes.get_column("id").to_numpy().astype(i64)
     lanes: list[np.ndarray] = []
@@ -1014,127 +953,94 @@ def edges(
             lanes += [col.is_null().to_numpy(), col.fill_null(0).to_numpy().astype(i64)]
         else:
             lanes.append(col.to_numpy().astype(i64))
-    lanes.append(_flag(nodes.get_column("lane_kind") == "device"))
+    is_dev = _flag(nodes.get_column("lane_kind") == "device")
+    lanes.append(is_dev)
     lane_src, lane_at = _lane_pairs(nodes, lanes)
-    src_parts, dst_parts = [ids[lane_src]], [ids[lane_at]]
+    parts = [(LANE, ids[lane_src], ids[lane_at])]
     # launch: the runtime call -> the work it launched
     launch, no_launch = _int_column(events, "launch_id")
     has = np.ones(len(launch), dtype=bool) if no_launch is None else ~no_launch
     l_src = launch[has]
     l_dst = events.get_column("id").to_numpy().astype(i64)[has]
-    src_parts.append(l_src)
-    dst_parts.append(l_dst)
-    # (whether there is a sync or a blocking copy: Series operations, not a query each)
-    is_sync = nodes.get_column("is_sync")
+    parts.append((LAUNCH, l_src, l_dst))
     # a blocking copy call waits for its own copy (and, through the stream, what precedes it)
-    waiting = nodes.get_column("is_wait") & ~is_sync
+    is_sync = _flag(nodes.get_column("is_sync"))
+    waiting = _flag(nodes.get_column("is_wait")) & ~is_sync
     if waiting.any():
-        w = np.isin(l_src, ids[waiting.to_numpy()])
-        src_parts.append(l_dst[w])
-        dst_parts.append(l_src[w])
-    if is_sync.any():
-        # (the columns read only: sorting and filtering the names was most of the cost; from
-        # the Series, no query). The syncs and the device nodes (only when there is a sync to
-        # join them to) by end: each the eager filter and sort's plan, both in one call (the
-        # same engine and optimisations: the same order of ties; four queries before)
-        slim = pl.DataFrame([nodes.get_column(c) for c in ("rank", "step", "id", "lane", "end_ns")])
-        is_dev = nodes.get_column("lane_kind") == "device"
-        syncs, dev = pl.collect_all(
-            [slim.lazy().filter(pl.lit(m)).sort("end_ns") for m in (is_sync, is_dev)],
-            engine="in-memory",
-            optimizations=tree.EAGER_FLAGS,
-        )
-        # the last device node of each stream that ends before the sync returns, per (rank,
-        # step): each's rows sliced from a stable sort by (rank, step), which keeps the end
-        # order within (iterating a group_by and filtering the device nodes per group were a
-        # query each; the order between groups is no edge's business: a group's edges go into
-        # its own syncs). A null rank or step matches no device node, as the filter's equality
-        s_at = _by_rank_step(syncs)
-        d_at = _by_rank_step(dev) if dev.height else {}
-        s_ids, s_ends = syncs.get_column("id").to_numpy(), syncs.get_column("end_ns").to_numpy()
-        d_lanes, d_ids = dev.get_column("lane").to_numpy(), dev.get_column("id").to_numpy()
-        d_ends = dev.get_column("end_ns").to_numpy()
-        for key, s_rows in s_at.items():
-            d_rows = d_at.get(key)
-            if d_rows is None:
-                continue
-            # per stream, the backward as-of match in NumPy: the last node (of the stream's
-            # nodes in end order) ending at or before the sync's end, as join_asof picks it (five
-            # queries per stream were ~1 ms); streams in increasing order, as the Series' unique
-            # gave them (ties between streams go to the first edge)
-            s_id, s_end = s_ids[s_rows], s_ends[s_rows]
-            d_lane, d_id, d_end = d_lanes[d_rows], d_ids[d_rows], d_ends[d_rows]
-            for ln in np.unique(d_lane).tolist():
-                on = d_lane == ln
-                j = np.searchsorted(d_end[on], s_end, side="right") - 1
-                hit = j >= 0
-                src_parts.append(d_id[on][j[hit]].astype(i64))
-                dst_parts.append(s_id[hit].astype(i64))
+        w = np.isin(l_src, ids[waiting])
+        parts.append((COPY, l_dst[w], l_src[w]))
+    if is_sync.any() and is_dev.any():
+        parts += [(SYNC, a, b) for a, b in _sync_edges(nodes, ids, is_sync, is_dev)]
     if cross is not None and cross.height:
-        src_parts.append(cross.get_column("src").to_numpy().astype(i64))
-        dst_parts.append(cross.get_column("dst").to_numpy().astype(i64))
-    return np.concatenate(src_parts), np.concatenate(dst_parts)
+        c_src, c_dst = (cross.get_column(c).to_numpy().astype(i64) for c in ("src", "dst"))
+        parts.append((CROSS, c_src, c_dst))
+    kind = np.repeat(np.array([k for k, _, _ in parts], dtype=i64), [len(a) for _, a, _ in parts])
+    return (
+        np.concatenate([a for _, a, _ in parts]).astype(i64),
+        np.concatenate([b for _, _, b in parts]).astype(i64),
+        kind,
+    )
+
+
+def _sync_edges(
+    nodes: pl.DataFrame, ids: np.ndarray, is_sync: np.ndarray, is_dev: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The sync edges, as (src, dst) parts: each sync waits on the last device node of each
+    stream of its rank and step ending at or before the sync's end, last by (end, start, id):
+    the step's node order (a null rank or step matches no device node)."""
+    i64 = np.int64
+    rank, step = _int_column(nodes, "rank"), _int_column(nodes, "step")
+    end = nodes.get_column("end_ns").to_numpy().astype(i64)
+    start = nodes.get_column("start_ns").to_numpy().astype(i64)
+    lane = _int_column(nodes, "lane")[0]
+    dev = np.flatnonzero(is_dev)
+    dev = dev[np.lexsort((ids[dev], start[dev], end[dev]))]
+    d_at = _by_rank_step(dev, rank, step)
+    out = []
+    for key, s_rows in _by_rank_step(np.flatnonzero(is_sync), rank, step).items():
+        d_rows = d_at.get(key)
+        if d_rows is None:
+            continue
+        # per stream, the as-of match: the last of the stream's nodes (in their order) ending
+        # at or before the sync's end (five queries per stream were ~1 ms)
+        s_end = end[s_rows]
+        d_lane = lane[d_rows]
+        for ln in np.unique(d_lane).tolist():
+            on = d_rows[d_lane == ln]
+            j = np.searchsorted(end[on], s_end, side="right") - 1
+            hit = j >= 0
+            out.append((ids[on[j[hit]]], ids[s_rows[hit]]))
+    return out
 
 
 def _lane_pairs(nodes: pl.DataFrame, lanes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(predecessor, node) rows of each node with a predecessor on its lane (equal ``lanes``
-    keys) in (start, end) order, in an order of no meaning (each node has one at most).
-
-    One NumPy sort by lane, start and end; where two nodes of a lane have equal start and end,
-    their order is Polars' own sort of the rows by (start, end) (not stable: between such
-    nodes its order of ties decides which is first; a stable sort moves 7 of 49 outputs), a
-    query, read back into those groups only. Ties across lanes make no pair (rank-0's 384 of
-    them made a Polars sort of its 3.8k nodes and a sort by lane in that order, ~1 ms)."""
+    keys) in the lane's order: by start, then end (a null first), then id. In an order of no
+    meaning (each node has one at most)."""
     i64 = np.int64
-    start, end = nodes.get_column("start_ns"), nodes.get_column("end_ns")
-    if tree.SHORTCUTS and not start.null_count() and not end.null_count():
-        s, e = start.to_numpy(), end.to_numpy()
-        by_lane = np.lexsort([e, s, *lanes[::-1]])
-        same = np.ones(max(len(by_lane) - 1, 0), dtype=bool)
-        for k in lanes:
-            same &= k[by_lane][1:] == k[by_lane][:-1]
-        tie = same & (s[by_lane][1:] == s[by_lane][:-1]) & (e[by_lane][1:] == e[by_lane][:-1])
-        if tie.any():
-            # each group of equal lane, start and end in Polars' order of its rows
-            at = np.empty(len(by_lane), dtype=i64)
-            at[_polars_sort_rows(nodes)] = np.arange(len(by_lane), dtype=i64)
-            group = np.concatenate(([0], np.cumsum(~tie)))
-            by_lane = by_lane[np.lexsort((at[by_lane], group))]
-        return by_lane[:-1][same].astype(i64), by_lane[1:][same].astype(i64)
-    order = _polars_sort_rows(nodes)  # (Polars sorts nulls first)
-    keys = [k[order] for k in lanes]
-    by_lane = np.lexsort([np.arange(len(order)), *keys[::-1]])  # stable: sorted order in a lane
-    same = np.ones(max(len(order) - 1, 0), dtype=bool)
-    for k in keys:
+    keys = [nodes.get_column("id").to_numpy().astype(i64)]
+    for c in ("end_ns", "start_ns"):
+        v, null = _int_column(nodes, c)
+        keys += [v] if null is None else [v, ~null]
+    by_lane = np.lexsort([*keys, *lanes[::-1]])
+    same = np.ones(max(len(by_lane) - 1, 0), dtype=bool)
+    for k in lanes:
         same &= k[by_lane][1:] == k[by_lane][:-1]
-    return order[by_lane[:-1][same]], order[by_lane[1:][same]]
+    return by_lane[:-1][same].astype(i64), by_lane[1:][same].astype(i64)
 
 
-def _polars_sort_rows(nodes: pl.DataFrame) -> np.ndarray:
-    """The rows of ``nodes`` in Polars' order of a sort by (start, end)."""
-    return (
-        nodes.lazy()
-        .select(pl.int_range(pl.len()).alias("_row"), "start_ns", "end_ns")
-        .sort("start_ns", "end_ns")
-        .pipe(tree.collect)
-        .get_column("_row")
-        .to_numpy()
-        .astype(np.int64)
-    )
-
-
-def _by_rank_step(df: pl.DataFrame) -> dict[tuple[int, int], np.ndarray]:
-    """The row positions of each (rank, step) of ``df``, in ``df``'s order within each (rows of
-    a null rank or step in none)."""
-    rank, rank_null = _int_column(df, "rank")
-    step, step_null = _int_column(df, "step")
-    ok = np.ones(df.height, dtype=bool)
-    for null in (rank_null, step_null):
+def _by_rank_step(
+    rows: np.ndarray, rank: _Column, step: _Column
+) -> dict[tuple[int, int], np.ndarray]:
+    """``rows`` of each (rank, step) (``rank``, ``step``: the columns' values and null masks),
+    in their order within each (rows of a null rank or step in none)."""
+    ok = np.ones(len(rows), dtype=bool)
+    for _, null in (rank, step):
         if null is not None:
-            ok &= ~null
-    rows = np.flatnonzero(ok)
-    rows = rows[np.lexsort((step[rows], rank[rows]))]  # stable: df's order within a key
-    r, s = rank[rows], step[rows]
+            ok &= ~null[rows]
+    rows = rows[ok]
+    rows = rows[np.lexsort((step[0][rows], rank[0][rows]))]  # stable: the order within a key
+    r, s = rank[0][rows], step[0][rows]
     cut = np.flatnonzero((r[1:] != r[:-1]) | (s[1:] != s[:-1])) + 1
     bounds = np.concatenate(([0], cut, [len(rows)])).tolist()
     return {(int(r[a]), int(s[a])): rows[a:b] for a, b in itertools.pairwise(bounds) if b > a}
