@@ -53,6 +53,10 @@ _TAKEN = {
         "precision-fp32-matmul",
         "moe-expert-loop",
     ],
+    "test_rank_0": [
+        "ascend-fusible-sequence",  # 21 events: fewer kernels than one repeated run needs
+        "memory-alloc-churn",  # 56 memory events: fewer than the allocations a step needs
+    ],
 }
 
 
@@ -85,6 +89,11 @@ def _run(path: Path, rid: str, on: bool, made: list[int], mp: pytest.MonkeyPatch
 def _input(which: str, tmp_path: Path) -> Path:
     if which == "kernels_only":
         return _kernels_only(tmp_path / "k.json")
+    if which == "test_rank_0":
+        p = SHARED_TRACES / "ascend/small_two_rank/test_rank_0"
+        if not p.exists():
+            pytest.skip(f"shared trace not found: {p}")
+        return p
     if not _COMM_ONLY.exists():
         pytest.skip(f"ascend_data export not found: {_COMM_ONLY}")
     return _COMM_ONLY
@@ -123,6 +132,16 @@ def test_shortcuts_off_means_nothing_is_absent(
     assert not c.absent(prof, "cpu_op", "kernel")
     monkeypatch.setattr(tree, "SHORTCUTS", False)
     assert not c.absent(prof, "cpu_op", "runtime")
+
+
+def test_fewer_counts_the_kinds_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prof = opscope.load(_kernels_only(tmp_path / "k.json"), cache=False)
+    # 4 kernels, 1 communication, 1 memcpy
+    assert not c.fewer(prof, 4, "kernel") and c.fewer(prof, 5, "kernel")
+    assert not c.fewer(prof, 5, "kernel", "memcpy") and c.fewer(prof, 7, "kernel", "memcpy", "x")
+    assert c.fewer(prof, 1, "cpu_op") == c.absent(prof, "cpu_op") is True
+    monkeypatch.setattr(tree, "SHORTCUTS", False)
+    assert not c.fewer(prof, 5, "kernel")
 
 
 @pytest.mark.parametrize(

@@ -203,12 +203,18 @@ def absent(profile: Profile, *kind_names: str) -> bool:
     """Whether the profile holds no event of any of ``kind_names`` (and the shortcuts,
     :data:`opscope.analysis.tree.SHORTCUTS`, are on): a rule that reads only those events
     finds nothing, and returns before its queries."""
+    return fewer(profile, 1, *kind_names)
+
+
+def fewer(profile: Profile, n: int, *kind_names: str) -> bool:
+    """Whether the profile holds fewer than ``n`` events of ``kind_names`` together (and the
+    shortcuts are on): a rule that needs at least ``n`` of them returns before its queries."""
     from opscope.analysis import tree
 
     if not tree.SHORTCUTS:
         return False
     counts = kind_counts(profile)
-    return not any(counts.get(k) for k in kind_names)
+    return sum(counts.get(k, 0) for k in kind_names) < n
 
 
 def target_of(profile: Profile, results: Mapping[str, Any]) -> str:

@@ -193,8 +193,10 @@ class AscendFusibleSequence:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend" or not profile.has_device:
             return []
-        if c.absent(profile, "kernel"):
-            return []  # no compute kernel: no run of fusible ones (the plan below finds none)
+        if c.fewer(profile, MIN_LEN * (MIN_COUNT + 1), "kernel"):
+            # too few compute kernels for a run repeated more than MIN_COUNT times (the plan
+            # below keeps some of them, and returns on fewer than that before its findings)
+            return []
         pmu = _pmu(profile)
         plan = (  # one query
             profile.kernels.lazy()
