@@ -148,8 +148,10 @@ def test_name_masks_equal_the_per_row_tests(
     assert bool(codes) == indexed  # the codes path taken (or not) as the threshold says
 
 
-def test_name_mask_with_null_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(c, "NAME_INDEX_MIN_ROWS", 0)
+@pytest.mark.parametrize("indexed", [True, False])
+def test_name_mask_with_null_names(monkeypatch: pytest.MonkeyPatch, indexed: bool) -> None:
+    # (not indexed: the names-only masks looked up in Python, the others a per-row test)
+    monkeypatch.setattr(c, "NAME_INDEX_MIN_ROWS", 0 if indexed else 1 << 40)
     p = synth.training(steps=1, layers=2).profile
     ev = p.events.with_columns(
         pl.when(pl.col("id") % 3 == 0).then(None).otherwise(pl.col("name")).alias("name")

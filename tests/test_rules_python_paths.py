@@ -83,3 +83,36 @@ def test_busiest_device_of_real_traces(rel: str) -> None:
         pytest.skip(f"shared trace not found: {p}")
     prof = opscope.load(p, cache=False)
     assert_frame_equal(memory._busiest(prof), _busiest_by_plan(prof.memory))
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "ascend/small_two_rank/test_rank_0",
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+        "ascend/kernel_details_gpt_fp16",
+    ],
+)
+def test_repeated_kernels_equal_a_group_by(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ascend-fusible-sequence's check for a kernel (type and shapes) repeated more than
+    MIN_COUNT times on a rank, against a group-by of the compute kernels' keys."""
+    from opscope.advise.rules import ascend_fusible as af
+
+    p: Path = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"shared trace not found: {p}")
+    prof = opscope.load(p, cache=False)
+    most = (
+        prof.kernels.filter((pl.col("kind") == "kernel") & pl.col("op_type").is_not_null())
+        .group_by("rank", pl.format("{}|{}", "op_type", pl.col("input_dims").fill_null("None")))
+        .len()
+        .get_column("len")
+        .max()
+    )
+    assert af._repeats(prof) == (most is not None and int(most) > af.MIN_COUNT)  # type: ignore[arg-type]
+    if not af._repeats(prof):  # the rule finds nothing there without the check either
+        from opscope.advise.rule import rules
+        from opscope.analysis import tree
+
+        monkeypatch.setattr(tree, "SHORTCUTS", False)
+        assert rules()["ascend-fusible-sequence"].match(opscope.load(p, cache=False), {}) == []

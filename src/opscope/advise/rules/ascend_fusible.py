@@ -38,6 +38,7 @@ the step."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
@@ -50,6 +51,7 @@ from opscope.advise.finding import Finding
 from opscope.advise.rule import register
 from opscope.advise.rules.ascend_groups import op_groups
 from opscope.advise.rules.ascend_optimizer import npu_fix
+from opscope.analysis import tree
 from opscope.model import Profile
 
 # msprof-analyze's fusible-operator rule file: runs of 2 to 10 kernels, more than 5 times.
@@ -69,6 +71,9 @@ HOST_SHARE: Final = 0.4
 DATA_DEPENDENT: Final = frozenset(
     {"NonZero", "MaskedSelect", "Unique", "UniqueV2", "UniqueWithCountsAndSorting"}
 )
+# At most this many device rows are checked for a repeated kernel in Python before the plan
+# (a cheap test on small exports; on large ones the plan's own cost dwarfs the check's saving).
+REPEATS_CHECK_MAX: Final = 4096
 _MTE_IN = ("aic_mte2_time(us)", "aiv_mte2_time(us)")
 _MTE_OUT = ("aic_fixpipe_time(us)", "aiv_mte3_time(us)")
 _BUSY = ("aicore_time(us)", "aiv_time(us)")
@@ -101,6 +106,21 @@ def _pmu(profile: Profile) -> pl.DataFrame | None:
         (pl.sum_horizontal([pl.col(x).fill_null(0.0) for x in _BUSY]) * 1e3).alias("busy_ns"),
         (pl.col(_CUBE).fill_null(0.0) * 1e3).alias("cube_ns"),
     )
+
+
+def _repeats(profile: Profile) -> bool:
+    """Whether some compute kernel (by :meth:`AscendFusibleSequence._rank`'s key: op type and
+    input shapes) occurs more than ``MIN_COUNT`` times on a rank: every run, of either half,
+    starts with such a kernel. Counted in Python over the kernels' columns (for a small table:
+    the PMU pivot and the plan were six queries of fixed cost)."""
+    k = profile.kernels
+    cols = [k.get_column(x).to_list() for x in ("kind", "rank", "op_type", "input_dims")]
+    counts = Counter(
+        (rank, f"{op_type}|{dims}")
+        for kind, rank, op_type, dims in zip(*cols, strict=True)
+        if kind == "kernel" and op_type is not None
+    )
+    return any(n > MIN_COUNT for n in counts.values())
 
 
 def _nbytes(dims: list[list[int]], types: list[str | None]) -> list[float]:
@@ -197,6 +217,8 @@ class AscendFusibleSequence:
             # too few compute kernels for a run repeated more than MIN_COUNT times (the plan
             # below keeps some of them, and returns on fewer than that before its findings)
             return []
+        if tree.SHORTCUTS and profile.kernels.height <= REPEATS_CHECK_MAX and not _repeats(profile):
+            return []  # no kernel repeats often enough to start a run (the plan finds none)
         pmu = _pmu(profile)
         plan = (  # one query
             profile.kernels.lazy()
