@@ -12,10 +12,13 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
+from opscope.analysis.tree import gather
 from opscope.model import Profile
 
 # Host ops that materialise a copy of a tensor.
 COPY_OPS = ("aten::contiguous", "aten::clone", "aten::copy_")
+# The parent ops inside which a copy is no layout copy (a copy's own steps, a dtype cast).
+COPY_PARENTS = (*COPY_OPS, "aten::to", "aten::_to_copy")
 # Host ops that make a transposed view.
 VIEW_OPS = ("aten::t", "aten::transpose", "aten::permute", "aten::numpy_T", "aten::mT")
 # Device kernels that re-lay data out (Ascend TransData / Transpose / AsStrided, CUDA transpose
@@ -49,11 +52,32 @@ def transposed_inputs(dims_s: str | None, strides_s: str | None) -> list[int]:
     return bad
 
 
+def _flagged(profile: Profile, cand: Any, next1: Any, next2: Any, parent_at: Any) -> Any:
+    """Which of the copy and view ops at positions ``cand`` of ``profile.ops`` (their next two
+    siblings at ``next1``/``next2``, -1 for none; their parent op's event at ``parent_at``)
+    :meth:`Layout._host`'s filters keep: in Python over these ops' names, so that the rows
+    are built for these ops only, and a profile with none returns before the rows' select, the
+    op context and the filters' query. A null name is in no list, as the filters' tests keep
+    no null."""
+    ops, mm = profile.ops, set(c.MATMUL_OPS)
+    name, n1, n2 = (gather(ops.get_column("name"), at).to_list() for at in (cand, next1, next2))
+    pname = gather(profile.events.get_column("name"), parent_at).to_list()
+    keep = []
+    for nm, a, b, pn, pa in zip(name, n1, n2, pname, parent_at.tolist(), strict=True):
+        if nm in COPY_OPS:
+            feeds = a in mm or (a in VIEW_OPS and b in mm)
+            inside = pn in mm and nm != "aten::copy_"
+            keep.append((pn or "") not in COPY_PARENTS and (feeds or inside))
+        else:  # a view op: made at top level, feeding a matmul
+            keep.append(pa < 0 and (a in mm or b in mm))
+    return np.array(keep, dtype=bool)
+
+
 def _linked(profile: Profile) -> pl.LazyFrame | None:
-    """The copy and view ops (the only ones the rule flags) with their parent op's name and
-    their next two siblings (same rank, thread and parent op, in time; the lower id first
+    """The copy and view ops the rule flags (see :func:`_flagged`) with their parent op's name
+    and their next two siblings (same rank, thread and parent op, in time; the lower id first
     among ops starting together): name, id, input dims and strides of each; ``None`` when the
-    profile has no copy or view op.
+    profile has no such op.
 
     The siblings found in NumPy over the ops' keys, and only the flagged names' rows built: a
     plan sorting, joining and gathering every op was 15-20 ms on a 40k-op trace."""
@@ -79,6 +103,10 @@ def _linked(profile: Profile) -> pl.LazyFrame | None:
         to = np.full(ops.height, -1, dtype=np.int64)
         to[a[same]] = b[same]
         nxt[k] = to[cand]
+    keep = _flagged(profile, cand, nxt[1], nxt[2], up[cand])
+    if not keep.any():
+        return None
+    cand, nxt = cand[keep], {k: v[keep] for k, v in nxt.items()}
     # three queries: the ops' rows and their siblings' columns, the parents' from the events,
     # the costs (a Series method is a query too)
     nxt_at = {k: c._null_at(nxt[k]) for k in (1, 2)}
@@ -191,7 +219,7 @@ class Layout:
         )
         copies_plan = linked.filter(
             pl.col("name").is_in(COPY_OPS)
-            & ~pl.col("parent_name").fill_null("").is_in([*COPY_OPS, "aten::to", "aten::_to_copy"])
+            & ~pl.col("parent_name").fill_null("").is_in(COPY_PARENTS)
             & (
                 feeds_next
                 # inside a matmul only an explicit contiguous/clone is a layout copy (addmm
