@@ -23,7 +23,9 @@ MAX_WALK = 48  # deepest op nesting followed when walking parent links
 
 # Per-profile results shared by the rules of one advise() run: keyed by the helper's name and
 # the events table's identity (the rules run on threads: each is computed once, the others wait).
-_MEMO = Memo(32)
+# A report's rules hold ~27-31 values (75k-event trace: 31); one more than the memo holds would
+# evict one still needed and compute it again (tests/test_report_memos.py).
+_MEMO = Memo(64)
 
 
 def _memo(name: str, profile: Profile, fn: Any) -> Any:

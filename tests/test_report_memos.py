@@ -1,0 +1,58 @@
+"""A report computes each shared intermediate once: no value of the per-profile memo
+(``tree.per_profile``) or the rules' memo (``advise._common._memo``) is computed twice while one
+report is built, which an evicted entry (a memo too small for a report's intermediates) would do."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import pytest
+
+import opscope
+from conftest import shared_trace
+from opscope.advise import _common
+from opscope.analysis import tree
+from opscope.report.build import build_report
+
+TRACES = (
+    "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+    "compare/hta_trace_diff_control_a100_rank3of8.json.gz",
+    "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+)
+
+
+def _counted(memo: tree.Memo, counts: Counter[Hashable], monkeypatch: pytest.MonkeyPatch) -> None:
+    get = memo.get
+
+    def counting(key: Hashable, owner: object, compute: Callable[[], Any]) -> Any:
+        def once() -> Any:
+            counts[key] += 1
+            return compute()
+
+        return get(key, owner, once)
+
+    monkeypatch.setattr(memo, "get", counting)
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_no_intermediate_is_computed_twice(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = shared_trace(rel)
+    counts: Counter[Hashable] = Counter()
+    _counted(tree._MEMO, counts, monkeypatch)
+    _counted(_common._MEMO, counts, monkeypatch)
+    build_report(opscope.load(path, cache=False))
+    assert len(counts) >= 20  # the memos are in use (the report's shared intermediates)
+    assert {k: n for k, n in counts.items() if n > 1} == {}
+
+
+def test_a_memo_smaller_than_a_report_computes_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the check above can fail: with the rules' memo cut to a few entries, values are evicted
+    # while still needed and computed again
+    path = shared_trace(TRACES[0])
+    monkeypatch.setattr(_common, "_MEMO", tree.Memo(4))
+    counts: Counter[Hashable] = Counter()
+    _counted(_common._MEMO, counts, monkeypatch)
+    build_report(opscope.load(path, cache=False))
+    assert any(n > 1 for n in counts.values())
