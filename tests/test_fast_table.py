@@ -198,11 +198,16 @@ def test_story_tables_of_a_real_trace(monkeypatch: pytest.MonkeyPatch) -> None:
         con = _con(width)
         terminal.render_terminal(report, con, full=full)
         fast_out = con.export_text(styles=True)
+        # every table rich's own: the headline's and the story's (not drawn from strings)
         monkeypatch.setattr(terminal, "FastTable", Table)
+        monkeypatch.setattr(
+            fast_table.StringTable, "__rich_console__", lambda s, c, o: iter([s.rich_table(Table)])
+        )
         con = _con(width)
         terminal.render_terminal(report, con, full=full)
         assert con.export_text(styles=True) == fast_out
-        monkeypatch.setattr(terminal, "FastTable", fast_table.FastTable)
+        monkeypatch.undo()
+        monkeypatch.setattr(FastTable, "_fast_rows", spy)
         assert fast_text == ""
     assert any(taken)
 
@@ -355,6 +360,7 @@ def test_story_lines_are_fast_text() -> None:
     report = build_report(opscope.load(path, cache=False), top=20)
     parts = terminal.draw_story(story_of(report), 80)
     lines = [p for p in parts if isinstance(p, Text)]
-    tables = [p for p in parts if isinstance(p, Table)]
     assert lines and all(type(p) is fast_table.FastText for p in lines)
-    assert tables and all(type(t.title) is fast_table.FastText for t in tables[1:])
+    # the story's tables drawn from their strings, with rich's widths (they fit 80 columns)
+    tables = [p for p in parts if isinstance(p, fast_table.StringTable)]
+    assert tables and all(t.widths is not None for t in tables)

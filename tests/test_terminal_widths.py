@@ -14,7 +14,7 @@ from rich.text import Text
 
 from conftest import shared_trace
 from opscope.report import terminal
-from opscope.report.fast_table import FastTable
+from opscope.report.fast_table import FastTable, StringTable
 from opscope.report.terminal import _PROBE_WIDTH, _drawn_width, _one_line_texts, _widest
 
 WORDS = [
@@ -85,7 +85,8 @@ def test_real_reports_same_text_and_rich_not_asked(monkeypatch: pytest.MonkeyPat
             monkeypatch.setattr(terminal, "_drawn_width", spy)
             fast = terminal.render_terminal(report, full=full)
             assert asked == []  # every story table is one-line texts
-            monkeypatch.setattr(terminal, "_one_line_texts", lambda tab: False)
+            # every story table measured and drawn by rich, as one not of one-line texts
+            monkeypatch.setattr(StringTable, "one_line", lambda self: False)
             slow = terminal.render_terminal(report, full=full)
             monkeypatch.undo()
             assert fast == slow
@@ -134,8 +135,9 @@ def test_story_tables_take_their_known_widths(monkeypatch: pytest.MonkeyPatch) -
 
     rel = "multi_rank/hta_sampled_128rank_job/rank-1.json.gz"
     report = build_report(opscope.load(shared_trace(rel), cache=False), top=20)
-    # rich's layout for every table: the widths never taken
+    # rich's layout for every table: the widths never taken, no table drawn from its strings
     monkeypatch.setattr(FastTable, "_calculate_column_widths", Table._calculate_column_widths)
+    monkeypatch.setattr(StringTable, "__rich_console__", lambda self, c, o: iter([self.table()]))
     want = terminal.render_terminal(report)
     monkeypatch.undo()
     monkeypatch.setattr(Table, "_calculate_column_widths", spy)

@@ -19,8 +19,11 @@ compare them segment for segment, and every story table of the 49 reference inpu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from rich.box import SIMPLE_HEAD
 from rich.cells import cell_len
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -34,10 +37,12 @@ _JOIN = Text("\n")  # rich's separator of wrapped lines (Text.__rich_console__)
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from rich.box import Box
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.table import Column
 
 _NULL = Style()
+T = TypeVar("T", bound=Table)
 
 
 def _plain(cell: object) -> str | None:
@@ -263,32 +268,50 @@ class FastTable(Table):
         if rows is None:
             yield from super()._render(console, options, widths)
             return
-        new_line = Segment.line()
         if self.box is None:
-            for row in rows:
-                for segs in row:
-                    yield from segs
-                yield new_line
+            yield from _unboxed(rows)
             return
         safe = self.safe_box if self.safe_box is not None else console.safe_box
         box = self.box.substitute(options, safe=safe)
         box = box if self.show_header else box.get_plain_headed_box()
-        total = len(rows)
-        for k, row in enumerate(rows):  # the header first, when shown, as in rich
-            place = 0 if k == 0 else (2 if k == total - 1 else 1)
-            divider = (box.head_vertical, box.mid_vertical, box.foot_vertical)[place]
-            # a blank divider takes the row's background (rows have no style here), as in rich
-            div = Segment(
-                divider, border if divider.strip() else Style.null().background_style + border
-            )
-            for i, segs in enumerate(row):
-                if i:
-                    yield div
-                yield from segs
+        yield from _boxed(rows, box, border, widths, self.show_header, self.show_edge)
+
+
+def _unboxed(rows: list[list[list[Segment]]]) -> Iterable[Segment]:
+    new_line = Segment.line()
+    for row in rows:
+        for segs in row:
+            yield from segs
+        yield new_line
+
+
+def _boxed(
+    rows: list[list[list[Segment]]],
+    box: Box,
+    border: Style,
+    widths: list[int],
+    show_header: bool,
+    show_edge: bool,
+) -> Iterable[Segment]:
+    """Rows of cells' segments between ``box``'s dividers (no edges), as rich's Table draws
+    them: the header first, when shown, and the rule under it."""
+    new_line = Segment.line()
+    total = len(rows)
+    for k, row in enumerate(rows):
+        place = 0 if k == 0 else (2 if k == total - 1 else 1)
+        divider = (box.head_vertical, box.mid_vertical, box.foot_vertical)[place]
+        # a blank divider takes the row's background (rows have no style here), as in rich
+        div = Segment(
+            divider, border if divider.strip() else Style.null().background_style + border
+        )
+        for i, segs in enumerate(row):
+            if i:
+                yield div
+            yield from segs
+        yield new_line
+        if k == 0 and show_header:  # the rule under the header
+            yield Segment(box.get_row(widths, "head", edge=show_edge), border)
             yield new_line
-            if k == 0 and self.show_header:  # the rule under the header
-                yield Segment(box.get_row(widths, "head", edge=self.show_edge), border)
-                yield new_line
 
 
 class FastText(Text):
@@ -318,3 +341,186 @@ class FastText(Text):
             line.truncate(width, overflow=overflow, pad=True)
         # what Text.__rich_console__ draws of its one wrapped line
         yield from _JOIN.join([line]).render(console, end=self.end)
+
+
+@dataclass(frozen=True)
+class StringColumn:
+    """A column of a :class:`StringTable`: its header, its justification and rich's limits of
+    its width (padding not included)."""
+
+    header: str
+    justify: Literal["left", "right"]
+    min_width: int | None = None
+    max_width: int | None = None
+
+
+class StringTable:
+    """A story table of strings, drawn as rich draws :meth:`table` without building it.
+
+    The layout is terminal.story_table's: a bold title and a caption, both on the left; the
+    SIMPLE_HEAD box without edges; one space between columns; cells of one line, never wrapped,
+    cut with an ellipsis. Rich's Table of it makes a Text of every cell, measures each again at
+    every drawing and draws it through its layout (most of a small report's terminal time).
+    Given rich's column widths (``widths``: its maker knows them, see :meth:`column_widths`),
+    its plain cells that fit are drawn directly and any other cell by rich, as FastTable draws
+    them; without widths, without rows, with less room than the widths or with a cell of several
+    lines, rich's own :meth:`table` is drawn. Tests compare the segments with rich's.
+    """
+
+    def __init__(
+        self,
+        title: str,
+        caption: str,
+        columns: Sequence[StringColumn],
+        rows: list[list[str]],
+    ) -> None:
+        self.title = title
+        self.caption = caption
+        self.columns = tuple(columns)
+        self.rows = rows
+        #: Rich's widths of :meth:`table`'s columns (padding included), when its maker knows
+        #: they fit the width it is drawn on.
+        self.widths: list[int] | None = None
+        self._table: FastTable | None = None
+
+    def table(self) -> FastTable:
+        """The same table as rich draws it (given its known widths)."""
+        if self._table is None:
+            self._table = self.rich_table(FastTable)
+        self._table.known_widths = self.widths
+        return self._table
+
+    def rich_table(self, cls: type[T]) -> T:
+        """The table as a ``cls`` (a :class:`~rich.table.Table`): what :meth:`table` draws."""
+        tab = cls(
+            title=FastText(self.title, style="bold"),
+            caption=FastText(self.caption),
+            title_justify="left",
+            caption_justify="left",
+            box=SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            expand=False,
+        )
+        for c in self.columns:
+            tab.add_column(
+                c.header,
+                justify=c.justify,
+                no_wrap=True,
+                overflow="ellipsis",
+                min_width=c.min_width,
+                max_width=c.max_width,
+            )
+        for row in self.rows:
+            # Text, not str: a trace's names ("[[1,256]]", "<lambda>[...]") are not markup
+            tab.add_row(*[Text(x) for x in row])
+        return tab
+
+    def column_widths(self) -> list[int]:
+        """Each column's longest cell or header plus its padding, clamped to its limits: rich's
+        widths of :meth:`table` wherever they fit, when :meth:`one_line` (as
+        terminal._column_widths measures the Table, here from the strings)."""
+        n = len(self.columns)
+        out = []
+        for i, col in enumerate(self.columns):
+            pad = (i > 0) + (i < n - 1)  # one space a side, none at the table's edges
+            longest = max([cell_len(col.header), *(cell_len(r[i]) for r in self.rows)]) + pad
+            if col.min_width is not None:
+                longest = max(longest, col.min_width + pad)
+            if col.max_width is not None:
+                longest = min(longest, col.max_width + pad)
+            out.append(max(1, longest))
+        return out
+
+    def one_line(self) -> bool:
+        """Whether every header and cell is a one-line Text in :meth:`table` (a header with
+        markup or an emoji code is a string rich parses)."""
+        return all(
+            _unmarked(c.header) and len(c.header.splitlines()) <= 1 for c in self.columns
+        ) and all(len(x.splitlines()) <= 1 for row in self.rows for x in row)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = self.widths
+        n = len(self.columns)
+        if widths is None or not self.rows or not n or sum(widths) + n - 1 > options.max_width:
+            yield self.table()
+            return
+        # Table.__rich_console__'s options for its annotations and its rows
+        render_options = options.update(width=sum(widths) + n - 1, highlight=False, height=None)
+        rows = self._drawn_rows(console, render_options, widths)
+        if rows is None:
+            yield self.table()
+            return
+        annotation = render_options.update(justify="left")
+        if self.title:
+            yield from console.render(FastText(self.title, style="bold"), annotation)
+        get_style = console.get_style
+        border = get_style("") + get_style("")  # the table's style and its border style: none
+        box = SIMPLE_HEAD.substitute(render_options, safe=console.safe_box)
+        yield from _boxed(rows, box, border, widths, True, False)
+        if self.caption:
+            yield from console.render(FastText(self.caption), annotation)
+
+    def _drawn_rows(
+        self, console: Console, options: ConsoleOptions, widths: list[int]
+    ) -> list[list[list[Segment]]] | None:
+        """The header's and every row's cells' segments (FastTable._fast_rows of :meth:`table`),
+        or None when a cell takes more than one line."""
+        get_style = console.get_style
+        # the body's cell style: the column's style and the row's (none); the header's: the
+        # table's header style and the column's
+        styles = (
+            get_style("") + get_style(Style.null()),
+            get_style("table.header") + get_style(""),
+        )
+        n = len(self.columns)
+        shapes = []
+        for i, (col, width) in enumerate(zip(self.columns, widths, strict=True)):
+            cell_options = options.update(
+                width=width,
+                justify=col.justify,
+                no_wrap=True,
+                overflow="ellipsis",
+                height=None,
+                highlight=False,
+            )
+            left, right = (0 if i == 0 else 1), (0 if i == n - 1 else 1)
+            shapes.append((left, right, width, col.justify, styles, cell_options))
+        header = _string_row(console, shapes, [c.header for c in self.columns], 1)
+        if header is None:
+            return None
+        out = [header]
+        for cells in self.rows:
+            row = _string_row(console, shapes, cells, 0)
+            if row is None:
+                return None
+            out.append(row)
+        return out
+
+
+def _string_row(
+    console: Console, shapes: list[Any], cells: Sequence[str], which: int
+) -> list[list[Segment]] | None:
+    """FastTable._fast_row of a row of strings (each the Text rich would make of it)."""
+    row: list[list[Segment]] = []
+    for shape, text in zip(shapes, cells, strict=True):
+        left, right, width, justify, styles, cell_options = shape
+        cell_style = styles[which]
+        room = width - left - right - cell_len(text)
+        plain = text and "\n" not in text and "\t" not in text and not text[-1].isspace()
+        if not plain or room < 0 or cell_style.link:  # rich draws it (cut, blank, ...)
+            padded = Padding(Text(text), (0, right, 0, left))
+            lines = console.render_lines(padded, cell_options, style=cell_style)
+            if len(lines) != 1:
+                return None
+            row.append(Segment.set_shape(lines, width, 1)[0])
+            continue
+        pad_style, text_style = (cell_style, cell_style) if cell_style else (_NULL, None)
+        segs = [Segment(" " * left, pad_style)] if left else []
+        segs.append(
+            Segment(" " * room + text if justify == "right" else text + " " * room, text_style)
+        )
+        if right:
+            segs.append(Segment(" " * right, pad_style))
+        row.append(segs)
+    return row

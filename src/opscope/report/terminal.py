@@ -14,16 +14,16 @@ from functools import cache, partial
 from io import StringIO
 from typing import Any
 
-from rich import box
 from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from opscope.analysis.assemble import Report, SectionError, guarded
 from opscope.report import fmt
 from opscope.report.base import renderer
-from opscope.report.fast_table import FastTable, FastText
+from opscope.report.fast_table import FastTable, FastText, StringColumn, StringTable
 from opscope.report.story import Headline, Story, StoryFinding, StoryTable, story_of
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -37,7 +37,7 @@ def _fit_width(width: int, fixed: list[int], flexible: int) -> int:
     return max(8, (width - used) // max(1, flexible))
 
 
-def story_table(t: StoryTable, width: int) -> FastTable:
+def story_table(t: StoryTable, width: int) -> StringTable | FastTable:
     """One story table drawn to fit ``width`` columns (text cells cut, numbers kept whole)."""
     cells = [[t.cell(r, c) for c in t.columns] for r in t.rows]
     widths = [
@@ -54,23 +54,23 @@ def story_table(t: StoryTable, width: int) -> FastTable:
     fixed = [w for w, c in zip(widths, t.columns, strict=True) if c.kind in _FIXED]
     flex = [i for i, c in enumerate(t.columns) if c.kind not in _FIXED]
     room = _fit_width(width, fixed, len(flex))
-    tab = _table(t, cells, widths, room)
     for _ in range(4):  # rich's own layout decides the last few columns: measure, then shrink
-        # drawing the table to measure it is most of a small report's time: when rich's widest
-        # layout already fits, the drawn width (at most that) fits too, and the decision is made
-        columns = _column_widths(tab)
-        exact = _one_line_texts(tab)
-        drawn = sum(columns) + _separators(tab)
+        tab = _table(t, cells, widths, room)
+        # measured from its strings: when rich's widest layout of the table already fits, the
+        # drawn width (at most that) fits too, and the decision is made
+        columns = tab.column_widths()
+        exact = tab.one_line()
+        drawn = sum(columns) + len(columns) - 1
         if drawn > width:  # the bound is the width itself when rich measures what it counts
-            drawn = min(_PROBE_WIDTH, drawn) if exact else _drawn_width(tab)
+            drawn = min(_PROBE_WIDTH, drawn) if exact else _drawn_width(tab.table())
         if drawn <= width or room <= 8:
             if exact and drawn <= width:
-                # rich's own widths of this table wherever it fits: not measured again
-                tab.known_widths = columns
-            break
+                # rich's own widths of this table wherever it fits: drawn from its strings
+                tab.widths = columns
+                return tab
+            return tab.table()
         room = max(8, room - (drawn - width + len(flex) - 1) // max(1, len(flex)))
-        tab = _table(t, cells, widths, room)
-    return tab
+    return _table(t, cells, widths, room).table()
 
 
 def _separators(tab: Table) -> int:
@@ -144,44 +144,34 @@ def _probe() -> Console:
     return Console(width=_PROBE_WIDTH, height=25, file=StringIO())
 
 
-def _table(t: StoryTable, cells: list[list[str]], widths: list[int], room: int) -> FastTable:
+def _table(t: StoryTable, cells: list[list[str]], widths: list[int], room: int) -> StringTable:
     flex = [i for i, c in enumerate(t.columns) if c.kind not in _FIXED]
     # a text column narrower than its share gives the rest to the others
     spare = sum(max(0, room - widths[i]) for i in flex)
     wide = [i for i in flex if widths[i] > room]
     room_wide = room + (spare // len(wide) if wide else 0)
-    tab = FastTable(
-        title=FastText(t.title, style="bold"),
-        caption=FastText(t.basis + (f"; {t.more} more rows: --full" if t.more else "")),
-        title_justify="left",
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        expand=False,
-    )
-    for i, c in enumerate(t.columns):
-        numeric = c.kind in _FIXED and c.kind != "num"
-        tab.add_column(
+    columns = [
+        StringColumn(
             c.header,
-            justify="right" if numeric else "left",
-            no_wrap=True,
-            overflow="ellipsis",
+            "right" if c.kind in _FIXED and c.kind != "num" else "left",
             min_width=widths[i] if c.kind in _FIXED else None,
             max_width=None if c.kind in _FIXED else min(widths[i], room_wide),
         )
-    for row in cells:
-        shown = []
-        for i, c in enumerate(t.columns):
-            text = row[i]
-            if c.kind == "path":
-                text = fmt.clip_left(text, room_wide)
-            elif c.kind not in _FIXED:
-                text = fmt.clip(text, room_wide)
-            # Text, not str: a trace's names ("[[1,256]]", "<lambda>[...]") are not rich markup
-            shown.append(Text(text))
-        tab.add_row(*shown)
-    return tab
+        for i, c in enumerate(t.columns)
+    ]
+    clips = [
+        partial(fmt.clip_left, width=room_wide)
+        if c.kind == "path"
+        else None
+        if c.kind in _FIXED
+        else partial(fmt.clip, width=room_wide)
+        for c in t.columns
+    ]
+    rows = [
+        [x if cut is None else cut(x) for x, cut in zip(row, clips, strict=True)] for row in cells
+    ]
+    caption = t.basis + (f"; {t.more} more rows: --full" if t.more else "")
+    return StringTable(t.title, caption, columns, rows)
 
 
 def headline(h: Headline, width: int) -> list[RenderableType]:
@@ -312,6 +302,8 @@ def render_terminal(
         parts.append(Text(f"warning: {e.line()}", style="yellow"))
     for name, why in report.skipped.items():
         parts.append(Text(f"{name}: skipped ({why})", style="dim"))
+    if console is None and not errors:  # nothing printed yet: the text without printing it
+        return _printed_text(out, parts)
     if parts:
         out.print(Group(*parts))
     if errors:
@@ -320,6 +312,26 @@ def render_terminal(
             highlight=False,
         )
     return "" if console is not None else out.export_text()
+
+
+def _printed_text(out: Console, parts: list[RenderableType]) -> str:
+    """What ``out.print(Group(*parts))`` then ``out.export_text()`` give, without printing
+    (rich's print splits and crops every line, buffers, records and writes each segment, and
+    the export joins them again): the text of the segments it renders, each line cropped to
+    ``out``'s width as print crops it, control codes left out as the export leaves them."""
+    if not parts:
+        return ""
+    # print's options (Console.print with its defaults)
+    options = out.options.update(
+        justify=None, overflow=None, height=None, no_wrap=None, markup=None, highlight=None
+    )
+    segments = list(out.render(Group(*parts), options))
+    text = "".join([s.text for s in segments if not s.control])
+    width = out.width
+    if all(cell_len(line) <= width for line in text.split("\n")):
+        return text
+    lines = Segment.split_and_crop_lines(segments, width, pad=False)  # (print's crop)
+    return "".join([s.text for line in lines for s in line if not s.control])
 
 
 def _extra(res: Any) -> RenderableType:
