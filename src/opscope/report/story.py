@@ -597,16 +597,24 @@ _PREFERRED = {
 }  # fmt: skip
 
 
-def _generic(key: str, title: str, value: Any, rows: int) -> list[StoryTable]:
-    """Every list of rows under ``value`` as a table, cells formatted by column name."""
-    out: list[StoryTable] = []
+def _row_lists(key: str, title: str, value: Any) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """Every list of rows under ``value``: its table's id, its title and the rows."""
     items: list[tuple[str, Any]] = [(key, value)]
     if isinstance(value, dict):
         items = [(f"{key}.{k}", v) for k, v in value.items()]
+    out = []
     for tid, v in items:
         rs = _rows(v)
-        if not rs:
-            continue
+        if rs:
+            name = tid.split(".", 1)[1].replace("_", " ") if "." in tid else ""
+            out.append((tid, f"{title}: {name}" if name else title, rs))
+    return out
+
+
+def _generic(key: str, title: str, value: Any, rows: int) -> list[StoryTable]:
+    """Every list of rows under ``value`` as a table, cells formatted by column name."""
+    out: list[StoryTable] = []
+    for tid, table_title, rs in _row_lists(key, title, value):
         cols: list[str] = []
         for r in rs[:rows]:
             for c in r:
@@ -614,13 +622,12 @@ def _generic(key: str, title: str, value: Any, rows: int) -> list[StoryTable]:
                     cols.append(c)
         pref = [c for c in _PREFERRED.get(tid, []) if c in cols]
         cols = pref or cols[:8]
-        name = tid.split(".", 1)[1].replace("_", " ") if "." in tid else ""
         # a row's peak_note (roofline, device without peaks) says why "% of peak" is empty
         basis = next((str(r["peak_note"]) for r in rs if r.get("peak_note")), "")
         out.append(
             StoryTable(
                 tid,
-                f"{title}: {name}" if name else title,
+                table_title,
                 basis,
                 tuple(Column(c, fmt.header(c), _kind(rs, c)) for c in cols),
                 tuple(rs[:rows]),
@@ -701,13 +708,12 @@ def build_story(
             elif cp:
                 hidden.append(cp.title)
             continue
-        gen = _generic(key, _TITLES.get(key, key.replace("_", " ").capitalize()), value, n)
-        if not gen:
-            continue
+        title = _TITLES.get(key, key.replace("_", " ").capitalize())
         if full or (key == "cluster" and many):
-            tables += gen
+            tables += _generic(key, title, value, n)
         elif key != "cluster":  # one rank: nothing to compare it with
-            hidden += [t.title for t in gen]
+            # a hidden table is only named (its columns and cells are not looked at)
+            hidden += [table_title for _, table_title, _ in _row_lists(key, title, value)]
     if full:
         bd = data.get("breakdown")
         if isinstance(bd, dict):
