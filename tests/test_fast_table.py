@@ -364,3 +364,41 @@ def test_story_lines_are_fast_text() -> None:
     # the story's tables drawn from their strings, with rich's widths (they fit 80 columns)
     tables = [p for p in parts if isinstance(p, fast_table.StringTable)]
     assert tables and all(t.widths is not None for t in tables)
+
+
+def test_styled_cells_same_segments_and_drawn_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cells of one style (the headline's bars), in columns with and without a style of their
+    own, under styled headers: rich's segments; those that fit drawn without rich (a spy on
+    the Padding rich draws a cell in), a link drawn by rich."""
+    styles: list[object] = ["cyan", "bold red", Style(italic=True), "none", "on blue"]
+    drawn: list[object] = []
+    real = Console.render_lines
+
+    def spy(self: Console, renderable: object, *a: object, **k: object) -> object:
+        if isinstance(renderable, Padding):
+            drawn.append(renderable.renderable)
+        return real(self, renderable, *a, **k)  # type: ignore[arg-type]
+
+    for col_style, header_style in itertools.product(["", "blue", "on red"], [None, "green"]):
+        tabs = _pair(**{**STORY, "header_style": header_style})
+        for tab in tabs:
+            tab.add_column(Text("bar", style="magenta"), no_wrap=True, style=col_style)
+            tab.add_column("us", justify="right", no_wrap=True, style=col_style)
+            for st in styles:
+                tab.add_row(Text("███", style=st), Text("1.5", style=st))  # type: ignore[arg-type]
+        for con in _consoles(60):
+            want = _segments(tabs[0], con)
+            monkeypatch.setattr(Console, "render_lines", spy)
+            got = _segments(tabs[1], con)
+            monkeypatch.undo()
+            assert got == want, (col_style, header_style)
+            assert drawn == []
+    tabs = _pair(**STORY)
+    for tab in tabs:
+        tab.add_column("link", no_wrap=True)
+        tab.add_row(Text("x", style="link https://example.com"))
+    con = _consoles(60)[1]
+    monkeypatch.setattr(Console, "render_lines", spy)
+    _segments(tabs[1], con)
+    monkeypatch.undo()
+    assert len(drawn) == 1  # the link: rich's (its link is made anew at each drawing)

@@ -45,19 +45,47 @@ _NULL = Style()
 T = TypeVar("T", bound=Table)
 
 
-def _plain(cell: object) -> str | None:
-    """The text of a cell rich would draw as one unstyled line, or None."""
+def _plain(cell: object) -> tuple[str, str | Style] | None:
+    """The text and style of a cell rich would draw as one line of one style, or None."""
     if type(cell) is not Text:
         return None
-    if cell._spans or cell.style or cell.justify or cell.overflow or cell.no_wrap is not None:
+    if cell._spans or cell.justify or cell.overflow or cell.no_wrap is not None:
         return None
     if cell.end != "\n" or cell.tab_size is not None:
         return None
     text = cell.plain
-    # rich splits on newlines, expands tabs and strips the right of right-justified text
+    # rich splits on newlines, expands tabs and strips the right of right-justified text (and
+    # draws an empty text as no segment)
     if not text or "\n" in text or "\t" in text or text[-1].isspace():
         return None
-    return text
+    return text, cell.style
+
+
+def _direct_cell(
+    console: Console, shape: Any, cell_style: Style, text: str, style: str | Style
+) -> list[Segment] | None:
+    """The segments rich draws for a cell of one line of ``text`` in ``style`` that fits its
+    left- or right-justified column (``shape``: FastTable._fast_rows'), or None when it does
+    not fit or its style is a link (rich makes a new link of it at each drawing)."""
+    left, right, width, justify = shape[:4]
+    room = width - left - right - cell_len(text)
+    if room < 0 or cell_style.link or justify not in ("left", "right"):
+        return None
+    # the text justified in its column is one segment of its own style (none: no style), the
+    # Padding's blanks are unstyled; rich applies the cell's style (when it has one) to each
+    text_style = console.get_style(style, default=_NULL) if style else None
+    if text_style is not None and text_style.link:
+        return None
+    if cell_style:
+        pad_style, text_style = cell_style, cell_style + text_style
+    else:
+        pad_style = _NULL
+    segs = [Segment(" " * left, pad_style)] if left else []
+    body = " " * room + text if justify == "right" else text + " " * room
+    segs.append(Segment(body, text_style))
+    if right:
+        segs.append(Segment(" " * right, pad_style))
+    return segs
 
 
 def _unmarked(text: str) -> bool:
@@ -238,26 +266,13 @@ class FastTable(Table):
         """One row's cells' segments (``which`` picks the cell style: 0 body, 1 header)."""
         row: list[list[Segment]] = []
         for shape, cell in zip(shapes, cells, strict=True):
-            left, right, width, justify, styles, cell_options = shape
-            cell_style = styles[which]
-            direct = justify in ("left", "right") and not cell_style.link
-            text = _plain(cell) if direct else None
-            room = -1 if text is None else width - left - right - cell_len(text)
-            if text is None or room < 0:
-                padded = Padding(cell, (0, right, 0, left))
-                lines = console.render_lines(padded, cell_options, style=cell_style)
-                if len(lines) != 1:
+            cell_style = shape[4][which]
+            plain = _plain(cell)
+            segs = None if plain is None else _direct_cell(console, shape, cell_style, *plain)
+            if segs is None:
+                segs = _rich_cell(console, shape, cell_style, cell)
+                if segs is None:
                     return None
-                row.append(Segment.set_shape(lines, width, 1)[0])
-                continue
-            # the Padding's blanks are unstyled, the Text's segment has no style; rich applies
-            # the cell's style (when it has one) to each
-            pad_style, text_style = (cell_style, cell_style) if cell_style else (_NULL, None)
-            segs = [Segment(" " * left, pad_style)] if left else []
-            body = " " * room + text if justify == "right" else text + " " * room
-            segs.append(Segment(body, text_style))
-            if right:
-                segs.append(Segment(" " * right, pad_style))
             row.append(segs)
         return row
 
@@ -335,12 +350,24 @@ class FastText(Text):
         ):
             yield from super().__rich_console__(console, options)
             return
-        line: Text = self
-        if justify == "left" and size < width:  # padded to the width, as rich's justify does
-            line = self.copy()
-            line.truncate(width, overflow=overflow, pad=True)
-        # what Text.__rich_console__ draws of its one wrapped line
-        yield from _JOIN.join([line]).render(console, end=self.end)
+        if self._spans:
+            line: Text = self
+            if justify == "left" and size < width:  # padded to the width, as rich's justify
+                line = self.copy()
+                line.truncate(width, overflow=overflow, pad=True)
+            # what Text.__rich_console__ draws of its one wrapped line
+            yield from _JOIN.join([line]).render(console, end=self.end)
+            return
+        # without spans, that join's render is the line in the text's style (when it has one,
+        # as a span of the join: none where the line is empty), then the end
+        if justify == "left" and size < width:
+            plain += " " * (width - size)
+        if not self.style:
+            yield Segment(plain)
+        elif plain:
+            yield Segment(plain, console.get_style(self.style, default=_NULL))
+        if self.end:
+            yield Segment(self.end)
 
 
 @dataclass(frozen=True)
@@ -504,23 +531,25 @@ def _string_row(
     """FastTable._fast_row of a row of strings (each the Text rich would make of it)."""
     row: list[list[Segment]] = []
     for shape, text in zip(shapes, cells, strict=True):
-        left, right, width, justify, styles, cell_options = shape
-        cell_style = styles[which]
-        room = width - left - right - cell_len(text)
-        plain = text and "\n" not in text and "\t" not in text and not text[-1].isspace()
-        if not plain or room < 0 or cell_style.link:  # rich draws it (cut, blank, ...)
-            padded = Padding(Text(text), (0, right, 0, left))
-            lines = console.render_lines(padded, cell_options, style=cell_style)
-            if len(lines) != 1:
+        cell_style = shape[4][which]
+        simple = text and "\n" not in text and "\t" not in text and not text[-1].isspace()
+        segs = _direct_cell(console, shape, cell_style, text, "") if simple else None
+        if segs is None:  # rich draws it (cut, of several lines, ...)
+            segs = _rich_cell(console, shape, cell_style, Text(text))
+            if segs is None:
                 return None
-            row.append(Segment.set_shape(lines, width, 1)[0])
-            continue
-        pad_style, text_style = (cell_style, cell_style) if cell_style else (_NULL, None)
-        segs = [Segment(" " * left, pad_style)] if left else []
-        segs.append(
-            Segment(" " * room + text if justify == "right" else text + " " * room, text_style)
-        )
-        if right:
-            segs.append(Segment(" " * right, pad_style))
         row.append(segs)
     return row
+
+
+def _rich_cell(
+    console: Console, shape: Any, cell_style: Style, cell: RenderableType
+) -> list[Segment] | None:
+    """The segments of a cell drawn by rich, as Table._render draws it (in its Padding, with its
+    options and style), or None when it takes more than one line."""
+    left, right, width, _, _, cell_options = shape
+    padded = Padding(cell, (0, right, 0, left))
+    lines = console.render_lines(padded, cell_options, style=cell_style)
+    if len(lines) != 1:
+        return None
+    return Segment.set_shape(lines, width, 1)[0]

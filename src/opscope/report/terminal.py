@@ -325,7 +325,8 @@ def _printed_text(out: Console, parts: list[RenderableType]) -> str:
     options = out.options.update(
         justify=None, overflow=None, height=None, no_wrap=None, markup=None, highlight=None
     )
-    segments = list(out.render(Group(*parts), options))
+    # (a Group yields its parts: each rendered with those options)
+    segments = [s for part in parts for s in out.render(part, options)]
     text = "".join([s.text for s in segments if not s.control])
     width = out.width
     if all(cell_len(line) <= width for line in text.split("\n")):
