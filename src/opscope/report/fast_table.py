@@ -467,26 +467,27 @@ class StringTable:
         ) and all(len(x.splitlines()) <= 1 for row in self.rows for x in row)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # a list, not a generator: its ~100-300 segments are not resumed one by one
         widths = self.widths
         n = len(self.columns)
         if widths is None or not self.rows or not n or sum(widths) + n - 1 > options.max_width:
-            yield self.table()
-            return
+            return [self.table()]
         # Table.__rich_console__'s options for its annotations and its rows
         render_options = options.update(width=sum(widths) + n - 1, highlight=False, height=None)
         rows = self._drawn_rows(console, render_options, widths)
         if rows is None:
-            yield self.table()
-            return
+            return [self.table()]
+        out: list[Segment] = []
         annotation = render_options.update(justify="left")
         if self.title:
-            yield from console.render(FastText(self.title, style="bold"), annotation)
+            out += console.render(FastText(self.title, style="bold"), annotation)
         get_style = console.get_style
         border = get_style("") + get_style("")  # the table's style and its border style: none
         box = SIMPLE_HEAD.substitute(render_options, safe=console.safe_box)
-        yield from _boxed(rows, box, border, widths, True, False)
+        out += _boxed(rows, box, border, widths, True, False)
         if self.caption:
-            yield from console.render(FastText(self.caption), annotation)
+            out += console.render(FastText(self.caption), annotation)
+        return out
 
     def _drawn_rows(
         self, console: Console, options: ConsoleOptions, widths: list[int]
@@ -528,16 +529,27 @@ class StringTable:
 def _string_row(
     console: Console, shapes: list[Any], cells: Sequence[str], which: int
 ) -> list[list[Segment]] | None:
-    """FastTable._fast_row of a row of strings (each the Text rich would make of it)."""
+    """FastTable._fast_row of a row of strings (each the Text rich would make of it): as
+    _direct_cell draws a text without a style, its cell's style looked at once for the row."""
+    cell_style = shapes[0][4][which]  # (the same for every cell of the row)
+    direct = not cell_style.link
+    pad_style, text_style = (cell_style, cell_style) if cell_style else (_NULL, None)
     row: list[list[Segment]] = []
     for shape, text in zip(shapes, cells, strict=True):
-        cell_style = shape[4][which]
-        simple = text and "\n" not in text and "\t" not in text and not text[-1].isspace()
-        segs = _direct_cell(console, shape, cell_style, text, "") if simple else None
-        if segs is None:  # rich draws it (cut, of several lines, ...)
+        left, right, width, justify = shape[0], shape[1], shape[2], shape[3]
+        room = width - left - right - cell_len(text)
+        if (
+            room < 0 or not direct or not text or "\n" in text or "\t" in text or text[-1].isspace()
+        ):  # rich draws it (cut, blank, of several lines, ...)
             segs = _rich_cell(console, shape, cell_style, Text(text))
             if segs is None:
                 return None
+            row.append(segs)
+            continue
+        body = Segment(" " * room + text if justify == "right" else text + " " * room, text_style)
+        segs = [Segment(" " * left, pad_style), body] if left else [body]
+        if right:
+            segs.append(Segment(" " * right, pad_style))
         row.append(segs)
     return row
 
