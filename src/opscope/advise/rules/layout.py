@@ -55,29 +55,63 @@ def transposed_inputs(dims_s: str | None, strides_s: str | None) -> list[int]:
 def _flagged(profile: Profile, cand: Any, next1: Any, next2: Any, parent_at: Any) -> Any:
     """Which of the copy and view ops at positions ``cand`` of ``profile.ops`` (their next two
     siblings at ``next1``/``next2``, -1 for none; their parent op's event at ``parent_at``)
-    :meth:`Layout._host`'s filters keep: in Python over these ops' names, so that the rows
-    are built for these ops only, and a profile with none returns before the rows' select, the
-    op context and the filters' query. A null name is in no list, as the filters' tests keep
+    :meth:`Layout._host` flags: a copy its filter keeps, a view its filter keeps that feeds one
+    of those siblings' matmuls (:func:`_feeds`). In Python over these ops' names and shapes, so
+    that the rows are built for the flagged ops only, and a profile with none returns before
+    the rows' select and the op context. A null name is in no list, as the filters' tests keep
     no null."""
     ops, mm = profile.ops, set(c.MATMUL_OPS)
     name, n1, n2 = (gather(ops.get_column("name"), at).to_list() for at in (cand, next1, next2))
     pname = gather(profile.events.get_column("name"), parent_at).to_list()
     keep = []
-    for nm, a, b, pn, pa in zip(name, n1, n2, pname, parent_at.tolist(), strict=True):
+    views = []  # (this list's index, the view's position in cand)
+    for k, (nm, a, b, pn, pa) in enumerate(
+        zip(name, n1, n2, pname, parent_at.tolist(), strict=True)
+    ):
         if nm in COPY_OPS:
             feeds = a in mm or (a in VIEW_OPS and b in mm)
             inside = pn in mm and nm != "aten::copy_"
             keep.append((pn or "") not in COPY_PARENTS and (feeds or inside))
-        else:  # a view op: made at top level, feeding a matmul
+        else:  # a view op: made at top level, a sibling matmul next
             keep.append(pa < 0 and (a in mm or b in mm))
+            if keep[-1]:
+                views.append(k)
+    if views:
+        # the views' shapes (their rows only): a view whose output no next matmul takes with
+        # non-contiguous strides is no finding
+        at = np.asarray(views, dtype=np.int64)
+        src = gather(ops.get_column("input_dims"), cand[at]).to_list()
+        nexts = [
+            (
+                [name_k[i] for i in views],
+                *(gather(ops.get_column(col), nxt[at]).to_list() for col in _NEXT_SHAPE),
+            )
+            for name_k, nxt in ((n1, next1), (n2, next2))
+        ]
+        for j, k in enumerate(views):
+            keep[k] = any(nm[j] in mm and _feeds(src[j], d[j], s[j]) for nm, d, s in nexts)
     return np.array(keep, dtype=bool)
 
 
-def _linked(profile: Profile) -> pl.LazyFrame | None:
+#: A sibling's columns a view's check reads (:func:`_feeds`).
+_NEXT_SHAPE = ("input_dims", "input_strides")
+
+
+def _feeds(src_dims: str | None, mm_dims: str | None, mm_strides: str | None) -> bool:
+    """A view of an input shaped ``src_dims`` is a non-contiguous input of the matmul."""
+    src = (c.parse_dims(src_dims) or [[]])[0]
+    if len(src) < 2:
+        return False
+    dims = c.parse_dims(mm_dims) or []
+    bad = transposed_inputs(mm_dims, mm_strides)
+    return any(sorted(dims[i]) == sorted(src) for i in bad if i < len(dims))
+
+
+def _linked(profile: Profile) -> pl.DataFrame | None:
     """The copy and view ops the rule flags (see :func:`_flagged`) with their parent op's name
     and their next two siblings (same rank, thread and parent op, in time; the lower id first
-    among ops starting together): name, id, input dims and strides of each; ``None`` when the
-    profile has no such op.
+    among ops starting together): name, id, input dims and strides of each; by rank, thread,
+    time and id; ``None`` when the profile has no such op.
 
     The siblings found in NumPy over the ops' keys, and only the flagged names' rows built: a
     plan sorting, joining and gathering every op was 15-20 ms on a 40k-op trace."""
@@ -94,8 +128,8 @@ def _linked(profile: Profile) -> pl.LazyFrame | None:
     up = c.op_parent_positions(profile)[c.event_positions(profile, ops.get_column("id"))]
     ids = c._forest(profile).ids
     parent = np.where(up >= 0, ids[np.maximum(up, 0)], low)
-    rank, tid = keyed("rank"), keyed("tid")
-    order = np.lexsort((keyed("id"), keyed("ts_ns"), parent, tid, rank))
+    rank, tid, ts, op_id = keyed("rank"), keyed("tid"), keyed("ts_ns"), keyed("id")
+    order = np.lexsort((op_id, ts, parent, tid, rank))
     nxt = {}
     for k in (1, 2):
         a, b = order[:-k], order[k:]
@@ -106,9 +140,13 @@ def _linked(profile: Profile) -> pl.LazyFrame | None:
     keep = _flagged(profile, cand, nxt[1], nxt[2], up[cand])
     if not keep.any():
         return None
+    # the flagged ops by rank, thread, time and id (the order the findings take their rows
+    # in; the ids are distinct, so it is a total order, nulls first as a sort puts them)
     cand, nxt = cand[keep], {k: v[keep] for k, v in nxt.items()}
-    # three queries: the ops' rows and their siblings' columns, the parents' from the events,
-    # the costs (a Series method is a query too)
+    by_time = np.lexsort((op_id[cand], ts[cand], tid[cand], rank[cand]))
+    cand, nxt = cand[by_time], {k: v[by_time] for k, v in nxt.items()}
+    # one query: the ops' rows and their siblings' columns (the parents' and the costs by
+    # position beside them)
     nxt_at = {k: c._null_at(nxt[k]) for k in (1, 2)}
     rows = ops.select(
         *(
@@ -135,7 +173,7 @@ def _linked(profile: Profile) -> pl.LazyFrame | None:
             )
         ),
     )
-    return rows.lazy().with_columns(c.op_context(profile, cand))
+    return rows.hstack(c.op_context(profile, cand))
 
 
 #: The kernels' columns a copy-kernel finding reads.
@@ -214,42 +252,22 @@ class Layout:
         if linked is None:
             return []
         mm = list(c.MATMUL_OPS)
-        feeds_next = pl.col("next1").is_in(mm) | (
-            pl.col("next1").is_in(VIEW_OPS) & pl.col("next2").is_in(mm)
-        )
-        copies_plan = linked.filter(
-            pl.col("name").is_in(COPY_OPS)
-            & ~pl.col("parent_name").fill_null("").is_in(COPY_PARENTS)
-            & (
-                feeds_next
-                # inside a matmul only an explicit contiguous/clone is a layout copy (addmm
-                # copies its bias into the output with copy_, which is not one)
-                | (pl.col("parent_name").is_in(mm) & (pl.col("name") != "aten::copy_"))
-            )
-        )
-        views_plan = linked.filter(
-            pl.col("name").is_in(VIEW_OPS)
-            & pl.col("op_parent").is_null()
-            & (pl.col("next1").is_in(mm) | pl.col("next2").is_in(mm))
-        )
-        # in the ops' order by thread and time (the first of ops starting together: the lower id)
-        copies, views = pl.collect_all(
-            [p.sort("rank", "tid", "ts_ns", "id") for p in (copies_plan, views_plan)],
-            engine="in-memory",
-        )
+        # the flagged rows split into copies and views in Python (two filters were a query)
+        by_kind: dict[str, list[dict[str, Any]]] = {"copy": [], "view": []}
+        for r in linked.iter_rows(named=True):
+            by_kind["copy" if r["name"] in COPY_OPS else "view"].append(r)
         findings = []
-        for kind, df in (("copy", copies), ("view", views)):
-            if df.height == 0:
-                continue
+        for kind, flagged in by_kind.items():
             keep = []
-            for r in df.iter_rows(named=True):  # flagged ops only
+            for r in flagged:
                 if kind == "copy":
                     nxt = r["next1"] if r["next1"] in mm else r["next2"]
                     keep.append((r, nxt if nxt in mm else r["parent_name"]))
                     continue
+                # the first next matmul the view feeds (_flagged kept views that feed one)
                 for k in range(1, VIEW_LOOKAHEAD + 1):
-                    if r[f"next{k}"] in mm and self._feeds(
-                        r, r[f"next{k}_dims"], r[f"next{k}_strides"]
+                    if r[f"next{k}"] in mm and _feeds(
+                        r["input_dims"], r[f"next{k}_dims"], r[f"next{k}_strides"]
                     ):
                         keep.append((r, r[f"next{k}"]))
                         break
@@ -324,16 +342,6 @@ class Layout:
                     )
                 )
         return findings
-
-    @staticmethod
-    def _feeds(r: dict[str, Any], mm_dims: str | None, mm_strides: str | None) -> bool:
-        """The view's output shape is a non-contiguous input of the matmul."""
-        src = (c.parse_dims(r["input_dims"]) or [[]])[0]
-        if len(src) < 2:
-            return False
-        dims = c.parse_dims(mm_dims) or []
-        bad = transposed_inputs(mm_dims, mm_strides)
-        return any(sorted(dims[i]) == sorted(src) for i in bad if i < len(dims))
 
     @staticmethod
     def _bench(r: dict[str, Any]) -> dict[str, Any] | None:
