@@ -244,18 +244,19 @@ def test_named_events_equal_the_filters(rel: str, monkeypatch: pytest.MonkeyPatc
 
     p = opscope.load(shared_trace(rel), cache=False)
     want = {
-        pattern: p.events.filter(c.name_match(p, "events", pattern=pattern), kinds)
+        pattern: p.events.filter(pl.col("name").str.contains(pattern), kinds)
         for pattern, kinds in (
             (overhead.SYNC_RUNTIME, pl.col("kind").is_in(overhead._SYNC_KINDS)),
             (overhead.DATALOADER, pl.col("kind") != "python_function"),
             (overhead.RECOMPILE, pl.col("kind") != "python_function"),
         )
     }
-    p.ops, c.kind_counts(p)  # the shared intermediates its shortcut reads, built first
+    # the shared intermediates its shortcut reads (and the names' codes), built first
+    p.ops, c.kind_counts(p), c.pattern_masks(p, "events", ())
     ran = count_queries(monkeypatch)
     got = {pattern: overhead._named_events(p, pattern) for pattern in want}
-    # one select (on a large table, each pattern also tests the distinct names: a query each)
-    assert len(ran) == (1 if p.events.height < c.NAME_INDEX_MIN_ROWS else 1 + len(want))
+    # one select (over the events' rows, or over their distinct names on a large table)
+    assert len(ran) == 1
     for pattern, frame in want.items():
         assert_frame_equal(got[pattern], frame)
     if rel.startswith("gpu/hta_alexnet"):

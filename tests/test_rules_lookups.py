@@ -131,6 +131,7 @@ def test_name_masks_equal_the_per_row_tests(
     profiles: list[Profile], indexed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(c, "NAME_INDEX_MIN_ROWS", 0 if indexed else 1 << 40)
+    monkeypatch.setattr(c, "PATTERN_INDEX_MIN_BYTES", 0 if indexed else 1 << 40)
     codes: list[str] = []
     real = c._name_codes
     monkeypatch.setattr(c, "_name_codes", lambda p, t: codes.append(t) or real(p, t))
@@ -155,6 +156,7 @@ def test_name_masks_equal_the_per_row_tests(
 def test_name_mask_with_null_names(monkeypatch: pytest.MonkeyPatch, indexed: bool) -> None:
     # (not indexed: the names-only masks looked up in Python, the others a per-row test)
     monkeypatch.setattr(c, "NAME_INDEX_MIN_ROWS", 0 if indexed else 1 << 40)
+    monkeypatch.setattr(c, "PATTERN_INDEX_MIN_BYTES", 0 if indexed else 1 << 40)
     p = synth.training(steps=1, layers=2).profile
     ev = p.events.with_columns(
         pl.when(pl.col("id") % 3 == 0).then(None).otherwise(pl.col("name")).alias("name")
@@ -169,6 +171,47 @@ def test_name_mask_with_null_names(monkeypatch: pytest.MonkeyPatch, indexed: boo
             want = want & pl.col("name").str.contains(str(kw["pattern"]))
         mask = c.name_mask(q, "events", **kw)  # type: ignore[arg-type]
         assert_frame_equal(q.events.filter(pl.Series(mask)), q.events.filter(want))
+
+
+def _matches(names: list[str | None], pattern: str) -> list[bool]:
+    """Whether each name matches ``pattern``: the engine's regex on each name alone."""
+    return [n is not None and bool(pl.Series([n]).str.contains(pattern).item()) for n in names]
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_pattern_masks_equal_each_names_test(
+    profiles: list[Profile], monkeypatch: pytest.MonkeyPatch, indexed: bool
+) -> None:
+    # every table tested over its distinct names, or over its rows
+    monkeypatch.setattr(c, "PATTERN_INDEX_MIN_BYTES", 0 if indexed else 1 << 40)
+    patterns = (layout.COPY_KERNELS, layout.MATMUL_KERNELS, overhead.SYNC_RUNTIME, "^aten::")
+    hits = 0
+    for p in profiles:
+        for table in ("events", "ops", "kernels"):
+            names = getattr(p, table).get_column("name").to_list()
+            distinct = list(set(names))
+            for pattern, got in zip(patterns, c.pattern_masks(p, table, patterns), strict=True):
+                # each distinct name tested alone, the answers spread over the rows in Python
+                want = dict(zip(distinct, _matches(distinct, pattern), strict=True))
+                assert got.dtype == np.bool_
+                assert got.tolist() == [want[n] for n in names]
+                hits += int(got.sum())
+    assert hits > 100
+
+
+def test_pattern_masks_with_null_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = synth.training(steps=1, layers=2).profile
+    ev = p.events.with_columns(
+        pl.when(pl.col("id") % 3 == 0).then(None).otherwise(pl.col("name")).alias("name")
+    )
+    q = p.with_tables(events=ev)
+    names = q.events.get_column("name").to_list()
+    assert None in names
+    for size in (0, 1 << 40):  # the distinct names' path and the rows'
+        monkeypatch.setattr(c, "PATTERN_INDEX_MIN_BYTES", size)
+        got = c.pattern_masks(q, "events", ("aten", "^$"))
+        assert got[0].tolist() == _matches(names, "aten")
+        assert got[0].any() and not got[1].any()
 
 
 def test_index_finds_what_forest_positions_finds() -> None:

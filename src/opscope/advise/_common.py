@@ -132,11 +132,16 @@ def _device_kind(profile: Profile) -> str:
         if any(w in names for w in ("amd", "instinct", "mi250", "mi300", "radeon")):
             return "amd"
     if profile.has_device:
-        # both patterns in one query (a Series' str.contains is one each)
-        ascend, amd = profile.kernels.select(
-            pl.col("name").str.contains(r"(?i)aclnn|aicore|MatMulV\d").any(),
-            pl.col("name").str.contains(r"(?i)^(void )?(hip|rocm|ck_|Cijk_)").any().alias("amd"),
-        ).row(0)
+        # both patterns in one query (a Series' str.contains is one each), over the distinct
+        # names on a large table
+        ascend, amd = (
+            bool(hit.any())
+            for hit in pattern_masks(
+                profile,
+                "kernels",
+                (r"(?i)aclnn|aicore|MatMulV\d", r"(?i)^(void )?(hip|rocm|ck_|Cijk_)"),
+            )
+        )
         if ascend:
             return "ascend"
         if amd:
@@ -187,6 +192,15 @@ def kind_mask(profile: Profile, *kind_names: str) -> Any:
     if len(want) == 1:
         return codes == want[0]
     return np.isin(codes, np.array(want, dtype=np.int64))
+
+
+def kind_mask_except(profile: Profile, *kind_names: str) -> Any:
+    """Per event, whether it has a kind and it is none of ``kind_names`` (a boolean array; a
+    filter on the kind differing from a name drops an event without a kind)."""
+    codes, at = _kind_codes(profile)
+    return (codes >= 0) & ~np.isin(
+        codes, np.array([at[k] for k in kind_names if k in at], dtype=np.int64)
+    )
 
 
 def kind_counts(profile: Profile) -> dict[str, int]:
@@ -792,6 +806,21 @@ def _null_at(at: Any) -> pl.Expr:
 #: Tables with fewer rows test each row's name (one query); larger ones each distinct name
 #: once, spread by codes (the codes a few queries once per table: not worth it on small ones).
 NAME_INDEX_MIN_ROWS = 8192
+#: Tables whose names hold at least this many bytes test a regex on each distinct name once
+#: (the names' codes are a cast and a query once a profile, ~0.4 ms on a 4.8k-event rank): a
+#: GPU rank's kernel names are long (350 KB over 1.2k kernels, 200 distinct), and a regex
+#: over every row's name was 0.3-0.6 ms a pattern there; a CPU trace's short names (30 KB
+#: over 2.5k events) are tested faster row by row than the codes are made.
+PATTERN_INDEX_MIN_BYTES = 1 << 17
+
+
+def _indexed(profile: Profile, table: str, pattern: str | None) -> bool:
+    """Whether a name test on ``profile.<table>`` tests the distinct names (see the sizes)."""
+    names = getattr(profile, table).get_column("name")
+    if names.len() >= NAME_INDEX_MIN_ROWS:
+        return True
+    # (the size of the names' buffers, which Polars keeps: no query)
+    return pattern is not None and names.estimated_size() >= PATTERN_INDEX_MIN_BYTES
 
 
 def name_match(
@@ -806,7 +835,7 @@ def name_match(
     the name is null (what a filter on ``is_in``/``str.contains`` keeps). On a large table the
     mask of :func:`name_mask`: a regex over the 75k names of an events table was 4 ms a rule,
     over its 400 distinct names 0.1 ms."""
-    if getattr(profile, table).height < NAME_INDEX_MIN_ROWS:
+    if not _indexed(profile, table, pattern):
         return _name_expr(names, pattern)
     return pl.lit(pl.Series("hit", name_mask(profile, table, names=names, pattern=pattern)))
 
@@ -832,45 +861,69 @@ def name_mask(
     df = getattr(profile, table)
     if df.height == 0:
         return np.zeros(0, dtype=bool)
-    if df.height < NAME_INDEX_MIN_ROWS:
-        if pattern is None and names is not None:
-            # names only: each row's name looked up in a set, in Python over the table's names
-            # (read once a table; an is_in was a query of fixed cost, ~0.2 ms, each call)
-            every: list[str | None] = _memo(
-                f"names:{table}", profile, lambda: df.get_column("name").to_list()
-            )
-            wanted = {n for n in names if n is not None}
-            return np.fromiter((n in wanted for n in every), dtype=bool, count=len(every))
-        return df.select(_name_expr(names, pattern)).to_series().to_numpy()
-    uniq, at, codes = _memo(f"name_codes:{table}", profile, lambda: _name_codes(profile, table))
-    hit = np.ones(uniq.len(), dtype=bool)
-    if names is not None:
-        hit &= uniq.is_in(list(names)).to_numpy()
-    if pattern is not None:
-        hit &= uniq.str.contains(pattern).to_numpy()
-    size = max(int(codes.max()) if len(codes) else -1, int(at.max()) if len(at) else -1) + 1
-    by_code = np.zeros(size, dtype=bool)
-    by_code[at] = hit
-    return by_code[codes]
-
-
-def _name_codes(profile: Profile, table: str) -> tuple[pl.Series, Any, Any]:
-    """The distinct names of the events, their codes, and each row of ``profile.<table>``'s
-    code (one no name has for a null). The ops and kernels are rows of the events: their
-    codes are the events' at their rows (one cast to codes a profile, not one a table)."""
-    if table != "events":
-        uniq, at, codes = _memo(
-            "name_codes:events", profile, lambda: _name_codes(profile, "events")
+    indexed = _indexed(profile, table, pattern)
+    if not indexed and pattern is None and names is not None:
+        # names only: each row's name looked up in a set, in Python over the table's names
+        # (read once a table; an is_in was a query of fixed cost, ~0.2 ms, each call)
+        every: list[str | None] = _memo(
+            f"names:{table}", profile, lambda: df.get_column("name").to_list()
         )
+        wanted = {n for n in names if n is not None}
+        return np.fromiter((n in wanted for n in every), dtype=bool, count=len(every))
+    return _name_tests(profile, table, [_name_expr(names, pattern)], indexed)[0]
+
+
+def pattern_masks(profile: Profile, table: str, patterns: Sequence[str]) -> list[Any]:
+    """Per pattern, a boolean array: whether each row's name of ``profile.<table>`` matches
+    the regex (false for a null name), what :func:`name_mask` gives each, from one query."""
+    if getattr(profile, table).height == 0:
+        return [np.zeros(0, dtype=bool) for _ in patterns]
+    tests = [_name_expr(None, p) for p in patterns]
+    return _name_tests(profile, table, tests, _indexed(profile, table, ""))
+
+
+def _name_tests(profile: Profile, table: str, tests: Sequence[pl.Expr], indexed: bool) -> list[Any]:
+    """``tests`` (predicates on ``name``, false for null) as boolean arrays over the rows of
+    ``profile.<table>``, in one select: over the rows, or (``indexed``) over the distinct
+    names, each answer spread by the rows' codes."""
+    named = [t.alias(f"test{i}") for i, t in enumerate(tests)]
+    if not indexed:
+        got = getattr(profile, table).select(named)
+        return [s.to_numpy() for s in got.get_columns()]
+    uniq, codes = _memo(f"name_codes:{table}", profile, lambda: _name_codes(profile, table))
+    # (with_columns: a test without a column broadcast to every distinct name)
+    hits = pl.DataFrame([uniq]).with_columns(named)
+    return [hits.get_column(f"test{i}").to_numpy()[codes] for i in range(len(tests))]
+
+
+def _name_codes(profile: Profile, table: str) -> tuple[pl.Series, Any]:
+    """The distinct names of ``profile.<table>`` (a null among them when a name is null) and
+    each row's position among them. The ops and kernels are rows of the events: their codes
+    are the events' at their rows (one set of codes a profile, not one a table)."""
+    if table != "events":
+        uniq, codes = _memo("name_codes:events", profile, lambda: _name_codes(profile, "events"))
         rows = event_positions(profile, getattr(profile, table).get_column("id"))
         if bool((rows >= 0).all()):
-            return uniq, at, codes[rows]
-    cat = getattr(profile, table).get_column("name").cast(pl.Categorical)
-    uniq = cat.unique().drop_nulls()
-    phys = cat.to_physical()
-    null = int(phys.max() or 0) + 1 if phys.len() else 0  # type: ignore[arg-type]
-    codes = phys.fill_null(null).to_numpy().astype(np.int64)
-    return uniq.cast(pl.String), uniq.to_physical().to_numpy().astype(np.int64), codes
+            return uniq, codes[rows]
+    names = getattr(profile, table).get_column("name")
+    # each name's id in the string cache, one to one with the strings (a null: one past the
+    # others), its distinct ones found in NumPy by the ids' values (a Series' unique and
+    # fill_null were queries of fixed cost, a NumPy unique a sort of every row)
+    ids = names.cast(pl.Categorical).to_physical()
+    null = names.null_count() > 0
+    arr = ids.to_numpy()
+    if null:
+        arr = np.where(np.isnan(arr), np.nanmax(arr, initial=-1) + 1, arr)
+    arr = arr.astype(np.int64)
+    size = int(arr.max()) + 1
+    seen = np.zeros(size, dtype=bool)
+    seen[arr] = True
+    distinct = np.flatnonzero(seen)
+    code_of = np.zeros(size, dtype=np.int64)
+    code_of[distinct] = np.arange(len(distinct))
+    row_of = np.zeros(size, dtype=np.int64)
+    row_of[arr] = np.arange(len(arr))  # a row of each distinct id (any: they hold one name)
+    return names[row_of[distinct]], code_of[arr]
 
 
 def shapes_table(df: pl.DataFrame) -> pl.DataFrame:

@@ -189,14 +189,13 @@ def _copy_kernels(profile: Profile) -> pl.DataFrame | None:
     k = profile.kernels
     if k.height == 0:
         return None
-    copy = c.name_mask(profile, "kernels", pattern=COPY_KERNELS)
+    # both patterns in one query (a name_mask each was one)
+    copy, mm = c.pattern_masks(profile, "kernels", (COPY_KERNELS, MATMUL_KERNELS))
     if not copy.any():
         return None
     low = np.iinfo(np.int64).min  # a null key: equal to itself only, before every value
-    keys = [
-        (s.fill_null(low) if s.null_count() else s).to_numpy().astype(np.int64)
-        for s in k.select("id", "ts_ns", "stream", "device", "rank").get_columns()
-    ]
+    # (the columns as Series: a select, or a fill_null, is a query)
+    keys = [c._filled(k.get_column(x), low) for x in ("id", "ts_ns", "stream", "device", "rank")]
     order = np.lexsort(keys)
     a, b = order[:-1], order[1:]
     same = np.ones(len(a), dtype=bool)
@@ -204,7 +203,6 @@ def _copy_kernels(profile: Profile) -> pl.DataFrame | None:
         same &= key[a] == key[b]
     nxt = np.full(k.height, -1, dtype=np.int64)
     nxt[a[same]] = b[same]
-    mm = c.name_mask(profile, "kernels", pattern=MATMUL_KERNELS)
     rows = order[copy[order] & (nxt[order] >= 0)]
     rows = rows[mm[nxt[rows]]]
     if not len(rows):

@@ -3,7 +3,7 @@ gaps, dynamic-shape recompiles, AICPU operators and float64 paths."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -70,26 +70,24 @@ def _sync_ops(profile: Profile) -> pl.DataFrame:
 
 def _named_events(profile: Profile, pattern: str) -> pl.DataFrame:
     """The events of :data:`_NAMED`'s ``pattern`` (the host-sync, data-loader and recompile
-    rules' filters), by position: the three rules' masks come from one select a profile (a
-    filter each was a query of fixed cost)."""
+    rules' filters), by position: the three rules' masks come from one query a profile (a
+    filter each was a query of fixed cost), their names' tests over the distinct names on a
+    large table and their kinds' from the kinds' codes."""
 
     def masks() -> dict[str, Any]:
         from opscope.analysis.tree import no_ops
 
         # (the runtime syncs' pattern only where the host-sync rule reads it: its shortcut
         # returns before when there is no op and no event of a sync's kinds)
-        asked = {
-            p: kinds
-            for p, kinds in _NAMED.items()
+        asked = [
+            p
+            for p in _NAMED
             if p != SYNC_RUNTIME or not (no_ops(profile) and c.absent(profile, *_SYNC_KINDS))
-        }
-        got = profile.events.select(
-            (c.name_match(profile, "events", pattern=p) & kinds).fill_null(False).alias(p)
-            for p, kinds in asked.items()
-        )
+        ]
+        hits = dict(zip(asked, c.pattern_masks(profile, "events", asked), strict=True))
         none = np.zeros(0, dtype=np.int64)
         return {
-            p: np.flatnonzero(got.get_column(p).to_numpy()) if p in asked else none for p in _NAMED
+            p: np.flatnonzero(hits[p] & _NAMED[p](profile)) if p in hits else none for p in _NAMED
         }
 
     rows = c._memo("overhead.named_events", profile, masks)[pattern]
@@ -97,11 +95,12 @@ def _named_events(profile: Profile, pattern: str) -> pl.DataFrame:
     return out
 
 
-#: The event name patterns of three rules, with the kinds each keeps (a null kind none).
-_NAMED: dict[str, pl.Expr] = {
-    SYNC_RUNTIME: pl.col("kind").is_in(_SYNC_KINDS),
-    DATALOADER: pl.col("kind") != "python_function",
-    RECOMPILE: pl.col("kind") != "python_function",
+#: The event name patterns of three rules, with the kinds each keeps (an event without a kind
+#: none, as a filter on its kind keeps none).
+_NAMED: dict[str, Callable[[Profile], Any]] = {
+    SYNC_RUNTIME: lambda p: c.kind_mask(p, *_SYNC_KINDS),
+    DATALOADER: lambda p: c.kind_mask_except(p, "python_function"),
+    RECOMPILE: lambda p: c.kind_mask_except(p, "python_function"),
 }
 
 
