@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from conftest import shared_trace
+from helpers.spies import cells_drawn_by_rich
 from opscope.report import fast_table
 from opscope.report.fast_table import FastTable, _measure_padded
 
@@ -267,28 +268,19 @@ def test_string_cells_same_segments(highlight: bool) -> None:
             assert _segments(tabs[1], con) == _segments(tabs[0], con), width
 
 
-def test_plain_header_and_rows_drawn_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plain_header_and_rows_drawn_directly() -> None:
     """A story table of plain cells that fit, its header included: no cell drawn by rich (a
     spy on the Padding rich draws each cell in), the segments rich's; with styled column
     headers too."""
     rows = [["aten::mm", "1.0 ms"], ["aten::add", "22.5 ms"]]
-    drawn: list[object] = []
-    real = Console.render_lines
-
-    def spy(self: Console, renderable: object, *a: object, **k: object) -> object:
-        if isinstance(renderable, Padding):
-            drawn.append(renderable.renderable)
-        return real(self, renderable, *a, **k)  # type: ignore[arg-type]
-
     for header_style in [None, "underline"]:
         tabs = _pair(**STORY)
         _fill(tabs, rows, ["left", "right"])
         for tab in tabs:
             tab.columns[1].header_style = header_style or ""
         for con in _consoles(80):
-            monkeypatch.setattr(Console, "render_lines", spy)
-            got = _segments(tabs[1], con)
-            monkeypatch.undo()
+            with cells_drawn_by_rich() as drawn:
+                got = _segments(tabs[1], con)
             assert drawn == []
             assert got == _segments(tabs[0], con)
 
@@ -366,19 +358,11 @@ def test_story_lines_are_fast_text() -> None:
     assert tables and all(t.widths is not None for t in tables)
 
 
-def test_styled_cells_same_segments_and_drawn_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_styled_cells_same_segments_and_drawn_directly() -> None:
     """Cells of one style (the headline's bars), in columns with and without a style of their
     own, under styled headers: rich's segments; those that fit drawn without rich (a spy on
     the Padding rich draws a cell in), a link drawn by rich."""
     styles: list[object] = ["cyan", "bold red", Style(italic=True), "none", "on blue"]
-    drawn: list[object] = []
-    real = Console.render_lines
-
-    def spy(self: Console, renderable: object, *a: object, **k: object) -> object:
-        if isinstance(renderable, Padding):
-            drawn.append(renderable.renderable)
-        return real(self, renderable, *a, **k)  # type: ignore[arg-type]
-
     for col_style, header_style in itertools.product(["", "blue", "on red"], [None, "green"]):
         tabs = _pair(**{**STORY, "header_style": header_style})
         for tab in tabs:
@@ -388,9 +372,8 @@ def test_styled_cells_same_segments_and_drawn_directly(monkeypatch: pytest.Monke
                 tab.add_row(Text("███", style=st), Text("1.5", style=st))  # type: ignore[arg-type]
         for con in _consoles(60):
             want = _segments(tabs[0], con)
-            monkeypatch.setattr(Console, "render_lines", spy)
-            got = _segments(tabs[1], con)
-            monkeypatch.undo()
+            with cells_drawn_by_rich() as drawn:
+                got = _segments(tabs[1], con)
             assert got == want, (col_style, header_style)
             assert drawn == []
     tabs = _pair(**STORY)
@@ -398,7 +381,6 @@ def test_styled_cells_same_segments_and_drawn_directly(monkeypatch: pytest.Monke
         tab.add_column("link", no_wrap=True)
         tab.add_row(Text("x", style="link https://example.com"))
     con = _consoles(60)[1]
-    monkeypatch.setattr(Console, "render_lines", spy)
-    _segments(tabs[1], con)
-    monkeypatch.undo()
+    with cells_drawn_by_rich() as drawn:
+        _segments(tabs[1], con)
     assert len(drawn) == 1  # the link: rich's (its link is made anew at each drawing)

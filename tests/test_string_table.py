@@ -14,11 +14,11 @@ from io import StringIO
 import pytest
 from rich.console import Console, Group
 from rich.control import Control
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from conftest import shared_trace
+from helpers.spies import cells_drawn_by_rich
 from opscope.report import terminal
 from opscope.report.fast_table import StringColumn, StringTable
 
@@ -140,13 +140,6 @@ def test_column_widths_are_rich_layout() -> None:
 def test_fitting_plain_cells_drawn_without_rich(monkeypatch: pytest.MonkeyPatch) -> None:
     """A table of plain cells that fit: no cell drawn through rich's Padding, no Table built;
     a blank cell and a cut one are drawn by rich, in a table still drawn from its strings."""
-    drawn: list[object] = []
-    real = Console.render_lines
-
-    def spy(self: Console, renderable: object, *a: object, **k: object) -> object:
-        if isinstance(renderable, Padding):
-            drawn.append(renderable.renderable)
-        return real(self, renderable, *a, **k)  # type: ignore[arg-type]
 
     def no_table(self: StringTable) -> object:
         raise AssertionError("rich's table built")
@@ -157,13 +150,12 @@ def test_fitting_plain_cells_drawn_without_rich(monkeypatch: pytest.MonkeyPatch)
     for tab, rich_cells in [(plain, 0), (odd, 2)]:
         tab.widths = tab.column_widths()
         want = _render(tab.rich_table(Table), _consoles(80)[1])
-        monkeypatch.setattr(Console, "render_lines", spy)
         monkeypatch.setattr(StringTable, "table", no_table)
-        got = _render(tab, _consoles(80)[1])
+        with cells_drawn_by_rich() as drawn:
+            got = _render(tab, _consoles(80)[1])
         monkeypatch.undo()
         assert got == want
         assert len(drawn) == rich_cells
-        drawn.clear()
 
 
 def test_narrower_console_is_rich_layout() -> None:

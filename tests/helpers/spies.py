@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import polars as pl
@@ -35,3 +37,26 @@ def count_queries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(engine._LocalEngine, "collect", spy)
     return ran
+
+
+@contextmanager
+def cells_drawn_by_rich() -> Iterator[list[object]]:
+    """Within the block, each cell rich draws itself (the renderable of the Padding a table
+    draws a cell in) is appended to the list yielded: a cell a fast path draws from its string
+    is not."""
+    from rich.console import Console
+    from rich.padding import Padding
+
+    drawn: list[object] = []
+    real = Console.render_lines
+
+    def spy(self: Console, renderable: Any, *a: Any, **k: Any) -> Any:
+        if isinstance(renderable, Padding):
+            drawn.append(renderable.renderable)
+        return real(self, renderable, *a, **k)
+
+    Console.render_lines = spy  # type: ignore[method-assign]
+    try:
+        yield drawn
+    finally:
+        Console.render_lines = real  # type: ignore[method-assign]
