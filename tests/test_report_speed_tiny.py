@@ -144,7 +144,9 @@ def test_breakdown_skips_the_device_wide_split_only_under_step_figures(
 ) -> None:
     """Ascend steps with ``free_ns`` on every row: the device-wide idle split (nulled for them)
     is not computed, only the per-stream one; the steps table is the same (checked above and
-    here); a GPU trace without such figures computes both."""
+    here); a GPU trace without such figures computes both. (The plans' path: the NumPy one,
+    taken first, declined here; it is compared with the plans in test_breakdown_arrays.py.)"""
+    monkeypatch.setattr(breakdown, "_breakdown_arrays", lambda inp, per_trace: None)
     calls: list[tuple[str, ...]] = []
     real = breakdown.idle_plan
 

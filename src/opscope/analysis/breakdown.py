@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 import numpy as np
 import polars as pl
 
+from opscope.analysis import _breakdown_arrays as arrays
 from opscope.analysis import tree
 from opscope.analysis.hotspots import projected, rows_of
 from opscope.analysis.registry import Options, Result, analysis
@@ -205,39 +206,20 @@ RUNS_MIN_ROWS = 1000
 def _runs(s: pl.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """For ``s`` sorted by ``keys`` and ``start``: (``first``: the row starts its group,
     ``new``: it starts a segment of the group's union, ``covered``: the running maximum of the
-    ends of the group's rows before it).
-
-    The running maximum must restart at each group; instead of a window function per group
-    (slow with thousands of groups) each group's times are moved to lie after the previous
-    group's, so that one running maximum over the whole column is the per-group one (integers:
-    exact). None when there are fewer than :data:`RUNS_MIN_ROWS` rows, a time is null, an
-    interval ends before it starts, or the moved times would not fit in int64 (the caller then
-    takes the window functions).
+    ends of the group's rows before it), by :func:`arrays.running_cover`. None when there are
+    fewer than :data:`RUNS_MIN_ROWS` rows, a time is null, or ``running_cover`` declines (the
+    caller then takes the window functions).
     """
-    n = s.height
     st, en = s.get_column("start"), s.get_column("end")
-    if n < RUNS_MIN_ROWS or st.null_count() or en.null_count():
-        return None
-    start = st.to_numpy().astype(np.int64, copy=False)
-    end = en.to_numpy().astype(np.int64, copy=False)
-    if (end < start).any():
+    if s.height < RUNS_MIN_ROWS or st.null_count() or en.null_count():
         return None
     first = group_starts(s, keys)
-    at = np.flatnonzero(first)
-    lo = start[at]  # sorted by start within a group: its first start is its least
-    hi = np.maximum.reduceat(end, at)
-    if float(np.sum(hi.astype(np.float64) - lo.astype(np.float64))) + n >= 2.0**61:
-        return None
-    span = hi - lo + 1
-    off = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(span)[:-1]])
-    shift = np.repeat(off - lo, np.diff(np.append(at, n)))
-    run = np.maximum.accumulate(end + shift)
-    covered = np.empty(n, dtype=np.int64)
-    covered[0] = 0
-    covered[1:] = run[:-1]
-    new = first | (start + shift > covered)
-    covered -= shift
-    return first, new, covered
+    runs = arrays.running_cover(
+        first,
+        st.to_numpy().astype(np.int64, copy=False),
+        en.to_numpy().astype(np.int64, copy=False),
+    )
+    return None if runs is None else (first, *runs)
 
 
 def _windows(profile: Profile) -> pl.LazyFrame:
@@ -275,6 +257,28 @@ def _clip(ev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     events x steps rows). In NumPy: the as-of joins and the plan around them were a fixed cost
     of ~0.6 ms on a 21-event trace and 2 ms on a 75k-event one.
     """
+    rows, at, start, end = _clip_rows(ev, win)
+    # the window's columns gathered as Series (a frame's gather is a query of fixed cost); the
+    # events' rows as they are when each is kept once, in order (one window: most small traces)
+    cols = [
+        tree.gather(win.get_column("step"), at).alias(
+            "step_right" if "step" in ev.columns else "step"
+        ),
+        tree.gather(win.get_column("w0"), at),
+        tree.gather(win.get_column("w1"), at),
+        pl.Series("start", start, dtype=pl.Int64),
+        pl.Series("end", end, dtype=pl.Int64),
+    ]
+    same = tree.SHORTCUTS and len(rows) == ev.height and bool((rows == np.arange(len(rows))).all())
+    out: pl.DataFrame = ev if same else ev[rows]
+    return out.hstack(cols)
+
+
+def _clip_rows(
+    ev: pl.DataFrame, win: pl.DataFrame
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_clip` as arrays: (the row of ``ev``, the row of ``win``, ``start``, ``end``) of
+    each clipped piece."""
     wr, wok = int_values(win.get_column("rank"))
     w0, ok0 = int_values(win.get_column("w0"))
     w1, ok1 = int_values(win.get_column("w1"))
@@ -313,21 +317,7 @@ def _clip(ev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
     start = np.maximum(s[rows], w0[at])
     end = np.minimum(e[rows], w1[at])
     keep = end > start
-    rows, at, start, end = rows[keep], at[keep], start[keep], end[keep]
-    # the window's columns gathered as Series (a frame's gather is a query of fixed cost); the
-    # events' rows as they are when each is kept once, in order (one window: most small traces)
-    cols = [
-        tree.gather(win.get_column("step"), at).alias(
-            "step_right" if "step" in ev.columns else "step"
-        ),
-        tree.gather(win.get_column("w0"), at),
-        tree.gather(win.get_column("w1"), at),
-        pl.Series("start", start, dtype=pl.Int64),
-        pl.Series("end", end, dtype=pl.Int64),
-    ]
-    same = tree.SHORTCUTS and len(rows) == ev.height and bool((rows == np.arange(len(rows))).all())
-    out: pl.DataFrame = ev if same else ev[rows]
-    return out.hstack(cols)
+    return rows[keep], at[keep], start[keep], end[keep]
 
 
 def idle_split(iv: pl.DataFrame, lanes: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -561,6 +551,30 @@ class Breakdown(Result):
         return {"steps": steps, "stats": stats, "streams": streams, "queue": queue}
 
 
+def _stats_plan(win: pl.DataFrame) -> pl.LazyFrame:
+    """The step-time statistics of the windows (``stats``), as a plan."""
+
+    def stats(df: pl.LazyFrame, rank: int | None) -> pl.LazyFrame:
+        return df.select(*_stats_exprs()).with_columns(pl.lit(rank, pl.Int32).alias("rank"))
+
+    # per rank (its rows in the steps table's order, ranks sorted, null first), then over all
+    # (rank null): one plan, not a query per rank and step. A step's length is its window's, so
+    # the windows give them without waiting for the steps table
+    every = (
+        win.lazy()
+        .select("rank", "step", (pl.col("w1") - pl.col("w0")).alias("dur_ns"))
+        .sort("rank", "step")
+    )
+    present = set(win.get_column("rank").to_list())
+    ranks = [None] * (None in present) + sorted(r for r in present if r is not None)
+    same = pl.col("rank").eq_missing
+    allstats = pl.concat(
+        [*(stats(every.filter(same(pl.lit(r, pl.Int32))), r) for r in ranks), stats(every, None)],
+        how="diagonal",
+    )
+    return allstats.select("rank", pl.exclude("rank"))
+
+
 def _device_work(profile: Profile) -> pl.DataFrame:
     """Device work with its stream and the start of the runtime call that launched it: the
     profile's device work (cached: the same rows in the same order as filtering every event
@@ -637,7 +651,7 @@ def _breakdown(profile: Profile) -> Breakdown:
     got = stored_aggregates.breakdown(stored, profile) if stored else None
     if got is not None:
         return got
-    return _breakdown_of(_inputs(projected(profile, BREAKDOWN_READ)))
+    return _breakdown_of(_inputs(projected(profile, BREAKDOWN_READ), per_trace=True))
 
 
 @dataclass(frozen=True)
@@ -651,9 +665,24 @@ class _Inputs:
     data: pl.DataFrame
     has_dev: bool
     steps: pl.DataFrame
+    #: The tables collected with the inputs' query, when the windows were known before it.
+    early: _Early | None = None
 
 
-def _inputs(profile: Profile) -> _Inputs:
+@dataclass(frozen=True)
+class _Early:
+    """The step-time statistics, the launch queue and (when the arrays take it, see
+    :func:`_stream_sums`) the streams table, collected in the inputs' query."""
+
+    stats: pl.DataFrame
+    queue: pl.DataFrame
+    streams: pl.DataFrame | None
+
+
+def _inputs(profile: Profile, *, per_trace: bool = False) -> _Inputs:
+    """Breakdown's inputs of ``profile``; with ``per_trace``, where the windows are the steps
+    (known before any query), the statistics, the launch queue and the streams table too, in
+    the inputs' call (a query's fixed cost less)."""
     # the columns used, before any filter (filtering every column of the events was the cost);
     # ``step`` too: the host parts keep the event's own step (the window's is ``step_right``)
     events = profile.events
@@ -676,7 +705,21 @@ def _inputs(profile: Profile) -> _Inputs:
     else:
         data_ops = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
         plans.append(ev.lazy().filter(data_ops))
-    done = pl.collect_all(plans, engine="in-memory") if plans else []
+    tables: list[pl.LazyFrame] = []
+    sums = None
+    if per_trace and win is not None:
+        tables = _trace_plans(dev, win)
+        sums = _stream_sums(dev, win) if tree.SHORTCUTS else None
+        if sums is not None:
+            tables.append(_streams_of(sums, win))
+    # (the eager calls' optimisations, those the statistics and the queue were collected
+    # with; the filter and the windows' minima are the same rows under any)
+    got = (
+        pl.collect_all([*plans, *tables], engine="in-memory", optimizations=tree.EAGER_FLAGS)
+        if plans or tables
+        else []
+    )
+    done = got[: len(plans)]
     if win is None:
         win, *done = done
     return _Inputs(
@@ -686,7 +729,14 @@ def _inputs(profile: Profile) -> _Inputs:
         data=done[0] if done else data,
         has_dev=profile.has_device,
         steps=profile.steps,
+        early=_Early(*got[len(plans) :], *[None] * (sums is None)) if tables else None,
     )
+
+
+def _trace_plans(dev: pl.DataFrame, win: pl.DataFrame) -> list[pl.LazyFrame]:
+    """The plans of the step-time statistics and the launch queue, which read the windows and
+    the device work alone."""
+    return [_stats_plan(win), _queue_plan(dev, win)]
 
 
 def _columns(df: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
@@ -726,6 +776,10 @@ def _breakdown_of(inp: _Inputs, *, per_trace: bool = True) -> Breakdown:
     """The breakdown of ``inp``'s windows. ``per_trace=False``: the steps and streams tables only
     (the statistics and the launch queue empty), for the out-of-core load's segments, which
     sum the queue over the whole trace themselves and recompute the statistics at read time."""
+    if tree.SHORTCUTS:
+        fast = _breakdown_arrays(inp, per_trace=per_trace)
+        if fast is not None:
+            return fast
     win, dev = inp.win, inp.dev
     is_comm = pl.col("kind") == "communication"  # classified once at load (model/kinds.py)
     cdev = _clip(dev, win)
@@ -874,36 +928,377 @@ def _breakdown_of(inp: _Inputs, *, per_trace: bool = True) -> Breakdown:
         .sort("rank", "step", "device", "stream")
     )
 
-    def stats(df: pl.LazyFrame, rank: int | None) -> pl.LazyFrame:
-        return df.select(*_stats_exprs()).with_columns(pl.lit(rank, pl.Int32).alias("rank"))
-
-    # per rank (its rows in the steps table's order, ranks sorted, null first), then over all
-    # (rank null): one plan, not a query per rank and step. A step's length is its window's, so
-    # the windows give them without waiting for the steps table
-    every = wins.select("rank", "step", (pl.col("w1") - pl.col("w0")).alias("dur_ns")).sort(
-        "rank", "step"
-    )
-    present = set(win.get_column("rank").to_list())
-    ranks = [None] * (None in present) + sorted(r for r in present if r is not None)
-    same = pl.col("rank").eq_missing
-    allstats = pl.concat(
-        [*(stats(every.filter(same(pl.lit(r, pl.Int32))), r) for r in ranks), stats(every, None)],
-        how="diagonal",
-    )
     # the four tables' plans in one call (a collect each was a fixed cost on small traces)
     if not per_trace:
         steps, streams = pl.collect_all(
             [steps_plan, streams_plan], engine="in-memory", optimizations=tree.EAGER_FLAGS
         )
         return Breakdown(steps=steps, stats=pl.DataFrame(), streams=streams)
-    steps, streams, stats_df, queue = pl.collect_all(
-        [
-            steps_plan,
-            streams_plan,
-            allstats.select("rank", pl.exclude("rank")),
-            _queue_plan(dev, win),
-        ],
+    early = inp.early
+    steps, streams, *done = pl.collect_all(
+        [steps_plan, streams_plan, *([] if early else _trace_plans(dev, win))],
         engine="in-memory",
         optimizations=tree.EAGER_FLAGS,
     )
+    stats_df, queue = (early.stats, early.queue) if early else done
     return Breakdown(steps=steps, stats=stats_df, streams=streams, queue=queue)
+
+
+@dataclass(frozen=True)
+class _WindowArrays:
+    """The windows sorted by (rank, step), a null step first (the steps table's order):
+    ``order`` the row of ``win`` at each place, ``place`` each row's place."""
+
+    order: np.ndarray
+    place: np.ndarray
+    rank: np.ndarray
+    step: np.ndarray
+    step_ok: np.ndarray
+    w0: np.ndarray
+    w1: np.ndarray
+
+    @staticmethod
+    def of(win: pl.DataFrame) -> _WindowArrays | None:
+        """None when a window has a null rank or bound, or two share a (rank, step): the
+        plans' joins are then not one row per window."""
+        rank, rank_ok = int_values(win.get_column("rank"))
+        step, step_ok = int_values(win.get_column("step"))
+        w0, w0_ok = int_values(win.get_column("w0"))
+        w1, w1_ok = int_values(win.get_column("w1"))
+        if not (rank_ok & w0_ok & w1_ok).all():
+            return None
+        order = np.lexsort((step, step_ok, rank))
+        rank, step, step_ok = rank[order], step[order], step_ok[order]
+        same = (rank[1:] == rank[:-1]) & (step_ok[1:] == step_ok[:-1]) & (step[1:] == step[:-1])
+        if same.any():
+            return None
+        place = np.empty(len(order), dtype=np.int64)
+        place[order] = np.arange(len(order))
+        return _WindowArrays(order, place, rank, step, step_ok, w0[order], w1[order])
+
+    def place_of(self, rank: np.ndarray, step: np.ndarray, step_ok: np.ndarray) -> np.ndarray:
+        """The place of the window of each (``rank``, ``step``) (a null step, not ``step_ok``,
+        matching a null one), -1 for none: the keys sorted after the windows', each row's
+        match the first of its run of equal keys when that is a window."""
+        n_win, n = len(self.rank), len(rank)
+        keys = [
+            np.concatenate([self.rank, rank]),
+            np.concatenate([self.step_ok, step_ok]),
+            np.concatenate([np.where(self.step_ok, self.step, 0), np.where(step_ok, step, 0)]),
+        ]
+        order = np.lexsort((np.arange(n_win + n), *keys[::-1]))  # windows first in a run
+        first = np.zeros(n_win + n, dtype=bool)
+        first[:1] = True
+        for k in keys:
+            sk = k[order]
+            first[1:] |= sk[1:] != sk[:-1]
+        head = order[np.maximum.accumulate(np.where(first, np.arange(n_win + n), 0))]
+        out = np.empty(n, dtype=np.int64)
+        out[order[order >= n_win] - n_win] = np.where(head < n_win, head, -1)[order >= n_win]
+        return out
+
+
+#: The classes whose unions the steps table sums, in :data:`_CLASSES`' order (``busy`` is the
+#: device-wide split's).
+_UNION_CLASSES = _CLASSES[:-1]
+
+
+def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
+    """:func:`_breakdown_of` with the steps table and the streams table's sums in NumPy over
+    the columns (:mod:`._breakdown_arrays`): a query of a dozen steps per table was most of
+    breakdown's time on small traces. The statistics (float means and quantiles) and the
+    launch queue (see :func:`_stream_sums` for why) stay plans, run with the streams table's
+    last join in one query (or in the inputs' one). None where the inputs fall outside what the
+    arrays take (see :meth:`_WindowArrays.of`, a null in the device work's columns, times
+    that do not fit int64 laid end to end): the plans then."""
+    win = _WindowArrays.of(inp.win)
+    if win is None or _has_null(inp.dev, _DEVICE_KEYS):
+        return None
+    steps = inp.steps
+    figures = steps.height > 0 and _any_value(steps.get_column("computing_ns"))
+    src = _step_rows(steps, win) if figures else None
+    if figures and src is None:
+        return None
+    clip = _DeviceClip.of(inp.dev, inp.win, win)
+    unions = _class_unions(inp, win, clip)
+    whole = arrays.idle_split(
+        clip.place, clip.start, clip.end, clip.launch, clip.launched, win.w0, win.w1
+    )
+    if unions is None or whole is None:
+        return None
+    table = _steps_table(inp, win, unions, whole, src)
+    early = inp.early
+    if early is not None and early.streams is not None:
+        streams, stats, queue = early.streams, early.stats, early.queue
+    else:
+        sums = _stream_sums(inp.dev, inp.win, win, clip)
+        if sums is None:
+            return None
+        rest = _trace_plans(inp.dev, inp.win) if per_trace and early is None else []
+        streams, *done = pl.collect_all(
+            [_streams_of(sums, inp.win), *rest],
+            engine="in-memory",
+            optimizations=tree.EAGER_FLAGS,
+        )
+        if early is not None:
+            stats, queue = early.stats, early.queue
+        elif per_trace:
+            stats, queue = done
+    if not per_trace:
+        return Breakdown(steps=table, stats=pl.DataFrame(), streams=streams)
+    return Breakdown(steps=table, stats=stats, streams=streams, queue=queue)
+
+
+#: The device work's columns the arrays read that must hold no null.
+_DEVICE_KEYS = ("rank", "ts_ns", "dur_ns", "device", "stream")
+
+
+@dataclass(frozen=True)
+class _DeviceClip:
+    """The device work clipped to the windows (:func:`_clip_rows`): each piece's ``rows`` in
+    the device work, ``place`` of its window, ``start``, ``end``, and its launch."""
+
+    rows: np.ndarray
+    place: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray
+    launched: np.ndarray
+
+    @staticmethod
+    def of(dev: pl.DataFrame, frame: pl.DataFrame, win: _WindowArrays) -> _DeviceClip:
+        rows, at, start, end = _clip_rows(dev, frame)
+        launch, launched = int_values(dev.get_column("launch_ts"))
+        return _DeviceClip(rows, win.place[at], start, end, launch[rows], launched[rows])
+
+
+def _has_null(df: pl.DataFrame, cols: tuple[str, ...]) -> bool:
+    return any(df.get_column(c).null_count() for c in cols)
+
+
+def _step_rows(steps: pl.DataFrame, win: _WindowArrays) -> np.ndarray | None:
+    """Each window's row of ``steps`` by (rank, step), -1 without one (a null key matches
+    none, as the plan's left join); None when two rows of ``steps`` share a key (the join
+    would repeat the window)."""
+    rank, rank_ok = int_values(steps.get_column("rank"))
+    step, step_ok = int_values(steps.get_column("step"))
+    keyed = np.flatnonzero(rank_ok & step_ok)
+    rows = {(int(rank[i]), int(step[i])): int(i) for i in keyed}
+    if len(rows) < len(keyed):
+        return None
+    return np.array(
+        [
+            rows.get((int(r), int(s)), -1) if ok else -1
+            for r, s, ok in zip(win.rank, win.step, win.step_ok, strict=True)
+        ],
+        dtype=np.int64,
+    )
+
+
+def _kind_is(kind: pl.Series, name: str) -> np.ndarray:
+    """Where ``kind`` is ``name`` (a null kind is not), without a query."""
+    return tree.bool_values(kind == name)[0]
+
+
+def _class_unions(inp: _Inputs, win: _WindowArrays, clip: _DeviceClip) -> np.ndarray | None:
+    """The union of each class of :data:`_UNION_CLASSES` per window, (windows, classes): the
+    device work's pieces by kind, the host ops' and data loading's clipped here."""
+    rows, place, start, end = clip.rows, clip.place, clip.start, clip.end
+    kind = inp.dev.get_column("kind")
+    # (a null kind is neither communication nor not: the filters' nulls drop it)
+    masks = [
+        _kind_is(kind, "kernel"),
+        _kind_is(kind, "communication"),
+        _kind_is(kind, "memcpy"),
+        _kind_is(kind, "memset"),
+        tree.bool_values(kind != "communication")[0],
+    ]
+    n = len(_UNION_CLASSES)
+    lanes = [place[m[rows]] * n + i for i, m in enumerate(masks)]
+    starts = [start[m[rows]] for m in masks]
+    ends = [end[m[rows]] for m in masks]
+    for host, cls in ((inp.host, "host_ops"), (inp.data, "data_loading")):
+        if not host.height:  # (no host op, no data loading: no piece, without the clip)
+            continue
+        h_rows, _, h_start, h_end = _clip_rows(host, inp.win)
+        # a host piece counts in its event's own step (as the plans' unions keyed by the
+        # events' step), clipped to the window it overlaps; a step without a window: nowhere
+        step, step_ok = int_values(host.get_column("step"))
+        rank = host.get_column("rank").to_numpy().astype(np.int64, copy=False)
+        at = win.place_of(rank[h_rows], step[h_rows], step_ok[h_rows])
+        kept = at >= 0
+        lanes.append(at[kept] * n + _UNION_CLASSES.index(cls))
+        starts.append(h_start[kept])
+        ends.append(h_end[kept])
+    got = arrays.union_per_lane(
+        np.concatenate(lanes), np.concatenate(starts), np.concatenate(ends), len(win.w0) * n
+    )
+    return None if got is None else got.reshape(len(win.w0), n)
+
+
+#: Up to this many rows a table is built from Python rows: ~40 us for the steps table's 16
+#: columns, where a Series per column is ~10 us each (rows cost more from ~60 rows on).
+_ROWS_MAX = 48
+
+#: A column to build: its name, type, values and where they are valid (None: everywhere).
+_Col = tuple[str, Any, np.ndarray, np.ndarray | None]
+
+
+def _frame(cols: list[_Col]) -> pl.DataFrame:
+    """A frame of ``cols`` (each as long as the others)."""
+    n = len(cols[0][2])
+    if n > _ROWS_MAX:
+        return pl.DataFrame([_series(*c) for c in cols])
+    values = [v.tolist() if ok is None else _with_nulls(v, ok) for _, _, v, ok in cols]
+    return pl.DataFrame(
+        list(zip(*values, strict=True)), schema={c[0]: c[1] for c in cols}, orient="row"
+    )
+
+
+def _with_nulls(values: np.ndarray, ok: np.ndarray) -> list[Any]:
+    return [v if k else None for v, k in zip(values.tolist(), ok.tolist(), strict=True)]
+
+
+def _series(name: str, dtype: Any, values: np.ndarray, ok: np.ndarray | None) -> pl.Series:
+    """A column of ``values``, null where not ``ok``."""
+    if ok is None or ok.all():
+        return pl.Series(name, values, dtype=dtype)
+    if not ok.any():  # (a masked array's read was ~30 us, whatever its length)
+        return pl.Series(name, [None], dtype=dtype).new_from_index(0, len(values))
+    return pl.Series(name, np.ma.masked_array(values, mask=~ok), dtype=dtype)
+
+
+def _window_keys(frame: pl.DataFrame, win: _WindowArrays, at: np.ndarray) -> list[_Col]:
+    """The ``rank`` and ``step`` of the windows at places ``at``, in ``frame``'s types (from
+    the arrays: a Series' gather was ~50 us a column)."""
+    schema = frame.schema
+    return [
+        ("rank", schema["rank"], win.rank[at], None),
+        ("step", schema["step"], win.step[at], win.step_ok[at]),
+    ]
+
+
+def _steps_table(
+    inp: _Inputs,
+    win: _WindowArrays,
+    unions: np.ndarray,
+    whole: arrays.Split,
+    src: np.ndarray | None,
+) -> pl.DataFrame:
+    """The steps table (the module doc's columns, sorted by rank and step) from the windows,
+    the class unions, the device-wide split and, with Ascend's own figures, each window's row
+    of the steps (``src``)."""
+    u = dict(zip(_UNION_CLASSES, unions.T, strict=True))
+    dur = win.w1 - win.w0
+    busy = whole.busy
+    n = len(dur)
+    has_dev = np.full(n, inp.has_dev)
+    # Ascend steps with their own figures for every step: the device-wide split is null (it
+    # would not add up to free_ns)
+    split_ok = has_dev & (not _own_figures_everywhere(inp.steps))
+    compute, comm, not_overlapped = u["compute"], u["communication"], busy - u["not_comm"]
+    idle, idle_ok = dur - busy, has_dev
+    if src is not None:
+        steps = inp.steps
+
+        def own(col: str, fallback: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            v, ok = int_values(steps.get_column(col))
+            at = np.maximum(src, 0)
+            mine = (src >= 0) & ok[at]
+            return np.where(mine, v[at], fallback), mine
+
+        compute = own("computing_ns", compute)[0]
+        comm = own("communication_ns", comm)[0]
+        not_overlapped = own("communication_not_overlapped_ns", not_overlapped)[0]
+        idle, free = own("free_ns", idle)
+        idle_ok = idle_ok | free
+        split_ok = split_ok & ~free  # the file's free time: its split is not known
+    i64 = pl.Int64
+    split = (whole.host_wait, whole.kernel_wait, whole.other)
+    return _frame(
+        [
+            *_window_keys(inp.win, win, np.arange(n)),
+            ("ts_ns", inp.win.schema["w0"], win.w0, None),
+            ("dur_ns", i64, dur, None),
+            ("compute_ns", i64, compute, None),
+            ("communication_ns", i64, comm, None),
+            ("communication_not_overlapped_ns", i64, not_overlapped, None),
+            ("memcpy_ns", i64, u["memcpy"], None),
+            ("memset_ns", i64, u["memset"], None),
+            ("device_busy_ns", i64, busy, None),
+            ("device_idle_ns", i64, idle, idle_ok),
+            *((c, i64, v, split_ok) for c, v in zip(IDLE_COLUMNS, split, strict=True)),
+            ("data_loading_ns", i64, u["data_loading"], None),
+            ("host_ops_ns", i64, u["host_ops"], None),
+        ]
+    )
+
+
+def _stream_sums(
+    dev: pl.DataFrame,
+    frame: pl.DataFrame,
+    win: _WindowArrays | None = None,
+    clip: _DeviceClip | None = None,
+) -> pl.DataFrame | None:
+    """The streams table's lanes and sums: every (device, stream) with work in some window of
+    a rank, in every window of that rank, sorted by rank, step, device and stream, with
+    ``busy_ns`` and :data:`IDLE_COLUMNS`, from the windows ``frame`` (their arrays ``win``)
+    and the device work (clipped: ``clip``); None where the arrays decline.
+
+    (Its ``dur_ns`` is the plan's join of the windows, :func:`_streams_of`: the report's
+    conversion to µs of a column holding one value on several rows depends on how the engine
+    holds it, one value broadcast by that join of a single window, which it divides exactly,
+    or a column built here, which it multiplies by 1/1000.)"""
+    win = win or _WindowArrays.of(frame)
+    if win is None or _has_null(dev, _DEVICE_KEYS):
+        return None
+    clip = clip or _DeviceClip.of(dev, frame, win)
+    device = dev.get_column("device").to_numpy().astype(np.int64, copy=False)[clip.rows]
+    stream = dev.get_column("stream").to_numpy().astype(np.int64, copy=False)[clip.rows]
+    rank = win.rank[clip.place]
+    # the rank's (device, stream) pairs, sorted: each rank's one run of them
+    pair, reps = arrays.lane_ids(rank, device, stream)
+    pair_rank = rank[reps]
+    first = np.searchsorted(pair_rank, win.rank, side="left")
+    count = np.searchsorted(pair_rank, win.rank, side="right") - first
+    # lanes: each window's pairs in a row, windows in order
+    base = np.cumsum(count) - count
+    lane_win = np.repeat(np.arange(len(count)), count)
+    lane_pair = first[lane_win] + np.arange(len(lane_win)) - base[lane_win]
+    lane = base[clip.place] + pair - first[clip.place]
+    split = arrays.idle_split(
+        lane, clip.start, clip.end, clip.launch, clip.launched, win.w0[lane_win], win.w1[lane_win]
+    )
+    if split is None:
+        return None
+    i64 = pl.Int64
+    return _frame(
+        [
+            *_window_keys(frame, win, lane_win),
+            ("device", dev.schema["device"], device[reps][lane_pair], None),
+            ("stream", i64, stream[reps][lane_pair], None),
+            ("busy_ns", i64, split.busy, None),
+            ("idle_host_wait_ns", i64, split.host_wait, None),
+            ("idle_kernel_wait_ns", i64, split.kernel_wait, None),
+            ("idle_other_ns", i64, split.other, None),
+        ]
+    )
+
+
+def _streams_of(sums: pl.DataFrame, win: pl.DataFrame) -> pl.LazyFrame:
+    """The streams table from :func:`_stream_sums`' lanes: each lane's window length, by the
+    plan's join (see there)."""
+    return (
+        sums.lazy()
+        .join(win.lazy(), on=["rank", "step"], how="left", nulls_equal=True)
+        .select(
+            "rank",
+            "step",
+            "device",
+            "stream",
+            (pl.col("w1") - pl.col("w0")).alias("dur_ns"),
+            "busy_ns",
+            *IDLE_COLUMNS,
+        )
+        .sort("rank", "step", "device", "stream")
+    )
