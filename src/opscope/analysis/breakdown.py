@@ -672,11 +672,13 @@ class _Inputs:
 @dataclass(frozen=True)
 class _Early:
     """The step-time statistics, the launch queue and (when the arrays take it, see
-    :func:`_stream_sums`) the streams table, collected in the inputs' query."""
+    :func:`_stream_sums`) the streams table, collected in the inputs' query; ``arrays``: the
+    windows' and the clipped device work's arrays the streams were summed from."""
 
     stats: pl.DataFrame
     queue: pl.DataFrame
-    streams: pl.DataFrame | None
+    streams: pl.DataFrame | None = None
+    arrays: tuple[_WindowArrays, _DeviceClip] | None = None
 
 
 def _inputs(profile: Profile, *, per_trace: bool = False) -> _Inputs:
@@ -709,7 +711,8 @@ def _inputs(profile: Profile, *, per_trace: bool = False) -> _Inputs:
     sums = None
     if per_trace and win is not None:
         tables = _trace_plans(dev, win)
-        sums = _stream_sums(dev, win) if tree.SHORTCUTS else None
+        taken = _arrays_of(dev, win) if tree.SHORTCUTS else None
+        sums = _stream_sums(dev, win, *taken) if taken else None
         if sums is not None:
             tables.append(_streams_of(sums, win))
     # (the eager calls' optimisations, those the statistics and the queue were collected
@@ -729,8 +732,14 @@ def _inputs(profile: Profile, *, per_trace: bool = False) -> _Inputs:
         data=done[0] if done else data,
         has_dev=profile.has_device,
         steps=profile.steps,
-        early=_Early(*got[len(plans) :], *[None] * (sums is None)) if tables else None,
+        early=_early(got[len(plans) :], taken) if tables else None,
     )
+
+
+def _early(got: list[pl.DataFrame], taken: tuple[_WindowArrays, _DeviceClip] | None) -> _Early:
+    """:class:`_Early` of the inputs' query's tables (the statistics, the queue and maybe the
+    streams)."""
+    return _Early(got[0], got[1], got[2] if len(got) > 2 else None, taken)
 
 
 def _trace_plans(dev: pl.DataFrame, win: pl.DataFrame) -> list[pl.LazyFrame]:
@@ -1011,15 +1020,17 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
     last join in one query (or in the inputs' one). None where the inputs fall outside what the
     arrays take (see :meth:`_WindowArrays.of`, a null in the device work's columns, times
     that do not fit int64 laid end to end): the plans then."""
-    win = _WindowArrays.of(inp.win)
-    if win is None or _has_null(inp.dev, _DEVICE_KEYS):
+    early = inp.early
+    taken = early.arrays if early is not None else None
+    taken = taken or _arrays_of(inp.dev, inp.win)
+    if taken is None:
         return None
+    win, clip = taken
     steps = inp.steps
     figures = steps.height > 0 and _any_value(steps.get_column("computing_ns"))
     src = _step_rows(steps, win) if figures else None
     if figures and src is None:
         return None
-    clip = _DeviceClip.of(inp.dev, inp.win, win)
     unions = _class_unions(inp, win, clip)
     whole = arrays.idle_split(
         clip.place, clip.start, clip.end, clip.launch, clip.launched, win.w0, win.w1
@@ -1027,7 +1038,6 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
     if unions is None or whole is None:
         return None
     table = _steps_table(inp, win, unions, whole, src)
-    early = inp.early
     if early is not None and early.streams is not None:
         streams, stats, queue = early.streams, early.stats, early.queue
     else:
@@ -1051,6 +1061,15 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
 
 #: The device work's columns the arrays read that must hold no null.
 _DEVICE_KEYS = ("rank", "ts_ns", "dur_ns", "device", "stream")
+
+
+def _arrays_of(dev: pl.DataFrame, frame: pl.DataFrame) -> tuple[_WindowArrays, _DeviceClip] | None:
+    """The windows' arrays and the device work clipped to them; None where the arrays decline
+    the windows (:meth:`_WindowArrays.of`) or a key of the device work is null."""
+    win = _WindowArrays.of(frame)
+    if win is None or _has_null(dev, _DEVICE_KEYS):
+        return None
+    return win, _DeviceClip.of(dev, frame, win)
 
 
 @dataclass(frozen=True)
@@ -1235,10 +1254,7 @@ def _steps_table(
 
 
 def _stream_sums(
-    dev: pl.DataFrame,
-    frame: pl.DataFrame,
-    win: _WindowArrays | None = None,
-    clip: _DeviceClip | None = None,
+    dev: pl.DataFrame, frame: pl.DataFrame, win: _WindowArrays, clip: _DeviceClip
 ) -> pl.DataFrame | None:
     """The streams table's lanes and sums: every (device, stream) with work in some window of
     a rank, in every window of that rank, sorted by rank, step, device and stream, with
@@ -1249,10 +1265,6 @@ def _stream_sums(
     conversion to µs of a column holding one value on several rows depends on how the engine
     holds it, one value broadcast by that join of a single window, which it divides exactly,
     or a column built here, which it multiplies by 1/1000.)"""
-    win = win or _WindowArrays.of(frame)
-    if win is None or _has_null(dev, _DEVICE_KEYS):
-        return None
-    clip = clip or _DeviceClip.of(dev, frame, win)
     device = dev.get_column("device").to_numpy().astype(np.int64, copy=False)[clip.rows]
     stream = dev.get_column("stream").to_numpy().astype(np.int64, copy=False)[clip.rows]
     rank = win.rank[clip.place]
