@@ -17,7 +17,7 @@ import pytest
 
 import opscope.analysis  # noqa: F401
 from conftest import shared_trace
-from helpers.spies import count_collect_all
+from helpers.spies import count_collect_all, count_queries
 from helpers.synth import training
 from opscope.analysis.registry import Options, run
 
@@ -171,20 +171,56 @@ def _ordered(tables: list[list[dict[str, Any]]]) -> list[list[list[tuple[str, An
     return [[list(d.items()) for d in t] for t in tables]
 
 
-def test_rows_of_equal_each_tables_eager_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """rows_of gives, table by table, what the eager to_us + to_dicts gives, keys in the same
-    order: ns columns of several chunks, a replaced ``*_us``, no ns column, an empty table,
-    ``top`` and none; a spy: no query for integer and Float64 ns columns (converted in Python),
-    one collect_all for the tables it cannot convert in Python for certain: a Float32 column
-    (Polars keeps single precision), a constant one held as a scalar (Polars divides it
-    exactly: 16076072.670276158 ns is 16076.072670276157 µs there, ...159 as a product)."""
+def _quotient(v: Any) -> Any:
+    """The definition of a µs value, in plain Python: the ns value as a double, divided once."""
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return [_quotient(x) for x in v]
+    return float(v) / 1000.0
+
+
+def _expected_rows(df: pl.DataFrame, top: int | None) -> list[dict[str, Any]]:
+    """to_us + to_dicts in plain Python over the rows: each ``*_ns`` key becomes its ``*_us``
+    key holding the quotient, in place of an existing ``*_us`` key or else at the end."""
+    head = df.to_dicts()[: len(df) if top is None else top]
+    out = []
+    for row in head:
+        ns = {k[:-3] + "_us": _quotient(v) for k, v in row.items() if k.endswith("_ns")}
+        kept = {k: ns.get(k, v) for k, v in row.items() if not k.endswith("_ns")}
+        out.append({**kept, **{k: v for k, v in ns.items() if k not in kept}})
+    return out
+
+
+def _same_doubles(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    assert [list(d) for d in got] == [list(d) for d in want]
+    pack = struct.Struct("<d").pack
+    for g, w in zip(got, want, strict=True):
+        for k, wv in w.items():
+            gv = g[k]
+            if isinstance(wv, float) and math.isnan(wv):
+                assert isinstance(gv, float) and math.isnan(gv), k
+            elif isinstance(wv, float):
+                assert isinstance(gv, float) and pack(gv) == pack(wv), (k, gv, wv)
+            else:
+                assert gv == wv, k
+
+
+def test_rows_of_are_the_quotients_without_a_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rows_of gives, table by table, each ``*_ns`` value divided by 1000 (plain Python's
+    quotient, bit for bit), keys in to_us' order: ns columns of several chunks, a replaced
+    ``*_us``, no ns column, an empty table, ``top`` and none, a Float32 column (as a double),
+    a constant column held as one scalar, a one-row table, a list column; and no query.
+    9 ns is 0.009 µs (Polars' ``col / 1000.0`` gives 0.009000000000000001: its product by the
+    reciprocal)."""
     from opscope.analysis import hotspots as hs
 
     chunked = pl.concat(
-        [pl.DataFrame({"name": ["a", "b"], "total_ns": [18865, 7]}),
+        [pl.DataFrame({"name": ["a", "b"], "total_ns": [18865, 9]}),
          pl.DataFrame({"name": ["c"], "total_ns": [1]})],
         rechunk=False,
     )  # fmt: skip
+    v = 16076072.670276158
     tables = [
         (chunked, 2),
         (chunked, None),
@@ -192,73 +228,59 @@ def test_rows_of_equal_each_tables_eager_rows(monkeypatch: pytest.MonkeyPatch) -
         (pl.DataFrame({"name": ["a"]}), None),
         (pl.DataFrame(schema={"total_ns": pl.Int64}), 5),
         (pl.DataFrame({"mean_ns": [2.5, None], "n_ns": pl.Series([3, 4], dtype=pl.UInt32)}), 1),
+        (pl.DataFrame({"a_ns": pl.Series([1.5, None], dtype=pl.Float32), "b": [1, 2]}), None),
+        (pl.DataFrame({"k": [1, 2]}).with_columns(pl.lit(v).alias("std_ns")), None),
+        (pl.DataFrame({"k": [1, 2]}).select(pl.lit(v).alias("std_ns"), pl.len()), None),
+        (pl.DataFrame({"d_ns": [[9, None, 13], None, []], "k": [1, 2, 3]}), None),
     ]
-    want = [hs.to_us(df if top is None else df.head(top)).to_dicts() for df, top in tables]
-    calls = count_collect_all(monkeypatch)
-    assert _ordered(hs.rows_of(tables)) == _ordered(want)
-    assert calls == []
+    queries = count_queries(monkeypatch)
+    got = hs.rows_of(tables)
+    assert queries == []
+    want = [_expected_rows(df, top) for df, top in tables]
+    assert _ordered(got) == _ordered(want)
+    for g, w in zip(got, want, strict=True):
+        _same_doubles(g, w)
+    assert got[1][1]["total_us"] == 0.009
+    assert got[-1][0]["d_us"] == [0.009, None, 0.013]
     assert _ordered([hs.rows(df, top) for df, top in tables]) == _ordered(want)
-    single = pl.DataFrame({"a_ns": pl.Series([1.5, None], dtype=pl.Float32), "b": [1, 2]})
-    v = 16076072.670276158
-    scalar = pl.DataFrame({"k": [1, 2]}).with_columns(pl.lit(v).alias("std_ns"))
-    one_row = pl.DataFrame({"k": [1, 2]}).select(pl.lit(v).alias("std_ns"), pl.len())
-    odd = [single, scalar, one_row]
-    calls.clear()
-    got = hs.rows_of([*tables, *((df, None) for df in odd)])
-    assert _ordered(got) == _ordered([*want, *(hs.to_us(df).to_dicts() for df in odd)])
-    assert calls == [2]  # (the one-row table in Python: divided exactly, as Polars does)
-    assert got[-1] == [{"len": 2, "std_us": 16076.072670276157}]  # not v * (1 / 1000.0)
-    # a constant column whose product is the quotient: converted in Python (no query)
-    calls.clear()
-    same = pl.DataFrame({"k": [1, 2]}).with_columns(pl.lit(2500).alias("t_ns"))
-    assert hs.rows(same) == hs.to_us(same).to_dicts()
-    assert calls == []
+    assert _ordered([hs.to_us(df).to_dicts() for df, _ in tables]) == _ordered(
+        [_expected_rows(df, None) for df, _ in tables]
+    )
 
 
-def test_rows_of_runs_plans_in_the_same_call(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_of_runs_plans_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """A table given as a plan (cluster.to_json's rank rows and collectives' sums) is run in
-    rows_of's one collect_all beside the tables converted by a query, its rows as collecting
-    it eagerly gives them (its ``top`` first rows; no ``*_ns`` conversion); with no other
-    table to convert, the call holds the plans alone."""
+    rows_of's one collect_all, its rows as collecting it eagerly gives them (its ``top`` first
+    rows; no ``*_ns`` conversion), in its place among the tables converted without a query."""
     from opscope.analysis import hotspots as hs
     from opscope.analysis import tree
 
     df = pl.DataFrame({"rank": [1, 0, 1], "dur_ns": [3, 5, 7]})
-    plan = (
-        df.lazy()
-        .group_by("rank")
-        .agg((pl.col("dur_ns").sum() / 1000.0).alias("dur_us"), pl.len())
-        .sort("rank")
-    )
-    v = 16076072.670276158
-    one_row = pl.DataFrame({"k": [1, 2]}).select(pl.lit(v).alias("std_ns"), pl.len())
+    plan = df.lazy().group_by("rank").agg(pl.col("dur_ns").sum(), pl.len()).sort("rank")
     py = pl.DataFrame({"name": ["a", "b"], "total_ns": [18865, 7]})
     calls = count_collect_all(monkeypatch)
-    got = hs.rows_of([(plan, None), (py, None), (one_row, None), (plan, 1), (df.lazy(), None)])
-    assert calls == [3]  # the three plans (the one-row table in Python: see the test above)
+    got = hs.rows_of([(plan, None), (py, None), (plan, 1), (df.lazy(), None)])
+    assert calls == [3]
     assert got == [
         tree.collect(plan).to_dicts(),
-        hs.to_us(py).to_dicts(),
-        hs.to_us(one_row).to_dicts(),
+        _expected_rows(py, None),
         tree.collect(plan).head(1).to_dicts(),
         df.to_dicts(),
     ]
     calls.clear()
-    assert hs.rows_of([(plan, None), (py, None)]) == [
-        tree.collect(plan).to_dicts(),
-        hs.to_us(py).to_dicts(),
-    ]
-    assert calls == [1]
+    assert hs.rows_of([(py, 1)]) == [_expected_rows(py, 1)]
+    assert calls == []
 
 
 @pytest.mark.parametrize(
     "dtype",
     [pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Float64],
 )
-def test_rows_in_python_equal_the_query_bit_for_bit(dtype: pl.DataType) -> None:
-    """The Python conversion (x * (1 / 1000.0)) gives the doubles of the eager to_us select,
-    bit for bit, over random values of every integer dtype (its extremes too) and Float64
-    (every magnitude, inf, nan, -0.0), with nulls."""
+def test_to_us_is_the_quotient_bit_for_bit(dtype: pl.DataType) -> None:
+    """Over random values of every integer dtype (its extremes too) and Float64 (every
+    magnitude, inf, nan, -0.0), with nulls, each µs value is plain Python's ``float(v) / 1000``
+    bit for bit, whether the column is held as values or as one broadcast scalar; and among the
+    values are many where the reciprocal's product differs (a test that can fail)."""
     from opscope.analysis import hotspots as hs
 
     rng = np.random.default_rng(7)
@@ -274,67 +296,13 @@ def test_rows_in_python_equal_the_query_bit_for_bit(dtype: pl.DataType) -> None:
         mags = 10.0 ** rng.integers(-8, 16, 20_000)
         vals = (rng.standard_normal(20_000) * mags).tolist()
         vals += [float("inf"), float("-inf"), float("nan"), -0.0, None]
+    differ = [v for v in vals if v is not None and float(v) * (1 / 1000.0) != float(v) / 1000.0]
+    assert len(differ) >= 20 or dtype in (pl.Int8, pl.UInt8)  # (small ints: every product exact)
     df = pl.DataFrame([pl.Series("t_ns", vals, dtype=dtype), pl.Series("k", range(len(vals)))])
-    got = hs.rows(df)
-    want = hs.to_us(df).to_dicts()
-    assert [list(d) for d in got] == [list(d) for d in want]
-    pack = struct.Struct("<d").pack
-    for g, w in zip(got, want, strict=True):
-        assert (g["t_us"] is None) == (w["t_us"] is None)
-        if w["t_us"] is not None and math.isnan(w["t_us"]):
-            assert math.isnan(g["t_us"])
-        elif w["t_us"] is not None:
-            assert pack(g["t_us"]) == pack(w["t_us"])
-
-
-@pytest.mark.parametrize(
-    "dtype",
-    [pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Float64],
-)
-def test_one_row_in_python_equals_the_query_bit_for_bit(
-    dtype: pl.DataType, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A one-row table's ns values converted in Python are the query's doubles bit for bit:
-    Polars divides a column of length one exactly (not by the reciprocal's product), however
-    the row is held (a frame of one row, the head of a longer one, a literal broadcast to one
-    row); the values where the product and the quotient differ, the extremes, inf, nan, -0.0
-    and null; rows_of makes no query for them."""
-    from opscope.analysis import hotspots as hs
-
-    rng = np.random.default_rng(11)
-    if dtype.is_integer():
-        info = np.iinfo(np.dtype(str(dtype).lower()))
-        kind = np.uint64 if info.min == 0 else np.int64
-        pool: list[Any] = rng.integers(
-            info.min, info.max, 20_000, endpoint=True, dtype=kind
-        ).tolist()
-        extra: list[Any] = [int(info.min), int(info.max), 0, None]
-    else:
-        pool = (rng.standard_normal(20_000) * 10.0 ** rng.integers(-8, 16, 20_000)).tolist()
-        extra = [float("inf"), float("-inf"), float("nan"), -0.0, None]
-    differ = [v for v in pool if v * (1 / 1000.0) != v / 1000.0][:60]
-    assert len(differ) >= 20 or info.max < 2**12  # (small ints: every product is exact)
-    pack = struct.Struct("<d").pack
-    frames = []
-    for v in [*differ, *extra]:
-        s = pl.Series("t_ns", [v], dtype=dtype)
-        frames += [
-            pl.DataFrame([s, pl.Series("k", [1])]),
-            pl.DataFrame([s.extend_constant(1, 1), pl.Series("k", [1, 2])]).head(1),
-            pl.DataFrame({"k": [1]}).with_columns(pl.lit(v, dtype).alias("t_ns")),
-        ]
-    calls = count_collect_all(monkeypatch)
-    got = hs.rows_of([(df, None) for df in frames])
-    assert calls == []
-    for df, g in zip(frames, got, strict=True):
-        w = hs.to_us(df).to_dicts()
-        assert [list(d) for d in g] == [list(d) for d in w]
-        gv, wv = g[0]["t_us"], w[0]["t_us"]
-        assert (gv is None) == (wv is None)
-        if wv is not None and math.isnan(wv):
-            assert math.isnan(gv)
-        elif wv is not None:
-            assert pack(gv) == pack(wv), (df, gv, wv)
+    _same_doubles(hs.rows(df), _expected_rows(df, None))
+    for v in [*differ[:20], None]:
+        scalar = pl.DataFrame({"k": [1, 2]}).with_columns(pl.lit(v, dtype).alias("t_ns"))
+        _same_doubles(hs.to_us(scalar).to_dicts(), _expected_rows(scalar, None))
 
 
 def test_time_base_span_of_one_rank_without_a_query(monkeypatch: pytest.MonkeyPatch) -> None:

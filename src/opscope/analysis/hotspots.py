@@ -154,24 +154,39 @@ def host_parent(events: pl.DataFrame, pairs: pl.DataFrame | None = None) -> pl.D
 
 
 def to_us(df: pl.DataFrame) -> pl.DataFrame:
-    """``*_ns`` integer columns become ``*_us`` floats (JSON outputs use microseconds)."""
-    conv = _to_us_exprs(df)
-    return df if conv is None else df.select(conv)
+    """``*_ns`` columns become ``*_us`` Float64 columns (JSON outputs use microseconds): each
+    value the quotient ``float(ns) / 1000`` rounded once (IEEE division), null kept null. The
+    other columns stay in place (an existing ``*_us`` is replaced where it stands), the new ones
+    come at the end. No query: Series arithmetic on the columns.
 
-
-def _to_us_exprs(df: pl.DataFrame) -> list[pl.Expr] | None:
-    """The select of :func:`to_us` (None: no ``*_ns`` column, the frame as it is)."""
-    # one select (a query per call: with_columns + drop cost two, a fixed cost per table that
-    # dominated small traces); the columns come out as with_columns + drop ordered them: the
-    # other columns in place (an existing ``*_us`` replaced where it stands), new ones at the end
-    conv = {c[:-3] + "_us": (pl.col(c) / 1000.0) for c in df.columns if c.endswith("_ns")}
+    Not Polars' ``pl.col(c) / 1000.0``: its kernel multiplies by the reciprocal, which is the
+    quotient for most values but one ulp off for ~13% of integers (9 ns came out as
+    0.009000000000000001 µs), and divides exactly where a column is held as one scalar, so the
+    same figure printed differently by how a table was built."""
+    conv = {c[:-3] + "_us": c for c in df.columns if c.endswith("_ns")}
     if not conv:
-        return None
+        return df
     kept = [c for c in df.columns if not c.endswith("_ns")]
-    return [
-        *[conv[c].alias(c) if c in conv else pl.col(c) for c in kept],
-        *[e.alias(c) for c, e in conv.items() if c not in kept],
-    ]
+    cols = [_us(df.get_column(conv[c]), c) if c in conv else df.get_column(c) for c in kept]
+    cols += [_us(df.get_column(ns), us) for us, ns in conv.items() if us not in kept]
+    return pl.DataFrame(cols)
+
+
+def _us(ns: pl.Series, name: str) -> pl.Series:
+    """``ns / 1000`` element by element (see :func:`to_us`): a Float64 series divided by a
+    series of 1000s, which Polars divides value by value (a scalar divisor it would not); a
+    list column (an anomaly's slow calls' durations) value by value in its lists."""
+    if isinstance(ns.dtype, pl.List):
+        return pl.Series(
+            name,
+            [
+                None if xs is None else [None if v is None else float(v) / 1000.0 for v in xs]
+                for xs in ns.to_list()
+            ],
+            dtype=pl.List(pl.Float64),
+        )
+    x = ns.cast(pl.Float64)
+    return (x / pl.Series(np.full(len(x), 1000.0))).alias(name)
 
 
 def rows(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
@@ -182,90 +197,22 @@ def rows(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
 def rows_of(
     tables: Sequence[tuple[pl.DataFrame | pl.LazyFrame, int | None]],
 ) -> list[list[dict[str, Any]]]:
-    """:func:`rows` of each (table, top): the rows :func:`to_us` + ``to_dicts`` give. The
-    ``*_ns`` values are converted in Python on the rows (``top`` of them) where that gives
-    Polars' doubles for certain (:func:`_us_rows`), the other tables' in one collect_all (a
-    query each was a fixed cost: half a dozen calls per report, ~2 ms of a small trace's).
-    A table given as a plan is run in that call too, its rows as the plan gives them (its
-    columns are its caller's: no ``*_ns`` conversion), as eager calls would run it."""
-    plans: list[pl.LazyFrame] = []
-    # per table: its rows, or the place of its plan in the call
-    slots: list[list[dict[str, Any]] | int] = []
-    for df, top in tables:
-        if isinstance(df, pl.LazyFrame):
-            slots.append(len(plans))
-            plans.append(df if top is None else df.head(top))
-            continue
-        head = df if top is None else df.head(top)
-        # (no rows, no dicts: no query, a fixed cost on small traces)
-        py = _us_rows(head) if head.height else []
-        conv = _to_us_exprs(head) if py is None else None
-        if conv is None:
-            slots.append(py if py is not None else head.to_dicts())
-        else:
-            slots.append(len(plans))
-            plans.append(head.lazy().select(conv))
-    done = (
+    """:func:`rows` of each (table, top): the ``top`` first rows of :func:`to_us` of each
+    DataFrame as dicts (no query), and the rows of each plan (its columns are its caller's: no
+    ``*_ns`` conversion) run together in one collect_all, as eager calls would run them (a
+    query each was a fixed cost of every report on small traces)."""
+    plans = [
+        df if top is None else df.head(top) for df, top in tables if isinstance(df, pl.LazyFrame)
+    ]
+    done = iter(
         pl.collect_all(plans, engine="in-memory", optimizations=_tree.EAGER_FLAGS) if plans else []
     )
-    return [done[s].to_dicts() if isinstance(s, int) else s for s in slots]
-
-
-#: The factor Polars' in-memory engine converts a ``*_ns`` column with: its arithmetic kernel
-#: multiplies by the reciprocal (an exact division differs in the last digit of some values).
-#: An integer or Float64 column is cast to Float64 first, as Python converts an int multiplied
-#: by a float (both round to nearest, ties to even): the same doubles (tests/test_hotspots.py
-#: checks them against the query over every such dtype).
-_NS_TO_US = 1 / 1000.0
-
-
-def _us_rows(df: pl.DataFrame) -> list[dict[str, Any]] | None:
-    """``to_us(df).to_dicts()`` computed in Python: the same keys in the same order
-    (:func:`_to_us_exprs`' columns), the same values; None where that is not certain and the
-    query must convert: a ``*_ns`` column of another dtype than integer or Float64 (Polars keeps
-    a Float32 one in single precision), or one whose several rows hold a single value on which
-    the product and the exact division differ (a constant column may be held as one scalar,
-    which Polars divides exactly, and nothing here tells how it is held). A one-row table's
-    values are divided exactly, as Polars divides a column of length one."""
-    cols = df.columns
-    pos = {c: i for i, c in enumerate(cols)}
-    conv = {c[:-3] + "_us": pos[c] for c in cols if c.endswith("_ns")}
-    if not conv:
-        return df.to_dicts()
-    schema = df.schema
-    if not all(t.is_integer() or t == pl.Float64 for c, t in schema.items() if c.endswith("_ns")):
-        return None
-    rows = df.rows()
-    f = _NS_TO_US
-    # One row: Polars divides a column of length one exactly, whatever it is held as (tests/
-    # test_hotspots.py checks every dtype); in Python the same quotient (one query less per
-    # such table: breakdown's steps of a one-step rank, a one-group aggregate).
-    exact = len(rows) == 1
-    for i in conv.values():
-        first = rows[0][i]
-        if (
-            not exact
-            and first is not None
-            and first * f != first / 1000.0
-            and all(r[i] == first for r in rows)  # (a NaN is unequal to itself: never constant)
-        ):
-            return None
-    kept = [c for c in cols if not c.endswith("_ns")]
-    # (key, column position, converted) in to_us' column order: the other columns in place (an
-    # existing *_us replaced where it stands), the new ones at the end
-    spec = [(c, conv[c], True) if c in conv else (c, pos[c], False) for c in kept]
-    spec += [(u, i, True) for u, i in conv.items() if u not in kept]
-    keys = [k for k, _, _ in spec]
-    at = [i for _, i, _ in spec]
-    converted = [j for j, (_, _, cv) in enumerate(spec) if cv]
     out = []
-    for row in rows:
-        vals = [row[i] for i in at]
-        for j in converted:
-            v = vals[j]
-            if v is not None:
-                vals[j] = v / 1000.0 if exact else v * f
-        out.append(dict(zip(keys, vals, strict=True)))
+    for df, top in tables:
+        if isinstance(df, pl.LazyFrame):
+            out.append(next(done).to_dicts())
+        else:
+            out.append(to_us(df if top is None else df.head(top)).to_dicts())
     return out
 
 

@@ -320,10 +320,9 @@ def run_demo(cfg: DemoConfig, console: Console) -> dict[str, Any]:
 
 
 def _us_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
-    ns = [c for c in df.columns if c.endswith("_ns")]
-    return (
-        df.with_columns([(pl.col(c) / 1000).alias(c[:-3] + "_us") for c in ns]).drop(ns).to_dicts()
-    )
+    from opscope.analysis.hotspots import to_us
+
+    return to_us(df).to_dicts()
 
 
 def _print_rows(console: Console, title: str, rows: list[dict[str, Any]], cols: list[str]) -> None:
