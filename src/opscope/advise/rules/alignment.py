@@ -36,6 +36,10 @@ _HOST_ATTN = ("aten::scaled_dot_product_attention",)
 _KERNEL_MM = r"(?i)matmul|gemm"
 _KERNEL_FA = r"(?i)flashattention"
 
+# An aligned row as a peer of flagged ones: (its position among the aligned rows, FLOPs per
+# call, FLOPs over its calls, time)
+_Peer = tuple[int, float, float, Any]
+
 
 def _mkn(name: str, dims: list[list[int]]) -> tuple[int, int, int, int] | None:
     """(batch, m, k, n) of a host matmul op from its input shapes."""
@@ -89,6 +93,25 @@ def candidate_order(df: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=df.schema) if rows else df
 
 
+def _group_key(group: tuple[tuple[Any, Any, Any], list[Any]]) -> tuple[Any, ...]:
+    """:func:`candidate_key` of a group of :meth:`Alignment._candidates` (``((name, dims,
+    types), [cost, ids])``), read straight from it: its time, name and shape text are never
+    null (costs filled, rows without either dropped) and ``dev`` is the same for every group,
+    so only the dtypes text can be null."""
+    (name, dims, types), (ns, _) = group
+    return -ns, name, dims, types is None, types if types is not None else ""
+
+
+def _matmul_shape(r: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """A candidate's matmul shape, parsed once for its checks and its FLOPs: ``(m, k, n)`` of
+    a kernel (:func:`kernel_mkn`), ``(batch, m, k, n)`` of a host matmul op (:func:`_mkn`);
+    none for other ops or shapes."""
+    dims = r["dims"] or []
+    if r["dev"]:
+        return kernel_mkn(dims)
+    return _mkn(r["name"], dims) if r["name"] in _HOST_MM else None
+
+
 def _sorted(ids: list[Any]) -> list[Any]:
     """``ids`` ascending, nulls first (a Polars sort's order)."""
     if None not in ids:
@@ -133,19 +156,16 @@ class Alignment:
         flagged: list[dict[str, Any]] = []
         aligned: list[dict[str, Any]] = []
         for r in rows:  # one row per distinct (op, shapes, dtypes)
-            v = self._violations(target, r)
-            r["flops"] = self._flops(r)
+            shape = _matmul_shape(r)
+            v = self._violations(target, r, shape)
+            r["flops"] = self._flops(r, shape)
             if v:
                 flagged.append({**r, **v})
             elif r["flops"] and r["cost_ns"]:
                 aligned.append(r)
-        # each aligned row's position, by op name (a scan of every aligned row per flagged
-        # group was 0.4 ms on a rank with 30 findings)
-        by_name: dict[str, list[int]] = {}
-        for k, a in enumerate(aligned):
-            by_name.setdefault(a["name"], []).append(k)
         if not flagged:
             return []
+        peers_of = self._peers_by_op(aligned)
         # the first id of each flagged group, from the rows (a frame built from these dicts only
         # to read this column back was 8 ms of a 4.8k-event rank's report, profiled)
         ids = [i for r in flagged for i in r["ids"][:1]]
@@ -165,7 +185,7 @@ class Alignment:
             dtype = rs[0]["dtype"]
             cap = "low" if target == "cpu" else "medium"
             bench = self._bench(rs, multiple)
-            saving_ns, how = self._estimate(rs, aligned, by_name, total_ns)
+            saving_ns, how = self._estimate(rs, peers_of, total_ns)
             method = "peer-rate"
             if saving_ns <= 0 and target != "cpu":
                 saving_ns, how = self._from_bound(profile, results, rs, multiple, total_ns)
@@ -229,20 +249,33 @@ class Alignment:
         return out
 
     @staticmethod
-    def _flops(r: dict[str, Any]) -> float:
-        """FLOPs per call of a matmul row (0 when the shape is not a plain matmul)."""
-        dims = r["dims"] or []
+    def _flops(r: dict[str, Any], shape: tuple[int, ...] | None) -> float:
+        """FLOPs per call of a matmul row of :func:`_matmul_shape` ``shape`` (0 when the
+        shape is not a plain matmul)."""
+        if shape is None:
+            return 0.0
         if r["dev"]:
-            km = kernel_mkn(dims)
-            return 2.0 * km[0] * km[1] * km[2] if km else 0.0
-        bmkn = _mkn(r["name"], dims) if r["name"] in _HOST_MM else None
-        return 2.0 * bmkn[0] * bmkn[1] * bmkn[2] * bmkn[3] if bmkn else 0.0
+            return 2.0 * shape[0] * shape[1] * shape[2]
+        return 2.0 * shape[0] * shape[1] * shape[2] * shape[3]
+
+    @staticmethod
+    def _peers_by_op(aligned: list[dict[str, Any]]) -> dict[tuple[str, str], list[_Peer]]:
+        """The aligned rows as :meth:`_estimate` reads them, by (op name, dtype), each list in
+        the rows' order (a scan of every aligned row of the op per flagged group, reading
+        their dicts, was 0.4 ms on a rank with 31 findings)."""
+        peers_of: dict[tuple[str, str], list[_Peer]] = {}
+        for k, a in enumerate(aligned):
+            dtype = (a["dtypes"] or [None])[0] or "float32"
+            flops = a["flops"]
+            peers_of.setdefault((a["name"], dtype), []).append(
+                (k, flops, flops * a["calls"], a["cost_ns"])
+            )
+        return peers_of
 
     @staticmethod
     def _estimate(
         rs: list[dict[str, Any]],
-        aligned: list[dict[str, Any]],
-        by_name: Mapping[str, list[int]],
+        peers_of: Mapping[tuple[str, str], list[_Peer]],
         total_ns: float,
     ) -> tuple[float, str]:
         """Saving if the flagged calls ran at the FLOP/s the same operator (same dtype, work
@@ -251,26 +284,25 @@ class Alignment:
         if not flops or total_ns <= 0:
             return 0.0, ""
         per_call = flops / max(sum(r["calls"] for r in rs), 1)
-        names = {r["name"] for r in rs}
-        dtypes = {r["dtype"] for r in rs}
-        # the aligned rows of these ops, in their order (the sums below add in that order)
-        mine_at = sorted(k for n in names for k in by_name.get(n, ()))
-        peers = [
-            a
-            for a in (aligned[k] for k in mine_at)
-            if ((a["dtypes"] or [None])[0] or "float32") in dtypes
-            and per_call / 8 <= a["flops"] <= per_call * 8
-        ]
+        names, dtypes = {r["name"] for r in rs}, {r["dtype"] for r in rs}
+        mine = [peers_of[(n, d)] for n in names for d in dtypes if (n, d) in peers_of]
+        if not mine:
+            return 0.0, ""
+        # the aligned rows of these ops and dtypes within the work's range, in the rows' order
+        # (the sums below add in it; positions are distinct, so the tuples sort by them)
+        low, high = per_call / 8, per_call * 8
+        near = [[p for p in ps if low <= p[1] <= high] for ps in mine]
+        peers = near[0] if len(near) == 1 else sorted(p for ps in near for p in ps)
         if not peers:
             return 0.0, ""
-        rate = sum(a["flops"] * a["calls"] for a in peers) / sum(a["cost_ns"] for a in peers)
-        mine = flops / total_ns
-        if rate <= mine:
+        rate = sum(p[2] for p in peers) / sum(p[3] for p in peers)
+        mine_rate = flops / total_ns
+        if rate <= mine_rate:
             return 0.0, ""
         saving = total_ns - flops / rate
         return saving, (
             f"at the FLOP/s the same operator reaches on aligned shapes in this profile "
-            f"({rate / 1e3:.3g} vs {mine / 1e3:.3g} TFLOP/s over {len(peers)} shapes)"
+            f"({rate / 1e3:.3g} vs {mine_rate / 1e3:.3g} TFLOP/s over {len(peers)} shapes)"
         )
 
     @staticmethod
@@ -394,11 +426,14 @@ class Alignment:
                 "dims": c.parse_dims(dims),
                 "dtypes": types_of[types],
             }
-            for (name, dims, types), (ns, ids) in groups.items()
+            for (name, dims, types), (ns, ids) in sorted(groups.items(), key=_group_key)
         ]
-        return sorted(rows, key=candidate_key)
+        return rows
 
-    def _violations(self, target: str, r: dict[str, Any]) -> dict[str, Any] | None:
+    def _violations(
+        self, target: str, r: dict[str, Any], shape: tuple[int, ...] | None
+    ) -> dict[str, Any] | None:
+        """The row's misaligned dims (``shape``: its :func:`_matmul_shape`), none if none."""
         dims: list[list[int]] = r["dims"] or []
         types = [t for t in (r["dtypes"] or []) if t]
         dtype = types[0] if types else "float32"
@@ -406,10 +441,9 @@ class Alignment:
         bad: set[int] = set()
         mkn: tuple[int, int, int] | None = None
         if not r["dev"] and name in _HOST_MM:
-            bmkn = _mkn(name, dims)
-            if bmkn is None:
+            if shape is None:
                 return None
-            mkn = bmkn[1:]
+            mkn = (shape[1], shape[2], shape[3])
             axes = list(mkn)
         elif not r["dev"] and name in _HOST_CONV:
             if len(dims) < 2 or len(dims[0]) < 3 or len(dims[1]) < 2:
@@ -426,15 +460,14 @@ class Alignment:
             if mult is None:
                 return None
             if r["dev"]:
-                km = kernel_mkn(dims)
-                axes = list(km) if km else []
+                axes = list(shape) if shape else []
             bad = {a for a in axes if a >= mult and a % mult}
             rule_set = f"tensor cores ({c.SHORT_DTYPE.get(dtype, dtype)})"
         elif target == "ascend":
             mult = ASCEND_MULTIPLE
             rule_set = "Ascend cube"
             if r["dev"]:
-                bad, mult, rule_set, mkn = self._ascend_kernel(name, dims, dtype)
+                bad, mult, rule_set, mkn = self._ascend_kernel(name, dims, dtype, shape)
             else:
                 bad = {a for a in axes if a >= mult and a % mult}
         else:
@@ -453,7 +486,7 @@ class Alignment:
 
     @staticmethod
     def _ascend_kernel(
-        name: str, dims: list[list[int]], dtype: str
+        name: str, dims: list[list[int]], dtype: str, km: tuple[int, ...] | None
     ) -> tuple[set[int], int, str, tuple[int, int, int] | None]:
         size = c.DTYPE_BYTES.get(dtype, 2)
         if "flashattention" in name.lower():
@@ -473,7 +506,8 @@ class Alignment:
                 bad_outer.add(d[-2])
         rule_set = f"Ascend cube (128; inner axis {inner} elements / {ASCEND_INNER_BYTES} B)"
         mult = inner if bad_inner else ASCEND_MULTIPLE
-        return bad_inner | bad_outer, mult, rule_set, kernel_mkn(dims)
+        mkn = (km[0], km[1], km[2]) if km else None
+        return bad_inner | bad_outer, mult, rule_set, mkn
 
 
 # The output tile of the big GEMM kernels (CUTLASS / cuBLAS sm80-sm90 bf16 128x128 threadblock,
