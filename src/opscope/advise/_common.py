@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from opscope.advise.finding import Finding, finding_id
 from opscope.analysis.tree import Memo, gather, int_values, not_null
 from opscope.model import Profile, dtypes, kinds
 
@@ -1092,19 +1093,22 @@ def make_finding(
     ``limit_ns`` is the most the fix can remove (profile-wide, like ``saving_ns``): the op's
     own time for op fixes, the device idle for host-side fixes; the step always limits. The
     saving is clipped to it and ``saving_how`` says so when it was."""
-    from opscope.advise.finding import Finding, finding_id
-
     si = steps or step_info(profile)
     step_total = si.step_ns * max(si.n, 1)
-    limits = [(step_total, "the step time")] if step_total > 0 else []
+    # the lower of the step and limit_ns, the step on a tie (none without either)
+    lim: float | None = None
+    if step_total > 0:
+        lim, what = step_total, "the step time"
     if limit_ns is not None:
-        limits.append((max(float(limit_ns), 0.0), limit_what or "the time the fix can remove"))
-    if limits:
-        lim, what = min(limits, key=lambda x: x[0])
+        own = max(float(limit_ns), 0.0)
+        if lim is None or own < lim:
+            lim, what = own, limit_what or "the time the fix can remove"
+    limit_us = None
+    if lim is not None:
         if saving_ns > lim:
             saving_ns = lim
             saving_how = f"{saving_how}; capped at {what}"
-    limit_us = round(si.per_step_us(min(x[0] for x in limits)), 3) if limits else None
+        limit_us = round(si.per_step_us(lim), 3)
     saving_us = si.per_step_us(saving_ns)
     pct = si.pct(saving_ns)
     sev = severity or severity_for(pct, cap)
