@@ -1034,7 +1034,9 @@ def _user_level_ops(profile: Profile) -> pl.DataFrame:
             costs.get_column("cost_ns"),
         )
         .filter(pl.lit(pl.Series(top, dtype=pl.Boolean)))
-        .sort("rank", "tid", "ts_ns")
+        # the id last: two top-level ops starting together on a thread in a defined order, not
+        # in the one an unstable sort happens to leave them
+        .sort("rank", "tid", "ts_ns", "id")
     )
 
 
