@@ -237,3 +237,44 @@ def test_to_json_equals_the_rows_dicts(rel: str) -> None:
     got, want = res.to_json(), _json_by_rows(res)
     assert [list(d.items()) for d in got] == [list(d.items()) for d in want]
     assert got
+
+
+def test_to_json_equals_the_rows_dicts_planted() -> None:
+    """The same on planted groups: a known and an unknown peak, a null time, shapes that are
+    not JSON (kept as text), null shapes, no torch_flops column, PMU columns with nulls."""
+    import dataclasses
+
+    groups = pl.DataFrame(
+        {
+            "name": ["aten::mm", "aten::add", None],
+            "input_dims": ["[[2, 3], [3, 4]]", "not json [", None],
+            "input_types": ['["float", "float"]', None, "[]"],
+            "calls": pl.Series([3, 1, 2], dtype=pl.UInt32),
+            "time_ns": [1_500, None, 7],
+            "flops": [48, None, 0],
+            "torch_flops": [48, 2, None],
+            "bytes": [80, 12, None],
+            "intensity": [0.6, None, 3.0],
+            "achieved_tflops": [1e-3, None, 0.0],
+            "achieved_gbps": [2.5, None, 0.0],
+            "pct_of_peak": [12.5, None, None],
+            "bound": ["memory", "latency", None],
+            "formula": ["2*m*n*k", None, "x"],
+        }
+    )
+    kernels = groups.drop("torch_flops").with_columns(
+        pl.Series("aic_mac_ratio", [0.5, None, 0.25]), pl.Series("aiv_vec_ratio", [None, 1.0, 0.0])
+    )
+    base = rl.RooflineResult(
+        calls=pl.DataFrame(),
+        groups=groups,
+        kernel_groups=kernels,
+        device=None,
+        peaks_note="",
+        time_source="device",
+    )
+    for res in (base, dataclasses.replace(base, peak_known=False)):
+        got, want = res.to_json(), _json_by_rows(res)
+        assert [list(d.items()) for d in got] == [list(d.items()) for d in want]
+        assert len(got) == 6 and ("peak_note" in got[0]) == (not res.peak_known)
+        assert got[1]["input_shapes"] == "not json [" and got[3]["aic_mac_ratio"] == 0.5

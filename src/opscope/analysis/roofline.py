@@ -86,44 +86,59 @@ class RooflineResult(Result):
         out: list[dict[str, Any]] = []
         note = {} if self.peak_known else {"peak_note": NO_PEAK}
         for df in (self.groups, self.kernel_groups):
-            if not df.height:
-                continue
-            # the columns read as lists, once (a dict of every column per row, iter_rows',
-            # was most of this on a trace of a few hundred groups); the same values
-            col = {c: df.get_column(c).to_list() for c in _JSON_COLUMNS if c in df.columns}
-            pmu = [m for m in PMU_METRICS if m in df.columns]
-            pmu_cols = [df.get_column(m).to_list() for m in pmu]
-            none = [None] * df.height
-            torch = col.get("torch_flops", none)
-            for i, time_ns in enumerate(col["time_ns"]):
-                out.append(
-                    {
-                        "name": col["name"][i],
-                        "input_shapes": _decode(col["input_dims"][i]),
-                        "dtypes": _decode(col["input_types"][i]),
-                        "calls": col["calls"][i],
-                        "time_us": time_ns / 1e3 if time_ns is not None else None,
-                        "flops": col["flops"][i],
-                        "torch_flops": torch[i],
-                        "bytes": col["bytes"][i],
-                        "intensity": col["intensity"][i],
-                        "achieved_tflops": col["achieved_tflops"][i],
-                        "achieved_gbps": col["achieved_gbps"][i],
-                        "pct_of_peak": col["pct_of_peak"][i],
-                        **note,
-                        "bound": col["bound"][i],
-                        "formula": col["formula"][i],
-                        **{m: v[i] for m, v in zip(pmu, pmu_cols, strict=True)},
-                    }
-                )
+            if df.height:
+                out.extend(_json_rows(df, note))
         return out
 
 
-#: The columns :meth:`RooflineResult.to_json` reads (``torch_flops`` where there is one).
+def _json_rows(df: pl.DataFrame, note: dict[str, str]) -> list[dict[str, Any]]:
+    """:meth:`RooflineResult.to_json`'s entries of one group table, ``note`` in each."""
+    # the columns read as lists once and walked together (an index into a dict of columns
+    # per key and row, and a dict of the PMU metrics per row, were most of this on a trace of
+    # a few hundred groups)
+    rows = zip(*(_column_list(df, c) for c in _JSON_COLUMNS), strict=True)
+    out = [
+        {
+            "name": name,
+            "input_shapes": _decode(dims),
+            "dtypes": _decode(types),
+            "calls": calls,
+            "time_us": time_ns / 1e3 if time_ns is not None else None,
+            "flops": flops,
+            "torch_flops": torch_flops,
+            "bytes": nbytes,
+            "intensity": intensity,
+            "achieved_tflops": tflops,
+            "achieved_gbps": gbps,
+            "pct_of_peak": pct,
+            **note,
+            "bound": bound,
+            "formula": formula,
+        }
+        for (
+            name, dims, types, calls, time_ns, flops, torch_flops, nbytes, intensity, tflops,
+            gbps, pct, bound, formula,
+        ) in rows
+    ]  # fmt: skip
+    pmu = [m for m in PMU_METRICS if m in df.columns]
+    if pmu:  # (Ascend kernels' counters: after the rest)
+        per_row = zip(*(df.get_column(m).to_list() for m in pmu), strict=True)
+        for entry, values in zip(out, per_row, strict=True):
+            entry.update(zip(pmu, values, strict=True))
+    return out
+
+
+#: The columns :func:`_json_rows` reads, in its order.
 _JSON_COLUMNS: Final = (
     "name", "input_dims", "input_types", "calls", "time_ns", "flops", "torch_flops", "bytes",
     "intensity", "achieved_tflops", "achieved_gbps", "pct_of_peak", "bound", "formula",
 )  # fmt: skip
+
+
+def _column_list(df: pl.DataFrame, name: str) -> list[Any]:
+    if name == "torch_flops" and name not in df.columns:  # (not in every group table: null)
+        return [None] * df.height
+    return df.get_column(name).to_list()
 
 
 def _decode(s: str | None) -> Any:
