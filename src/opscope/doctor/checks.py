@@ -316,18 +316,7 @@ def check_last_step(profile: Profile) -> list[Check]:
     # asked when no rank has an earlier step to compare its last with (a one-step trace)
     per_rank: dict[Any, dict[Any, int]] = {}
     if any(len(steps) >= 2 for steps in step_times.values()):
-        from opscope.analysis.tree import int_values
-
-        # counted in NumPy (the filter and group-by were a query of fixed cost): the kernels
-        # with a step, per (rank, step), a null rank a key of its own
-        k = profile.kernels
-        k_rank, k_known = int_values(k.get_column("rank"))
-        k_step, k_stepped = int_values(k.get_column("step"))
-        keys, n_per = np.unique(
-            np.stack([k_known, k_rank, k_step])[:, k_stepped], axis=1, return_counts=True
-        )
-        for (has_rank, r, step_no), n in zip(keys.T.tolist(), n_per.tolist(), strict=True):
-            per_rank.setdefault(r if has_rank else None, {})[step_no] = n
+        per_rank = _kernels_per_step(profile.kernels)
     out: list[Check] = []
     cut: dict[str, Any] = {}
     for rank, steps in step_times.items():
@@ -357,6 +346,29 @@ def check_last_step(profile: Profile) -> list[Check]:
         )
     elif profile.steps.height >= 2:
         out.append(Check("incomplete.last_step", "ok", "last step has its device work"))
+    return out
+
+
+def _kernels_per_step(kernels: pl.DataFrame) -> dict[int | None, dict[int, int]]:
+    """``{rank: {step: kernels}}`` of the device work with a step, a null rank a key of its
+    own (None)."""
+    from opscope.analysis.tree import int_values
+
+    # counted in NumPy (the filter and group-by were a query of fixed cost), each (known rank,
+    # rank, step) as one integer from the codes of the distinct ranks and steps (a unique over
+    # the stacked columns sorted them as structured rows: ~0.6 ms on 2.4k kernels)
+    rank, known = int_values(kernels.get_column("rank"))
+    step, stepped = int_values(kernels.get_column("step"))
+    ranks, rank_code = np.unique(rank[stepped], return_inverse=True)
+    steps, step_code = np.unique(step[stepped], return_inverse=True)
+    key = (known[stepped] * len(ranks) + rank_code) * len(steps) + step_code
+    keys, n_per = np.unique(key, return_counts=True)
+    rank_key, step_at = np.divmod(keys, len(steps))
+    has_rank, rank_at = np.divmod(rank_key, len(ranks))
+    out: dict[int | None, dict[int, int]] = {}
+    columns = (has_rank, ranks[rank_at], steps[step_at], n_per)
+    for has, r, step_no, n in zip(*(c.tolist() for c in columns), strict=True):
+        out.setdefault(r if has else None, {})[step_no] = n
     return out
 
 
