@@ -203,7 +203,8 @@ def test_products_match_the_plans_parse_or_step_aside() -> None:
     got = _products([*ok, None])
     want = pl.DataFrame({"g": ok}).select(_shape_product("g")).get_column("g").to_list()
     assert got == dict(zip(ok, want, strict=True))
-    for bad in ("[1.5]", "[true]", "{}", "x", "[[1]]", "[9223372036854775807,2]", "3"):
+    bad_items = ("[1.0]", "[2,3.0]", '["4"]', "[1,false]", "[1e3]", "[-9223372036854775809]")
+    for bad in ("[1.5]", "[true]", "{}", "x", "[[1]]", "[9223372036854775807,2]", "3", *bad_items):
         assert _products(["[2]", bad]) is None, bad
 
 
