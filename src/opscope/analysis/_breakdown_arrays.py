@@ -167,3 +167,52 @@ def lane_ids(*keys: IntArray) -> tuple[IntArray, IntArray]:
     ids = np.empty(n, dtype=np.int64)
     ids[order] = np.cumsum(first) - 1
     return ids, order[first]
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The launch queue per lane (each ``n_lanes`` long): ``area`` the integral of the queue's
+    length over the lane's range (ns), ``top`` its greatest length over a stretch of some
+    length (0 without one), ``busy`` the time something is queued (ns)."""
+
+    area: IntArray
+    top: IntArray
+    busy: IntArray
+
+
+def launch_queue(
+    lane: IntArray,
+    launch: IntArray,
+    end: IntArray,
+    r0: IntArray,
+    r1: IntArray,
+) -> Queue:
+    """The launch queue of work items (each in its ``lane``, queued from ``launch`` to
+    ``end``) over each lane's range ``r0[lane]`` .. ``r1[lane]``: the points of every lane
+    sorted by time, an end before a launch at one instant (no phantom peak), each stretch
+    from a point to its lane's next one clipped to the range. Integers throughout: exact."""
+    n_lanes = len(r0)
+    n = len(lane)
+    ln = np.concatenate([lane, lane])
+    t = np.concatenate([launch, end])
+    d = np.concatenate([np.ones(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)])
+    order = np.lexsort((d, t, ln))
+    ln, t, d = ln[order], t[order], d[order]
+    # a lane's launches and ends cancel (one of each per item, in its lane): the running sum
+    # over all rows is each lane's own
+    q = np.cumsum(d)
+    nxt = t.copy()  # the lane's next point (its last: itself, a stretch of no length)
+    if len(t) > 1:
+        same = ln[1:] == ln[:-1]
+        nxt[:-1] = np.where(same, t[1:], t[:-1])
+    length = np.maximum(np.minimum(nxt, r1[ln]) - np.maximum(t, r0[ln]), 0)
+    low = np.iinfo(np.int64).min
+    top = np.full(n_lanes, low, dtype=np.int64)
+    if len(ln):
+        at = np.flatnonzero(run_starts(ln))
+        top[ln[at]] = np.maximum.reduceat(np.where(length > 0, q, low), at)
+    return Queue(
+        area=per_lane_sum(ln, q * length, n_lanes),
+        top=np.where(top == low, 0, top),
+        busy=per_lane_sum(ln, np.where(q > 0, length, 0), n_lanes),
+    )

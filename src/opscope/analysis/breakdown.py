@@ -26,8 +26,21 @@ the rank: ``busy_ns`` (union of its work) and the three idle categories sum to `
 
 **Queue table**: per (rank, device, stream), the launch queue (work launched but not finished:
 +1 at the launch call's start, or at the work's own start without a launch link, −1 at its
-end) over the rank's analysed range (first window start to last window end): time-weighted
-``mean``, ``max``, ``zero_ns`` (time with nothing queued) and its share ``zero_pct``.
+end) over the rank's analysed range ``span_ns`` (first window start to last window end):
+time-weighted ``mean`` = area / ``span_ns`` (the area, the integral of the queue's length in
+ns, an exact integer; both as float64, one division), ``max``, ``zero_ns`` (time with nothing
+queued) and its share ``zero_pct`` = 100 · ``zero_ns`` / ``span_ns`` (the integer product, one
+division).
+
+**Stats table**: per rank (a null rank first, then the ranks in order) and over all (rank
+null), the windows' lengths (those with both bounds) as exact integers: ``steps`` the number
+of windows, ``mean_ns`` = sum / n, ``median_ns`` and ``p10_ns``, ``p90_ns`` the linear
+interpolation between the sorted lengths at rank (n − 1) · q (q = 1/2, 1/10, 9/10 exactly: an
+integer combination of the two neighbours over 2 or 10), ``std_ns`` (n − 1 in the
+denominator) = √(S / (n(n − 1))) with S = n·Σx² − (Σx)², and ``cv`` = ``std_ns`` /
+``mean_ns``. Each is the exact value of exact integers rounded once (IEEE division; the
+square root of the exact ratio rounded once), not whatever an engine's kernel does (a
+product by the reciprocal, a running float sum).
 
 Ascend steps carrying ``computing_ns``/``communication_ns``/``communication_not_overlapped_ns``/
 ``free_ns`` (step_trace_time.csv) use those figures instead (the idle split is then null: it
@@ -39,6 +52,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -410,22 +425,6 @@ def _idle_exprs(keys: tuple[str, ...]) -> _IdleExprs:
     )
 
 
-@functools.cache
-def _stats_exprs() -> tuple[pl.Expr, ...]:
-    """The step-time statistics' expressions, built once per process (~0.1 ms of Python a
-    rank)."""
-    d = pl.col("dur_ns").cast(pl.Float64)
-    return (
-        pl.len().alias("steps"),
-        d.mean().alias("mean_ns"),
-        d.median().alias("median_ns"),
-        d.std().alias("std_ns"),
-        d.quantile(0.1, "linear").alias("p10_ns"),
-        d.quantile(0.9, "linear").alias("p90_ns"),
-        (d.std() / d.mean()).alias("cv"),
-    )
-
-
 def queue_stretches(dev: pl.LazyFrame, rng: pl.LazyFrame, lane: list[str]) -> pl.LazyFrame:
     """Each ``lane``'s launch queue as stretches: from every launch (``launch_ts``, else the
     start) and every end of ``dev``'s work to the lane's next such point, ``q`` the work
@@ -451,8 +450,6 @@ class _QueueExprs:
     running: tuple[pl.Expr, ...]
     length: pl.Expr
     per_lane: tuple[pl.Expr, ...]
-    shares: tuple[pl.Expr, ...]
-    pct: pl.Expr
     cast: tuple[pl.Expr, ...]
 
 
@@ -460,6 +457,13 @@ class _QueueExprs:
 _QUEUE_SCHEMA: dict[str, type[pl.DataType]] = {
     "rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64, "span_ns": pl.Int64,
     "mean": pl.Float64, "max": pl.Int64, "zero_ns": pl.Int64, "zero_pct": pl.Float64,
+}  # fmt: skip
+
+#: :func:`_queue_plan`'s columns: each lane's range, area and busy time (integers), its figures
+#: computed from them after the query (:func:`_queue_frame`).
+_QUEUE_SUMS: dict[str, type[pl.DataType]] = {
+    "rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64, "span_ns": pl.Int64,
+    "area": pl.Int64, "max": pl.Int64, "busy": pl.Int64,
 }  # fmt: skip
 
 
@@ -486,28 +490,59 @@ def _queue_exprs(lane: tuple[str, ...]) -> _QueueExprs:
         .alias("len"),
         per_lane=(
             (pl.col("r1").first() - pl.col("r0").first()).alias("span_ns"),
-            (pl.col("q") * pl.col("len")).sum().alias("_area"),
+            (pl.col("q") * pl.col("len")).sum().alias("area"),
             pl.col("q").filter(pl.col("len") > 0).max().fill_null(0).alias("max"),
-            pl.col("len").filter(pl.col("q") > 0).sum().alias("_busy"),
+            pl.col("len").filter(pl.col("q") > 0).sum().alias("busy"),
         ),
-        shares=(
-            (pl.col("_area") / pl.col("span_ns")).alias("mean"),
-            (pl.col("span_ns") - pl.col("_busy")).alias("zero_ns"),
-        ),
-        pct=(100.0 * pl.col("zero_ns") / pl.col("span_ns")).alias("zero_pct"),
-        cast=tuple(pl.col(c).cast(t) for c, t in _QUEUE_SCHEMA.items()),
+        cast=tuple(pl.col(c).cast(t) for c, t in _QUEUE_SUMS.items()),
     )
 
 
 def queue_lengths(dev: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
-    """Launch-queue length per (rank, device, stream) over each rank's analysed range."""
-    return tree.collect(_queue_plan(dev, win))
+    """Launch-queue length per (rank, device, stream) over each rank's analysed range (the
+    module doc's queue table; :func:`_queue_table` over arrays where breakdown's arrays are
+    taken)."""
+    return _queue_of_sums(tree.collect(_queue_plan(dev, win)))
+
+
+def _queue_of_sums(sums: pl.DataFrame) -> pl.DataFrame:
+    """The queue table of :func:`_queue_plan`'s sums (no query: the quotients in NumPy)."""
+    span, area, top, busy = (
+        sums.get_column(c).to_numpy() for c in ("span_ns", "area", "max", "busy")
+    )
+    keys = [sums.get_column(c) for c in ("rank", "device", "stream")]
+    return pl.DataFrame(
+        [
+            *keys,
+            *(
+                pl.Series(c, v, dtype=_QUEUE_SCHEMA[c])
+                for c, v in _queue_figures(span, area, top, busy)
+            ),
+        ]
+    )
+
+
+def _queue_figures(
+    span: np.ndarray, area: np.ndarray, top: np.ndarray, busy: np.ndarray
+) -> list[tuple[str, np.ndarray]]:
+    """The queue table's ``span_ns``, ``mean``, ``max``, ``zero_ns`` and ``zero_pct`` of each
+    lane's integer sums (``span`` > 0): each share one division of exact integers (as float64:
+    exact below 2**53 ns)."""
+    zero = span - busy
+    return [
+        ("span_ns", span),
+        ("mean", area.astype(np.float64) / span),
+        ("max", top),
+        ("zero_ns", zero),
+        ("zero_pct", (100 * zero).astype(np.float64) / span),
+    ]
 
 
 def _queue_plan(dev: pl.DataFrame, win: pl.DataFrame) -> pl.LazyFrame:
-    """:func:`queue_lengths` as a plan (breakdown runs it with its other tables' plans)."""
+    """The sums of :func:`queue_lengths` (:data:`_QUEUE_SUMS`) as a plan (breakdown's plans
+    run it with their other tables' plans)."""
     if not dev.height or not win.height:
-        return pl.DataFrame(schema=_QUEUE_SCHEMA).lazy()
+        return pl.DataFrame(schema=_QUEUE_SUMS).lazy()
     # one lazy query on the in-memory engine (the eager calls' engine): a query per step was
     # a fixed cost on small traces
     rng = (
@@ -518,14 +553,7 @@ def _queue_plan(dev: pl.DataFrame, win: pl.DataFrame) -> pl.LazyFrame:
     lane = ["rank", "device", "stream"]
     x = _queue_exprs(tuple(lane))
     pts = queue_stretches(dev.lazy(), rng, lane)
-    out = (
-        pts.group_by(lane)
-        .agg(*x.per_lane)
-        .with_columns(*x.shares)
-        .with_columns(x.pct)
-        .drop("_area", "_busy")
-        .filter(pl.col("span_ns") > 0)
-    )
+    out = pts.group_by(lane).agg(*x.per_lane).filter(pl.col("span_ns") > 0)
     return out.select(*x.cast).sort(lane)
 
 
@@ -551,28 +579,85 @@ class Breakdown(Result):
         return {"steps": steps, "stats": stats, "streams": streams, "queue": queue}
 
 
-def _stats_plan(win: pl.DataFrame) -> pl.LazyFrame:
-    """The step-time statistics of the windows (``stats``), as a plan."""
+#: The step-time statistics' columns.
+_STATS_SCHEMA: dict[str, type[pl.DataType]] = {
+    "rank": pl.Int32, "steps": pl.UInt32, "mean_ns": pl.Float64, "median_ns": pl.Float64,
+    "std_ns": pl.Float64, "p10_ns": pl.Float64, "p90_ns": pl.Float64, "cv": pl.Float64,
+}  # fmt: skip
 
-    def stats(df: pl.LazyFrame, rank: int | None) -> pl.LazyFrame:
-        return df.select(*_stats_exprs()).with_columns(pl.lit(rank, pl.Int32).alias("rank"))
 
-    # per rank (its rows in the steps table's order, ranks sorted, null first), then over all
-    # (rank null): one plan, not a query per rank and step. A step's length is its window's, so
-    # the windows give them without waiting for the steps table
-    every = (
-        win.lazy()
-        .select("rank", "step", (pl.col("w1") - pl.col("w0")).alias("dur_ns"))
-        .sort("rank", "step")
-    )
-    present = set(win.get_column("rank").to_list())
-    ranks = [None] * (None in present) + sorted(r for r in present if r is not None)
-    same = pl.col("rank").eq_missing
-    allstats = pl.concat(
-        [*(stats(every.filter(same(pl.lit(r, pl.Int32))), r) for r in ranks), stats(every, None)],
-        how="diagonal",
-    )
-    return allstats.select("rank", pl.exclude("rank"))
+def _stats_table(win: pl.DataFrame) -> pl.DataFrame:
+    """The step-time statistics of the windows (``stats``, the module doc's definitions): the
+    lengths read once, each group's figures from Python integers (a handful of windows a
+    rank: a plan of a filter and seven aggregates per rank was ~0.4 ms)."""
+    rank, rank_ok = int_values(win.get_column("rank"))
+    w0, w0_ok = int_values(win.get_column("w0"))
+    w1, w1_ok = int_values(win.get_column("w1"))
+    length = w1 - w0
+    # the windows by group (a null rank first) and length: each group a run, its lengths sorted
+    order = np.lexsort((length, rank, rank_ok))
+    rank, rank_ok, length = rank[order], rank_ok[order], length[order]
+    has_len = (w0_ok & w1_ok)[order]
+    new = arrays.run_starts(rank)
+    new[1:] |= rank_ok[1:] != rank_ok[:-1]  # (a null rank reads 0: rank 0 starts a run too)
+    lengths = length.tolist()
+    counted = has_len.tolist()
+    bounds = [*np.flatnonzero(new).tolist(), len(order)]
+    rows = []
+    for a, b in itertools.pairwise(bounds):
+        key = int(rank[a]) if rank_ok[a] else None
+        mine = [x for x, c in zip(lengths[a:b], counted[a:b], strict=True) if c]
+        rows.append((key, b - a, *_spread(mine)))
+    every = sorted(x for x, c in zip(lengths, counted, strict=True) if c)
+    rows.append((None, len(order), *_spread(every)))
+    return pl.DataFrame(rows, schema=_STATS_SCHEMA, orient="row")
+
+
+def _spread(v: list[int]) -> tuple[float | None, ...]:
+    """(mean, median, std, p10, p90, cv) of the sorted integers ``v`` (the module doc's
+    definitions; None where a figure needs more values than there are)."""
+    n = len(v)
+    if not n:
+        return (None,) * 6
+    total = sum(v)
+    mean = total / n  # (int / int: the exact quotient rounded once)
+    std = _sqrt_of_ratio(n * sum(x * x for x in v) - total * total, n * (n - 1)) if n > 1 else None
+    cv = None if std is None else _quotient(std, mean)
+    return mean, _between(v, 1, 2), std, _between(v, 1, 10), _between(v, 9, 10), cv
+
+
+#: Bits of the scaled integer square root: twice float64's 53, and 3 more (round to odd).
+_ROOT_BITS = 2 * 53 + 3
+
+
+def _sqrt_of_ratio(num: int, den: int) -> float:
+    """√(``num`` / ``den``) of integers (``num`` ≥ 0, ``den`` > 0) rounded once: the integer
+    square root of the ratio scaled to :data:`_ROOT_BITS` bits, its last bit set where inexact
+    (rounding to odd keeps the one conversion to float64 correct)."""
+    q = (num.bit_length() - den.bit_length() - _ROOT_BITS) // 2
+    if q >= 0:
+        return float(_odd_root(num, den << 2 * q) << q)
+    return _odd_root(num << -2 * q, den) / (1 << -q)
+
+
+def _odd_root(num: int, den: int) -> int:
+    """⌊√(``num`` / ``den``)⌋, rounded to odd: its last bit set where inexact."""
+    root = math.isqrt(num // den)
+    return root | (root * root * den != num)
+
+
+def _quotient(a: float, b: float) -> float:
+    """``a / b`` in IEEE arithmetic (a zero ``b``: an infinity or nan, as an engine's column
+    division gives, where Python raises)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
+def _between(v: list[int], i: int, k: int) -> float:
+    """The linear interpolation between the sorted integers ``v`` at rank (len − 1) · i / k:
+    the two neighbours' integer combination over ``k``, one division."""
+    j, frac = divmod((len(v) - 1) * i, k)
+    return float(v[j]) if not frac else (v[j] * (k - frac) + v[j + 1] * frac) / k
 
 
 def _device_work(profile: Profile) -> pl.DataFrame:
@@ -651,7 +736,7 @@ def _breakdown(profile: Profile) -> Breakdown:
     got = stored_aggregates.breakdown(stored, profile) if stored else None
     if got is not None:
         return got
-    return _breakdown_of(_inputs(projected(profile, BREAKDOWN_READ), per_trace=True))
+    return _breakdown_of(_inputs(projected(profile, BREAKDOWN_READ)))
 
 
 @dataclass(frozen=True)
@@ -665,26 +750,10 @@ class _Inputs:
     data: pl.DataFrame
     has_dev: bool
     steps: pl.DataFrame
-    #: The tables collected with the inputs' query, when the windows were known before it.
-    early: _Early | None = None
 
 
-@dataclass(frozen=True)
-class _Early:
-    """The step-time statistics, the launch queue and (when the arrays take it, see
-    :func:`_stream_sums`) the streams table, collected in the inputs' query; ``arrays``: the
-    windows' and the clipped device work's arrays the streams were summed from."""
-
-    stats: pl.DataFrame
-    queue: pl.DataFrame
-    streams: pl.DataFrame | None = None
-    arrays: tuple[_WindowArrays, _DeviceClip] | None = None
-
-
-def _inputs(profile: Profile, *, per_trace: bool = False) -> _Inputs:
-    """Breakdown's inputs of ``profile``; with ``per_trace``, where the windows are the steps
-    (known before any query), the statistics, the launch queue and the streams table too, in
-    the inputs' call (a query's fixed cost less)."""
+def _inputs(profile: Profile) -> _Inputs:
+    """Breakdown's inputs of ``profile``."""
     # the columns used, before any filter (filtering every column of the events was the cost);
     # ``step`` too: the host parts keep the event's own step (the window's is ``step_right``)
     events = profile.events
@@ -707,45 +776,19 @@ def _inputs(profile: Profile, *, per_trace: bool = False) -> _Inputs:
     else:
         data_ops = pl.col("kind").is_in(_DATA_KINDS) & pl.col("name").str.contains(DATA_PATTERN)
         plans.append(ev.lazy().filter(data_ops))
-    tables: list[pl.LazyFrame] = []
-    sums = None
-    if per_trace and win is not None:
-        tables = _trace_plans(dev, win)
-        taken = _arrays_of(dev, win) if tree.SHORTCUTS else None
-        sums = _stream_sums(dev, win, *taken) if taken else None
-        if sums is not None:
-            tables.append(_streams_of(sums, win))
-    # (the eager calls' optimisations, those the statistics and the queue were collected
-    # with; the filter and the windows' minima are the same rows under any)
-    got = (
-        pl.collect_all([*plans, *tables], engine="in-memory", optimizations=tree.EAGER_FLAGS)
-        if plans or tables
-        else []
-    )
-    done = got[: len(plans)]
+    # (the eager calls' optimisations; the filter and the windows' minima are the same rows
+    # under any)
+    got = pl.collect_all(plans, engine="in-memory", optimizations=tree.EAGER_FLAGS) if plans else []
     if win is None:
-        win, *done = done
+        win, *got = got
     return _Inputs(
         win=win,
         dev=dev,
         host=host,
-        data=done[0] if done else data,
+        data=got[0] if got else data,
         has_dev=profile.has_device,
         steps=profile.steps,
-        early=_early(got[len(plans) :], taken) if tables else None,
     )
-
-
-def _early(got: list[pl.DataFrame], taken: tuple[_WindowArrays, _DeviceClip] | None) -> _Early:
-    """:class:`_Early` of the inputs' query's tables (the statistics, the queue and maybe the
-    streams)."""
-    return _Early(got[0], got[1], got[2] if len(got) > 2 else None, taken)
-
-
-def _trace_plans(dev: pl.DataFrame, win: pl.DataFrame) -> list[pl.LazyFrame]:
-    """The plans of the step-time statistics and the launch queue, which read the windows and
-    the device work alone."""
-    return [_stats_plan(win), _queue_plan(dev, win)]
 
 
 def _columns(df: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
@@ -937,20 +980,20 @@ def _breakdown_of(inp: _Inputs, *, per_trace: bool = True) -> Breakdown:
         .sort("rank", "step", "device", "stream")
     )
 
-    # the four tables' plans in one call (a collect each was a fixed cost on small traces)
+    # the three tables' plans in one call (a collect each was a fixed cost on small traces)
     if not per_trace:
         steps, streams = pl.collect_all(
             [steps_plan, streams_plan], engine="in-memory", optimizations=tree.EAGER_FLAGS
         )
         return Breakdown(steps=steps, stats=pl.DataFrame(), streams=streams)
-    early = inp.early
-    steps, streams, *done = pl.collect_all(
-        [steps_plan, streams_plan, *([] if early else _trace_plans(dev, win))],
+    steps, streams, sums = pl.collect_all(
+        [steps_plan, streams_plan, _queue_plan(dev, win)],
         engine="in-memory",
         optimizations=tree.EAGER_FLAGS,
     )
-    stats_df, queue = (early.stats, early.queue) if early else done
-    return Breakdown(steps=steps, stats=stats_df, streams=streams, queue=queue)
+    return Breakdown(
+        steps=steps, stats=_stats_table(win), streams=streams, queue=_queue_of_sums(sums)
+    )
 
 
 @dataclass(frozen=True)
@@ -1013,16 +1056,12 @@ _UNION_CLASSES = _CLASSES[:-1]
 
 
 def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
-    """:func:`_breakdown_of` with the steps table and the streams table's sums in NumPy over
-    the columns (:mod:`._breakdown_arrays`): a query of a dozen steps per table was most of
-    breakdown's time on small traces. The statistics (float means and quantiles) and the
-    launch queue (see :func:`_stream_sums` for why) stay plans, run with the streams table's
-    last join in one query (or in the inputs' one). None where the inputs fall outside what the
-    arrays take (see :meth:`_WindowArrays.of`, a null in the device work's columns, times
-    that do not fit int64 laid end to end): the plans then."""
-    early = inp.early
-    taken = early.arrays if early is not None else None
-    taken = taken or _arrays_of(inp.dev, inp.win)
+    """:func:`_breakdown_of` over NumPy arrays of the columns (:mod:`._breakdown_arrays`), no
+    query: a plan of a dozen steps per table was most of breakdown's time on small traces.
+    None where the inputs fall outside what the arrays take (see :meth:`_WindowArrays.of`, a
+    null in the device work's columns, times that do not fit int64 laid end to end): the
+    plans then."""
+    taken = _arrays_of(inp.dev, inp.win)
     if taken is None:
         return None
     win, clip = taken
@@ -1035,28 +1074,18 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
     whole = arrays.idle_split(
         clip.place, clip.start, clip.end, clip.launch, clip.launched, win.w0, win.w1
     )
-    if unions is None or whole is None:
+    streams = _streams_table(inp.dev, inp.win, win, clip)
+    if unions is None or whole is None or streams is None:
         return None
     table = _steps_table(inp, win, unions, whole, src)
-    if early is not None and early.streams is not None:
-        streams, stats, queue = early.streams, early.stats, early.queue
-    else:
-        sums = _stream_sums(inp.dev, inp.win, win, clip)
-        if sums is None:
-            return None
-        rest = _trace_plans(inp.dev, inp.win) if per_trace and early is None else []
-        streams, *done = pl.collect_all(
-            [_streams_of(sums, inp.win), *rest],
-            engine="in-memory",
-            optimizations=tree.EAGER_FLAGS,
-        )
-        if early is not None:
-            stats, queue = early.stats, early.queue
-        elif per_trace:
-            stats, queue = done
     if not per_trace:
         return Breakdown(steps=table, stats=pl.DataFrame(), streams=streams)
-    return Breakdown(steps=table, stats=stats, streams=streams, queue=queue)
+    return Breakdown(
+        steps=table,
+        stats=_stats_table(inp.win),
+        streams=streams,
+        queue=_queue_table(inp.dev, win),
+    )
 
 
 #: The device work's columns the arrays read that must hold no null.
@@ -1253,18 +1282,13 @@ def _steps_table(
     )
 
 
-def _stream_sums(
+def _streams_table(
     dev: pl.DataFrame, frame: pl.DataFrame, win: _WindowArrays, clip: _DeviceClip
 ) -> pl.DataFrame | None:
-    """The streams table's lanes and sums: every (device, stream) with work in some window of
-    a rank, in every window of that rank, sorted by rank, step, device and stream, with
+    """The streams table: every (device, stream) with work in some window of a rank, in every
+    window of that rank, sorted by rank, step, device and stream, its window's ``dur_ns``,
     ``busy_ns`` and :data:`IDLE_COLUMNS`, from the windows ``frame`` (their arrays ``win``)
-    and the device work (clipped: ``clip``); None where the arrays decline.
-
-    (Its ``dur_ns`` is the plan's join of the windows, :func:`_streams_of`: the report's
-    conversion to µs of a column holding one value on several rows depends on how the engine
-    holds it, one value broadcast by that join of a single window, which it divides exactly,
-    or a column built here, which it multiplies by 1/1000.)"""
+    and the device work (clipped: ``clip``); None where the arrays decline."""
     device = dev.get_column("device").to_numpy().astype(np.int64, copy=False)[clip.rows]
     stream = dev.get_column("stream").to_numpy().astype(np.int64, copy=False)[clip.rows]
     rank = win.rank[clip.place]
@@ -1278,9 +1302,8 @@ def _stream_sums(
     lane_win = np.repeat(np.arange(len(count)), count)
     lane_pair = first[lane_win] + np.arange(len(lane_win)) - base[lane_win]
     lane = base[clip.place] + pair - first[clip.place]
-    split = arrays.idle_split(
-        lane, clip.start, clip.end, clip.launch, clip.launched, win.w0[lane_win], win.w1[lane_win]
-    )
+    w0, w1 = win.w0[lane_win], win.w1[lane_win]
+    split = arrays.idle_split(lane, clip.start, clip.end, clip.launch, clip.launched, w0, w1)
     if split is None:
         return None
     i64 = pl.Int64
@@ -1289,6 +1312,7 @@ def _stream_sums(
             *_window_keys(frame, win, lane_win),
             ("device", dev.schema["device"], device[reps][lane_pair], None),
             ("stream", i64, stream[reps][lane_pair], None),
+            ("dur_ns", i64, w1 - w0, None),
             ("busy_ns", i64, split.busy, None),
             ("idle_host_wait_ns", i64, split.host_wait, None),
             ("idle_kernel_wait_ns", i64, split.kernel_wait, None),
@@ -1297,20 +1321,37 @@ def _stream_sums(
     )
 
 
-def _streams_of(sums: pl.DataFrame, win: pl.DataFrame) -> pl.LazyFrame:
-    """The streams table from :func:`_stream_sums`' lanes: each lane's window length, by the
-    plan's join (see there)."""
-    return (
-        sums.lazy()
-        .join(win.lazy(), on=["rank", "step"], how="left", nulls_equal=True)
-        .select(
-            "rank",
-            "step",
-            "device",
-            "stream",
-            (pl.col("w1") - pl.col("w0")).alias("dur_ns"),
-            "busy_ns",
-            *IDLE_COLUMNS,
-        )
-        .sort("rank", "step", "device", "stream")
+def _queue_table(dev: pl.DataFrame, win: _WindowArrays) -> pl.DataFrame:
+    """:func:`queue_lengths` over arrays (the module doc's definitions): the device work of
+    the ranks with a window, each (rank, device, stream) a lane over its rank's range, the
+    windows' arrays ``win`` (no null rank or bound) and the device work's keys without a null
+    (what :func:`_arrays_of` took)."""
+    rank = dev.get_column("rank").to_numpy().astype(np.int64, copy=False)
+    ts = dev.get_column("ts_ns").to_numpy().astype(np.int64, copy=False)
+    end = ts + dev.get_column("dur_ns").to_numpy().astype(np.int64, copy=False)
+    launch, launched = int_values(dev.get_column("launch_ts"))
+    # each rank's range: its windows (sorted by rank) from the first start to the last end
+    at = np.flatnonzero(arrays.run_starts(win.rank))
+    ranks = win.rank[at]
+    r0 = np.minimum.reduceat(win.w0, at) if len(at) else win.w0
+    r1 = np.maximum.reduceat(win.w1, at) if len(at) else win.w1
+    of = np.minimum(np.searchsorted(ranks, rank), max(len(ranks) - 1, 0))
+    kept = np.flatnonzero(ranks[of] == rank) if len(ranks) else np.zeros(0, dtype=np.int64)
+    device = dev.get_column("device").to_numpy().astype(np.int64, copy=False)[kept]
+    stream = dev.get_column("stream").to_numpy().astype(np.int64, copy=False)[kept]
+    lane, reps = arrays.lane_ids(rank[kept], device, stream)
+    place = of[kept][reps]  # each lane's rank among the ranges
+    q = arrays.launch_queue(
+        lane,
+        np.where(launched, launch, ts)[kept],
+        end[kept],
+        r0[place],
+        r1[place],
+    )
+    span = (r1 - r0)[place]
+    live = np.flatnonzero(span > 0)  # (a rank's range without length: no row, as the plan)
+    keys = (("rank", rank[kept][reps]), ("device", device[reps]), ("stream", stream[reps]))
+    figures = _queue_figures(span[live], q.area[live], q.top[live], q.busy[live])
+    return _frame(
+        [(c, _QUEUE_SCHEMA[c], v, None) for c, v in (*((c, v[live]) for c, v in keys), *figures)]
     )
