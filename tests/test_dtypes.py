@@ -239,7 +239,7 @@ def test_bench_dtypes_are_the_floating_point_ones_plus_tf32() -> None:
 
 def test_collective_bytes_use_the_table() -> None:
     # Planted NCCL collectives: bytes = "In msg nelems" x element size of their "dtype".
-    from opscope.analysis.cluster import _calls, _collectives_of
+    from opscope.analysis.cluster import _calls
 
     rows = [("Float", 4), ("BFloat16", 2), ("Byte", 1), ("Long", 8), ("ComplexFloat", 8)]
     ev = pl.DataFrame(
@@ -256,8 +256,7 @@ def test_collective_bytes_use_the_table() -> None:
             ],
         }
     )
-    calls = _calls(ev, host_compute=False)[0]
-    out = _collectives_of(calls).collect().sort("start_ns")  # (a plan, as cluster runs it)
+    out = _calls(ev, host_compute=False)[0].sort("start_ns")  # (the collectives table)
     assert out.get_column("bytes").to_list() == [1000 * size for _, size in rows]
 
 

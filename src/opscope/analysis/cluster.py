@@ -179,13 +179,11 @@ def _rank_plans(
     *,
     hccl: pl.DataFrame | None = None,
     stages: pl.DataFrame | None = None,
-) -> dict[str, pl.DataFrame | pl.LazyFrame]:
-    """:func:`rank_tables`, the steps and collectives as plans or frames (in the columns and
-    types of their schemas): the in-process analysis hands them to :func:`aggregate`, which runs
-    each in its own query (a query each here too was a fixed cost per report)."""
-    calls, comp = _calls(profile.events, host_compute=not profile.has_device)
-    colls = _collectives_of(calls)
-    steps = _steps(profile, calls, comp)
+) -> dict[str, pl.DataFrame]:
+    """:func:`rank_tables`' tables, the steps and collectives already in the columns and types
+    of their schemas (the in-process analysis hands them to :func:`_aggregate` as they are)."""
+    colls, comp = _calls(profile.events, host_compute=not profile.has_device)
+    steps = _steps(profile, colls, comp)
     lk = _conform(links if links is not None else _empty("links"), LINK_COLUMNS)
     hc = _conform(hccl if hccl is not None else _empty("hccl"), asc.HCCL_COLUMNS)
     sg = _conform(stages if stages is not None else _empty("stages"), asc.STAGE_COLUMNS)
@@ -233,9 +231,9 @@ def _cast_to(lf: pl.LazyFrame, cols: dict[str, type[pl.DataType]]) -> pl.LazyFra
 
 
 def _calls(ev: pl.DataFrame, *, host_compute: bool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """(The collective calls of ``ev`` in :func:`_call_columns`, with ``host_compute`` the host
-    compute intervals ``rank``, ``ts_ns``, ``dur_ns`` for a profile without device work, else
-    None), in one call (a query each was a fixed cost)."""
+    """(The collectives table of ``ev``'s collective calls (:func:`_collectives_of`), with
+    ``host_compute`` the host compute intervals ``rank``, ``ts_ns``, ``dur_ns`` for a profile
+    without device work, else None), in one call (a query each was a fixed cost)."""
     # Per rank: the device collectives when the rank has any, else its host ones (gloo).
     # (The ranks with device collectives as a Series; the host part only when a rank lacks
     # them: a filter and a concatenation less on most traces.)
@@ -248,7 +246,8 @@ def _calls(ev: pl.DataFrame, *, host_compute: bool) -> tuple[pl.DataFrame, pl.Da
             "name"
         ).str.contains(HOST_COLLECTIVE)
         parts.append(lev.filter(host_comm & ~pl.col("rank").is_in(dev_ranks)))
-    plans = [(pl.concat(parts) if len(parts) > 1 else parts[0]).select(*_call_columns())]
+    calls = (pl.concat(parts) if len(parts) > 1 else parts[0]).select(*_call_columns())
+    plans = [_collectives_of(calls)]
     if host_compute:
         plans.append(lev.filter(_host_compute()).select("rank", "ts_ns", "dur_ns"))
     got = pl.collect_all(plans, engine="in-memory")
@@ -268,30 +267,27 @@ def _host_compute() -> pl.Expr:
     )
 
 
-def _collectives_of(calls: pl.DataFrame) -> pl.LazyFrame:
-    """The collectives table (:data:`COLLECTIVE_COLUMNS`) of :func:`_calls`' calls, as a
-    plan."""
-    nelems = calls.get_column("_nelems")
-    if tree.SHORTCUTS and nelems.null_count() == len(nelems):
-        # no message size recorded (Ascend, most host collectives): bytes is null whatever the
-        # dtype, without mapping the dtype spellings (a query of ~0.3 ms on a handful of rows)
-        size = pl.lit(None, pl.Int64)
-    else:
-        size = pl.col("_nelems") * dtypes.itemsize_expr(pl.col("_dtype"))
-    out = (
-        calls.lazy()
-        .select(pl.exclude("_nelems", "_dtype"), size.alias("bytes"))
-        .sort("rank", "start_ns", maintain_order=True)  # calls at one instant: in trace order
+def _collectives_of(calls: pl.LazyFrame) -> pl.LazyFrame:
+    """The collectives table (:data:`COLLECTIVE_COLUMNS`) of the plan of the collective calls
+    in :func:`_call_columns`, as a plan (run in :func:`_calls`' query: a query of its own was a
+    fixed cost)."""
+    size, seq, cast = _collective_exprs()
+    # calls at one instant: in trace order; seq numbers the calls in time, with ties kept in
+    # trace order the same calls are matched across ranks every run
+    out = calls.select(pl.exclude("_nelems", "_dtype"), size).sort(
+        "rank", "start_ns", maintain_order=True
     )
-    # seq numbers the calls in time; with ties kept in trace order (above) the same calls are
-    # matched across ranks every run
-    out = out.with_columns(
-        pl.int_range(pl.len())
-        .over("rank", "step", "collective", "group")
-        .cast(pl.Int32)
-        .alias("seq")
-    )
-    return _cast_to(out, COLLECTIVE_COLUMNS)  # (every column of the schema is above)
+    return out.with_columns(seq).select(*cast)
+
+
+@functools.cache
+def _collective_exprs() -> tuple[pl.Expr, pl.Expr, tuple[pl.Expr, ...]]:
+    """:func:`_collectives_of`' bytes, seq and casts, built once per process (~0.4 ms of Python
+    each time, the dtype spellings' mapping most)."""
+    size = pl.col("_nelems") * dtypes.itemsize_expr(pl.col("_dtype"))
+    seq = pl.int_range(pl.len()).over("rank", "step", "collective", "group").cast(pl.Int32)
+    cast = tuple(pl.col(c).cast(t, strict=False) for c, t in COLLECTIVE_COLUMNS.items())
+    return size.alias("bytes"), seq.alias("seq"), cast
 
 
 def _rank_without(rank: pl.Series, dev_ranks: list[int]) -> bool:
@@ -333,25 +329,22 @@ def _call_columns() -> tuple[pl.Expr, ...]:
     )
 
 
-def _steps(
-    profile: Profile, calls: pl.DataFrame, comp: pl.DataFrame | None
-) -> pl.DataFrame | pl.LazyFrame:
-    """The steps table (:data:`STEP_COLUMNS`): a plan from the breakdown with device work, else
-    a frame of the host intervals' unions in each step window (``comp``: :func:`_calls`'
-    compute intervals)."""
+def _steps(profile: Profile, calls: pl.DataFrame, comp: pl.DataFrame | None) -> pl.DataFrame:
+    """The steps table (:data:`STEP_COLUMNS`): the breakdown's with device work, else the
+    host intervals' unions in each step window (``comp``: :func:`_calls`' compute
+    intervals)."""
     if profile.has_device or comp is None:
         b = breakdown(profile, Options()).steps
-        plan = b.lazy().select(
-            "rank",
-            pl.col("step").fill_null(-1),
-            "ts_ns",
-            "dur_ns",
-            "compute_ns",
-            "communication_ns",
-            "communication_not_overlapped_ns",
-            pl.col("device_idle_ns").alias("idle_ns"),
-        )
-        return _cast_to(plan, STEP_COLUMNS)  # (every column of the schema is above)
+        step, has_step = tree.int_values(b.get_column("step"))
+        # the breakdown's columns as Series (a plan's select and casts were a query)
+        cols = [
+            b.get_column("rank"),
+            pl.Series("step", np.where(has_step, step, -1)),
+            *(b.get_column(c) for c in ("ts_ns", "dur_ns", "compute_ns", "communication_ns")),
+            b.get_column("communication_not_overlapped_ns"),
+            b.get_column("device_idle_ns").alias("idle_ns"),
+        ]
+        return pl.DataFrame([c.cast(STEP_COLUMNS[c.name], strict=False) for c in cols])
     return _host_steps(profile, calls, comp)
 
 
@@ -415,7 +408,9 @@ def _host_steps(profile: Profile, calls: pl.DataFrame, comp: pl.DataFrame) -> pl
         [
             pl.Series(
                 c,
-                v[order] if ok is None else np.ma.masked_array(v[order], mask=~ok[order]),
+                v[order]
+                if ok is None or ok.all()  # (a masked array's read: ~30 us, whatever its length)
+                else np.ma.masked_array(v[order], mask=~ok[order]),
                 dtype=STEP_COLUMNS[c],
             )
             for c, v, ok in cols
@@ -465,12 +460,15 @@ def _merged(
     g, s, e = g[order], s[order], e[order]
     first = np.ones(len(s), dtype=bool)
     first[1:] = g[1:] != g[:-1]
-    # the running maximum of the ends within each group, by one running maximum over all rows:
-    # each end as its rank among the ends, each group's ranks lifted above the group's before
-    # (exact integers, no restart per group)
-    vals, inv = np.unique(e, return_inverse=True)
-    lift = (np.cumsum(first) - 1) * len(vals)
-    reach = vals[np.maximum.accumulate(lift + inv) - lift]
+    if g[0] == g[-1]:  # one group (one rank: most profiles): its running maximum itself
+        reach = np.maximum.accumulate(e)
+    else:
+        # the running maximum of the ends within each group, by one running maximum over all
+        # rows: each end as its rank among the ends, each group's ranks lifted above the
+        # group's before (exact integers, no restart per group)
+        vals, inv = np.unique(e, return_inverse=True)
+        lift = (np.cumsum(first) - 1) * len(vals)
+        reach = vals[np.maximum.accumulate(lift + inv) - lift]
     new = first.copy()
     new[1:] |= s[1:] > reach[:-1]
     at = np.flatnonzero(new)
@@ -485,14 +483,19 @@ def _below(
     ug, us, ue = u
     if not len(us) or not len(x):
         return np.zeros(len(x), dtype=np.int64)
-    # (group, time) pairs ordered as one int64 key: the group's rank among the groups, then
-    # the time's rank among the times
-    _, gi = np.unique(np.concatenate([ug, g]), return_inverse=True)
-    times, ti = np.unique(np.concatenate([us, x]), return_inverse=True)
-    key = gi * len(times) + ti
-    seg_key, q_key = key[: len(us)], key[len(us) :]
-    k = np.searchsorted(seg_key, q_key, side="right")  # segments up to the query's
-    lo = np.searchsorted(seg_key, gi[len(us) :] * len(times), side="left")  # its group's first
+    if ug[0] == ug[-1] and bool((g == ug[0]).all()):
+        # one group (one rank: most profiles): the segments sorted by start, no key to build
+        k = np.searchsorted(us, x, side="right")  # segments up to the query's
+        lo = np.zeros(len(x), dtype=np.int64)
+    else:
+        # (group, time) pairs ordered as one int64 key: the group's rank among the groups,
+        # then the time's rank among the times
+        _, gi = np.unique(np.concatenate([ug, g]), return_inverse=True)
+        times, ti = np.unique(np.concatenate([us, x]), return_inverse=True)
+        key = gi * len(times) + ti
+        seg_key, q_key = key[: len(us)], key[len(us) :]
+        k = np.searchsorted(seg_key, q_key, side="right")
+        lo = np.searchsorted(seg_key, gi[len(us) :] * len(times), side="left")  # group's first
     cum = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(ue - us)])
     last = np.maximum(k - 1, 0)
     inside = np.minimum(x, ue[last]) - us[last]  # of the last segment starting at or before x
@@ -629,8 +632,8 @@ def aggregate(
 
 
 def _aggregate(
-    steps: pl.LazyFrame,
-    collectives: pl.LazyFrame,
+    steps: pl.LazyFrame | pl.DataFrame,
+    collectives: pl.LazyFrame | pl.DataFrame,
     links: pl.LazyFrame | pl.DataFrame | None = None,
     *,
     hccl: pl.LazyFrame | pl.DataFrame | None = None,
@@ -640,19 +643,46 @@ def _aggregate(
     failed: tuple[tuple[int, str], ...] = (),
 ) -> Cluster:
     """:func:`aggregate` of steps and collectives already in their schemas' columns and types
-    (the in-process analysis' plans: not conformed again)."""
+    (the in-process analysis' frames: not conformed again)."""
     # (each table one query from the given frames or plans to its end: a report's fixed cost
     # is its number of queries)
     lk = _conform(links if links is not None else pl.DataFrame(), LINK_COLUMNS)
+    hc = _conform_sorted(
+        hccl if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS, "rank", "start_ns"
+    )
+    sg = _conform_sorted(
+        stages if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS, "rank"
+    )
+    if tree.SHORTCUTS and not lk.height and not hc.height:
+        one = _one_rank(steps, collectives)
+        if one is not None:
+            st, co, ranks, gap = one
+            return Cluster(
+                ranks=_without(ranks, "aligned"),
+                steps=st,
+                collectives=co,
+                step_gap=gap,
+                slow_ranks=_slow_ranks(ranks),
+                links=_empty_link_tables()[0].clone(),
+                slow_links=_empty_link_tables()[1].clone(),
+                engine=engine,
+                top=top,
+                failed=failed,
+                hccl=hc,
+                msprof=asc.msprof_without_hccl(ranks),
+                stages=sg,
+                stage_imbalance=asc.stage_imbalance(ranks, sg),
+            )
     first, second, third = _wait_columns()
     co_plan = (
-        collectives.with_columns(*first)
+        collectives.lazy()
+        .with_columns(*first)
         .with_columns(*second)
         .with_columns(*third)
         .drop("max_start")
         .sort("rank", "start_ns", "seq", maintain_order=True)
     )
-    st_plan = steps.sort("rank", "step")
+    st_plan = steps.lazy().sort("rank", "step")
     st, co = pl.collect_all([st_plan, co_plan], engine="in-memory")
     step_ns = st.get_column("dur_ns").median()
     decisive_ns = max(
@@ -674,9 +704,6 @@ def _aggregate(
         .with_columns(*fills)
         .sort("rank")
     )
-    hc = _conform_sorted(
-        hccl if hccl is not None else pl.DataFrame(), asc.HCCL_COLUMNS, "rank", "start_ns"
-    )
     # the rank totals, the step gap and the msprof figures in one call (a collect each was a
     # fixed cost; the msprof plan computes the few rank rows again)
     if tree.SHORTCUTS and not hc.height:
@@ -685,9 +712,11 @@ def _aggregate(
         ranks, gap = pl.collect_all([ranks_plan, _step_gap(st)], engine="in-memory")
         msprof = asc.msprof_without_hccl(ranks)
     else:
-        ranks, gap, msprof = pl.collect_all(
+        ranks, gap, msprof_ns = pl.collect_all(
             [ranks_plan, _step_gap(st), asc.msprof_plan(ranks_plan, hc)], engine="in-memory"
         )
+        msprof = asc.msprof_us(msprof_ns)
+    gap = _gap_us(gap)
     slow = _slow_ranks(ranks)
     if tree.SHORTCUTS and not lk.height:
         # no link row (every GPU trace, most Ascend ranks): the link tables are empty; their
@@ -696,9 +725,6 @@ def _aggregate(
         agg_links, slow_links = (t.clone() for t in _empty_link_tables())
     else:
         agg_links, slow_links = _slow_links(asc.matrix_links(lk, hc))
-    sg = _conform_sorted(
-        stages if stages is not None else pl.DataFrame(), asc.STAGE_COLUMNS, "rank"
-    )
     return Cluster(
         ranks=_without(ranks, "aligned"),
         steps=st,
@@ -715,6 +741,95 @@ def _aggregate(
         stages=sg,
         stage_imbalance=asc.stage_imbalance(ranks, sg),
     )
+
+
+def _one_rank(
+    steps: pl.LazyFrame | pl.DataFrame, collectives: pl.LazyFrame | pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
+    """(steps, collectives, rank rows, step gap) of :func:`_aggregate` for frames of one rank
+    (a single-rank profile: most reports), without a query: no collective is seen on two
+    ranks, so none waits (``ranks_seen`` 1, ``wait_ns`` 0, none decisive) and each step's
+    fastest and slowest rank is that rank; the rank row is the steps' sums. None for plans,
+    a null rank or several ranks (the plans then)."""
+    if not isinstance(steps, pl.DataFrame) or not isinstance(collectives, pl.DataFrame):
+        return None
+    ranks: set[Any] = set()
+    for df in (steps, collectives):
+        r = df.get_column("rank")
+        if r.null_count():
+            return None
+        if len(r):
+            ranks |= {r.min(), r.max()}
+    if len(ranks) > 1:
+        return None
+    st = _sorted_by(steps, "step")
+    co = _sorted_by(collectives, "start_ns", "seq")
+    n = co.height
+    co = co.hstack(  # (Series beside the columns: with_columns was a query)
+        [
+            pl.Series("ranks_seen", np.ones(n, dtype=np.uint32)),
+            pl.Series("wait_ns", np.zeros(n, dtype=np.int64)),
+            pl.Series("decisive", np.zeros(n, dtype=bool)),
+        ]
+    )
+    return st, co, _one_rank_row(st, co, next(iter(ranks), None)), _one_rank_gap(st)
+
+
+def _sorted_by(df: pl.DataFrame, *by: str) -> pl.DataFrame:
+    """``df`` (of one rank) sorted by ``by``, nulls first, ties in their order (a stable
+    sort, in NumPy: a plan's sort was a query); itself when already so."""
+    keys = []
+    for c in by:
+        v, ok = tree.int_values(df.get_column(c))
+        keys += [ok, v]
+    order = np.lexsort(keys[::-1])
+    if bool((order == np.arange(len(order))).all()):
+        return df
+    return df[order]
+
+
+def _one_rank_row(st: pl.DataFrame, co: pl.DataFrame, rank: int | None) -> pl.DataFrame:
+    """The rank row of :func:`_aggregate` for one rank (none without a step or collective):
+    its steps' count and sums, its collectives' count, no wait."""
+    schema = {
+        "rank": pl.Int32, "steps": pl.UInt32, "step_time_ns": pl.Int64, "compute_ns": pl.Int64,
+        "comm_ns": pl.Int64, "comm_not_overlapped_ns": pl.Int64, "idle_ns": pl.Int64,
+        "wait_ns": pl.Int64, "collectives": pl.UInt32, "last_arrival_share": pl.Float64,
+        "aligned": pl.UInt32,
+    }  # fmt: skip
+    if rank is None:
+        return pl.DataFrame(schema=schema)
+    sums = [
+        int(st.get_column(c).sum() or 0)  # (nulls left out, as the group's sum)
+        for c in (
+            "dur_ns",
+            "compute_ns",
+            "communication_ns",
+            "communication_not_overlapped_ns",
+            "idle_ns",
+        )
+    ]
+    row = (rank, st.height, *sums, 0, co.height, 0.0, 0)
+    return pl.DataFrame([row], schema=schema, orient="row")
+
+
+def _one_rank_gap(st: pl.DataFrame) -> pl.DataFrame:
+    """:func:`_step_gap` of one rank's steps (sorted by step): per step its rank, the least
+    and greatest time of its rows (one per step but for repeated steps) and their count."""
+    groups: dict[Any, tuple[Any, list[Any]]] = {}
+    steps, rank, dur = (st.get_column(c).to_list() for c in ("step", "rank", "dur_ns"))
+    for step, r, d in zip(steps, rank, dur, strict=True):
+        groups.setdefault(step, (r, []))[1].append(d)
+    rows = []
+    for step, (r, durs) in groups.items():
+        known = [d for d in durs if d is not None]
+        lo, hi = (min(known), max(known)) if known else (None, None)
+        rows.append((step, r, lo, r, hi, len(durs)))
+    schema = {
+        "step": pl.Int32, "fastest_rank": pl.Int32, "fastest_ns": pl.Int64,
+        "slowest_rank": pl.Int32, "slowest_ns": pl.Int64, "ranks": pl.UInt32,
+    }  # fmt: skip
+    return _gap_us(pl.DataFrame(rows, schema=schema, orient="row"))
 
 
 @functools.cache
@@ -784,16 +899,49 @@ def _rank_columns() -> tuple[tuple[pl.Expr, ...], tuple[pl.Expr, ...], tuple[pl.
 
 
 @functools.cache
-def _gap_columns() -> tuple[tuple[pl.Expr, ...], pl.Expr]:
-    """:func:`_step_gap`'s aggregates and its gap column, built once per process."""
-    aggs = (
+def _gap_columns() -> tuple[pl.Expr, ...]:
+    """:func:`_step_gap`'s aggregates, built once per process."""
+    return (
         pl.col("rank").sort_by(["dur_ns", "rank"]).first().alias("fastest_rank"),
-        (pl.col("dur_ns").min() / 1000.0).alias("fastest_us"),
+        pl.col("dur_ns").min().alias("fastest_ns"),
         pl.col("rank").sort_by(["dur_ns", "rank"]).last().alias("slowest_rank"),
-        (pl.col("dur_ns").max() / 1000.0).alias("slowest_us"),
+        pl.col("dur_ns").max().alias("slowest_ns"),
         pl.len().alias("ranks"),
     )
-    return aggs, (pl.col("slowest_us") - pl.col("fastest_us")).alias("gap_us")
+
+
+#: The step gap's columns: each step's fastest and slowest rank and their step times (µs).
+_GAP_SCHEMA: Final[dict[str, type[pl.DataType]]] = {
+    "step": pl.Int32, "fastest_rank": pl.Int32, "fastest_us": pl.Float64,
+    "slowest_rank": pl.Int32, "slowest_us": pl.Float64, "ranks": pl.UInt32, "gap_us": pl.Float64,
+}  # fmt: skip
+
+
+def _gap_us(gap: pl.DataFrame) -> pl.DataFrame:
+    """The step gap (:data:`_GAP_SCHEMA`) of the per-step times in ns (:func:`_step_gap`'s):
+    each µs figure the quotient ns / 1000 rounded once, ``gap_us`` that of the integer gap
+    (slowest − fastest), not a difference of rounded figures."""
+    lo, has_lo = tree.int_values(gap.get_column("fastest_ns"))
+    hi, has_hi = tree.int_values(gap.get_column("slowest_ns"))
+    cols = [
+        gap.get_column("step"),
+        gap.get_column("fastest_rank"),
+        _us("fastest_us", lo, has_lo),
+        gap.get_column("slowest_rank"),
+        _us("slowest_us", hi, has_hi),
+        gap.get_column("ranks"),
+        _us("gap_us", hi - lo, has_lo & has_hi),
+    ]
+    return pl.DataFrame([c.cast(_GAP_SCHEMA[c.name]) for c in cols])
+
+
+def _us(name: str, ns: np.ndarray, valid: np.ndarray) -> pl.Series:
+    """``ns / 1000`` of int64 nanoseconds, one IEEE division each (as float64: exact below
+    2**53 ns), null where not ``valid``."""
+    us = ns.astype(np.float64) / 1000.0
+    if valid.all():
+        return pl.Series(name, us, dtype=pl.Float64)
+    return pl.Series(name, np.ma.masked_array(us, mask=~valid), dtype=pl.Float64)
 
 
 @functools.cache
@@ -879,20 +1027,20 @@ def _med(df: pl.DataFrame, col: str, default: float) -> float:
 
 
 def _step_gap(st: pl.DataFrame) -> pl.LazyFrame:
-    """Per step the fastest and slowest rank, as a plan."""
+    """Per step the fastest and slowest rank and their step times in ns, as a plan (µs:
+    :func:`_gap_us`)."""
     if not st.height:
         return pl.LazyFrame(
             schema={
                 "step": pl.Int32,
                 "fastest_rank": pl.Int32,
-                "fastest_us": pl.Float64,
+                "fastest_ns": pl.Int64,
                 "slowest_rank": pl.Int32,
-                "slowest_us": pl.Float64,
-                "gap_us": pl.Float64,
+                "slowest_ns": pl.Int64,
+                "ranks": pl.UInt32,
             }
         )
-    aggs, gap = _gap_columns()
-    return st.lazy().group_by("step").agg(*aggs).with_columns(gap).sort("step")
+    return st.lazy().group_by("step").agg(*_gap_columns()).sort("step")
 
 
 def _slow_links(lk: FrameT) -> tuple[FrameT, FrameT]:
@@ -944,9 +1092,9 @@ def cluster(profile: Profile, options: Options) -> Cluster:
         hccl=hccl if isinstance(hccl, pl.DataFrame) else None,
         stages=stages if isinstance(stages, pl.DataFrame) else None,
     )
-    return _aggregate(  # the plans in their schemas already
-        t["steps"].lazy(),
-        t["collectives"].lazy(),
+    return _aggregate(  # the frames in their schemas already
+        t["steps"],
+        t["collectives"],
         t["links"],
         hccl=t["hccl"],
         stages=t["stages"],

@@ -31,13 +31,13 @@ opscope's own ``wait_us`` aligns the same collective over the ranks (latest star
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+import numpy as np
 import polars as pl
 
 from opscope.analysis import tree
@@ -226,18 +226,27 @@ def hccl_per_rank(hccl: FrameT) -> FrameT:
 def msprof_ranks(ranks: pl.DataFrame, hccl: pl.DataFrame) -> pl.DataFrame:
     """Per rank in msprof-analyze's terms (µs): Computing, Communication, not overlapped, Free,
     Stage, and the communication.json sums; ``wait_us`` is opscope's aligned wait."""
-    return msprof_plan(ranks.lazy(), hccl).collect(engine="in-memory")
+    return msprof_us(msprof_plan(ranks.lazy(), hccl).collect(engine="in-memory"))
 
 
 def msprof_plan(ranks: pl.LazyFrame, hccl: pl.DataFrame) -> pl.LazyFrame:
-    """:func:`msprof_ranks` as a plan over the plan of ``ranks`` (run with the caller's other
-    plans: the five eager steps it replaces were a query of fixed cost each)."""
+    """:func:`msprof_ranks` in ns (its figures' ``*_ns`` columns: :func:`msprof_us` gives the
+    table) as a plan over the plan of ``ranks`` (run with the caller's other plans: the five
+    eager steps it replaces were a query of fixed cost each)."""
     per = hccl_per_rank(hccl.lazy())
     out = ranks.lazy().join(per, on="rank", how="left").sort("rank")
-    return out.select(
-        "rank",
-        *[(pl.col(a) / 1000.0).alias(b) for a, b in _MSPROF_US],
-        pl.col("hccl_ops").fill_null(0),
+    return out.select("rank", *[pl.col(a) for a, _ in _MSPROF_US], pl.col("hccl_ops").fill_null(0))
+
+
+def msprof_us(ns: pl.DataFrame) -> pl.DataFrame:
+    """:func:`msprof_ranks` of :func:`msprof_plan`'s table in ns: each µs figure the quotient
+    ns / 1000 rounded once (not a query's product by the reciprocal)."""
+    return pl.DataFrame(
+        [
+            ns.get_column("rank"),
+            *(_us(ns.get_column(a), b) for a, b in _MSPROF_US),
+            ns.get_column("hccl_ops"),
+        ]
     )
 
 
@@ -256,25 +265,39 @@ _MSPROF_US: Final = (
 )
 
 
+def _us(ns: pl.Series, name: str) -> pl.Series:
+    """``ns / 1000``: one IEEE division per value (as float64: exact below 2**53 ns), null
+    kept."""
+    v, valid = tree.int_values(ns)
+    us = v.astype(np.float64) / 1000.0
+    if valid.all():
+        return pl.Series(name, us, dtype=pl.Float64)
+    return pl.Series(name, np.ma.masked_array(us, mask=~valid), dtype=pl.Float64)
+
+
 def msprof_without_hccl(ranks: pl.DataFrame) -> pl.DataFrame:
     """:func:`msprof_ranks` of ``ranks`` (sorted by rank, one row each) and an HCCL table of
     :data:`HCCL_COLUMNS` without a row (every GPU trace, most Ascend ranks): no HCCL op to
-    join, so the HCCL sums are null and the ops 0, in one selection instead of the join, the
-    group-by and the sort that would find so. tests/test_report_speed_ha.py checks it."""
-    return ranks.select(*_msprof_without_hccl())
-
-
-@functools.cache
-def _msprof_without_hccl() -> tuple[pl.Expr, ...]:
-    """:func:`msprof_without_hccl`'s columns, built once per process (~0.1 ms of Python)."""
-    hccl = {b for a, b in _MSPROF_US if a.startswith("hccl_")}
-    return (
-        pl.col("rank"),
-        *[
-            (pl.lit(None, pl.Float64) if b in hccl else pl.col(a) / 1000.0).alias(b)
-            for a, b in _MSPROF_US
-        ],
-        pl.lit(0, pl.Int64).alias("hccl_ops"),
+    join, so the HCCL sums are null and the ops 0, from the rank rows' columns without a query
+    (the join, group-by and sort would find so). tests/test_report_speed_ha.py checks it."""
+    n = ranks.height
+    none = pl.Series([None], dtype=pl.Float64).new_from_index(0, n) if n else None
+    return pl.DataFrame(
+        [
+            ranks.get_column("rank"),
+            *(
+                none.alias(b)
+                if none is not None and a.startswith("hccl_")
+                else _us(
+                    ranks.get_column(a)
+                    if not a.startswith("hccl_")
+                    else pl.Series(a, [], pl.Int64),
+                    b,
+                )
+                for a, b in _MSPROF_US
+            ),
+            pl.Series("hccl_ops", np.zeros(n, dtype=np.int64)),
+        ]
     )
 
 
