@@ -224,21 +224,17 @@ def _streams(part: pl.DataFrame | None, win: pl.DataFrame, out: pl.Schema) -> pl
 
 
 def _queue(part: pl.DataFrame, win: pl.DataFrame, out: pl.Schema) -> pl.DataFrame:
-    """``breakdown.queue_lengths`` from the summed area, maximum and busy time per stream."""
+    """``breakdown.queue_lengths`` from the summed area, maximum and busy time per stream (its
+    figures as breakdown defines them: quotients of the integer sums, see
+    ``breakdown._queue_of_sums``)."""
     if not part.height or not win.height:
         return pl.DataFrame(schema=out)
     rng = win.group_by("rank").agg(pl.col("w0").min().alias("r0"), pl.col("w1").max().alias("r1"))
-    q = (
+    sums = (
         part.join(rng, on="rank")
-        .with_columns(
-            (pl.col("r1") - pl.col("r0")).alias("span_ns"),
-            pl.col("max").fill_null(0),
-        )
-        .with_columns(
-            (pl.col("area") / pl.col("span_ns")).alias("mean"),
-            (pl.col("span_ns") - pl.col("busy")).alias("zero_ns"),
-        )
-        .with_columns((100.0 * pl.col("zero_ns") / pl.col("span_ns")).alias("zero_pct"))
+        .with_columns((pl.col("r1") - pl.col("r0")).alias("span_ns"), pl.col("max").fill_null(0))
         .filter(pl.col("span_ns") > 0)
+        .select(pl.col(c).cast(t) for c, t in bd._QUEUE_SUMS.items())
+        .sort(QUEUE_KEYS)
     )
-    return q.select(pl.col(c).cast(t) for c, t in out.items()).sort(QUEUE_KEYS)
+    return bd._queue_of_sums(sums)
