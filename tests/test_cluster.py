@@ -446,3 +446,38 @@ def test_cli_compare_ranks(capsys: pytest.CaptureFixture[str]) -> None:
         n = len(durs)
         med.append((durs[(n - 1) // 2] + durs[n // 2]) / 2 / 1000)
     assert st["before_us"] == pytest.approx(med[0]) and st["after_us"] == pytest.approx(med[1])
+
+
+@pytest.mark.parametrize("job", ["multi_rank/hta_sampled_128rank_job", "ascend/small_two_rank"])
+def test_json_microseconds_are_the_quotients_of_the_tables_ns(job: str) -> None:
+    """A two-rank job's JSON µs figures are each table's integer ns divided by 1000 once
+    (plain Python over the rows, equal to the last bit): the ranks' times and the collectives'
+    summed durations and waits per (rank, collective), not a product by the reciprocal."""
+    from collections import defaultdict
+
+    from opscope.cluster import run_cluster
+
+    res = run_cluster(shared_trace(job), workers=0)
+    out = res.to_json()
+    times = ("step_time", "compute", "comm", "comm_not_overlapped", "idle", "wait")
+    want_ranks = [
+        {f"{c}_us": None if r[f"{c}_ns"] is None else r[f"{c}_ns"] / 1000.0 for c in times}
+        for r in res.ranks.to_dicts()
+    ]
+    assert [{k: r[k] for k in want_ranks[0]} for r in out["ranks"]] == want_ranks
+    sums: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for c in res.collectives.to_dicts():
+        s = sums[(c["rank"], c["collective"])]
+        s[0] += 1
+        s[1] += c["dur_ns"] or 0
+        s[2] += c["wait_ns"] or 0
+    assert len(sums) >= 2
+    got = {(c["rank"], c["collective"]): c for c in out["collectives"]}
+    assert sorted(got) == sorted(sums)
+    for key, (calls, dur, wait) in sums.items():
+        assert got[key]["calls"] == calls
+        assert got[key]["dur_us"] == dur / 1000.0 and got[key]["wait_us"] == wait / 1000.0
+    if job.startswith("ascend"):  # a test that can fail: values whose product differs
+        every = [v for s in sums.values() for v in s[1:]]
+        every += [r[f"{c}_ns"] for r in res.ranks.to_dicts() for c in times if r[f"{c}_ns"]]
+        assert any(v * (1 / 1000.0) != v / 1000.0 for v in every)

@@ -61,7 +61,7 @@ import polars as pl
 from opscope.analysis import cluster_ascend as asc
 from opscope.analysis import tree
 from opscope.analysis.breakdown import breakdown
-from opscope.analysis.hotspots import rows_of
+from opscope.analysis.hotspots import ns_to_us, rows_of
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, dtypes
 
@@ -540,30 +540,30 @@ class Cluster(Result):
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict: times in µs (``*_us``), see docs/cluster.md."""
-        ranks = self.ranks.lazy().select(
-            "rank",
-            "steps",
-            *[
-                (pl.col(f"{c}_ns") / 1000.0).alias(f"{c}_us")
-                for c in ("step_time", "compute", "comm", "comm_not_overlapped", "idle", "wait")
-            ],
-            "last_arrival_share",
-            "collectives",
+        r = self.ranks
+        ranks = pl.DataFrame(
+            [
+                r.get_column("rank"),
+                r.get_column("steps"),
+                *[ns_to_us(r.get_column(f"{c}_ns"), f"{c}_us") for c in _RANK_TIMES],
+                r.get_column("last_arrival_share"),
+                r.get_column("collectives"),
+            ]
         )
         coll_sum = (
             self.collectives.lazy()
             .group_by("rank", "collective")
             .agg(
                 pl.len().alias("calls"),
-                (pl.col("dur_ns").sum() / 1000.0).alias("dur_us"),
-                (pl.col("wait_ns").sum() / 1000.0).alias("wait_us"),
+                pl.col("dur_ns").sum(),
+                pl.col("wait_ns").sum(),
                 pl.col("bytes").sum().alias("bytes"),
             )
             .sort("rank", "collective")
         )
-        # the five tables in one call (the rank rows and the collectives' sums were a query
-        # each beside it: a fixed cost on every report)
-        ranks_rows, coll_rows, evidence, step_gap, slow_links = rows_of(
+        # the tables in one call (the collectives' sums were a query beside it: a fixed cost
+        # on every report); the sums' µs the quotients of the integer sums (hotspots.to_us)
+        ranks_rows, coll_ns, evidence, step_gap, slow_links = rows_of(
             [
                 (ranks, None),
                 (coll_sum, None),
@@ -572,6 +572,17 @@ class Cluster(Result):
                 (self.slow_links, None),
             ]
         )
+        coll_rows = [
+            {
+                "rank": c["rank"],
+                "collective": c["collective"],
+                "calls": c["calls"],
+                "dur_us": _us_of(c["dur_ns"]),
+                "wait_us": _us_of(c["wait_ns"]),
+                "bytes": c["bytes"],
+            }
+            for c in coll_ns
+        ]
         return {
             "engine": self.engine,
             "failed_ranks": [{"rank": r, "reason": why} for r, why in self.failed],
@@ -1101,3 +1112,12 @@ def cluster(profile: Profile, options: Options) -> Cluster:
         engine="local",
         top=options.top,
     )
+
+
+#: The ranks' time columns (``*_ns``) that JSON gives in µs.
+_RANK_TIMES: Final = ("step_time", "compute", "comm", "comm_not_overlapped", "idle", "wait")
+
+
+def _us_of(ns: int | None) -> float | None:
+    """An integer ns sum in µs: the quotient rounded once (see hotspots.to_us)."""
+    return None if ns is None else ns / 1000.0

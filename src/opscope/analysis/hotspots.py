@@ -167,12 +167,12 @@ def to_us(df: pl.DataFrame) -> pl.DataFrame:
     if not conv:
         return df
     kept = [c for c in df.columns if not c.endswith("_ns")]
-    cols = [_us(df.get_column(conv[c]), c) if c in conv else df.get_column(c) for c in kept]
-    cols += [_us(df.get_column(ns), us) for us, ns in conv.items() if us not in kept]
+    cols = [ns_to_us(df.get_column(conv[c]), c) if c in conv else df.get_column(c) for c in kept]
+    cols += [ns_to_us(df.get_column(ns), us) for us, ns in conv.items() if us not in kept]
     return pl.DataFrame(cols)
 
 
-def _us(ns: pl.Series, name: str) -> pl.Series:
+def ns_to_us(ns: pl.Series, name: str) -> pl.Series:
     """``ns / 1000`` element by element (see :func:`to_us`): a Float64 series divided by a
     series of 1000s, which Polars divides value by value (a scalar divisor it would not); a
     list column (an anomaly's slow calls' durations) value by value in its lists."""
