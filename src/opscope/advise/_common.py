@@ -569,21 +569,20 @@ def _places(profile: Profile, ids: list[int]) -> list[tuple[Any, ...]]:
     res = resolve_ops(profile)
     res_index: _Index = _memo("resolve_index", profile, lambda: _Index.of(res["id"]))
     keys = ("file", "line", "function", "module")
-    charged = _gather_rows(res, res_index.find(op), keys)
-    placed = list(zip(*(charged[k].to_list() for k in keys), strict=True))
+    placed = list(zip(*_gather_lists(res, res_index.find(op), keys), strict=True))
     if alone.any():
         # under no op: the event's own stack's user frame and its own module
         frames: pl.DataFrame = _memo("user_frames", profile, lambda: _user_frames(profile))
         fr_index: _Index = _memo(
             "user_frames_index", profile, lambda: _Index.of(frames["stack_id"])
         )
-        own = _gather_rows(
+        own = _gather_lists(
             frames,
             fr_index.find(np.where(known, stack_at[at0], -1) if len(op_at) else op),
             ("file", "line", "function"),
         )
-        mods = _gather_rows(inp, at, ("own_module",)).get_column("own_module").to_list()
-        own_rows = zip(*(own[k].to_list() for k in ("file", "line", "function")), mods, strict=True)
+        (mods,) = _gather_lists(inp, at, ("own_module",))
+        own_rows = zip(*own, mods, strict=True)
         placed = [o if a else p for p, o, a in zip(placed, own_rows, alone, strict=True)]
     return placed
 
@@ -601,12 +600,25 @@ def _place_arrays(inp: pl.DataFrame) -> tuple[Any, Any, Any]:
     return op, (op < 0) & ~dev, own_stack
 
 
-def _gather_rows(df: pl.DataFrame, at: Any, cols: Sequence[str] | None = None) -> pl.DataFrame:
-    """``df``'s rows (its ``cols``, default all) at the positions ``at``, a row of nulls where
-    -1: each column indexed and its misses set null, no query (a select of the gathers was
-    one, of fixed cost, on each of a report's few calls)."""
+#: Up to this many positions, :func:`_gather_lists` reads each value by position in Python:
+#: gathering a column by a NumPy array builds a Series (~50 µs a column, most of a finding's
+#: :func:`locate` of its one id, a few dozen times a report); above, the gathers pay.
+_SCALAR_GATHER_MAX = 32
+
+
+def _gather_lists(df: pl.DataFrame, at: Any, cols: Sequence[str]) -> list[list[Any]]:
+    """Each of ``cols`` of ``df`` at the positions ``at`` as a list, None where -1: for a few
+    positions each value read by position in Python, else each column gathered by the array
+    (a null appended for the -1s) and listed (no query either way)."""
     at = np.asarray(at, dtype=np.int64)
-    return pl.DataFrame([gather(df.get_column(c), at) for c in (cols or df.columns)])
+    if len(at) > _SCALAR_GATHER_MAX:
+        return [gather(df.get_column(c), at).to_list() for c in cols]
+    pos = at.tolist()
+    out = []
+    for c in cols:
+        col = df.get_column(c)
+        out.append([col[i] if i >= 0 else None for i in pos])
+    return out
 
 
 def _user_frames(profile: Profile) -> pl.DataFrame:
