@@ -11,6 +11,7 @@ import pytest
 
 import opscope.analysis  # noqa: F401
 from conftest import shared_trace
+from helpers.queue_sweep import queue_sweep
 from helpers.spies import count_queries
 from helpers.synth import Builder
 from opscope.analysis import breakdown as bd
@@ -484,26 +485,7 @@ def test_queue_lengths_equal_a_sweep_per_lane() -> None:
         schema={"rank": pl.Int32, "step": pl.Int32, "w0": pl.Int64, "w1": pl.Int64},
     )
     rng_of = {0: (100, 1700), 1: (50, 1900)}
-    lanes: dict[tuple[int | None, ...], list[tuple[int, int]]] = {}
-    for rank, d, s, launch, ts, dur in rows:
-        pts = lanes.setdefault((rank, d, s), [])
-        pts += [(ts if launch is None else launch, 1), (ts + dur, -1)]
-    want = {}
-    for key, pts in lanes.items():
-        pts.sort()  # (-1 before 1 at one instant)
-        r0, r1 = rng_of[key[0]]
-        q = area = top = busy = 0
-        for i, (t, d) in enumerate(pts):
-            q += d
-            t1 = pts[i + 1][0] if i + 1 < len(pts) else t
-            ln = max(min(t1, r1) - max(t, r0), 0)
-            area += q * ln
-            if ln > 0:
-                top = max(top, q)
-            if q > 0:
-                busy += ln
-        span = r1 - r0
-        want[key] = (span, area / span, top, span - busy, 100.0 * (span - busy) / span)
+    want = queue_sweep(rows, rng_of)
     got = queue_lengths(dev, win)
     assert {
         (r["rank"], r["device"], r["stream"]): (

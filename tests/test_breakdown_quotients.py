@@ -17,6 +17,7 @@ import pytest
 
 import opscope
 from conftest import shared_trace
+from helpers.queue_sweep import queue_sweep
 from opscope.analysis import _breakdown_arrays as arrays
 from opscope.analysis import breakdown as bd
 
@@ -138,30 +139,8 @@ def _sweep(dev: pl.DataFrame, win: pl.DataFrame) -> dict[tuple, tuple]:
     for r, w0, w1 in win.select("rank", "w0", "w1").rows():
         a, b = rng_of.get(r, (w0, w1))
         rng_of[r] = (min(a, w0), max(b, w1))
-    lanes: dict[tuple, list[tuple[int, int]]] = {}
-    for r, d, s, launch, ts, dur in dev.select(
-        "rank", "device", "stream", "launch_ts", "ts_ns", "dur_ns"
-    ).rows():
-        if r in rng_of:
-            pts = lanes.setdefault((r, d, s), [])
-            pts += [(ts if launch is None else launch, 1), (ts + dur, -1)]
-    want = {}
-    for key, pts in lanes.items():
-        pts.sort()
-        r0, r1 = rng_of[key[0]]
-        q = area = top = busy = 0
-        for i, (t, d) in enumerate(pts):
-            q += d
-            t1 = pts[i + 1][0] if i + 1 < len(pts) else t
-            ln = max(min(t1, r1) - max(t, r0), 0)
-            area += q * ln
-            top = max(top, q) if ln > 0 else top
-            busy += ln if q > 0 else 0
-        span = r1 - r0
-        if span > 0:
-            zero = span - busy
-            want[key] = (span, area / span, top, zero, 100 * zero / span)
-    return want
+    rows = dev.select("rank", "device", "stream", "launch_ts", "ts_ns", "dur_ns").rows()
+    return queue_sweep(rows, rng_of)
 
 
 def test_launch_queue_equals_a_sweep_on_planted_lanes() -> None:
