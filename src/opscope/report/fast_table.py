@@ -451,12 +451,8 @@ class StringTable:
         out = []
         for i, col in enumerate(self.columns):
             pad = (i > 0) + (i < n - 1)  # one space a side, none at the table's edges
-            longest = max([cell_len(col.header), *(cell_len(r[i]) for r in self.rows)]) + pad
-            if col.min_width is not None:
-                longest = max(longest, col.min_width + pad)
-            if col.max_width is not None:
-                longest = min(longest, col.max_width + pad)
-            out.append(max(1, longest))
+            longest = max([cell_len(col.header), *(cell_len(r[i]) for r in self.rows)])
+            out.append(clamped_width(longest, pad, col.min_width, col.max_width))
         return out
 
     def one_line(self) -> bool:
@@ -565,3 +561,14 @@ def _rich_cell(
     if len(lines) != 1:
         return None
     return Segment.set_shape(lines, width, 1)[0]
+
+
+def clamped_width(longest: int, pad: int, min_width: int | None, max_width: int | None) -> int:
+    """A column's width as rich lays out an unexpanded table that fits: its longest cell plus
+    its padding, within its min and max widths (each plus the padding), at least 1."""
+    width = longest + pad
+    if min_width is not None:
+        width = max(width, min_width + pad)
+    if max_width is not None:
+        width = min(width, max_width + pad)
+    return max(1, width)

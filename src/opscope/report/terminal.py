@@ -23,7 +23,7 @@ from rich.text import Text
 from opscope.analysis.assemble import Report, SectionError, guarded
 from opscope.report import fmt
 from opscope.report.base import renderer
-from opscope.report.fast_table import FastTable, FastText, StringColumn, StringTable
+from opscope.report.fast_table import FastTable, FastText, StringColumn, StringTable, clamped_width
 from opscope.report.story import Headline, Story, StoryFinding, StoryTable, story_of
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -95,12 +95,8 @@ def _column_widths(tab: Table) -> list[int]:
             0 if i == n - 1 and not tab.pad_edge else right
         )
         texts = [col.header, *col.cells] if tab.show_header else list(col.cells)
-        longest = max((_cell_len(x) for x in texts), default=0) + pad
-        if col.min_width is not None:
-            longest = max(longest, col.min_width + pad)
-        if col.max_width is not None:
-            longest = min(longest, col.max_width + pad)
-        out.append(max(1, longest))
+        longest = max((_cell_len(x) for x in texts), default=0)
+        out.append(clamped_width(longest, pad, col.min_width, col.max_width))
     return out
 
 
