@@ -20,6 +20,7 @@ from conftest import shared_trace
 from helpers.queue_sweep import queue_sweep
 from opscope.analysis import _breakdown_arrays as arrays
 from opscope.analysis import breakdown as bd
+from opscope.analysis.exact_stats import sqrt_of_ratio
 
 REAL = [
     "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
@@ -108,7 +109,7 @@ def test_sqrt_of_ratio_is_correctly_rounded() -> None:
         (rng.randint(0, 10 ** rng.randint(1, 60)), rng.randint(1, 10**20)) for _ in range(300)
     ]
     for num, den in pairs:
-        root = bd._sqrt_of_ratio(num, den)
+        root = sqrt_of_ratio(num, den)
         ratio = Fraction(num, den)
         lo, hi = math.nextafter(root, -math.inf), math.nextafter(root, math.inf)
         if root > 0:

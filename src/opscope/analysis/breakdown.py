@@ -53,7 +53,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -62,6 +61,7 @@ import polars as pl
 
 from opscope.analysis import _breakdown_arrays as arrays
 from opscope.analysis import tree
+from opscope.analysis.exact_stats import spread
 from opscope.analysis.hotspots import projected, rows_of
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import int_values, per_profile
@@ -607,57 +607,10 @@ def _stats_table(win: pl.DataFrame) -> pl.DataFrame:
     for a, b in itertools.pairwise(bounds):
         key = int(rank[a]) if rank_ok[a] else None
         mine = [x for x, c in zip(lengths[a:b], counted[a:b], strict=True) if c]
-        rows.append((key, b - a, *_spread(mine)))
+        rows.append((key, b - a, *spread(mine)))
     every = sorted(x for x, c in zip(lengths, counted, strict=True) if c)
-    rows.append((None, len(order), *_spread(every)))
+    rows.append((None, len(order), *spread(every)))
     return pl.DataFrame(rows, schema=_STATS_SCHEMA, orient="row")
-
-
-def _spread(v: list[int]) -> tuple[float | None, ...]:
-    """(mean, median, std, p10, p90, cv) of the sorted integers ``v`` (the module doc's
-    definitions; None where a figure needs more values than there are)."""
-    n = len(v)
-    if not n:
-        return (None,) * 6
-    total = sum(v)
-    mean = total / n  # (int / int: the exact quotient rounded once)
-    std = _sqrt_of_ratio(n * sum(x * x for x in v) - total * total, n * (n - 1)) if n > 1 else None
-    cv = None if std is None else _quotient(std, mean)
-    return mean, _between(v, 1, 2), std, _between(v, 1, 10), _between(v, 9, 10), cv
-
-
-#: Bits of the scaled integer square root: twice float64's 53, and 3 more (round to odd).
-_ROOT_BITS = 2 * 53 + 3
-
-
-def _sqrt_of_ratio(num: int, den: int) -> float:
-    """√(``num`` / ``den``) of integers (``num`` ≥ 0, ``den`` > 0) rounded once: the integer
-    square root of the ratio scaled to :data:`_ROOT_BITS` bits, its last bit set where inexact
-    (rounding to odd keeps the one conversion to float64 correct)."""
-    q = (num.bit_length() - den.bit_length() - _ROOT_BITS) // 2
-    if q >= 0:
-        return float(_odd_root(num, den << 2 * q) << q)
-    return _odd_root(num << -2 * q, den) / (1 << -q)
-
-
-def _odd_root(num: int, den: int) -> int:
-    """⌊√(``num`` / ``den``)⌋, rounded to odd: its last bit set where inexact."""
-    root = math.isqrt(num // den)
-    return root | (root * root * den != num)
-
-
-def _quotient(a: float, b: float) -> float:
-    """``a / b`` in IEEE arithmetic (a zero ``b``: an infinity or nan, as an engine's column
-    division gives, where Python raises)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.float64(a) / np.float64(b))
-
-
-def _between(v: list[int], i: int, k: int) -> float:
-    """The linear interpolation between the sorted integers ``v`` at rank (len − 1) · i / k:
-    the two neighbours' integer combination over ``k``, one division."""
-    j, frac = divmod((len(v) - 1) * i, k)
-    return float(v[j]) if not frac else (v[j] * (k - frac) + v[j + 1] * frac) / k
 
 
 def _device_work(profile: Profile) -> pl.DataFrame:
