@@ -17,7 +17,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import opscope
-from conftest import SHARED_TRACES
+from conftest import shared_trace
 from opscope.analysis import attribution, tree
 
 _NO_OPS = ["ascend/small_two_rank/test_rank_0", "ascend/small_two_rank/test_rank_1"]
@@ -86,10 +86,7 @@ def _check(path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @pytest.mark.parametrize("rel", _NO_OPS)
 def test_lines_without_ops_on_real_traces(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    p = SHARED_TRACES / rel
-    if not p.exists():
-        pytest.skip(f"shared trace not found: {p}")
-    assert _check(p, monkeypatch).height == 1
+    assert _check(shared_trace(rel), monkeypatch).height == 1
 
 
 @pytest.mark.parametrize("step", [False, True])

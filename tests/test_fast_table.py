@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from conftest import shared_trace
+from helpers.rich_consoles import consoles
 from helpers.spies import cells_drawn_by_rich
 from opscope.report import fast_table
 from opscope.report.fast_table import FastTable, _measure_padded
@@ -44,15 +45,6 @@ def _pair(**kw: object) -> tuple[Table, Table]:
 
 def _segments(tab: Table, console: Console) -> list[object]:
     return list(console.render(tab))
-
-
-def _consoles(width: int) -> list[Console]:
-    return [
-        Console(file=StringIO(), width=width, record=True),
-        Console(file=StringIO(), width=width, force_terminal=True, color_system="truecolor"),
-        Console(file=StringIO(), width=width, legacy_windows=False, safe_box=True),
-        Console(file=StringIO(), width=width, force_terminal=True, color_system="standard"),
-    ]
 
 
 def _fill(tabs: tuple[Table, Table], rows: list[list[object]], justify: list[str]) -> None:
@@ -98,7 +90,7 @@ def test_plain_rows_same_segments_and_shortcut_taken(
         return out
 
     monkeypatch.setattr(FastTable, "_fast_rows", spy)
-    for con in _consoles(width):
+    for con in consoles(width):
         assert _segments(tabs[1], con) == _segments(tabs[0], con)
     if width >= 40:  # every cell fits: the body rows are drawn directly
         assert fast and all(fast)
@@ -110,7 +102,7 @@ def test_every_kind_of_name_same_segments(name: str) -> None:
     for width, kw in itertools.product([80, 30, 10], [STORY, dict(STORY, box=box.ROUNDED)]):
         tabs = _pair(**kw)
         _fill(tabs, rows, ["left", "right"])
-        for con in _consoles(width):
+        for con in consoles(width):
             assert _segments(tabs[1], con) == _segments(tabs[0], con), (name, width)
 
 
@@ -139,7 +131,7 @@ def test_other_cells_and_layouts_same_segments() -> None:
     for kw in layouts:
         tabs = _pair(**kw)
         _fill(tabs, rows, ["left", "right"])
-        for con in _consoles(60):
+        for con in consoles(60):
             assert _segments(tabs[1], con) == _segments(tabs[0], con), kw
 
 
@@ -230,7 +222,7 @@ def test_headers_same_segments(header: str) -> None:
     plain = "[" not in header and ":" not in header
     assert isinstance(tabs[1].columns[0].header, Text) == plain
     for width in [80, 6, 3]:
-        for con in [*_consoles(width), Console(file=StringIO(), width=width, emoji=False)]:
+        for con in [*consoles(width), Console(file=StringIO(), width=width, emoji=False)]:
             assert _segments(tabs[1], con) == _segments(tabs[0], con), (header, width)
 
 
@@ -264,7 +256,7 @@ def test_string_cells_same_segments(highlight: bool) -> None:
         for c in cells:
             tab.add_row(Text("  label " + c), c, Text("███", style="cyan"))
     for width in [80, 20, 8]:
-        for con in _consoles(width):
+        for con in consoles(width):
             assert _segments(tabs[1], con) == _segments(tabs[0], con), width
 
 
@@ -278,7 +270,7 @@ def test_plain_header_and_rows_drawn_directly() -> None:
         _fill(tabs, rows, ["left", "right"])
         for tab in tabs:
             tab.columns[1].header_style = header_style or ""
-        for con in _consoles(80):
+        for con in consoles(80):
             with cells_drawn_by_rich() as drawn:
                 got = _segments(tabs[1], con)
             assert drawn == []
@@ -326,7 +318,7 @@ def test_fast_text_same_segments(justify: str | None, monkeypatch: pytest.Monkey
         return real(self, *a, **k)  # type: ignore[arg-type]
 
     for width in [80, 40, 3]:
-        for con in _consoles(width):
+        for con in consoles(width):
             opts = con.options.update(justify=justify)  # type: ignore[arg-type]
             for slow, fast in zip(_texts(Text), _texts(fast_table.FastText), strict=True):
                 want = list(con.render(slow, opts))
@@ -370,7 +362,7 @@ def test_styled_cells_same_segments_and_drawn_directly() -> None:
             tab.add_column("us", justify="right", no_wrap=True, style=col_style)
             for st in styles:
                 tab.add_row(Text("███", style=st), Text("1.5", style=st))  # type: ignore[arg-type]
-        for con in _consoles(60):
+        for con in consoles(60):
             want = _segments(tabs[0], con)
             with cells_drawn_by_rich() as drawn:
                 got = _segments(tabs[1], con)
@@ -380,7 +372,7 @@ def test_styled_cells_same_segments_and_drawn_directly() -> None:
     for tab in tabs:
         tab.add_column("link", no_wrap=True)
         tab.add_row(Text("x", style="link https://example.com"))
-    con = _consoles(60)[1]
+    con = consoles(60)[1]
     with cells_drawn_by_rich() as drawn:
         _segments(tabs[1], con)
     assert len(drawn) == 1  # the link: rich's (its link is made anew at each drawing)

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from conftest import shared_trace
+from helpers.rich_consoles import every_console
 from helpers.spies import cells_drawn_by_rich
 from opscope.report import terminal
 from opscope.report.fast_table import StringColumn, StringTable
@@ -40,23 +41,6 @@ NAMES = [
 ]
 HEADERS = ["operator", "% step", "", "[bold]b[/]", ":smile: x", "a:b", "矩阵", "bytes [MB]"]
 CAPTIONS = ["", "device time", "host time, including child operators; " * 4]
-
-
-def _consoles(width: int) -> list[Console]:
-    return [
-        Console(file=StringIO(), width=width, record=True),
-        Console(file=StringIO(), width=width, force_terminal=True, color_system="truecolor"),
-        Console(file=StringIO(), width=width, legacy_windows=False, safe_box=True),
-        Console(file=StringIO(), width=width, force_terminal=True, color_system="standard"),
-        Console(file=StringIO(), width=width, force_terminal=True, legacy_windows=True),
-        Console(file=_AsciiFile(), width=width, record=True),  # an ASCII box
-    ]
-
-
-class _AsciiFile(StringIO):
-    """A file whose encoding is not UTF: rich draws the ASCII box on it."""
-
-    encoding = "ascii"  # type: ignore[assignment]
 
 
 def _random_table(rng: random.Random) -> StringTable:
@@ -88,7 +72,7 @@ def _render(renderable: object, con: Console) -> list[object]:
 def test_same_segments_as_rich(width: int) -> None:
     rng = random.Random(width)
     direct = 0
-    consoles = _consoles(width)
+    consoles = every_console(width)
     assert consoles[-1].options.ascii_only
     for _ in range(150):
         tab = _random_table(rng)
@@ -115,7 +99,7 @@ def test_every_name_in_every_column() -> None:
         tab = StringTable("Top operators", caption, columns, rows)
         if tab.one_line():
             tab.widths = tab.column_widths()
-        for con in _consoles(60)[:4]:
+        for con in every_console(60)[:4]:
             assert _render(tab, con) == _render(tab.rich_table(Table), con), (name, header)
 
 
@@ -149,10 +133,10 @@ def test_fitting_plain_cells_drawn_without_rich(monkeypatch: pytest.MonkeyPatch)
     odd = StringTable("T", "c", columns, [["aten::mm", ""], ["aten::addmm_", "2 ms"]])
     for tab, rich_cells in [(plain, 0), (odd, 2)]:
         tab.widths = tab.column_widths()
-        want = _render(tab.rich_table(Table), _consoles(80)[1])
+        want = _render(tab.rich_table(Table), every_console(80)[1])
         monkeypatch.setattr(StringTable, "table", no_table)
         with cells_drawn_by_rich() as drawn:
-            got = _render(tab, _consoles(80)[1])
+            got = _render(tab, every_console(80)[1])
         monkeypatch.undo()
         assert got == want
         assert len(drawn) == rich_cells
@@ -164,7 +148,7 @@ def test_narrower_console_is_rich_layout() -> None:
     tab = StringTable("Top", "basis of it all", columns, [["aten::convolution", "1.0 ms"]])
     tab.widths = tab.column_widths()
     for width in [25, 24, 10, 3]:
-        for con in _consoles(width)[:4]:
+        for con in every_console(width)[:4]:
             assert _render(tab, con) == _render(tab.rich_table(Table), con), width
 
 
