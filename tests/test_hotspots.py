@@ -429,3 +429,31 @@ def test_per_step_is_run_when_first_read_and_equals_the_definition(
     ]  # fmt: skip
     assert res.tables()["per_step"] is per
     assert res.scalars() == {"step_ns": res.step_ns, "span_ns": res.span_ns, "top": 20}
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "multi_rank/hta_sampled_128rank_job/rank-0.json.gz",
+        "ascend/alexnet_ddp_910b/level1_rank0_ascend_pt",
+    ],
+)
+def test_report_rows_are_the_quotients_on_real_traces(rel: str) -> None:
+    """On real traces, every ``*_us`` value of the hotspots' JSON tables is its row's ``*_ns``
+    divided by 1000 in plain Python, bit for bit; and some of them are values the reciprocal's
+    product would have printed otherwise."""
+    import opscope
+    from opscope.analysis import hotspots as hs
+
+    res = run("hotspots", opscope.load(shared_trace(rel), cache=False), Options(top=1000))
+    moved = 0
+    for df in res.tables().values():
+        got = hs.rows(df)
+        _same_doubles(got, _expected_rows(df, None))
+        for row in df.to_dicts():
+            moved += sum(
+                1
+                for k, v in row.items()
+                if k.endswith("_ns") and v is not None and v * (1 / 1000.0) != v / 1000.0
+            )
+    assert moved > 0
