@@ -4,6 +4,7 @@ report is built, which an evicted entry (a memo too small for a report's interme
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -24,11 +25,23 @@ TRACES = (
 
 
 def _counted(memo: tree.Memo, counts: Counter[Hashable], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count each computation by key and owner object. A key holds the owner's id, and an id
+    can be reused by a new object once its owner is gone: a computation for the new owner is
+    counted apart (its owner's generation at that id), not as a second one of the same value."""
     get = memo.get
+    owners: dict[int, tuple[weakref.ref[Any], int]] = {}
+
+    def generation(owner: object) -> int:
+        held = owners.get(id(owner))
+        if held is not None and held[0]() is owner:
+            return held[1]
+        gen = 0 if held is None else held[1] + 1
+        owners[id(owner)] = (weakref.ref(owner), gen)
+        return gen
 
     def counting(key: Hashable, owner: object, compute: Callable[[], Any]) -> Any:
         def once() -> Any:
-            counts[key] += 1
+            counts[(key, generation(owner))] += 1
             return compute()
 
         return get(key, owner, once)

@@ -6,7 +6,9 @@ keeps them, as it did when the rules ran one after the other."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -89,7 +91,7 @@ def test_memo_computes_once_when_two_threads_ask(monkeypatch: pytest.MonkeyPatch
     waiting = threading.Event()
     real = tree.memo_lock
 
-    def spy(key: Any) -> threading.Lock:
+    def spy(key: Any) -> AbstractContextManager[None]:
         if threading.current_thread().name == "second":
             waiting.set()
         return real(key)
@@ -108,6 +110,41 @@ def test_memo_computes_once_when_two_threads_ask(monkeypatch: pytest.MonkeyPatch
     second.join(30)
     assert calls == ["first"]
     assert got["first"] is got["second"]
+
+
+def test_a_held_key_lock_is_never_dropped() -> None:
+    """While one thread holds a key's lock, any number of other keys may come and go; a second
+    thread asking for the held key still waits for it (the table once emptied itself when full,
+    dropping held locks, and a report computed an intermediate twice)."""
+    first_in, first_out, second_in = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with tree.memo_lock("held"):
+            first_in.set()
+            assert first_out.wait(30)
+
+    def second() -> None:
+        with tree.memo_lock("held"):
+            second_in.set()
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert first_in.wait(30)
+    for i in range(1000):
+        with tree.memo_lock(("other", i)):
+            pass
+    t2 = threading.Thread(target=second)
+    t2.start()
+    deadline = time.monotonic() + 30
+    while tree._LOCKS["held"].users < 2:  # the second thread has reached the held lock
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert not second_in.is_set()
+    first_out.set()
+    t1.join(30)
+    t2.join(30)
+    assert second_in.is_set()
+    assert tree._LOCKS == {}  # no key in use, none kept
 
 
 class _HalfThenFail:

@@ -14,10 +14,11 @@ the attribution that hotspots, attribution and memory all need is computed once 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -413,27 +414,44 @@ def per_profile_args(
     return wrapper
 
 
-_LOCKS: dict[Hashable, threading.Lock] = {}
+class _KeyLock:
+    """A key's lock and how many threads hold or wait for it (the entry lives while any do)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
+_LOCKS: dict[Hashable, _KeyLock] = {}
 _LOCKS_GUARD = threading.Lock()
-_LOCKS_MAX = 256
 
 
-def memo_lock(key: Hashable) -> threading.Lock:
-    """The lock a memo holds while it computes ``key``'s value, so that threads asking for the
-    same intermediate together (a report's parts run on threads: :mod:`opscope.analysis.threads`)
+@contextlib.contextmanager
+def memo_lock(key: Hashable) -> Iterator[None]:
+    """Hold ``key``'s lock while a memo computes its value, so that threads asking for the same
+    intermediate together (a report's parts run on threads: :mod:`opscope.analysis.threads`)
     compute it once: the others wait and then read it.
 
     One lock per key, not a fixed set shared by hashing: two threads each computing a value that
-    needs the other's lock would wait for ever. The table is emptied when it grows past
-    :data:`_LOCKS_MAX` keys; a lock dropped while held can at worst let a second thread compute
-    the same (pure) value again."""
+    needs the other's lock would wait for ever. A key's entry is counted by the threads that hold
+    or wait for it and removed when the last one leaves, so the table holds only the keys in use
+    and a held lock is never dropped (a bounded table emptied when full once let a second thread
+    compute a value again while the first still held the dropped lock)."""
     with _LOCKS_GUARD:
-        lock = _LOCKS.get(key)
-        if lock is None:
-            if len(_LOCKS) >= _LOCKS_MAX:
-                _LOCKS.clear()
-            lock = _LOCKS[key] = threading.Lock()
-        return lock
+        entry = _LOCKS.get(key)
+        if entry is None:
+            entry = _LOCKS[key] = _KeyLock()
+        entry.users += 1
+    try:
+        with entry.lock:
+            yield
+    finally:
+        with _LOCKS_GUARD:
+            entry.users -= 1
+            if entry.users == 0:
+                del _LOCKS[key]
 
 
 @per_profile
