@@ -119,11 +119,25 @@ def test_crashing_script(tmp_path: Path) -> None:
     assert info["status"] == "failed" and info["steps"]["total"] == 6
 
 
+# A process started in the background by a non-interactive shell (`cmd &`, nohup, some CI
+# runners) has SIGINT ignored; its children inherit that, and Python leaves an inherited SIG_IGN
+# in place, so `opscope record` rightly ignores Ctrl-C there. The Ctrl-C test is of a user at a
+# terminal: its child is started through this prefix, which sets the default disposition and
+# execs the command (the test hung in a background run of the suite and passed at a terminal).
+AT_A_TERMINAL = [
+    PY,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
 @pytest.mark.slow
 def test_ctrl_c_writes_completed_steps(tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc = subprocess.Popen(
         [
+            *AT_A_TERMINAL,
             PY,
             "-m",
             "opscope",
@@ -149,7 +163,12 @@ def test_ctrl_c_writes_completed_steps(tmp_path: Path) -> None:
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"still running 60 s after Ctrl-C; stderr ends: {err[-2000:]}")
     assert proc.returncode == 130, err
     assert "KeyboardInterrupt" in err
     info = json.loads((run / "run.json").read_text())
