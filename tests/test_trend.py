@@ -124,6 +124,18 @@ def test_op_series_matches_the_trace(slow_run: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timing
+def test_step_time_series_is_each_steps_ns_over_1000(slow_run: Path) -> None:
+    """Each step's value is its metrics.jsonl wall_ns / 1000, one IEEE division (opscope.units),
+    bit for bit: not a query's product by 1/1000, one ulp off for ~13% of integers."""
+    steps, vals = trend(slow_run, compare_traces=False).values("step_time")
+    rows = [json.loads(x) for x in (slow_run / "metrics.jsonl").read_text().splitlines() if x]
+    wall = {r["step"]: r["wall_ns"] for r in rows}
+    assert len(steps) > 10
+    assert [v.hex() for v in vals] == [(wall[s] / 1000.0).hex() for s in steps]
+
+
+@pytest.mark.slow
+@pytest.mark.timing
 def test_terminal_output_has_sparklines(slow_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _cli(capsys, "trend", str(slow_run))
     assert code == 0

@@ -40,6 +40,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import polars as pl
 
+from opscope import units
 from opscope.analysis import tree
 
 #: A DataFrame or a LazyFrame: eager steps, or the same steps in a plan.
@@ -344,14 +345,18 @@ def stage_imbalance(ranks: pl.DataFrame, stages: pl.DataFrame) -> pl.DataFrame:
         st.group_by("pp_stage")
         .agg(
             pl.col("rank").sort().alias("_r"),
-            (pl.col("compute_ns").mean() / 1000.0).alias("compute_us"),
+            pl.col("compute_ns").sum().alias("_sum"),
+            pl.col("compute_ns").count().alias("_n"),
         )
         .sort("pp_stage")
     )
     if per.height < 2:
         return pl.DataFrame(schema=schema)
     rows: list[dict[str, Any]] = []
-    comp = per.get_column("compute_us").to_list()
+    # a stage's mean compute, sum / (1000 * ranks): one division of exact parts (units)
+    sums, counts = per.get_column("_sum").to_list(), per.get_column("_n").to_list()
+    comp = [None if n == 0 else units.mean_us(t, n) for t, n in zip(sums, counts, strict=True)]
+    per = per.with_columns(pl.Series("compute_us", comp, dtype=pl.Float64))
     for i, r in enumerate(per.iter_rows(named=True)):
         others = pl.Series([c for j, c in enumerate(comp) if j != i], dtype=pl.Float64)
         med = others.median()
@@ -415,18 +420,15 @@ def matrix_rows(links: pl.DataFrame, ranks: Iterable[int] = ()) -> list[dict[str
     whether the destination was profiled (:func:`mark_profiled`)."""
     if tree.SHORTCUTS and not links.height:
         return []  # no link (every GPU trace): no row, without marking none (~0.3 ms)
-    return (
-        mark_profiled(links, ranks)
-        .select(
-            "src_rank",
-            "dst_rank",
-            "dst_profiled",
-            "dst_label",
-            "transport",
-            "size_bytes",
-            (pl.col("time_ns") / 1000.0).alias("time_us"),
-            "bandwidth_gbps",
-            "ops",
-        )
-        .to_dicts()
-    )
+    m = mark_profiled(links, ranks)
+    return m.select(
+        "src_rank",
+        "dst_rank",
+        "dst_profiled",
+        "dst_label",
+        "transport",
+        "size_bytes",
+        units.us(m.get_column("time_ns"), name="time_us"),
+        "bandwidth_gbps",
+        "ops",
+    ).to_dicts()

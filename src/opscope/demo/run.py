@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from opscope import units
 from opscope.errors import OpscopeError
 from opscope.model import Profile
 
@@ -125,9 +126,11 @@ def linear_11_trace(profile: Profile) -> dict[str, Any]:
     by_op = (
         ch.join(names, on="op_id", how="left")
         .group_by("op", "is_backward", "line")
-        .agg(pl.len().alias("calls"), (pl.col("time_ns").sum() / 1000).alias("time_us"))
-        .sort("time_us", descending=True)
+        .agg(pl.len().alias("calls"), pl.col("time_ns").sum().alias("time_us"))
+        # ties in a defined order (the group-by's is not), the µs one division each (units)
+        .sort(["time_us", "op", "is_backward", "line"], descending=[True, False, False, False])
     )
+    by_op = by_op.with_columns(units.us(by_op.get_column("time_us")))
     fwd = float(ch.filter(~pl.col("is_backward").fill_null(False))["time_ns"].sum()) / 1000
     bwd = float(ch.filter(pl.col("is_backward").fill_null(False))["time_ns"].sum()) / 1000
     return {

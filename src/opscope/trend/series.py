@@ -22,6 +22,7 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
+from opscope import units
 from opscope.errors import AnalysisError, InputError
 from opscope.trend import changepoints as cp
 
@@ -202,7 +203,7 @@ def trend(run_dir: str | os.PathLike[str], *, compare_traces: bool = True) -> Tr
         clean.select(
             pl.lit("step_time").alias("metric"),
             pl.col("step").cast(pl.Int32),
-            (pl.col("wall_ns").cast(pl.Float64) / 1000.0).alias("value"),
+            units.us(clean.get_column("wall_ns"), name="value"),
         ),
         clean.select(
             pl.lit("samples_per_s").alias("metric"),
@@ -222,7 +223,7 @@ def trend(run_dir: str | os.PathLike[str], *, compare_traces: bool = True) -> Tr
     for row in samples.iter_rows(named=True):  # one load per trace, not per event
         ops, basis, step_ns = sample_ops(Path(row["trace"]))
         bases.add(basis)
-        step_us.append(None if step_ns is None else step_ns / 1000.0)
+        step_us.append(units.us_value(step_ns))
         per_sample.append(ops.with_columns(pl.lit(row["first_step"], pl.Int32).alias("step")))
     basis = bases.pop() if len(bases) == 1 else ("mixed" if bases else "none")
     samples = samples.with_columns(
@@ -246,9 +247,9 @@ def trend(run_dir: str | os.PathLike[str], *, compare_traces: bool = True) -> Tr
         ).select(
             (pl.lit("op:") + pl.col("name")).alias("metric"),
             pl.col("first_step").cast(pl.Int32).alias("step"),
-            (pl.col("ns").fill_null(0.0) / 1000.0).alias("value"),
+            pl.col("ns").fill_null(0).alias("value"),
         )
-        parts.append(op_series)
+        parts.append(op_series.with_columns(units.us(op_series.get_column("value"))))
     else:
         notes.append("no periodic traces: operator series omitted")
     series = (

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import polars as pl
 
+from opscope import units
 from opscope.errors import AnalysisError, InputError, StoreError
 
 SCHEMA_VERSION: Final = 1
@@ -371,25 +372,19 @@ def summarise(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     top_lines: list[dict[str, Any]] = []
     if p.events.height:
         col = "device_ns" if p.has_device else "dur_ns"
-        top_ops = (
+        # summed in ns, then µs one division each (units), not a query's product by 1/1000
+        ops = (
             op_times(p)
             .group_by("name")
-            .agg((pl.col(col).sum() / 1000.0).alias("total_us"), pl.len().alias("calls"))
+            .agg(pl.col(col).sum().alias("total_us"), pl.len().alias("calls"))
             .sort(["total_us", "name"], descending=[True, False])
             .head(TOP_ROWS)
-            .to_dicts()
         )
-        top_lines = (
-            charged_lines(p)
-            .head(TOP_ROWS)
-            .select(
-                "file",
-                "line",
-                "function",
-                (pl.col("total_ns") / 1000.0).alias("total_us"),
-            )
-            .to_dicts()
-        )
+        top_ops = ops.with_columns(units.us(ops.get_column("total_us"))).to_dicts()
+        lines = charged_lines(p).head(TOP_ROWS)
+        top_lines = lines.select(
+            "file", "line", "function", units.us(lines.get_column("total_ns"), name="total_us")
+        ).to_dicts()
     dev: dict[str, Any] = run["device"] if isinstance(run.get("device"), dict) else {}
     git: dict[str, Any] = run["git"] if isinstance(run.get("git"), dict) else {}
     return {
@@ -405,8 +400,8 @@ def summarise(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "model_root": model.get("root_type"),
         "settings": json.dumps(prof, sort_keys=True),
         "steps": metrics.height,
-        "step_median_us": med / 1000.0,
-        "step_mad_us": mad / 1000.0,
+        "step_median_us": units.us_value(med),
+        "step_mad_us": units.us_value(mad),
         "samples_per_s": float(sps.median()) if sps.len() else None,  # type: ignore[arg-type]
         "mem_peak_bytes": int(mem.max()) if mem.len() else None,  # type: ignore[arg-type]
         "top_ops": json.dumps(top_ops),

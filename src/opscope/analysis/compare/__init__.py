@@ -54,6 +54,7 @@ from typing import Any, ClassVar, Final
 
 import polars as pl
 
+from opscope import units
 from opscope.analysis.compare import semantic
 from opscope.analysis.compare.stats import (
     ALPHA,
@@ -971,10 +972,12 @@ def _match(
 
 def _totals(f: pl.DataFrame, scale: float) -> pl.DataFrame:
     """Per (key, match): time in µs (total, or per step when ``scale`` is the step count), calls."""
-    return f.group_by("key", "match").agg(
-        (pl.col("t_ns").sum().cast(pl.Float64) / 1000.0 / scale).alias("us"),
+    t = f.group_by("key", "match").agg(
+        pl.col("t_ns").sum().alias("us"),
         pl.col("calls").sum().cast(pl.Int64).alias("calls"),
     )
+    # the summed ns / (1000 * steps): one division of exact parts (units), not a query's product
+    return t.with_columns(units.us(t.get_column("us"), per=scale))
 
 
 def _per_step(f: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

@@ -19,6 +19,8 @@ from typing import Any, Final
 import numpy as np
 import polars as pl
 
+from opscope import units
+
 MIN_STEPS: Final = 3
 """Steps needed on each side before a change is tested against the step-to-step noise."""
 
@@ -121,13 +123,17 @@ def significance(m: pl.DataFrame, testable: bool) -> pl.DataFrame:
     # not used: a rank test could call a 37.9 ms shift inside a ±74.1 ms band significant)
     beyond = shift_ns > noise_ns
     significant = (big & beyond) if testable else pl.when(big).then(None).otherwise(False)
-    return m.with_columns(
+    out = m.with_columns(
         (after - before).alias("delta_us"),
         pl.when(after > 0).then(before / after).otherwise(None).alias("speedup"),
         significant.cast(pl.Boolean).alias("significant"),
-        (noise_ns / 1000.0).alias("noise_us") if testable else pl.lit(None).alias("noise_us"),
+        # ns here, µs below: one division each (units), not the query's product by 1/1000
+        noise_ns.alias("noise_us") if testable else pl.lit(None).alias("noise_us"),
         pl.col("p_value") if testable else pl.lit(None, dtype=pl.Float64).alias("p_value"),
-    ).with_columns(
+    )
+    if testable:
+        out = out.with_columns(units.us(out.get_column("noise_us")))
+    return out.with_columns(
         pl.when(pl.col("significant").is_null())
         .then(pl.lit("untested"))
         .when(~pl.col("significant"))
@@ -167,9 +173,10 @@ def step_time_change(
 
     if testable is None:
         testable = min(len(before_ns), len(after_ns)) >= MIN_STEPS
-    m = stats(grid(before_ns), grid(after_ns), len(before_ns), len(after_ns)).with_columns(
-        (pl.col("med") / 1000.0).alias("before_us"),
-        (pl.col("med_b") / 1000.0).alias("after_us"),
+    m = stats(grid(before_ns), grid(after_ns), len(before_ns), len(after_ns))
+    m = m.with_columns(
+        units.us(m.get_column("med"), name="before_us"),
+        units.us(m.get_column("med_b"), name="after_us"),
     )
     row: dict[str, Any] = significance(m, testable).row(0, named=True)
     return row
