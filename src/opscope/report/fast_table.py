@@ -276,6 +276,28 @@ class FastTable(Table):
             row.append(segs)
         return row
 
+    def printed(self, console: Console, options: ConsoleOptions) -> str | None:
+        """The text of what rich draws of this table where :meth:`_render` draws its rows itself
+        and rich draws nothing else (no box, no title or caption, no fixed width), as
+        Table.__rich_console__ lays it out; else None."""
+        if (
+            not self.columns
+            or not self.rows
+            or self.box is not None
+            or self.width is not None
+            or self.title
+            or self.caption
+            or not self._simple()
+        ):
+            return None
+        # (no box: no extra width for edges or dividers)
+        widths = self._calculate_column_widths(console, options.update_width(options.max_width))
+        render_options = options.update(width=sum(widths), highlight=self.highlight, height=None)
+        rows = self._fast_rows(console, render_options, widths)
+        if rows is None:
+            return None
+        return "".join(["".join([s.text for c in row for s in c]) + "\n" for row in rows])
+
     def _render(self, console: Console, options: ConsoleOptions, widths: list[int]) -> RenderResult:
         table_style = console.get_style(self.style or "")
         border = table_style + console.get_style(self.border_style or "")
@@ -334,7 +356,9 @@ class FastText(Text):
     wrapping it first (a split, a line division, a justification and a truncation, each copying
     the text: ~25 us a line, a story has ~30)."""
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
+    def _one_line(self, options: ConsoleOptions) -> tuple[str, int, int] | None:
+        """(justification, width, cells) when this is one line that fits, drawn here; else
+        None (rich's own drawing)."""
         justify = self.justify or options.justify or "default"
         overflow = self.overflow or options.overflow or "fold"
         width = options.max_width
@@ -348,8 +372,27 @@ class FastText(Text):
             or size > width
             or len(plain) > width  # (rich trims blanks past the width counted in characters)
         ):
+            return None
+        return justify, width, size
+
+    def printed(self, console: Console, options: ConsoleOptions) -> str | None:
+        """The text of the segments drawn on ``options`` (the line, then its end; padded to the
+        width when left-justified, with spans or not), or None where rich draws it."""
+        fits = self._one_line(options)
+        if fits is None:
+            return None
+        justify, width, size = fits
+        pad = " " * (width - size) if justify == "left" and size < width else ""
+        return self.plain + pad + self.end
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
+        fits = self._one_line(options)
+        if fits is None:
             yield from super().__rich_console__(console, options)
             return
+        justify, width, size = fits
+        overflow = self.overflow or options.overflow or "fold"
+        plain = self.plain
         if self._spans:
             line: Text = self
             if justify == "left" and size < width:  # padded to the width, as rich's justify
@@ -485,11 +528,32 @@ class StringTable:
             out += console.render(FastText(self.caption), annotation)
         return out
 
-    def _drawn_rows(
-        self, console: Console, options: ConsoleOptions, widths: list[int]
-    ) -> list[list[list[Segment]]] | None:
-        """The header's and every row's cells' segments (FastTable._fast_rows of :meth:`table`),
-        or None when a cell takes more than one line."""
+    def printed(self, console: Console, options: ConsoleOptions) -> str | None:
+        """The text of what :meth:`__rich_console__` draws where it draws the rows itself (the
+        title, the rows between the box's dividers, the caption), without its segments and
+        styles (a plain-text report's); None where rich's table is drawn."""
+        widths = self.widths
+        n = len(self.columns)
+        if widths is None or not self.rows or not n or sum(widths) + n - 1 > options.max_width:
+            return None
+        render_options = options.update(width=sum(widths) + n - 1, highlight=False, height=None)
+        shapes = self._shapes(console, render_options, widths)
+        cells = [[c.header for c in self.columns], *self.rows]
+        rows = [_string_row_text(console, shapes, r, int(k == 0)) for k, r in enumerate(cells)]
+        if None in rows:  # (a cell of several lines)
+            return None
+        out: list[str] = []
+        annotation = render_options.update(justify="left")
+        if self.title:
+            out.append(printed(console, FastText(self.title, style="bold"), annotation))
+        box = SIMPLE_HEAD.substitute(render_options, safe=console.safe_box)
+        out += _boxed_text(rows, box, widths, True, False)  # type: ignore[arg-type]
+        if self.caption:
+            out.append(printed(console, FastText(self.caption), annotation))
+        return "".join(out)
+
+    def _shapes(self, console: Console, options: ConsoleOptions, widths: list[int]) -> list[Any]:
+        """Each column's (left, right, width, justify, (body style, header style), options)."""
         get_style = console.get_style
         # the body's cell style: the column's style and the row's (none); the header's: the
         # table's header style and the column's
@@ -510,6 +574,14 @@ class StringTable:
             )
             left, right = (0 if i == 0 else 1), (0 if i == n - 1 else 1)
             shapes.append((left, right, width, col.justify, styles, cell_options))
+        return shapes
+
+    def _drawn_rows(
+        self, console: Console, options: ConsoleOptions, widths: list[int]
+    ) -> list[list[list[Segment]]] | None:
+        """The header's and every row's cells' segments (FastTable._fast_rows of :meth:`table`),
+        or None when a cell takes more than one line."""
+        shapes = self._shapes(console, options, widths)
         header = _string_row(console, shapes, [c.header for c in self.columns], 1)
         if header is None:
             return None
@@ -548,6 +620,53 @@ def _string_row(
             segs.append(Segment(" " * right, pad_style))
         row.append(segs)
     return row
+
+
+def _string_row_text(
+    console: Console, shapes: list[Any], cells: Sequence[str], which: int
+) -> list[str] | None:
+    """The texts of :func:`_string_row`'s cells (a cell rich draws: the text of its segments)."""
+    row: list[str] = []
+    for shape, text in zip(shapes, cells, strict=True):
+        left, right, width, justify = shape[0], shape[1], shape[2], shape[3]
+        room = width - left - right - cell_len(text)
+        if room < 0 or not text or "\n" in text or "\t" in text or text[-1].isspace():
+            segs = _rich_cell(console, shape, shape[4][which], Text(text))
+            if segs is None:
+                return None
+            row.append("".join([s.text for s in segs]))
+            continue
+        body = " " * room + text if justify == "right" else text + " " * room
+        row.append(" " * left + body + " " * right)
+    return row
+
+
+def _boxed_text(
+    rows: list[list[str]], box: Box, widths: list[int], show_header: bool, show_edge: bool
+) -> list[str]:
+    """The text of :func:`_boxed`'s segments, line by line."""
+    out: list[str] = []
+    total = len(rows)
+    for k, row in enumerate(rows):
+        place = 0 if k == 0 else (2 if k == total - 1 else 1)
+        divider = (box.head_vertical, box.mid_vertical, box.foot_vertical)[place]
+        out.append(divider.join(row) + "\n")
+        if k == 0 and show_header:
+            out.append(box.get_row(widths, "head", edge=show_edge) + "\n")
+    return out
+
+
+def printed(console: Console, renderable: RenderableType, options: ConsoleOptions) -> str:
+    """The text of ``console.render(renderable, options)``'s segments, control codes left out
+    (as a recorded console's export leaves them): drawn as text where ``renderable`` has a
+    ``printed`` of its own for these options."""
+    if options.max_width < 1:  # (rich renders nothing then)
+        return ""
+    own = renderable if isinstance(renderable, FastText | FastTable | StringTable) else None
+    text = None if own is None else own.printed(console, options)
+    if text is None:
+        text = "".join([s.text for s in console.render(renderable, options) if not s.control])
+    return text
 
 
 def _rich_cell(

@@ -23,7 +23,14 @@ from rich.text import Text
 from opscope.analysis.assemble import Report, SectionError, guarded
 from opscope.report import fmt
 from opscope.report.base import renderer
-from opscope.report.fast_table import FastTable, FastText, StringColumn, StringTable, clamped_width
+from opscope.report.fast_table import (
+    FastTable,
+    FastText,
+    StringColumn,
+    StringTable,
+    clamped_width,
+    printed,
+)
 from opscope.report.story import Headline, Story, StoryFinding, StoryTable, story_of
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -321,12 +328,13 @@ def _printed_text(out: Console, parts: list[RenderableType]) -> str:
     options = out.options.update(
         justify=None, overflow=None, height=None, no_wrap=None, markup=None, highlight=None
     )
-    # (a Group yields its parts: each rendered with those options)
-    segments = [s for part in parts for s in out.render(part, options)]
-    text = "".join([s.text for s in segments if not s.control])
+    # (a Group yields its parts: each rendered with those options); the text of each, without
+    # its segments where it draws its text itself (the story's lines and tables: the same text)
+    text = "".join([printed(out, part, options) for part in parts])
     width = out.width
     if all(cell_len(line) <= width for line in text.split("\n")):
         return text
+    segments = [s for part in parts for s in out.render(part, options)]
     lines = Segment.split_and_crop_lines(segments, width, pad=False)  # (print's crop)
     return "".join([s.text for line in lines for s in line if not s.control])
 
