@@ -32,7 +32,6 @@ from opscope.analysis import (
     tree,
 )
 from opscope.analysis.registry import Options
-from opscope.model import dtypes
 from test_report_speed_empty import _kernels_only, _same
 
 ASCEND_DATA = Path("/work/ascend_data")
@@ -184,7 +183,6 @@ def test_shortcuts_are_taken_where_there_is_nothing(
     monkeypatch.setattr(tree, "SHORTCUTS", True)
     groups = _Spy(monkeypatch, occupancy, "_groups_plan")
     host = _Spy(monkeypatch, cluster, "_rank_without")
-    size = _Spy(monkeypatch, dtypes, "itemsize_expr")
     msprof = _Spy(monkeypatch, cluster_ascend, "msprof_plan")
     occupancy._empty_groups.cache_clear()
 
@@ -193,14 +191,16 @@ def test_shortcuts_are_taken_where_there_is_nothing(
         occupancy.utilisation(prof, Options())
         cluster.cluster(prof, Options())
 
-    run(p)  # collectives only: no kernel, every rank's collectives on the device, no size
+    # (the collectives' bytes are a column of their one query, its expressions built once per
+    # process: no shortcut of its own since 2026-12-05)
+    run(p)  # collectives only: no kernel, every rank's collectives on the device
     run(p)  # the empty table made once: the plan is not built again
-    assert len(groups.calls) == 1 and host.calls == [False, False] and size.calls == []
+    assert len(groups.calls) == 1 and host.calls == [False, False]
     assert msprof.calls == []  # no HCCL op in the in-process analysis
     run(planted["gloo"])  # host collectives: looked for; no kernel
-    assert host.calls[-1] is True and len(groups.calls) == 2 and size.calls == []
-    run(planted["nccl"])  # kernels and sizes: the full paths
-    assert host.calls[-1] is False and len(groups.calls) == 3 and len(size.calls) == 1
+    assert host.calls[-1] is True and len(groups.calls) == 2
+    run(planted["nccl"])  # kernels: the full paths
+    assert host.calls[-1] is False and len(groups.calls) == 3
 
 
 def test_rank_without() -> None:
