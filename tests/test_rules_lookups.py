@@ -126,12 +126,9 @@ PATTERNS = [
 ]
 
 
-@pytest.mark.parametrize("indexed", [True, False])
 def test_name_masks_equal_the_per_row_tests(
-    profiles: list[Profile], indexed: bool, monkeypatch: pytest.MonkeyPatch
+    profiles: list[Profile], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(c, "NAME_INDEX_MIN_ROWS", 0 if indexed else 1 << 40)
-    monkeypatch.setattr(c, "PATTERN_INDEX_MIN_BYTES", 0 if indexed else 1 << 40)
     codes: list[str] = []
     real = c._name_codes
     monkeypatch.setattr(c, "_name_codes", lambda p, t: codes.append(t) or real(p, t))
@@ -149,14 +146,11 @@ def test_name_masks_equal_the_per_row_tests(
                 mask = c.name_mask(p, table, **kw)  # type: ignore[arg-type]
                 assert mask.dtype == np.bool_ and len(mask) == df.height
                 assert_frame_equal(df.filter(pl.Series(mask)), rows)
-    assert bool(codes) == indexed  # the codes path taken (or not) as the threshold says
+    assert codes  # each distinct name tested once, spread by the rows' codes
 
 
-@pytest.mark.parametrize("indexed", [True, False])
-def test_name_mask_with_null_names(monkeypatch: pytest.MonkeyPatch, indexed: bool) -> None:
-    # (not indexed: the names-only masks looked up in Python, the others a per-row test)
-    monkeypatch.setattr(c, "NAME_INDEX_MIN_ROWS", 0 if indexed else 1 << 40)
-    monkeypatch.setattr(c, "PATTERN_INDEX_MIN_BYTES", 0 if indexed else 1 << 40)
+def test_name_mask_with_null_names() -> None:
+    # (a null among the distinct names: in no list, matching no pattern, kept by no test)
     p = synth.training(steps=1, layers=2).profile
     ev = p.events.with_columns(
         pl.when(pl.col("id") % 3 == 0).then(None).otherwise(pl.col("name")).alias("name")
@@ -178,12 +172,8 @@ def _matches(names: list[str | None], pattern: str) -> list[bool]:
     return [n is not None and bool(pl.Series([n]).str.contains(pattern).item()) for n in names]
 
 
-@pytest.mark.parametrize("indexed", [True, False])
-def test_pattern_masks_equal_each_names_test(
-    profiles: list[Profile], monkeypatch: pytest.MonkeyPatch, indexed: bool
-) -> None:
-    # every table tested over its distinct names, or over its rows
-    monkeypatch.setattr(c, "PATTERN_INDEX_MIN_BYTES", 0 if indexed else 1 << 40)
+def test_pattern_masks_equal_each_names_test(profiles: list[Profile]) -> None:
+    # every table tested over its distinct names
     patterns = (layout.COPY_KERNELS, layout.MATMUL_KERNELS, overhead.SYNC_RUNTIME, "^aten::")
     hits = 0
     for p in profiles:
@@ -199,7 +189,7 @@ def test_pattern_masks_equal_each_names_test(
     assert hits > 100
 
 
-def test_pattern_masks_with_null_names(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pattern_masks_with_null_names() -> None:
     p = synth.training(steps=1, layers=2).profile
     ev = p.events.with_columns(
         pl.when(pl.col("id") % 3 == 0).then(None).otherwise(pl.col("name")).alias("name")
@@ -207,11 +197,9 @@ def test_pattern_masks_with_null_names(monkeypatch: pytest.MonkeyPatch) -> None:
     q = p.with_tables(events=ev)
     names = q.events.get_column("name").to_list()
     assert None in names
-    for size in (0, 1 << 40):  # the distinct names' path and the rows'
-        monkeypatch.setattr(c, "PATTERN_INDEX_MIN_BYTES", size)
-        got = c.pattern_masks(q, "events", ("aten", "^$"))
-        assert got[0].tolist() == _matches(names, "aten")
-        assert got[0].any() and not got[1].any()
+    got = c.pattern_masks(q, "events", ("aten", "^$"))
+    assert got[0].tolist() == _matches(names, "aten")
+    assert got[0].any() and not got[1].any()
 
 
 def test_index_finds_what_forest_positions_finds() -> None:

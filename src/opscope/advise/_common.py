@@ -816,24 +816,9 @@ def _null_at(at: Any) -> pl.Expr:
     return pl.lit(pl.Series(np.where(at >= 0, at, np.nan), nan_to_null=True, dtype=pl.Int64))
 
 
-#: Tables with fewer rows test each row's name (one query); larger ones each distinct name
-#: once, spread by codes (the codes a few queries once per table: not worth it on small ones).
+#: Tables with at least this many rows are "large": the doctor's launch check tests their names
+#: through :func:`name_mask` (each distinct name once); the rules always do.
 NAME_INDEX_MIN_ROWS = 8192
-#: Tables whose names hold at least this many bytes test a regex on each distinct name once
-#: (the names' codes are a cast and a query once a profile, ~0.4 ms on a 4.8k-event rank): a
-#: GPU rank's kernel names are long (350 KB over 1.2k kernels, 200 distinct), and a regex
-#: over every row's name was 0.3-0.6 ms a pattern there; a CPU trace's short names (30 KB
-#: over 2.5k events) are tested faster row by row than the codes are made.
-PATTERN_INDEX_MIN_BYTES = 1 << 17
-
-
-def _indexed(profile: Profile, table: str, pattern: str | None) -> bool:
-    """Whether a name test on ``profile.<table>`` tests the distinct names (see the sizes)."""
-    names = getattr(profile, table).get_column("name")
-    if names.len() >= NAME_INDEX_MIN_ROWS:
-        return True
-    # (the size of the names' buffers, which Polars keeps: no query)
-    return pattern is not None and names.estimated_size() >= PATTERN_INDEX_MIN_BYTES
 
 
 def name_match(
@@ -845,21 +830,9 @@ def name_match(
 ) -> pl.Expr:
     """A predicate on ``profile.<table>`` (``"events"``, ``"ops"``, ``"kernels"``): its
     name is one of ``names`` and matches the regex ``pattern`` (either optional); false where
-    the name is null (what a filter on ``is_in``/``str.contains`` keeps). On a large table the
-    mask of :func:`name_mask`: a regex over the 75k names of an events table was 4 ms a rule,
-    over its 400 distinct names 0.1 ms."""
-    if not _indexed(profile, table, pattern):
-        return _name_expr(names, pattern)
+    the name is null (what a filter on ``is_in``/``str.contains`` keeps): the mask of
+    :func:`name_mask` as a literal."""
     return pl.lit(pl.Series("hit", name_mask(profile, table, names=names, pattern=pattern)))
-
-
-def _name_expr(names: Sequence[str] | None, pattern: str | None) -> pl.Expr:
-    hit = pl.lit(True)
-    if names is not None:
-        hit = hit & pl.col("name").is_in(list(names))
-    if pattern is not None:
-        hit = hit & pl.col("name").str.contains(pattern)
-    return hit.fill_null(False)
 
 
 def name_mask(
@@ -869,44 +842,45 @@ def name_mask(
     names: Sequence[str] | None = None,
     pattern: str | None = None,
 ) -> Any:
-    """:func:`name_match` as a boolean array over the table's rows: on a large table each
-    distinct name tested once, its answer spread by the names' codes (memoised per table)."""
-    df = getattr(profile, table)
-    if df.height == 0:
+    """:func:`name_match` as a boolean array over the table's rows: each distinct name of the
+    profile tested once, its answer spread by the rows' codes (:func:`_name_codes`, once a
+    profile). A regex over the 75k names of an events table was 4 ms a rule, over its 400
+    distinct names 0.1 ms; over a small table's rows a query of 0.2-0.6 ms where the distinct
+    names' is 0.05 ms, and a names-only test of a few hundred distinct names in Python beats
+    one of every row."""
+    if getattr(profile, table).height == 0:
         return np.zeros(0, dtype=bool)
-    indexed = _indexed(profile, table, pattern)
-    if not indexed and pattern is None and names is not None:
-        # names only: each row's name looked up in a set, in Python over the table's names
-        # (read once a table; an is_in was a query of fixed cost, ~0.2 ms, each call)
-        every: list[str | None] = _memo(
-            f"names:{table}", profile, lambda: df.get_column("name").to_list()
-        )
+    uniq, codes = _memo(f"name_codes:{table}", profile, lambda: _name_codes(profile, table))
+    hit = None if pattern is None else _pattern_hits(uniq, [pattern])[0]
+    if names is not None:
         wanted = {n for n in names if n is not None}
-        return np.fromiter((n in wanted for n in every), dtype=bool, count=len(every))
-    return _name_tests(profile, table, [_name_expr(names, pattern)], indexed)[0]
+        every: list[str | None] = _memo(f"name_list:{table}", profile, uniq.to_list)
+        is_in = np.fromiter((n in wanted for n in every), dtype=bool, count=len(every))
+        hit = is_in if hit is None else hit & is_in
+    if hit is None:  # no test: every row, a null name too (a filter on lit(True) keeps it)
+        return np.ones(len(codes), dtype=bool)
+    return hit[codes]
 
 
 def pattern_masks(profile: Profile, table: str, patterns: Sequence[str]) -> list[Any]:
     """Per pattern, a boolean array: whether each row's name of ``profile.<table>`` matches
-    the regex (false for a null name), what :func:`name_mask` gives each, from one query."""
+    the regex (false for a null name), what :func:`name_mask` gives each, from one query over
+    the distinct names."""
     if getattr(profile, table).height == 0:
         return [np.zeros(0, dtype=bool) for _ in patterns]
-    tests = [_name_expr(None, p) for p in patterns]
-    return _name_tests(profile, table, tests, _indexed(profile, table, ""))
-
-
-def _name_tests(profile: Profile, table: str, tests: Sequence[pl.Expr], indexed: bool) -> list[Any]:
-    """``tests`` (predicates on ``name``, false for null) as boolean arrays over the rows of
-    ``profile.<table>``, in one select: over the rows, or (``indexed``) over the distinct
-    names, each answer spread by the rows' codes."""
-    named = [t.alias(f"test{i}") for i, t in enumerate(tests)]
-    if not indexed:
-        got = getattr(profile, table).select(named)
-        return [s.to_numpy() for s in got.get_columns()]
     uniq, codes = _memo(f"name_codes:{table}", profile, lambda: _name_codes(profile, table))
-    # (with_columns: a test without a column broadcast to every distinct name)
-    hits = pl.DataFrame([uniq]).with_columns(named)
-    return [hits.get_column(f"test{i}").to_numpy()[codes] for i in range(len(tests))]
+    return [hit[codes] for hit in _pattern_hits(uniq, patterns)]
+
+
+def _pattern_hits(uniq: pl.Series, patterns: Sequence[str]) -> list[Any]:
+    """Per pattern, whether each of the distinct names ``uniq`` matches it (false for null)."""
+    if not patterns:
+        return []
+    got = pl.DataFrame([uniq]).select(
+        pl.col(uniq.name).str.contains(p).fill_null(False).alias(f"test{i}")
+        for i, p in enumerate(patterns)
+    )
+    return [s.to_numpy() for s in got.get_columns()]
 
 
 def _name_codes(profile: Profile, table: str) -> tuple[pl.Series, Any]:

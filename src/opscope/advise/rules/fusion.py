@@ -639,12 +639,10 @@ def _optimizer_loops(
     order = np.lexsort((op_ids[i], ann_ids))
     i, ann_ids = i[order], ann_ids[order]
     anns, start, n = np.unique(ann_ids, return_index=True, return_counts=True)
-    # each op's name tested once (one query over these ops' names, not over every op's)
-    got = pl.DataFrame([ops.get_column("name")[rows]]).select(
-        pl.col("name").str.contains("_foreach_|_fused_").fill_null(False),
-        pl.col("name").is_in(["aten::add_", "aten::mul_"]).fill_null(False).alias("upd"),
-    )
-    vec, upd = (s.to_numpy() for s in got.get_columns())
+    # the names' tests from the profile's distinct names (a query over these ops' names was
+    # a fixed cost)
+    vec = c.name_mask(profile, "ops", pattern="_foreach_|_fused_")[rows]
+    upd = c.name_mask(profile, "ops", names=["aten::add_", "aten::mul_"])[rows]
     vectorised = np.add.reduceat(vec[i].astype(np.int64), start) > 0
     loop = (n >= FOREACH_MIN_OPS) & ~vectorised
     if not loop.any():
