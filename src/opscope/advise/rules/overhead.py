@@ -3,6 +3,7 @@ gaps, dynamic-shape recompiles, AICPU operators and float64 paths."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
+from opscope.analysis.tree import int_values
 from opscope.model import Profile
 
 # A kernel shorter than this is dominated by its launch: CUDA launch overhead is ~2-5 µs
@@ -336,13 +338,19 @@ class LaunchBound:
         if profile.has_device:
             return self._device(profile, steps)
         ops = c.user_level_ops(profile)
-        tiny = ops.filter(pl.col("dur_ns") < DISPATCH_US * 1000)
-        per_step = tiny.height / max(steps.n, 1)
-        total = float(tiny.get_column("dur_ns").sum())
-        if per_step < DISPATCH_MIN_OPS or tiny.height < DISPATCH_MIN_TINY_FRACTION * ops.height:
+        # the tiny ops by position, counted and summed in NumPy (a filter, a group-by and a
+        # sort were a query each); a null duration is no tiny op, as a filter drops it
+        dur, known = int_values(ops.get_column("dur_ns"))
+        tiny = np.flatnonzero(known & (dur < DISPATCH_US * 1000))
+        per_step = len(tiny) / max(steps.n, 1)
+        if per_step < DISPATCH_MIN_OPS or len(tiny) < DISPATCH_MIN_TINY_FRACTION * ops.height:
             return []
-        top = tiny.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(5)
-        loc = c.group_by_location(profile, tiny)
+        total = float(dur[tiny].sum())
+        # the five commonest names, equal counts by name (a null name first among them, as a
+        # sort puts it)
+        counts = Counter(ops.get_column("name")[tiny].to_list())
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0] is not None, kv[0] or ""))[:5]
+        loc = c.group_by_location(profile, ops.get_column("id")[tiny].to_list())
         where = max(loc, key=lambda k: len(loc[k]))
         return [
             c.make_finding(
@@ -359,8 +367,8 @@ class LaunchBound:
                     "model = torch.compile(model)"
                 ),
                 evidence=c.evidence(
-                    top.get_column("name").to_list(),
-                    tiny.height,
+                    [name for name, _ in top],
+                    len(tiny),
                     {
                         "tiny_ops_per_step": per_step,
                         "share_of_step_pct": round(steps.pct(total), 2),
