@@ -559,7 +559,9 @@ def _places(profile: Profile, ids: list[int]) -> list[tuple[Any, ...]]:
         return [(None, None, None, None)] * len(ids)  # the walks and look-ups would find none
     inp: pl.DataFrame = _memo("place_inputs", profile, lambda: _place_inputs(profile))
     op_at, alone_at, stack_at = _memo("place_arrays", profile, lambda: _place_arrays(inp))
-    at = event_positions(profile, pl.Series(ids, dtype=pl.Int64))
+    # (the index's look-up of the ids as an array: no Series built for a few ids)
+    index: _Index = _memo("event_index", profile, lambda: _Index.of(profile.events["id"]))
+    at = index.find(np.asarray(ids, dtype=np.int64))
     known = at >= 0
     at0 = np.where(known, at, 0) if len(op_at) else np.zeros(0, dtype=np.int64)
     # the charged op (-1: none) and whether the event is under no op; an id not among the
@@ -722,6 +724,20 @@ def _nearest_up(forest: Any, has: Any) -> Any:
     return forest.nearest_up(has)
 
 
+def valid(s: pl.Series) -> Any:
+    """Per row of a numeric column, whether it is not null (a boolean array), without a query
+    where NumPy's copy tells: its NaNs are its nulls when it holds as many as the null count
+    Polars keeps (a float column's own NaN, not null, asks ``is_not_null``)."""
+    if s.null_count() == 0:
+        return np.ones(len(s), dtype=bool)
+    arr = s.to_numpy()
+    if arr.dtype.kind == "f":
+        nan = np.isnan(arr)
+        if int(nan.sum()) == s.null_count():
+            return ~nan
+    return s.is_not_null().to_numpy()
+
+
 def present(s: pl.Series) -> int:
     """How many values of ``s`` are not null: from its null count, which Polars keeps (a
     ``drop_nulls``/``is_not_null`` on the Series is a query of fixed cost)."""
@@ -859,6 +875,18 @@ def name_mask(
         hit = is_in if hit is None else hit & is_in
     if hit is None:  # no test: every row, a null name too (a filter on lit(True) keeps it)
         return np.ones(len(codes), dtype=bool)
+    return hit[codes]
+
+
+def name_where(profile: Profile, table: str, test: Callable[[str], bool]) -> Any:
+    """Per row of ``profile.<table>``, whether its name passes ``test`` (false for a null
+    name): :func:`name_mask` with a test in Python, for a prefix or a substring (a regex is a
+    query, of fixed cost, even over the distinct names)."""
+    if getattr(profile, table).height == 0:
+        return np.zeros(0, dtype=bool)
+    uniq, codes = _memo(f"name_codes:{table}", profile, lambda: _name_codes(profile, table))
+    every: list[str | None] = _memo(f"name_list:{table}", profile, uniq.to_list)
+    hit = np.fromiter((n is not None and test(n) for n in every), dtype=bool, count=len(every))
     return hit[codes]
 
 
@@ -1004,26 +1032,25 @@ def _user_level_ops(profile: Profile) -> pl.DataFrame:
         return pl.DataFrame(
             schema={**profile.ops.schema, "op_parent": par["op_parent"], "cost_ns": cost["cost_ns"]}
         )
-    from opscope.analysis import tree
-
     ops = profile.ops
     costs = op_cost(profile)  # a row per op, in the ops' order (each of its paths builds it so)
     # the ops with no enclosing op, by position (what joins with op_parents and op_cost and a
     # filter on the parent found, each join over every op): an op not found among the events
     # has no parent found either
     at = event_positions(profile, ops.get_column("id"))
-    top = (at < 0) | (op_parent_positions(profile)[np.maximum(at, 0)] < 0)
-    return tree.collect(
-        ops.lazy()
-        .with_columns(
-            pl.lit(None, profile.events.schema["id"]).alias("op_parent"),
-            costs.get_column("cost_ns"),
-        )
-        .filter(pl.lit(pl.Series(top, dtype=pl.Boolean)))
-        # the id last: two top-level ops starting together on a thread in a defined order, not
-        # in the one an unstable sort happens to leave them
-        .sort("rank", "tid", "ts_ns", "id")
-    )
+    top = np.flatnonzero((at < 0) | (op_parent_positions(profile)[np.maximum(at, 0)] < 0))
+    # by rank, thread, time and id, nulls first as a sort puts them (the id last: two
+    # top-level ops starting together on a thread in a defined order), in NumPy and the rows
+    # gathered by position (a plan filtering and sorting the ops was a query of fixed cost)
+    keys = []
+    for col in ("id", "ts_ns", "tid", "rank"):
+        values, known = int_values(ops.get_column(col))
+        keys += [values[top], known[top]]
+    rows = top[np.lexsort(keys)]
+    # (the null column from NaNs: an extend_constant of a null was a query)
+    null = np.full(len(rows), np.nan)
+    parent = pl.Series("op_parent", null, nan_to_null=True, dtype=ops.get_column("id").dtype)
+    return ops[rows].hstack([parent, costs.get_column("cost_ns")[rows]])
 
 
 def group_by_location(

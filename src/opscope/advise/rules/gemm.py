@@ -10,9 +10,11 @@ inside a materialised attention span are left to fusion-attention (one claim per
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+import numpy as np
 import polars as pl
 
 from opscope.advise import _common as c
@@ -84,37 +86,61 @@ ATTN_FORMULA: Final = r"^(attention|npu_fusion_attention)"
 CONV_FORMULA: Final = r"^conv"
 
 
-def _call_masks() -> dict[str, pl.Expr]:
-    """The perf model's calls each rule here reads, as predicates (null: false)."""
-    gemm = pl.col("name").is_in(GEMM_OPS) & (pl.col("roof") == "matrix")
-    gemm &= pl.col("time_ns").is_not_null()
-    costed = pl.col("gap_ns").is_not_null() & (pl.col("time_ns") > 0)
+def _call_masks(calls: pl.DataFrame) -> dict[str, Any]:
+    """The perf model's calls each rule here reads, as boolean arrays over ``calls`` (a null
+    is false): each distinct value of a column tested once in Python and the answers read per
+    row (a select of the predicates was a query of fixed cost, 0.5 ms on a few hundred calls).
+    The formulas' patterns are prefixes."""
+    n = calls.height
+
+    def per_row(col: str, test: Any, dtype: Any = bool) -> Any:
+        values = calls.get_column(col).to_list()
+        hit = {v: test(v) if v is not None else 0 for v in set(values)}
+        return np.fromiter(map(hit.__getitem__, values), dtype=dtype, count=n)
+
+    gemm = per_row("name", set(GEMM_OPS).__contains__)
+    gemm &= per_row("roof", "matrix".__eq__)
+    time_s = calls.get_column("time_ns")
+    gemm &= c.valid(time_s)
+    with np.errstate(invalid="ignore"):  # (a null time is NaN: not above 0)
+        costed = c.valid(calls.get_column("gap_ns")) & (time_s.to_numpy() > 0)
+    moe = gemm & per_row("module", lambda m: MOE_RE.search(m) is not None) if gemm.any() else gemm
+    # each formula's prefix: 1 attention, 2 convolution, 0 neither
+    formula = per_row(
+        "formula",
+        lambda f: 1 if f.startswith(_ATTN_PREFIXES) else 2 if f.startswith(_CONV_PREFIXES) else 0,
+        np.int8,
+    )
     return {
-        "gemm": gemm & pl.col("bound_ns").is_not_null(),
-        "moe": gemm & pl.col("module").fill_null("").str.contains(MOE_MODULE),
-        ATTN_FORMULA: pl.col("formula").fill_null("").str.contains(ATTN_FORMULA) & costed,
-        CONV_FORMULA: pl.col("formula").fill_null("").str.contains(CONV_FORMULA) & costed,
+        "gemm": gemm & c.valid(calls.get_column("bound_ns")),
+        "moe": moe,
+        ATTN_FORMULA: (formula == 1) & costed,
+        CONV_FORMULA: (formula == 2) & costed,
     }
+
+
+#: :data:`ATTN_FORMULA` and :data:`CONV_FORMULA` as the prefixes they match.
+_ATTN_PREFIXES: Final = ("attention", "npu_fusion_attention")
+_CONV_PREFIXES: Final = ("conv",)
 
 
 def model_calls(profile: Profile, results: Mapping[str, Any], which: str) -> pl.DataFrame:
     """The perf model's calls of ``which`` (a key of :func:`_call_masks`), in their order: the
-    four masks from one select once per profile and device (a filter each was a query of
-    fixed cost, four a report), a filter only where a mask keeps some row."""
+    four masks once per profile and device (a filter each was a query of fixed cost, four a
+    report), the rows gathered by position only where a mask keeps some."""
 
     def run() -> dict[str, Any]:
         calls = c.perf_model(profile, results).calls
         if calls.height == 0:
             return {}
-        got = calls.select(e.fill_null(False).alias(k) for k, e in _call_masks().items())
-        return {k: got.get_column(k) for k in got.columns}
+        return _call_masks(calls)
 
     masks: dict[str, Any] = c._memo(f"model_calls:{c.device_option(results)}", profile, run)
     calls: pl.DataFrame = c.perf_model(profile, results).calls
     mask = masks.get(which)
     if mask is None or not mask.any():
         return calls.clear()
-    return calls.filter(mask)
+    return calls[np.flatnonzero(mask)]
 
 
 def _gemm_calls(profile: Profile, results: Mapping[str, Any]) -> tuple[Any, pl.DataFrame]:
@@ -438,6 +464,7 @@ class GemmMemoryBound:
 # modules name experts; at least this many experts per step (opscope's heuristic: below 4 a
 # loop costs little next to a grouped GEMM's setup).
 MOE_MODULE = r"(?i)expert"
+MOE_RE = re.compile(MOE_MODULE)
 MOE_MIN_EXPERTS: Final = 4
 
 
