@@ -471,16 +471,29 @@ def _op_cost(profile: Profile) -> pl.DataFrame:
 
 
 def kernels_of(profile: Profile, op_ids: Sequence[int]) -> pl.DataFrame:
-    """Device kernels issued by the given ops or the ops they call."""
+    """Device kernels issued by the given ops or the ops they call (their op or one of its
+    ancestors, up to ``MAX_WALK - 1`` hops, among ``op_ids``), in the kernels' order."""
     if not profile.has_device or not op_ids:
         return profile.kernels.head(0)
-    kern = profile.kernels.filter(pl.col("op_id").is_not_null())
-    all_anc: pl.DataFrame = _memo(
-        "kernel_op_ancestors", profile, lambda: ancestors(profile, kern.get_column("op_id"))
-    )
-    anc = all_anc.filter(pl.col("anc_id").is_in(list(op_ids)))
-    below = anc.get_column("id").unique()
-    return kern.filter(pl.col("op_id").is_in(below.implode()))
+
+    def pairs() -> tuple[Any, Any, Any, Any]:
+        # the launched kernels' rows and ops, and their ops' (kernel, ancestor id) pairs: what
+        # c.ancestors' table of them held, as arrays (its filters and joins were three queries
+        # a call)
+        k_op = profile.kernels.get_column("op_id")
+        rows = np.flatnonzero(not_null(k_op))
+        op = _filled(k_op, -1)[rows]
+        forest = _forest(profile)
+        i, anc, _ = forest.ancestor_pairs(
+            event_positions(profile, pl.Series(op, dtype=pl.Int64)), max_depth=MAX_WALK - 1
+        )
+        return rows, op, i, forest.ids[anc]
+
+    rows, op, i, anc_ids = _memo("kernel_op_pairs", profile, pairs)
+    want = np.asarray(list(op_ids), dtype=np.int64)
+    hit = np.isin(op, want)
+    hit[i[np.isin(anc_ids, want)]] = True
+    return profile.kernels[rows[hit]]
 
 
 # Locations -----------------------------------------------------------------------------------
