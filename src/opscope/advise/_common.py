@@ -493,7 +493,8 @@ def kernels_of(profile: Profile, op_ids: Sequence[int]) -> pl.DataFrame:
     want = np.asarray(list(op_ids), dtype=np.int64)
     hit = np.isin(op, want)
     hit[i[np.isin(anc_ids, want)]] = True
-    return profile.kernels[rows[hit]]
+    out: pl.DataFrame = profile.kernels[rows[hit]]
+    return out
 
 
 # Locations -----------------------------------------------------------------------------------
