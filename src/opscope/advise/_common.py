@@ -430,7 +430,11 @@ def outermost(profile: Profile, events: pl.DataFrame) -> pl.DataFrame:
         event_positions(profile, pl.Series(own)), max_depth=MAX_WALK - 1
     )
     nested = own[i][np.isin(forest.ids[anc_at], own)]
-    return events.filter(~pl.col("id").is_in(pl.Series(nested, dtype=pl.Int64).implode()))
+    if not len(nested):
+        return events
+    # the rows kept by position (a filter is a query)
+    out: pl.DataFrame = events[np.flatnonzero(~np.isin(ids.to_numpy(), nested))]
+    return out
 
 
 def op_cost(profile: Profile) -> pl.DataFrame:
@@ -651,18 +655,15 @@ def _place_inputs(profile: Profile) -> pl.DataFrame:
     ev = profile.events
     forest = _forest(profile)
     is_op, is_dev, has_stack, has_module = _event_masks(profile)
-    # one query: the three walks' rows gathered together (a gather each was one or two)
-    up = ev.select(
-        pl.col("id").gather(_null_at(_nearest_up(forest, is_op))).alias("enclosing"),
-        pl.col("stack_id").gather(_null_at(_nearest_up(forest, has_stack))).alias("own_stack"),
-        pl.col("module").gather(_null_at(_nearest_up(forest, has_module))).alias("own_module"),
-    )
+    # the three walks' rows gathered by position (a select of their gathers was a query)
     return pl.DataFrame(
         [
             ev.get_column("id"),
             pl.Series("dev", is_dev),
             ev.get_column("op_id").alias("launcher"),
-            *up.get_columns(),
+            gather(ev.get_column("id"), _nearest_up(forest, is_op)).alias("enclosing"),
+            gather(ev.get_column("stack_id"), _nearest_up(forest, has_stack)).alias("own_stack"),
+            gather(ev.get_column("module"), _nearest_up(forest, has_module)).alias("own_module"),
         ]
     )
 
@@ -673,10 +674,16 @@ def _event_masks(profile: Profile) -> tuple[Any, Any, Any, Any]:
 
     def run() -> tuple[Any, Any, Any, Any]:
         # the kinds from their codes (a cast of every event's kind to text was most of it)
-        got = profile.events.select(
-            pl.col("stack_id").is_not_null(), pl.col("module").is_not_null()
-        )
-        has_stack, has_module = (s.to_numpy() for s in got.get_columns())
+        # (a select of the columns' is_not_null was a query)
+        ev = profile.events
+        has_stack = not_null(ev.get_column("stack_id"))
+        module = ev.get_column("module")
+        if module.null_count() == 0:
+            has_module = np.ones(ev.height, dtype=bool)
+        elif module.null_count() == ev.height:
+            has_module = np.zeros(ev.height, dtype=bool)
+        else:  # (NumPy's copy of a text column holds None for a null)
+            has_module = np.not_equal(module.to_numpy(), None)
         is_op = kind_mask(profile, "cpu_op")
         return is_op, kind_mask(profile, *kinds.DEVICE_KINDS), has_stack, has_module
 
