@@ -682,8 +682,8 @@ def _event_masks(profile: Profile) -> tuple[Any, Any, Any, Any]:
             has_module = np.ones(ev.height, dtype=bool)
         elif module.null_count() == ev.height:
             has_module = np.zeros(ev.height, dtype=bool)
-        else:  # (NumPy's copy of a text column holds None for a null)
-            has_module = np.not_equal(module.to_numpy(), None)
+        else:  # (a null is None in the column's list)
+            has_module = np.array([m is not None for m in module.to_list()], dtype=bool)
         is_op = kind_mask(profile, "cpu_op")
         return is_op, kind_mask(profile, *kinds.DEVICE_KINDS), has_stack, has_module
 
