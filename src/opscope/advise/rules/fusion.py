@@ -161,7 +161,7 @@ class BiasAdd:
         steps = c.step_info(profile)
         rows = {r["id"]: r for r in keep}
         out = []
-        for where, ids in c.group_by_location(profile, pl.DataFrame({"id": list(rows)})).items():
+        for where, ids in c.group_by_location(profile, list(rows)).items():
             rs = [rows[i] for i in ids]
             cost = float(sum(r["n_cost"] or 0 for r in rs))
             mm = _shapes(rs[0]["input_dims"])
@@ -249,7 +249,7 @@ class Activation:
         steps = c.step_info(profile)
         rows = {r["id"]: r for r in keep}
         out = []
-        for where, ids in c.group_by_location(profile, pl.DataFrame({"id": list(rows)})).items():
+        for where, ids in c.group_by_location(profile, list(rows)).items():
             rs = [rows[i] for i in ids]
             cost = float(sum(r["cost_ns"] or 0 for r in rs))
             acts = sorted({r["name"] for r in rs})
@@ -564,7 +564,7 @@ class Foreach:
             sh = _shapes(d)
             if sh and sh[0] and sh[0] not in shapes:
                 shapes.append(sh[0])
-        where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": first_ids[:1]}))))
+        where = next(iter(c.group_by_location(profile, first_ids[:1])))
         per_step = sum(n) / len(n)
         return [
             c.make_finding(

@@ -271,8 +271,7 @@ class Layout:
                         break
             if not keep:
                 continue
-            kept = pl.DataFrame({"id": [r["id"] for r, _ in keep]})
-            by_loc = c.group_by_location(profile, kept)
+            by_loc = c.group_by_location(profile, [r["id"] for r, _ in keep])
             rows = {r["id"]: (r, m) for r, m in keep}
             for where, ids in by_loc.items():
                 rs = [rows[i][0] for i in ids]
