@@ -682,8 +682,8 @@ def _event_masks(profile: Profile) -> tuple[Any, Any, Any, Any]:
             has_module = np.ones(ev.height, dtype=bool)
         elif module.null_count() == ev.height:
             has_module = np.zeros(ev.height, dtype=bool)
-        else:  # (a null is None in the column's list)
-            has_module = np.array([m is not None for m in module.to_list()], dtype=bool)
+        else:
+            has_module = module.is_not_null().to_numpy()
         is_op = kind_mask(profile, "cpu_op")
         return is_op, kind_mask(profile, *kinds.DEVICE_KINDS), has_stack, has_module
 
