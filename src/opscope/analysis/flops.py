@@ -225,6 +225,9 @@ class Cost(NamedTuple):
 
 
 UNKNOWN: Final = Cost(None, None, "unknown")
+#: A Cost or a tensor built from the tuple of its fields (its class's __new__ is a Python call
+#: more, once per distinct call or tensor argument).
+_new: Final = tuple.__new__
 
 
 class _Tensor(NamedTuple):
@@ -307,6 +310,47 @@ def _tensors_of(dims: Any, infos: list[tuple[int, str] | None]) -> list[_Tensor 
     return out
 
 
+#: "Input Dims" whose every argument is a shape: a list of lists of JSON integers (msgspec's
+#: int refuses a bool and a float, as :func:`_is_shape` does), each as the tuple a tensor keeps.
+_SHAPES: Final = msgspec.json.Decoder(list[tuple[int, ...]])
+
+
+#: Per dtype (as :func:`dtype_info` gives it), the tensors of each shape already made (one
+#: :func:`op_costs` call's: a shape recurs across its distinct calls, 341 of 1762 tensor
+#: arguments distinct on a 4.8k-event rank).
+_TensorMemo = dict[tuple[int, str], dict[tuple[int, ...], _Tensor]]
+
+
+def _arg_tensors(
+    dims: str | None, infos: list[tuple[int, str] | None], memo: _TensorMemo
+) -> list[_Tensor | None]:
+    """``_tensors_of(_decode(dims), infos)``: by one typed decode when every argument is a
+    shape (the checks per entry and the copies to tuples done by msgspec), else as that."""
+    if not dims:
+        return []
+    try:
+        shapes = _SHAPES.decode(dims)
+    except msgspec.DecodeError:  # (a list of tensors, a string... among the arguments)
+        return _tensors_of(_decode(dims), infos)
+    if len(infos) < len(shapes):
+        infos = infos + [None] * (len(shapes) - len(infos))
+    out: list[_Tensor | None] = []
+    add = out.append
+    for sh, info in zip(shapes, infos, strict=False):
+        if info is None:
+            add(None)
+            continue
+        made = memo.get(info)
+        if made is None:
+            made = memo[info] = {}
+        t = made.get(sh)
+        if t is None:
+            n = math.prod(sh)
+            t = made[sh] = _new(_Tensor, (sh, info[0], info[1], n, n * info[0]))
+        add(t)
+    return out
+
+
 _PY_JSON: Final = {"True": "true", "False": "false", "None": "null"}
 
 
@@ -354,9 +398,13 @@ def _broadcast(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
     return reduce(two, shapes, ())
 
 
+#: The dtype classes :func:`_first_float` prefers.
+_FLOAT_CLASSES: Final = frozenset({"fp64", "fp32", "fp16", "bf16", "fp8"})
+
+
 def _first_float(ts: Sequence[_Tensor | None]) -> _Tensor | None:
     for t in ts:
-        if t is not None and t.dtype in ("fp64", "fp32", "fp16", "bf16", "fp8"):
+        if t is not None and t.dtype in _FLOAT_CLASSES:
             return t
     return next((t for t in ts if t is not None), None)
 
@@ -375,71 +423,66 @@ def base_name(name: str) -> str:
 # Matmul family ----------------------------------------------------------------------------------
 
 
-def _mm_cost(m: int, n: int, k: int, batch: int, *, ins: list[_Tensor], out_size: int) -> Cost:
-    flops = 2 * batch * m * n * k
-    nbytes = sum(t.nbytes for t in ins) + batch * m * n * out_size
-    dtype = _first_float(ins)
-    return Cost(flops, nbytes, "", dtype.dtype if dtype else None, "matrix")
+_MATMUL_AB: Final = frozenset({"mm", "bmm", "matmul", "linear", "npu_linear"})
+_LINEAR: Final = frozenset({"linear", "npu_linear"})
 
 
 def _matmul(ts: list[_Tensor | None], name: str) -> Cost:
+    # one Cost built of the operands' sums, not a Cost renamed (the formula's name) and a list
+    # of the operands summed and searched by helpers: ~270 of the 560 distinct calls of a
+    # 4.8k-event rank are matmuls
     tens = [t for t in ts if t is not None]
-    if name in ("mm", "bmm", "matmul", "linear", "npu_linear", "_addmm_activation"):
-        if name == "_addmm_activation":
-            if len(tens) < 3:
-                return UNKNOWN
-            a, b = tens[1], tens[2]
-        else:
-            if len(tens) < 2:
-                return UNKNOWN
-            a, b = tens[0], tens[1]
-        extra = tens[2:3] if name in ("linear", "npu_linear", "_addmm_activation") else []
-    else:  # addmm, baddbmm, addbmm: (input, mat1, mat2)
+    extra: _Tensor | None = None  # the operand read besides a and b: a bias, addmm's input
+    if name in _MATMUL_AB:
+        if len(tens) < 2:
+            return UNKNOWN
+        a, b = tens[0], tens[1]
+        if len(tens) > 2 and name in _LINEAR:
+            extra = tens[2]
+    else:  # _addmm_activation, addmm, baddbmm, addbmm: (input, mat1, mat2)
         if len(tens) < 3:
             return UNKNOWN
         a, b = tens[1], tens[2]
-        extra = tens[0:1]
-    ins = [a, b, *extra]
-    out_size = a.size
-    if name in ("linear", "npu_linear"):
-        if not a.shape or len(b.shape) != 2 or a.shape[-1] != b.shape[1]:
-            return UNKNOWN
-        k = a.shape[-1]
-        c = _mm_cost(a.numel // max(k, 1) if k else 0, b.shape[0], k, 1, ins=ins, out_size=out_size)
-        return _named(c, "linear: 2*M*N*K")
+        # (_addmm_activation's third operand read is mat2's slot, as linear's bias is)
+        extra = tens[2] if name == "_addmm_activation" else tens[0]
     sa, sb = a.shape, b.shape
-    if len(sa) == 0 or len(sb) == 0:
+    batch = out_batch = 1
+    if name in _LINEAR:
+        if not sa or len(sb) != 2 or sa[-1] != sb[1]:
+            return UNKNOWN
+        k = sa[-1]
+        m, n = a.numel // max(k, 1) if k else 0, sb[0]
+        formula = "linear: 2*M*N*K"
+    elif not sa or not sb:
         return UNKNOWN
-    if len(sa) == 1 and len(sb) == 1:
+    elif len(sa) == 1 and len(sb) == 1:
         if sa[0] != sb[0]:
             return UNKNOWN
-        return _named(_mm_cost(1, 1, sa[0], 1, ins=ins, out_size=out_size), "dot: 2*K")
-    if len(sa) == 1:
-        sa2: tuple[int, ...] = (1, sa[0])
+        m, n, k = 1, 1, sa[0]
+        formula = "dot: 2*K"
     else:
-        sa2 = sa
-    if len(sb) == 1:
-        sb2: tuple[int, ...] = (sb[0], 1)
-    else:
-        sb2 = sb
-    m, k = sa2[-2], sa2[-1]
-    k2, n = sb2[-2], sb2[-1]
-    if k != k2:
-        return UNKNOWN
-    batch_shape = _broadcast([sa2[:-2], sb2[:-2]])
-    batch = math.prod(batch_shape)
-    if name == "addbmm":  # sums over the batch: the output is [M, N]
-        c = _mm_cost(m, n, k, batch, ins=ins, out_size=out_size)
-        c = Cost(c.flops, sum(t.nbytes for t in ins) + m * n * out_size, "", c.dtype, c.roof)
-        return _named(c, "addbmm: 2*B*M*N*K")
-    label = "2*M*N*K" if batch == 1 else "2*B*M*N*K"
-    return _named(_mm_cost(m, n, k, batch, ins=ins, out_size=out_size), f"{name}: {label}")
-
-
-def _named(c: Cost, formula: str) -> Cost:
-    if c.flops is None and c.bytes is None:
-        return c
-    return Cost(c.flops, c.bytes, formula, c.dtype, c.roof)
+        sa2 = (1, sa[0]) if len(sa) == 1 else sa
+        sb2 = (sb[0], 1) if len(sb) == 1 else sb
+        m, k = sa2[-2], sa2[-1]
+        k2, n = sb2[-2], sb2[-1]
+        if k != k2:
+            return UNKNOWN
+        if len(sa2) > 2 or len(sb2) > 2:  # (no batch dims: a batch of 1)
+            batch = out_batch = math.prod(_broadcast([sa2[:-2], sb2[:-2]]))
+        if name == "addbmm":  # sums over the batch: the output is [M, N]
+            out_batch = 1
+            formula = "addbmm: 2*B*M*N*K"
+        else:
+            formula = f"{name}: {'2*M*N*K' if batch == 1 else '2*B*M*N*K'}"
+    # every operand read once, the output written once; the compute's dtype the first
+    # floating operand's (a, b, then the extra), else a's
+    nbytes = a.nbytes + b.nbytes + out_batch * m * n * a.size
+    dtype = a.dtype if a.dtype in _FLOAT_CLASSES or b.dtype not in _FLOAT_CLASSES else b.dtype
+    if extra is not None:
+        nbytes += extra.nbytes
+        if dtype not in _FLOAT_CLASSES and extra.dtype in _FLOAT_CLASSES:
+            dtype = extra.dtype
+    return _new(Cost, (2 * batch * m * n * k, nbytes, formula, dtype, "matrix"))
 
 
 # Convolution ------------------------------------------------------------------------------------
@@ -718,19 +761,30 @@ def _npu_fusion_attention(ts: list[_Tensor | None], concrete: Any, backward: boo
 
 
 def _elementwise(ts: list[_Tensor | None], name: str) -> Cost:
-    tens = [t for t in ts if t is not None]
-    if not tens:
-        return UNKNOWN
-    out_shape = _broadcast([t.shape for t in tens])
-    out_numel = math.prod(out_shape)
-    per = _ELEMENTWISE[name.rstrip("_")]
-    ref = _first_float(tens) or tens[0]
-    out_size = 1 if name.rstrip("_") in _COMPARISONS else ref.size
-    reads = sum(t.nbytes for t in tens)
-    if name.rstrip("_") in ("fill", "zero", "zeros_like", "ones_like", "full_like"):
-        reads = 0  # a fill only writes
-    nbytes = reads + out_numel * out_size
-    return Cost(per * out_numel, nbytes, f"elementwise: {per} x numel", ref.dtype, "vector")
+    return _elementwise_rule(name)(ts, None)
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _elementwise_rule(name: str) -> _Rule:
+    """The elementwise formula of operator ``name`` (its base name), what depends on the name
+    settled once."""
+    b = name.rstrip("_")
+    per = _ELEMENTWISE[b]
+    compares = b in _COMPARISONS  # writes bools, one byte each
+    fills = b in ("fill", "zero", "zeros_like", "ones_like", "full_like")  # only writes
+    formula = f"elementwise: {per} x numel"
+
+    def rule(ts: list[_Tensor | None], concrete: str | None) -> Cost:
+        tens = [t for t in ts if t is not None]
+        if not tens:
+            return UNKNOWN
+        out_numel = math.prod(_broadcast([t.shape for t in tens]))
+        ref = _first_float(tens) or tens[0]
+        reads = 0 if fills else sum(t.nbytes for t in tens)
+        nbytes = reads + out_numel * (1 if compares else ref.size)
+        return _new(Cost, (per * out_numel, nbytes, formula, ref.dtype, "vector"))
+
+    return rule
 
 
 def _reduction(ts: list[_Tensor | None], concrete: Any, name: str) -> Cost:
@@ -905,7 +959,7 @@ def _rule(name: str) -> _Rule | None:
         # eval-mode dropout returns its input: no work to cost
         return lambda ts, c: UNKNOWN if _concrete(_decode(c), 2) is False else _elementwise(ts, b)
     if b.rstrip("_") in _ELEMENTWISE:
-        return lambda ts, c: _elementwise(ts, b)
+        return _elementwise_rule(b)
     return None
 
 
@@ -984,15 +1038,13 @@ _KEY: Final = ("name", "input_dims", "input_types", "concrete_inputs")
 
 def _cost_frame(costs: Sequence[Cost]) -> pl.DataFrame:
     """``costs`` as a table of :data:`_COST_SCHEMA`, one row each in order."""
+    # the fields' columns by one transposition (zip), not a pass over the costs per field
+    fields = list(zip(*costs, strict=True)) if costs else [()] * len(_COST_SCHEMA)
     return pl.DataFrame(
-        {
-            "flops": [c.flops for c in costs],
-            "bytes": [c.bytes for c in costs],
-            "formula": [c.formula for c in costs],
-            "dtype": [c.dtype for c in costs],
-            "roof": [c.roof for c in costs],
-        },
-        schema=_COST_SCHEMA,
+        [
+            pl.Series(name, values, dtype=dtype)
+            for (name, dtype), values in zip(_COST_SCHEMA.items(), fields, strict=True)
+        ]
     )
 
 
@@ -1066,16 +1118,20 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
     # hta_sampled rank-0), not once per key
     types = ev.get_column("input_types")[first].to_list()
     infos = {t: _infos(_decode(t)) for t in set(types)}
-    found = [
-        UNKNOWN if n in nodes else _cost(n, _decode(d), infos[t], c)
-        for n, d, t, c in zip(
-            key_names,
-            ev.get_column("input_dims")[first].to_list(),
-            types,
-            ev.get_column("concrete_inputs")[first].to_list(),
-            strict=True,
-        )
-    ]
+    # _cost's steps inline, its formula chosen once per distinct name (a node has none)
+    rules = {n: None if n in nodes else _rule(n) for n in set(key_names)}
+    memo: _TensorMemo = {}
+    found: list[Cost] = []
+    for n, d, t, c in zip(
+        key_names,
+        ev.get_column("input_dims")[first].to_list(),
+        types,
+        ev.get_column("concrete_inputs")[first].to_list(),
+        strict=True,
+    ):
+        rule = rules[n]
+        ts = _arg_tensors(d, infos[t], memo) if rule is not None else None
+        found.append(rule(ts, c) if rule is not None and ts else UNKNOWN)
     n_keys = len(found)
     found.append(UNKNOWN)
     at = np.full(ev.height, n_keys, dtype=np.int64)
@@ -1085,11 +1141,11 @@ def op_costs(events: pl.DataFrame) -> pl.DataFrame:
         # passed through (or summed over broadcast dims), not recomputed; a null name is never
         # a forward op here. Judged per key (its name, after the last "::", before the first
         # "."; its cost known), not on every row: a row of no key has no cost
+        # (the name's test once per distinct name)
+        passes = {n: n.split("::")[-1].split(".")[0] in _PASSTHROUGH_BACKWARD for n in rules}
         forward = np.array(
             [
-                n is not None
-                and n.split("::")[-1].split(".")[0] not in _PASSTHROUGH_BACKWARD
-                and (c.flops is not None or c.bytes is not None)
+                not passes[n] and (c.flops is not None or c.bytes is not None)
                 for n, c in zip(key_names, found, strict=False)
             ]
             + [False],
