@@ -504,7 +504,7 @@ def _agg(
     # the in-memory engine, as the eager calls: the default (streaming) engine divides exactly
     # where the in-memory one multiplies by the reciprocal, and one chunk as the eager sort gave
     # (a corpus trace's 18.865000000000002 became 18.865 otherwise)
-    return plan.collect(engine="in-memory").rechunk()
+    return with_shares(plan.collect(engine="in-memory").rechunk(), base, span)
 
 
 def _agg_plan(
@@ -544,12 +544,31 @@ def _agg_query(
             pl.col("device_ns").sum().alias("device_ns"),
             pl.col("device_self_ns").sum().alias("device_self_ns"),
         ]
-    # one lazy query (three eager ones were a fixed cost per table on small traces)
+    # one lazy query (three eager ones were a fixed cost per table on small traces); the
+    # shares' columns in place, filled once collected (with_shares: not the query's product)
     out = df.lazy().group_by(keys).agg(aggs)
     return out.with_columns(
-        (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct"),
-        (100.0 * pl.col("total_ns") / span if span else pl.lit(None, pl.Float64)).alias("pct_span"),
+        pl.lit(None, pl.Float64).alias("pct"), pl.lit(None, pl.Float64).alias("pct_span")
     ).sort(["total_ns", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
+
+
+def with_shares(df: pl.DataFrame, base: int, span: int | None = None) -> pl.DataFrame:
+    """``df`` with ``pct`` = 100 · ``total_ns`` / ``base`` (and ``pct_span`` of ``span`` when
+    given): the integer product (exact below 2**53) divided once, value by value (a Series by
+    a Series), null without a denominator. Not the query's ``100.0 * col / base``: Polars
+    multiplies by the reciprocal there for a table of two rows or more and divides exactly for
+    one row, so the same share printed differently by its table's height."""
+    hundred = (df.get_column("total_ns").cast(pl.Int64) * 100).cast(pl.Float64)
+    cols = [_share(hundred, base, "pct")]
+    if span is not None:
+        cols.append(_share(hundred, span, "pct_span"))
+    return df.with_columns(cols)
+
+
+def _share(hundred: pl.Series, whole: int, name: str) -> pl.Series:
+    if not whole:
+        return pl.Series(name, [None] * len(hundred), dtype=pl.Float64)
+    return (hundred / pl.Series(np.full(len(hundred), float(whole)))).alias(name)
 
 
 def _typed_kernels(kernels: pl.DataFrame, kern: pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
@@ -591,7 +610,7 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
     lines = stored_aggregates.charged_lines(stored, profile) if stored else None
     if lines is None:
         lines = charged_lines(projected(profile, ATTRIBUTION_COLUMNS))
-    pct = (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct")
+    pct = pl.lit(None, pl.Float64).alias("pct")  # (filled once collected: with_shares)
     # both tables in one call (the four eager steps were a query each: a fixed cost), with the
     # eager calls' engine and optimisations
     modules, sources = pl.collect_all(
@@ -615,8 +634,8 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
         ops=t.ops,
         kernels=t.kernels,
         op_shapes=t.op_shapes,
-        modules=modules,
-        sources=sources,
+        modules=with_shares(modules, base),
+        sources=with_shares(sources, base),
         per_step_plan=t.per_step,
         kernel_types=t.kernel_types,
         step_ns=step_ns,
@@ -649,7 +668,8 @@ def _op_tables(profile: Profile) -> _Tables:
     ]
     # the in-memory engine and one chunk each (see _agg)
     run = [plan for plan, empty in tables if empty is None]
-    done = iter(d.rechunk() for d in pl.collect_all(run, engine="in-memory")) if run else iter([])
+    got = pl.collect_all(run, engine="in-memory") if run else []
+    done = iter(with_shares(d.rechunk(), base, span_ns) for d in got)
     op_tab, shape_tab, kern_tab, types_tab = (
         next(done) if empty is None else empty for _, empty in tables
     )

@@ -87,19 +87,17 @@ def _table(df: pl.DataFrame, keys: list[str], base: int, span: int, device: bool
     ]
     if device:
         cols += ["device_ns", "device_self_ns"]
-    return (
+    out = (
         df.lazy()
         .select(cols)
         .with_columns(
-            (100.0 * pl.col("total_ns") / base if base else pl.lit(None, pl.Float64)).alias("pct"),
-            (100.0 * pl.col("total_ns") / span if span else pl.lit(None, pl.Float64)).alias(
-                "pct_span"
-            ),
+            pl.lit(None, pl.Float64).alias("pct"), pl.lit(None, pl.Float64).alias("pct_span")
         )
         .sort(["total_ns", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
         .collect(engine="in-memory")  # (as hotspots._agg)
         .rechunk()
     )
+    return hs.with_shares(out, base, span)
 
 
 def hotspot_tables(st: Stored, profile: Profile) -> hs._Tables | None:
