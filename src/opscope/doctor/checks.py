@@ -32,6 +32,7 @@ from opscope.advise._common import (
 from opscope.analysis.tree import per_profile
 from opscope.ingest.summary import header_world_size
 from opscope.model import Profile
+from opscope.model.kinds import DEVICE_KINDS
 from opscope.redact import REDACTED, secret_names
 
 Status = Literal["ok", "warning", "error"]
@@ -449,9 +450,13 @@ def check_kernel_origins(profile: Profile) -> list[Check]:
         # linker's one rule; they hold no step). Only work without a launch can be one, and
         # only before the first work with one (a launch or an op): a profile whose kernels all
         # have their launch, or where no row has either, skips the linker's queries.
-        # (a Series filter: the events' id column only, not a query over every column)
-        queued = ev_all.get_column("id").filter(pl.Series(queued_before_profiling(ev_all)))
-        early = int(k.get_column("id").is_in(queued.implode()).sum())
+        # on_device's rule through the profile's kind codes (once a profile, where on_device
+        # reads the kind column again), and the ids in NumPy (ids are never null): no query
+        placed = ~np.isnan(ev_all.get_column("device").to_numpy())  # (a null reads NaN)
+        is_dev = kind_mask(profile, *DEVICE_KINDS) | placed
+        ids = ev_all.get_column("id").to_numpy()
+        queued = ids[queued_before_profiling(ev_all, is_dev)]
+        early = int(np.isin(k.get_column("id").to_numpy(), queued).sum())
     orphans = no_launch - early
     frac = orphans / k.height
     ev = {

@@ -714,6 +714,25 @@ def assign_steps(events: pl.DataFrame, steps: pl.DataFrame, *, queued: bool = Tr
 _LAUNCH_CALL = r"(?i)launch|memcpy|memset"
 
 
+def _int_column(s: pl.Series) -> tuple[IntArray, BoolArray]:
+    """An integer column's values (-1 at nulls) and where it is null, without :func:`_np`'s
+    ``fill_null`` (a query: ~0.1 ms each, most of :func:`queued_before_profiling` on a small
+    trace). With nulls, through float64 (NaN at a null), only where every value is exact in it."""
+    if not s.null_count():
+        return np.asarray(s.to_numpy(), dtype=np.int64), np.zeros(s.len(), dtype=bool)
+    v = s.to_numpy()
+    null = np.isnan(v)
+    if v.dtype == np.float64 and not (np.abs(v[~null]) >= 2.0**53).any():
+        return np.where(null, -1, v).astype(np.int64), null
+    return _np(s), null
+
+
+def _true(mask: pl.Series) -> BoolArray:
+    """A boolean Series as a mask, null as False (``fill_null`` only where there is one)."""
+    out: BoolArray = (mask.fill_null(False) if mask.null_count() else mask).to_numpy()
+    return out
+
+
 def queued_before_profiling(
     events: pl.DataFrame, is_dev: BoolArray | None = None, via: IntArray | None = None
 ) -> BoolArray:
@@ -724,52 +743,68 @@ def queued_before_profiling(
     step by time would mix two steps' kernels; they belong to no profiled step."""
     if is_dev is None:
         is_dev = on_device(events)
+    la, _ = _int_column(events.get_column("launch_id"))
     if via is None:
-        op = _np(events.get_column("op_id"))
-        via = np.where(op >= 0, op, _np(events.get_column("launch_id")))
+        op, _ = _int_column(events.get_column("op_id"))
+        via = np.where(op >= 0, op, la)
     launched = is_dev & (via >= 0)
-    if not launched.any() or not (is_dev & (via < 0)).any():
+    orphan = is_dev & (via < 0)
+    if not launched.any() or not orphan.any():
         return np.zeros(events.height, dtype=bool)
-    keys = events.select(
-        "rank", pl.col("device").fill_null(-1), "ts_ns", pl.Series("launched", launched)
+    # NumPy on the columns, not Polars queries: this runs at load and again in the doctor, and
+    # a query's fixed cost dominates on small traces. A null rank or start matches no group
+    # (as a join on it would not), so such rows are never "before".
+    (rank, rank_null), (ts, ts_null) = (
+        _int_column(events.get_column(c)) for c in ("rank", "ts_ns")
     )
-    first = (
-        keys.filter("launched")
-        .group_by("rank", "device")
-        .agg(pl.col("ts_ns").min().alias("first_ns"))
-    )
-    t0 = keys.join(first, on=["rank", "device"], how="left", maintain_order="left")
-    before = (t0.get_column("ts_ns") < t0.get_column("first_ns")).fill_null(False).to_numpy()
+    known = ~(rank_null | ts_null)
+    dev, _ = _int_column(events.get_column("device"))
+    pairs, group = np.unique(np.stack([rank, dev], axis=1), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    first = np.full(len(pairs), np.iinfo(np.int64).max, dtype=np.int64)
+    has = np.zeros(len(pairs), dtype=bool)
+    sel = launched & known
+    np.minimum.at(first, group[sel], ts[sel])
+    has[group[sel]] = True
+    before = known & has[group] & (ts < first[group])
+    cand = orphan & before
+    if not cand.any():
+        return cand
     # Launch calls in the trace whose device work is missing, issued before the first linked
     # work ran, may be these events' own launches with their correlation lost: when there are
     # as many as the events, they are not known to predate profiling. (Fewer cannot explain
     # them: a recorded H200 run has 4 memsets per step that leave no device record, beside
     # 266 warm-up kernels.)
-    la = _np(events.get_column("launch_id"))
+    ranks, rank_group = np.unique(pairs[:, 0], return_inverse=True)
+    rank_first = np.full(len(ranks), np.iinfo(np.int64).max, dtype=np.int64)
+    rank_has = np.zeros(len(ranks), dtype=bool)
+    np.minimum.at(rank_first, rank_group[has], first[has])
+    rank_has[rank_group[has]] = True
     used = np.unique(la[is_dev & (la >= 0)])
-    is_launch = (
-        (pl.col("kind") == "runtime")
-        & pl.col("correlation").is_not_null()
-        & pl.col("name").str.contains(_LAUNCH_CALL)
+    pos = np.searchsorted(ranks, rank)
+    pos_ok = pos < len(ranks)
+    pos_ok[pos_ok] = ranks[pos[pos_ok]] == rank[pos_ok]
+    pos = np.where(pos_ok, pos, 0)
+    runtime = events.get_column("kind") == "runtime"
+    maybe = (
+        _true(runtime)
+        & ~_int_column(events.get_column("correlation"))[1]
+        & known
+        & pos_ok
+        & rank_has[pos]
+        & (ts < rank_first[pos])
     )
-    calls = events.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("row"), "rank", "ts_ns")
-    calls = calls.filter(events.select(is_launch).to_series())
-    lost = calls.filter(~pl.col("row").is_in(used.tolist())).join(
-        first.group_by("rank").agg(pl.col("first_ns").min()), on="rank", how="inner"
-    )
-    cand = events.select("rank").filter(pl.Series(is_dev & (via < 0) & before))
-    n_cand = cand.group_by("rank").len().rename({"len": "events"})
-    n_lost = lost.filter(pl.col("ts_ns") < pl.col("first_ns")).group_by("rank").len()
-    doubtful = set(
-        n_lost.join(n_cand, on="rank", how="inner")
-        .filter(pl.col("len") >= pl.col("events"))
-        .get_column("rank")
-        .to_list()
-    )
-    if doubtful:
-        before &= ~events.get_column("rank").is_in(list(doubtful)).to_numpy()
-    out: BoolArray = is_dev & (via < 0) & before
-    return out
+    maybe &= ~np.isin(np.arange(events.height), used)
+    rows = np.flatnonzero(maybe)
+    if len(rows):
+        hit = events.get_column("name").gather(rows).str.contains(_LAUNCH_CALL)
+        rows = rows[_true(hit)]
+    n_lost = np.bincount(pos[rows], minlength=len(ranks))
+    n_cand = np.bincount(pos[cand], minlength=len(ranks))
+    doubtful = ranks[(n_cand > 0) & (n_lost >= n_cand)]
+    if len(doubtful):
+        cand &= ~np.isin(rank, doubtful)
+    return cand
 
 
 # --------------------------------------------------------------------------------------------------
