@@ -207,6 +207,10 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         # once per process (tests/test_anomalies.py runs both ways)
         g_key, c_key = _empty_schemas(_tree.schema_key(out.schema))
         return _tree.empty_frame(g_key), _tree.empty_frame(c_key)
+    if keep and _tree.SHORTCUTS:
+        # the few outliers of the reported groups in Python (the plans were ~0.5 ms of queries
+        # of fixed cost; they run with the shortcuts off, tests/test_anomalies.py compares)
+        return _report_tables(out, keep)
     if not keep:
         kept = out.clear().lazy()
     else:
@@ -219,6 +223,53 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
         list(_report_plans(kept)), engine="in-memory", optimizations=_tree.EAGER_FLAGS
     )
     return groups, calls
+
+
+def _report_tables(
+    out: pl.DataFrame, keep: list[dict[str, Any]]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`_report_plans`' tables of the outliers ``out`` of the groups ``keep``: each
+    group's figures (medians of durations, sums of half-nanosecond excesses: exact floats in any
+    order) and its outliers, in the plans' orders (the groups by excess descending, then their
+    keys, nulls last; the calls by start and id) and schemas."""
+    g_key, c_key = _empty_schemas(_tree.schema_key(out.schema))
+    wanted = {tuple(k[c] for c in _GROUP) for k in keep}
+    cols = {c: out.get_column(c).to_list() for c in (*_GROUP, "n", "med", "excess", "dur_ns")}
+    cols |= {c: out.get_column(c).to_list() for c in ("step", "ts_ns", "id")}
+    by_key: dict[tuple[Any, ...], list[int]] = {}
+    for i, key in enumerate(zip(*(cols[c] for c in _GROUP), strict=True)):
+        if key in wanted:
+            by_key.setdefault(key, []).append(i)
+
+    def nulls_first(v: Any) -> tuple[bool, Any]:
+        return (v is not None, v if v is not None else 0)
+
+    groups = []
+    for key, at in by_key.items():
+        dur = sorted(cols["dur_ns"][i] for i in at)
+        half = len(dur) // 2
+        median = float(dur[half]) if len(dur) % 2 else (dur[half - 1] + dur[half]) / 2
+        steps = sorted({cols["step"][i] for i in at}, key=nulls_first)
+        ts = sorted((cols["ts_ns"][i] for i in at), key=nulls_first)
+        excess = sum(cols["excess"][i] for i in at)
+        groups.append(
+            (*key, cols["n"][at[0]], len(at), cols["med"][at[0]], median, excess, steps, ts)
+        )
+    # (the keys are unique: Python's order of strings is Polars', by code point)
+    groups.sort(key=lambda g: (-g[8], *((v is None, v or "") for v in (g[1], g[0], g[2], g[3]))))
+    rows = [i for at in by_key.values() for i in at]
+    rows.sort(key=lambda i: (nulls_first(cols["ts_ns"][i]), cols["id"][i]))
+    calls = pl.DataFrame([out.get_column(_CALL_SOURCE[c]).alias(c) for c, _ in c_key])
+    calls = calls[pl.Series(rows, dtype=pl.UInt32)]  # (a UInt32 index: no conversion)
+    return pl.DataFrame(groups, schema=dict(g_key), orient="row"), calls
+
+
+#: The column of the outliers that each column of the reported calls is.
+_CALL_SOURCE: Final = {
+    "event_id": "id", "kind": "what", "name": "name", "input_shapes": "input_dims",
+    "input_types": "input_types", "step": "step", "ts_ns": "ts_ns", "dur_ns": "dur_ns",
+    "typical_ns": "med",
+}  # fmt: skip
 
 
 @functools.cache
