@@ -247,11 +247,19 @@ def _calls(ev: pl.DataFrame, *, host_compute: bool) -> tuple[pl.DataFrame, pl.Da
     comm = kind == "communication"
     dev_ranks = sorted({r for r in rank.filter(comm).to_list() if r is not None})
     names = _NameCodes(ev.get_column("name"))
+    made: list[Callable[..., np.ndarray]] = []
+
+    def kind_in(*kinds: str) -> np.ndarray:
+        """The kinds' mask (the codes read once, and only where a mask is wanted)."""
+        if not made:
+            made.append(_kind_test(kind))
+        return made[0](*kinds)
+
     found = bool(comm.any())
     lev = ev.lazy()
     parts = [lev.filter(pl.col("kind") == "communication")]
     if not tree.SHORTCUTS or _rank_without(rank, dev_ranks):
-        cand = np.flatnonzero(_kind_test(kind)("user_annotation", "cpu_op"))
+        cand = np.flatnonzero(kind_in("user_annotation", "cpu_op"))
         cand = cand[names.test(cand, _is_host_collective)]
         r, r_ok = tree.int_values(rank[cand])  # (indexing: a gather without a query)
         # (a null rank: in no rank, as the filter's is_in drops it)
@@ -269,7 +277,7 @@ def _calls(ev: pl.DataFrame, *, host_compute: bool) -> tuple[pl.DataFrame, pl.Da
         colls = pl.collect_all([_collectives_of(calls)], engine="in-memory")[0]
     if not host_compute:
         return colls, None
-    ops = np.flatnonzero(_kind_test(kind)("cpu_op"))
+    ops = np.flatnonzero(kind_in("cpu_op"))
     ops = ops[names.test(ops, _is_host_compute)]
     return colls, pl.DataFrame([ev.get_column(c) for c in ("rank", "ts_ns", "dur_ns")])[ops]
 
