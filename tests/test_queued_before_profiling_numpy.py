@@ -18,6 +18,19 @@ _LAUNCH = re.compile(r"launch|memcpy|memset", re.IGNORECASE)
 _NAMES = ("cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSync", "aten::mul", "k", None)
 
 
+# the columns queued_before_profiling reads, as the events table types them
+_SCHEMA = {
+    "rank": pl.Int32,
+    "kind": schema.EventKind,
+    "name": pl.String,
+    "ts_ns": pl.Int64,
+    "device": pl.Int32,
+    "correlation": pl.Int64,
+    "op_id": pl.Int64,
+    "launch_id": pl.Int64,
+}
+
+
 def _table(rng: np.random.Generator, n: int) -> pl.DataFrame:
     def maybe(v: Any, p: float) -> Any:
         return None if rng.random() < p else v
@@ -38,16 +51,7 @@ def _table(rng: np.random.Generator, n: int) -> pl.DataFrame:
         rows["launch_id"].append(maybe(int(rng.integers(0, n)), 0.5) if dev else None)
     return pl.DataFrame(
         rows,
-        schema={
-            "rank": pl.Int32,
-            "kind": schema.EventKind,
-            "name": pl.String,
-            "ts_ns": pl.Int64,
-            "device": pl.Int32,
-            "correlation": pl.Int64,
-            "op_id": pl.Int64,
-            "launch_id": pl.Int64,
-        },
+        schema=_SCHEMA,
     )
 
 
@@ -123,16 +127,7 @@ def test_a_doubtful_rank_and_a_queued_one() -> None:
             "op_id": [None] * 7,
             "launch_id": [None, None, None, 2, None, None, 4],
         },
-        schema={
-            "rank": pl.Int32,
-            "kind": schema.EventKind,
-            "name": pl.String,
-            "ts_ns": pl.Int64,
-            "device": pl.Int32,
-            "correlation": pl.Int64,
-            "op_id": pl.Int64,
-            "launch_id": pl.Int64,
-        },
+        schema=_SCHEMA,
     )
     got = queued_before_profiling(ev).tolist()
     assert got == [False, False, False, False, False, True, False]
