@@ -58,6 +58,7 @@ def test_no_intermediate_is_computed_twice(rel: str, monkeypatch: pytest.MonkeyP
     build_report(opscope.load(path, cache=False))
     assert len(counts) >= 20  # the memos are in use (the report's shared intermediates)
     assert {k: n for k, n in counts.items() if n > 1} == {}
+    assert tree._LOCKS == {}  # every key's lock gone with its last user (none kept, none leaked)
 
 
 def test_a_memo_smaller_than_a_report_computes_again(monkeypatch: pytest.MonkeyPatch) -> None:
