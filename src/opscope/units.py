@@ -13,6 +13,7 @@ divided value by value; NumPy's ``/`` and Python's are IEEE divisions too.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 NS_PER_US = 1000.0
@@ -26,6 +27,15 @@ def us(ns: pl.Series, *, per: float = 1.0, name: str | None = None) -> pl.Series
     return (x / pl.Series(np.full(len(x), NS_PER_US * per))).alias(name or ns.name)
 
 
+def us_array(name: str, ns: npt.NDArray[np.int64], valid: npt.NDArray[np.bool_]) -> pl.Series:
+    """:func:`us` of int64 nanoseconds held as a NumPy array (NumPy's ``/`` divides value by
+    value), as Float64 named ``name``, null where not ``valid``."""
+    us_ = ns.astype(np.float64) / NS_PER_US
+    if valid.all():
+        return pl.Series(name, us_, dtype=pl.Float64)
+    return pl.Series(name, np.ma.masked_array(us_, mask=~valid), dtype=pl.Float64)
+
+
 def us_value(ns: float | None, *, per: float = 1.0) -> float | None:
     """:func:`us` of one value: ``float(ns) / (1000 * per)``; None stays None."""
     return None if ns is None else float(ns) / (NS_PER_US * per)
@@ -36,4 +46,4 @@ def mean_us(total_ns: float, n: int) -> float:
     return float(total_ns) / (NS_PER_US * n)
 
 
-__all__ = ("NS_PER_US", "mean_us", "us", "us_value")
+__all__ = ("NS_PER_US", "mean_us", "us", "us_array", "us_value")

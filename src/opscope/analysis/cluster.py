@@ -60,10 +60,11 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import polars as pl
 
+from opscope import units
 from opscope.analysis import cluster_ascend as asc
 from opscope.analysis import tree
 from opscope.analysis.breakdown import breakdown
-from opscope.analysis.hotspots import ns_to_us, rows_of
+from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, dtypes
 
@@ -616,7 +617,7 @@ class Cluster(Result):
             [
                 r.get_column("rank"),
                 r.get_column("steps"),
-                *[ns_to_us(r.get_column(f"{c}_ns"), f"{c}_us") for c in _RANK_TIMES],
+                *[units.us(r.get_column(f"{c}_ns"), name=f"{c}_us") for c in _RANK_TIMES],
                 r.get_column("last_arrival_share"),
                 r.get_column("collectives"),
             ]
@@ -633,7 +634,7 @@ class Cluster(Result):
             .sort("rank", "collective")
         )
         # the tables in one call (the collectives' sums were a query beside it: a fixed cost
-        # on every report); the sums' µs the quotients of the integer sums (hotspots.to_us)
+        # on every report); the sums' µs the quotients of the integer sums (opscope.units)
         ranks_rows, coll_ns, evidence, step_gap, slow_links = rows_of(
             [
                 (ranks, None),
@@ -648,8 +649,8 @@ class Cluster(Result):
                 "rank": c["rank"],
                 "collective": c["collective"],
                 "calls": c["calls"],
-                "dur_us": _us_of(c["dur_ns"]),
-                "wait_us": _us_of(c["wait_ns"]),
+                "dur_us": units.us_value(c["dur_ns"]),
+                "wait_us": units.us_value(c["wait_ns"]),
                 "bytes": c["bytes"],
             }
             for c in coll_ns
@@ -1008,22 +1009,13 @@ def _gap_us(gap: pl.DataFrame) -> pl.DataFrame:
     cols = [
         gap.get_column("step"),
         gap.get_column("fastest_rank"),
-        _us("fastest_us", lo, has_lo),
+        units.us_array("fastest_us", lo, has_lo),
         gap.get_column("slowest_rank"),
-        _us("slowest_us", hi, has_hi),
+        units.us_array("slowest_us", hi, has_hi),
         gap.get_column("ranks"),
-        _us("gap_us", hi - lo, has_lo & has_hi),
+        units.us_array("gap_us", hi - lo, has_lo & has_hi),
     ]
     return pl.DataFrame([c.cast(_GAP_SCHEMA[c.name]) for c in cols])
-
-
-def _us(name: str, ns: np.ndarray, valid: np.ndarray) -> pl.Series:
-    """``ns / 1000`` of int64 nanoseconds, one IEEE division each (as float64: exact below
-    2**53 ns), null where not ``valid``."""
-    us = ns.astype(np.float64) / 1000.0
-    if valid.all():
-        return pl.Series(name, us, dtype=pl.Float64)
-    return pl.Series(name, np.ma.masked_array(us, mask=~valid), dtype=pl.Float64)
 
 
 @functools.cache
@@ -1187,8 +1179,3 @@ def cluster(profile: Profile, options: Options) -> Cluster:
 
 #: The ranks' time columns (``*_ns``) that JSON gives in µs.
 _RANK_TIMES: Final = ("step_time", "compute", "comm", "comm_not_overlapped", "idle", "wait")
-
-
-def _us_of(ns: int | None) -> float | None:
-    """An integer ns sum in µs: the quotient rounded once (see hotspots.to_us)."""
-    return None if ns is None else ns / 1000.0

@@ -267,13 +267,9 @@ _MSPROF_US: Final = (
 
 
 def _us(ns: pl.Series, name: str) -> pl.Series:
-    """``ns / 1000``: one IEEE division per value (as float64: exact below 2**53 ns), null
-    kept."""
+    """``ns / 1000`` of an integer column (:func:`opscope.units.us_array`), null kept."""
     v, valid = tree.int_values(ns)
-    us = v.astype(np.float64) / 1000.0
-    if valid.all():
-        return pl.Series(name, us, dtype=pl.Float64)
-    return pl.Series(name, np.ma.masked_array(us, mask=~valid), dtype=pl.Float64)
+    return units.us_array(name, v, valid)
 
 
 def msprof_without_hccl(ranks: pl.DataFrame) -> pl.DataFrame:

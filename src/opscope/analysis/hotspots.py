@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
+from opscope import units
 from opscope.analysis import tree as _tree  # its SHORTCUTS switch, read when used
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.analysis.tree import collect, host_forest, no_ops, per_profile
@@ -157,12 +158,8 @@ def to_us(df: pl.DataFrame) -> pl.DataFrame:
     """``*_ns`` columns become ``*_us`` Float64 columns (JSON outputs use microseconds): each
     value the quotient ``float(ns) / 1000`` rounded once (IEEE division), null kept null. The
     other columns stay in place (an existing ``*_us`` is replaced where it stands), the new ones
-    come at the end. No query: Series arithmetic on the columns.
-
-    Not Polars' ``pl.col(c) / 1000.0``: its kernel multiplies by the reciprocal, which is the
-    quotient for most values but one ulp off for ~13% of integers (9 ns came out as
-    0.009000000000000001 µs), and divides exactly where a column is held as one scalar, so the
-    same figure printed differently by how a table was built."""
+    come at the end. No query: Series arithmetic on the columns (:mod:`opscope.units`, not
+    Polars' ``pl.col(c) / 1000.0``, a product by the reciprocal)."""
     conv = {c[:-3] + "_us": c for c in df.columns if c.endswith("_ns")}
     if not conv:
         return df
@@ -173,20 +170,15 @@ def to_us(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def ns_to_us(ns: pl.Series, name: str) -> pl.Series:
-    """``ns / 1000`` element by element (see :func:`to_us`): a Float64 series divided by a
-    series of 1000s, which Polars divides value by value (a scalar divisor it would not); a
-    list column (an anomaly's slow calls' durations) value by value in its lists."""
+    """``ns / 1000`` value by value (:func:`opscope.units.us`); a list column (an anomaly's
+    slow calls' durations) value by value in its lists."""
     if isinstance(ns.dtype, pl.List):
         return pl.Series(
             name,
-            [
-                None if xs is None else [None if v is None else float(v) / 1000.0 for v in xs]
-                for xs in ns.to_list()
-            ],
+            [None if xs is None else [units.us_value(v) for v in xs] for xs in ns.to_list()],
             dtype=pl.List(pl.Float64),
         )
-    x = ns.cast(pl.Float64)
-    return (x / pl.Series(np.full(len(x), 1000.0))).alias(name)
+    return units.us(ns, name=name)
 
 
 def rows(df: pl.DataFrame, top: int | None = None) -> list[dict[str, Any]]:
@@ -253,8 +245,8 @@ def _converted(v: Any, how: int) -> Any:
     if v is None:
         return v
     if how == 1:
-        return float(v) / 1000.0
-    return [None if x is None else float(x) / 1000.0 for x in v]
+        return units.us_value(v)
+    return [units.us_value(x) for x in v]
 
 
 def time_base(profile: Profile) -> tuple[int, int]:
