@@ -160,13 +160,27 @@ def to_us(df: pl.DataFrame) -> pl.DataFrame:
     other columns stay in place (an existing ``*_us`` is replaced where it stands), the new ones
     come at the end. No query: Series arithmetic on the columns (:mod:`opscope.units`, not
     Polars' ``pl.col(c) / 1000.0``, a product by the reciprocal)."""
-    conv = {c[:-3] + "_us": c for c in df.columns if c.endswith("_ns")}
-    if not conv:
+    layout = _us_layout(df.columns)
+    if layout is None:
         return df
-    kept = [c for c in df.columns if not c.endswith("_ns")]
-    cols = [ns_to_us(df.get_column(conv[c]), c) if c in conv else df.get_column(c) for c in kept]
-    cols += [ns_to_us(df.get_column(ns), us) for us, ns in conv.items() if us not in kept]
-    return pl.DataFrame(cols)
+    return pl.DataFrame(
+        [
+            ns_to_us(df.get_column(src), out) if src.endswith("_ns") else df.get_column(src)
+            for out, src in layout
+        ]
+    )
+
+
+def _us_layout(names: Sequence[str]) -> list[tuple[str, str]] | None:
+    """:func:`to_us`' columns in order, each (its name, the column it comes from: a ``*_ns``
+    one converted); None where no column is in ns."""
+    conv = {c[:-3] + "_us": c for c in names if c.endswith("_ns")}
+    if not conv:
+        return None
+    kept = [c for c in names if not c.endswith("_ns")]
+    return [(c, conv.get(c, c)) for c in kept] + [
+        (us, ns) for us, ns in conv.items() if us not in kept
+    ]
 
 
 def ns_to_us(ns: pl.Series, name: str) -> pl.Series:
@@ -213,22 +227,20 @@ def _us_dicts(df: pl.DataFrame) -> list[dict[str, Any]]:
     tables are ~20 rows each, and to_us' Series (a cast, a column of 1000s and a division per
     ``*_ns`` column) and the new frame cost more than the rows themselves (~0.1 ms a table)."""
     names = df.columns
-    conv = {c[:-3] + "_us": c for c in names if c.endswith("_ns")}
-    if not conv:
+    layout = _us_layout(names)
+    if layout is None:
         return df.to_dicts()
     schema = df.schema
     how: dict[str, int] = {}
-    for ns in conv.values():
-        kind = _quotient_kind(schema[ns])
-        if kind is None:  # (a column float() does not take as ns_to_us' cast does)
-            return to_us(df).to_dicts()
-        how[ns] = kind
+    for _, src in layout:
+        if src.endswith("_ns"):
+            kind = _quotient_kind(schema[src])
+            if kind is None:  # (a column float() does not take as ns_to_us' cast does)
+                return to_us(df).to_dicts()
+            how[src] = kind
     at = {c: i for i, c in enumerate(names)}
-    kept = [c for c in names if not c.endswith("_ns")]
-    # (key, position of its value, 0: as it is, 1: its quotient, 2: its values' quotients), in
-    # to_us' column order
-    keys = [(c, at[conv[c]], how[conv[c]]) if c in conv else (c, at[c], 0) for c in kept]
-    keys += [(us, at[ns], how[ns]) for us, ns in conv.items() if us not in at]
+    # (key, position of its value, 0: as it is, 1: its quotient, 2: its values' quotients)
+    keys = [(out, at[src], how.get(src, 0)) for out, src in layout]
     return [
         {k: _converted(row[i], q) if q else row[i] for k, i, q in keys} for row in df.iter_rows()
     ]
