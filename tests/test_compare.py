@@ -239,8 +239,9 @@ def test_no_common_operators_is_an_analysis_error() -> None:
         compare(a.profile("a.json"), b.profile("b.json"))
 
 
-def _device_pair() -> tuple[_Builder, _Builder]:
-    """CUDA-like before, Ascend-like after: kernel names differ, host ops and modules match."""
+def _device_pair(steps_b: int = 4) -> tuple[_Builder, _Builder]:
+    """CUDA-like before (4 steps), Ascend-like after (``steps_b`` steps): kernel names differ,
+    host ops and modules match."""
     a, b = _Builder(), _Builder()
     for s in range(4):
         a.step(
@@ -263,6 +264,7 @@ def _device_pair() -> tuple[_Builder, _Builder]:
                 },
             ],
         )
+    for s in range(steps_b):
         b.step(
             s,
             [
@@ -309,11 +311,9 @@ def test_renamed_kernels_match_through_their_host_operator() -> None:
     )
 
 
-def test_device_busy_and_idle_match_a_union_of_intervals() -> None:
-    a, b = _device_pair()
-    pa = a.profile()
-    c = compare(pa, b.profile())
-    ev = pa.events.to_dicts()
+def _busy_and_window_ns(profile: Profile) -> tuple[int, int]:
+    """The union of the kernels' intervals clipped to the steps' span, and that span (ns)."""
+    ev = profile.events.to_dicts()
     steps = [e for e in ev if e["kind"] == "step"]
     lo = min(e["ts_ns"] for e in steps)
     hi = max(e["ts_ns"] + e["dur_ns"] for e in steps)
@@ -331,10 +331,32 @@ def test_device_busy_and_idle_match_a_union_of_intervals() -> None:
         else:
             cur_e = max(cur_e, e)
     busy += cur_e - cur_s  # type: ignore[operator]
+    return busy, hi - lo
+
+
+def test_device_busy_and_idle_match_a_union_of_intervals() -> None:
+    a, b = _device_pair()
+    pa = a.profile()
+    c = compare(pa, b.profile())
+    busy, window = _busy_and_window_ns(pa)
     side = c.sides.row(0, named=True)
-    assert side["device_busy_us"] == pytest.approx(busy / 1000)
-    assert side["device_idle_us"] == pytest.approx((hi - lo - busy) / 1000)
+    # exact: the integer ns divided once (these sides are totals over all profiled steps)
+    assert side["device_busy_us"] == busy / 1000
+    assert side["device_idle_us"] == (window - busy) / 1000
     assert "device busy (all profiled steps)" in c.summary.get_column("metric").to_list()
+
+
+def test_per_step_device_busy_and_idle_are_one_division() -> None:
+    a, b = _device_pair(steps_b=3)
+    pa, pb = a.profile(), b.profile()
+    c = compare(pa, pb)
+    assert "per-step" in c.normalisation
+    for i, (p, n) in enumerate([(pa, 4), (pb, 3)]):
+        busy, window = _busy_and_window_ns(p)
+        side = c.sides.row(i, named=True)
+        # ns / (1000 * steps), rounded once: not (ns / 1000) / steps
+        assert side["device_busy_us"] == busy / (1000 * n)
+        assert side["device_idle_us"] == (window - busy) / (1000 * n)
 
 
 def test_changed_shapes_match_by_operator_and_source_line() -> None:

@@ -815,8 +815,13 @@ class _Side:
             "step_max_us": float(d.max()) / 1000.0 if d.len() else 0.0,  # type: ignore[arg-type]
             "samples_per_s": float(sps.median()) if sps.len() else None,  # type: ignore[arg-type]
             "metrics_wall_us": self.metrics_wall_us,
-            "device_busy_us": None if busy_idle is None else busy_idle[0] / 1000.0 / scale,
-            "device_idle_us": None if busy_idle is None else busy_idle[1] / 1000.0 / scale,
+            # ns / (1000 * steps): one division (units), not two roundings
+            "device_busy_us": None
+            if busy_idle is None
+            else units.us_value(busy_idle[0], per=scale),
+            "device_idle_us": None
+            if busy_idle is None
+            else units.us_value(busy_idle[1], per=scale),
             "peak_mem_bytes": self.peak_mem_bytes(),
         }
 
