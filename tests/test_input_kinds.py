@@ -1,6 +1,7 @@
 """Files that are valid JSON but not (only) a torch.profiler trace are named, never misread:
-torch's memory timeline export, a rocprofiler-sdk JSON, a loose Ascend trace_view.json, a CUPTI
-range-profiler trace, stray JSON in a ranks directory, one rank of a larger job opened alone."""
+torch's memory timeline export, torch's execution trace, a rocprofiler-sdk JSON, a loose Ascend
+trace_view.json, a CUPTI range-profiler trace, stray JSON in a ranks directory, one rank of a
+larger job opened alone."""
 
 from __future__ import annotations
 
@@ -77,6 +78,45 @@ def test_memory_timeline_written_by_torch(tmp_path: Path) -> None:
     assert classify(p).kind == "memory_timeline"
     with pytest.raises(UnsupportedFormatError, match="memory timeline export"):
         load(p)
+
+
+# -- torch's execution trace (ExecutionTraceObserver) --------------------------------------------
+
+
+def test_execution_trace_written_by_torch_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ExecutionTraceObserver
+
+    p = tmp_path / "et.json"
+    et = ExecutionTraceObserver().register_callback(str(p))
+    et.start()
+    torch.nn.Linear(8, 8)(torch.randn(4, 8)).sum().backward()
+    et.stop()
+    et.unregister_callback()
+    assert json.loads(p.read_text())["nodes"]  # a real one, with operators
+    assert classify(p).kind == "execution_trace"
+    with pytest.raises(UnsupportedFormatError, match="PyTorch execution trace"):
+        load(p)
+    code, out = _cli(capsys, "report", str(p))
+    assert code == 2 and out.strip().count("\n") == 0 and "Traceback" not in out
+    assert "execution trace" in out and str(p) in out
+
+
+def test_execution_trace_in_a_ranks_directory_is_skipped_with_a_note(tmp_path: Path) -> None:
+    et = {"schema": "1.0.1", "pid": 7, "time": "2023-07-12", "start_ts": 1, "nodes": [{"id": 1}]}
+    (tmp_path / "rank0_et.json").write_text(json.dumps(et))
+    (tmp_path / "rank0.json").write_text(json.dumps(_kineto([_op("aten::mm", 10.0)])))
+    prof = load(tmp_path, cache=False)
+    assert prof.events.height == 1
+    assert any("rank0_et.json" in n and "execution trace" in n for n in prof.meta["notes"])
+
+
+def test_an_object_with_nodes_but_no_schema_is_not_an_execution_trace(tmp_path: Path) -> None:
+    p = tmp_path / "graph.json"
+    p.write_text(json.dumps({"nodes": [1, 2], "edges": []}))
+    assert classify(p).kind == "not_trace"
 
 
 # -- rocprofiler-sdk JSON ------------------------------------------------------------------------

@@ -11,6 +11,9 @@ valid JSON but not a torch.profiler trace are named rather than read as an empty
 - ``ascend``: an Ascend profiler ``trace_view.json`` (an array of events whose timestamps are
   strings, ``"ts": "1736405443863674.400"``, which Kineto never writes, or with Ascend
   process names such as ``Ascend Hardware`` / ``CANN``);
+- ``execution_trace``: torch's execution trace (``ExecutionTraceObserver``), an object keyed
+  ``schema``, ``pid``, ``time``, ``start_ts``, ``nodes``: every operator with its shapes, no
+  timings (param's et_replay and Chakra read it; opscope needs the Kineto trace beside it);
 - ``not_trace``: a JSON object that ends within the head without a ``traceEvents`` key
   (``config.json``, ``truth.json``);
 - ``trace``: anything else (the reader decides, and names what is wrong).
@@ -28,7 +31,7 @@ from typing import Literal
 #: Leading bytes read (after inflating): enough for a Kineto header before ``traceEvents``.
 HEAD_BYTES = 256 * 1024
 
-Kind = Literal["trace", "memory_timeline", "rocprof", "ascend", "not_trace"]
+Kind = Literal["trace", "memory_timeline", "rocprof", "ascend", "execution_trace", "not_trace"]
 
 # Kineto writes numeric timestamps; the Ascend profiler writes them as strings.
 _ASCEND_TS = re.compile(r'"ts"\s*:\s*"\d')
@@ -60,6 +63,13 @@ class Shape:
                 "this is an Ascend profiler trace_view.json; open its *_ascend_pt directory "
                 "(the Ascend reader also needs the files beside it), or name the file "
                 "trace_view.json"
+            )
+        if self.kind == "execution_trace":
+            return (
+                "this is a PyTorch execution trace (ExecutionTraceObserver): operators and "
+                "shapes without timings, not a torch.profiler trace; open the Kineto trace "
+                "recorded with it (export_chrome_trace or tensorboard_trace_handler), or record "
+                "one with `opscope record`"
             )
         if self.kind == "not_trace":
             keys = ", ".join(self.keys[:6]) + (", ..." if len(self.keys) > 6 else "")
@@ -120,6 +130,9 @@ def _object_shape(text: str, i: int) -> Shape:
             return Shape("trace")
         if key == "rocprofiler-sdk-tool":
             return Shape("rocprof")
+        if key == "nodes" and "schema" in keys:
+            # (decided at the key: the node list is most of the file, past the head)
+            return Shape("execution_trace")
         keys.append(str(key))
         i = skip_ws(text, i)
         if i >= len(text) or text[i] != ":":
