@@ -7,15 +7,19 @@ reader; the expected figures are computed in the test from what was planted.
 from __future__ import annotations
 
 import itertools
+import json
 import random
+import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
 
-from opscope.analysis.compare import MIN_REL_CHANGE, Comparison, compare
+from opscope.analysis.compare import MIN_REL_CHANGE, Comparison, compare, step_time_change
 from opscope.errors import AnalysisError
+from opscope.ingest import load
 from opscope.model import Profile
 
 
@@ -626,3 +630,56 @@ def test_a_kernel_under_recursive_ops_counts_once_per_row() -> None:
     assert r["before_us"] == pytest.approx(sum(a.kernel_planted["reduce"]))  # not twice
     assert r["after_us"] == pytest.approx(sum(b.kernel_planted["reduce"]))
     assert r["calls_before"] == 6  # both levels are calls
+
+
+_LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _loader_trace(path: Path, loader_us: list[float]) -> Profile:
+    """A Kineto trace whose steps each load a batch (``loader_us[i]`` µs in the DataLoader),
+    then launch one 900 µs kernel; read with the loader."""
+    ev: list[dict[str, Any]] = []
+    t = 1000.0
+    for s, lu in enumerate(loader_us):
+        step0 = t
+        ev.append({"ph": "X", "cat": "cpu_op", "name": _LOADER, "pid": 1, "tid": 1, "ts": t,
+                   "dur": lu})  # fmt: skip
+        t += lu + 10
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t,
+                   "dur": 20})  # fmt: skip
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                   "tid": 1, "ts": t + 5, "dur": 5, "args": {"correlation": s + 1}})  # fmt: skip
+        kargs = {"correlation": s + 1, "stream": 7, "device": 0}
+        ev.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + 15,
+                   "dur": 900, "args": kargs})  # fmt: skip
+        t += 1000
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1,
+                   "tid": 1, "ts": step0 - 1, "dur": t - step0 + 1})  # fmt: skip
+        t += 50
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return load(path, cache=False)
+
+
+def test_data_loading_change_is_a_summary_row_with_its_own_significance(tmp_path: Path) -> None:
+    # num_workers 0 -> 4: the DataLoader's time per step falls; no kernel moves
+    before = [40_000.0, 42_000.0, 39_000.0, 41_000.0, 45_000.0, 40_500.0]
+    after = [1_000.0, 1_300.0, 900.0, 1_200.0, 1_100.0, 1_050.0]
+    c = compare(
+        _loader_trace(tmp_path / "a.json", before), _loader_trace(tmp_path / "b.json", after)
+    )
+    rows = {r["metric"]: r for r in c.summary.to_dicts()}
+    row = rows["data loading (host, median of the profiled steps)"]
+    assert row["before"] == statistics.median(before)
+    assert row["after"] == statistics.median(after)
+    assert row["speedup"] == pytest.approx(statistics.median(before) / statistics.median(after))
+    assert row["verdict"] == "gain"
+    # the same rule on the same per-step values as the step time's
+    want = step_time_change([u * 1000 for u in before], [u * 1000 for u in after])
+    assert (row["verdict"], row["noise_us"]) == (want["verdict"], want["noise_us"])
+    # the kernel rows did not move: the change is the DataLoader's alone
+    assert _row(c, "kernel", "gemm")["verdict"] == "noise"
+
+
+def test_no_data_loading_row_without_a_dataloader() -> None:
+    c = compare(_planted(1000).profile(), _planted(900, seed=3).profile())
+    assert not any("data loading" in m for m in c.summary.get_column("metric").to_list())

@@ -326,7 +326,7 @@ def compare(
         or _meta_int(sa.profile, "steps_per_epoch")
         or _meta_int(sb.profile, "steps_per_epoch")
     )
-    summary = _summary(step, sides, heavy, spe)
+    summary = _summary(step, sides, heavy, spe, _data_loading_change(sa, sb, testable))
     return Comparison(
         sides=sides,
         rows=rows,
@@ -1317,11 +1317,34 @@ def _row(
     }
 
 
+def _data_loading_change(sa: _Side, sb: _Side, testable: bool) -> dict[str, Any] | None:
+    """The median per-step DataLoader time of each side (the breakdown's ``data_loading_ns``:
+    host time in DataLoader calls) under the step time's significance rule; None when neither
+    side loads data in its steps.
+
+    It is host time, often outside any device row: ``num_workers=0 -> 4`` moved no kernel, and
+    the step change it made was only the "not in any row" residual without this row."""
+    from opscope.analysis.registry import Options, run
+
+    per_step: list[list[float]] = []
+    for side in (sa, sb):
+        try:
+            res = run("breakdown", side.profile, Options())
+        except AnalysisError:
+            return None
+        col = res.steps.get_column("data_loading_ns").drop_nulls()  # type: ignore[attr-defined]
+        per_step.append(col.cast(pl.Float64).to_list())
+    if not (any(per_step[0]) or any(per_step[1])):
+        return None
+    return step_time_change(per_step[0], per_step[1], testable)
+
+
 def _summary(
     step: StepChange,
     sides: pl.DataFrame,
     heavy: pl.DataFrame,
     steps_per_epoch: int | None,
+    data_loading: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     """The headline rows as numbers (see :data:`_SUMMARY_SCHEMA`); the renderers in
     :mod:`opscope.report.compare_render` write them as text."""
@@ -1348,6 +1371,19 @@ def _summary(
                 step.after_us * steps_per_epoch,
                 speedup=step.speedup,
                 verdict=verdict,
+            )
+        )
+    if data_loading is not None:
+        r = data_loading
+        out.append(
+            _row(
+                "data loading (host, median of the profiled steps)",
+                "us",
+                r["before_us"],
+                r["after_us"],
+                speedup=r["speedup"],
+                verdict=r["verdict"],
+                noise_us=r["noise_us"],
             )
         )
     # (label, column, unit, lower is better); device idle only beside device busy
