@@ -73,9 +73,7 @@ def reference_nodes(profile: Profile) -> pl.DataFrame:
     return cpg._split_earlier_waits(nodes, ev)
 
 
-_CPU_ONLY = Path(
-    "/work/corpus/facebookresearch_tests_data_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-)
+_CPU_ONLY = Path("/work/corpus/hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
 
 
 @pytest.mark.parametrize(
