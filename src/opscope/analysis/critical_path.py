@@ -67,6 +67,7 @@ import polars as pl
 from opscope.analysis import _critical_path_kernels as _kernels
 from opscope.analysis import tree
 from opscope.analysis.critical_path_graph import (
+    _NODE_SCHEMA,
     IDLE_OP,
     _flag,
     a_row_of_each,
@@ -226,6 +227,19 @@ def _step_rows(nodes: pl.DataFrame) -> tuple[list[tuple[Any, Any]], list[np.ndar
     rank, rank_ok = tree.int_values(nodes.get_column("rank"))
     step, step_ok = tree.int_values(nodes.get_column("step"))
     end, start, ids = (nodes.get_column(c).to_numpy().astype(i64) for c in _ORDER_COLUMNS)
+    return step_rows_of(rank, rank_ok, step, step_ok, end, start, ids)
+
+
+def step_rows_of(
+    rank: np.ndarray,
+    rank_ok: np.ndarray,
+    step: np.ndarray,
+    step_ok: np.ndarray,
+    end: np.ndarray,
+    start: np.ndarray,
+    ids: np.ndarray,
+) -> tuple[list[tuple[Any, Any]], list[np.ndarray]]:
+    """:func:`_step_rows` of the nodes' columns as arrays (values, and where valid)."""
     order = np.lexsort((ids, start, end, step, step_ok, rank, rank_ok))
     if not len(order):
         return [], []
@@ -233,13 +247,16 @@ def _step_rows(nodes: pl.DataFrame) -> tuple[list[tuple[Any, Any]], list[np.ndar
     new = (r[1:] != r[:-1]) | (r_ok[1:] != r_ok[:-1]) | (st[1:] != st[:-1])
     cuts = np.flatnonzero(np.concatenate(([True], new | (st_ok[1:] != st_ok[:-1]))))
     firsts = order[cuts]
-    keys = list(
-        zip(
-            nodes.get_column("rank")[firsts].to_list(),
-            nodes.get_column("step")[firsts].to_list(),
+    keys = [
+        (int(a) if a_ok else None, int(b) if b_ok else None)
+        for a, a_ok, b, b_ok in zip(
+            rank[firsts].tolist(),
+            rank_ok[firsts].tolist(),
+            step[firsts].tolist(),
+            step_ok[firsts].tolist(),
             strict=True,
         )
-    )
+    ]
     return keys, np.split(order, cuts[1:])
 
 
@@ -307,11 +324,7 @@ def _ops_table(
     in NumPy. ``step_of``: each row's step."""
     i64 = np.int64
     op = path.get_column("op")
-    # a code per name: the names' codes as a Categorical (its cast is one small query, ~25 us
-    # and ~12 ns a row; a dict of the names in Python was ~0.1 us a row), a null one of its own
-    phys, known = tree.int_values(op.cast(pl.Categorical).to_physical())
-    _, code = dense_unique(np.where(known, phys + 1, 0))
-    names = op[a_row_of_each(code)].to_list()
+    code, names = _name_codes(op)
     # each name's rank in the sort's order: by its bytes (Python's order of code points is
     # UTF-8's), null first
     by_name = sorted(range(len(names)), key=lambda k: (names[k] is not None, names[k] or ""))
@@ -333,27 +346,40 @@ def _ops_table(
     step_ns = np.asarray(span_ns, dtype=i64)[g_step[rows]]
     with np.errstate(divide="ignore", invalid="ignore"):  # (a step of no span: inf, NaN)
         share = total[rows].astype(np.float64) / step_ns.astype(np.float64)
+    at = g_row[rows]
+    # (Series of their types: a frame from a dict and a schema was ~0.1 ms more; each
+    # group's rank, step and name from a row of it, by indexing)
     return pl.DataFrame(
-        {
-            # (each group's rank, step and name from a row of it, by indexing)
-            "rank": path.get_column("rank")[g_row[rows]],
-            "step": path.get_column("step")[g_row[rows]],
-            "op": op[g_row[rows]],
-            "on_path_ns": total[rows],
-            "nodes": count[rows],
-            "step_ns": step_ns,
-            "share": share,
-        },
-        schema={
-            "rank": path.schema["rank"],
-            "step": path.schema["step"],
-            "op": pl.String,
-            "on_path_ns": pl.Int64,
-            "nodes": pl.UInt32,
-            "step_ns": pl.Int64,
-            "share": pl.Float64,
-        },
+        [
+            path.get_column("rank")[at],
+            path.get_column("step")[at],
+            op[at],
+            pl.Series("on_path_ns", total[rows], pl.Int64),
+            pl.Series("nodes", count[rows], pl.UInt32),
+            pl.Series("step_ns", step_ns, pl.Int64),
+            pl.Series("share", share, pl.Float64),
+        ]
     )
+
+
+#: Up to this many names, :func:`_name_codes` codes them in Python (a dict: ~0.1 us a name;
+#: the Categorical cast is ~25 us and ~12 ns a name).
+_CODES_IN_PYTHON = 256
+
+
+def _name_codes(op: pl.Series) -> tuple[np.ndarray, list[str | None]]:
+    """A code per name of ``op`` (a null one of its own) and each code's name. Which code a
+    name gets is no output's business: the ops table orders by the names themselves."""
+    if len(op) <= _CODES_IN_PYTHON:
+        seen: dict[str | None, int] = {}
+        code = np.fromiter(
+            (seen.setdefault(x, len(seen)) for x in op.to_list()), dtype=np.int64, count=len(op)
+        )
+        return code, list(seen)
+    # the names' codes as a Categorical (its cast is one small query), a null one of its own
+    phys, known = tree.int_values(op.cast(pl.Categorical).to_physical())
+    _, code = dense_unique(np.where(known, phys + 1, 0))
+    return code, op[a_row_of_each(code)].to_list()
 
 
 @analysis("critical_path")
@@ -361,6 +387,11 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     """The critical path of every step, the operators on it and their share of step time.
 
     The result depends on no row order and no sort's order of ties (module doc, *Order*)."""
+    from opscope.analysis.critical_path_device import device_only
+
+    fast = device_only(profile)
+    if fast is not None:
+        return fast
     nodes, cross, ev = graph(profile)
     i64 = np.int64
     n_id = nodes.get_column("id").to_numpy().astype(i64)
@@ -370,17 +401,45 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
     n_dev = _flag(nodes.get_column("lane_kind") == "device")
     # the steps by (rank, step); per step its nodes by (end, start, id)
     keys, step_rows = _step_rows(nodes)
-    group_of = np.zeros(len(n_id), dtype=i64)
-    at_in_step = np.zeros(len(n_id), dtype=i64)  # each node's position in its step's order
-    for k, rows in enumerate(step_rows):
-        group_of[rows] = k
-        at_in_step[rows] = np.arange(len(rows), dtype=i64)
     # edges belong to the step of their destination (an edge into no node, or from a node of
     # another step, is none)
     src, dst, kind = edges(nodes, profile.events, cross)
     dst_row = positions(n_id, dst)
     into = dst_row >= 0
-    src_row, dst_row, kind = positions(n_id, src)[into], dst_row[into], kind[into]
+    path_rows, contribs = paths(
+        step_rows,
+        (positions(n_id, src)[into], dst_row[into], kind[into]),
+        (n_start, n_end, n_wait, n_dev),
+    )
+    rows = np.concatenate(path_rows) if keys else np.empty(0, i64)
+    path = _path_table(
+        nodes,
+        ev,
+        rows,
+        np.concatenate([np.arange(len(p), dtype=i64) for p in path_rows])
+        if keys
+        else np.empty(0, i64),
+        np.concatenate(contribs) if keys else np.empty(0, i64),
+    )
+    return result(profile, keys, step_rows, path_rows, contribs, (n_start, n_end, n_dev), path)
+
+
+def paths(
+    step_rows: list[np.ndarray],
+    edge_rows: tuple[np.ndarray, np.ndarray, np.ndarray],
+    node: tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray],
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each step's path (its nodes' rows, in order) and their contributions: the steps' rows
+    (:func:`_step_rows`), the edges (source row, -1 for none; destination row; kind) and the
+    nodes' start, end, waits (None: none) and device flags."""
+    i64 = np.int64
+    n_start, n_end, n_wait, n_dev = node
+    src_row, dst_row, kind = edge_rows
+    group_of = np.zeros(len(n_start), dtype=i64)
+    at_in_step = np.zeros(len(n_start), dtype=i64)  # each node's position in its step's order
+    for k, rows in enumerate(step_rows):
+        group_of[rows] = k
+        at_in_step[rows] = np.arange(len(rows), dtype=i64)
     by_group = np.argsort(group_of[dst_row], kind="stable")
     src_row, dst_row, kind = src_row[by_group], dst_row[by_group], kind[by_group]
     cuts = np.searchsorted(group_of[dst_row], np.arange(len(step_rows) + 1))
@@ -394,21 +453,27 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
             np.where((e_src >= 0) & (group_of[e_src] == k), at_in_step[e_src], -1),
             at_in_step[dst_row[cuts[k] : cuts[k + 1]]],
             kind[cuts[k] : cuts[k + 1]],
-            waits=n_wait[rows],
+            waits=None if n_wait is None else n_wait[rows],
             device=n_dev[rows],
         )
         path_rows.append(rows[at])
         contribs.append(c)
-    rows = np.concatenate(path_rows) if keys else np.empty(0, i64)
-    path = _path_table(
-        nodes,
-        ev,
-        rows,
-        np.concatenate([np.arange(len(p), dtype=i64) for p in path_rows])
-        if keys
-        else np.empty(0, i64),
-        np.concatenate(contribs) if keys else np.empty(0, i64),
-    )
+    return path_rows, contribs
+
+
+def result(
+    profile: Profile,
+    keys: list[tuple[Any, Any]],
+    step_rows: list[np.ndarray],
+    path_rows: list[np.ndarray],
+    contribs: list[np.ndarray],
+    node: tuple[np.ndarray, np.ndarray, np.ndarray],
+    path: pl.DataFrame,
+) -> CriticalPathResult:
+    """The result of the steps' paths (:func:`paths`) and the path's table: the steps table
+    and the ops table. ``node``: the nodes' start, end and device flags."""
+    i64 = np.int64
+    n_start, n_end, n_dev = node
     # per step: the path's length, its host and device parts, and the span of its nodes
     host_ns, device_ns, span_ns = [], [], []
     for p, c, rows in zip(path_rows, contribs, step_rows, strict=True):
@@ -418,43 +483,37 @@ def critical_path(profile: Profile, options: Options) -> CriticalPathResult:
         span_ns.append(int(n_end[rows].max() - n_start[rows].min()))
     # each step's ProfilerStep range, as a left join on (rank, step) gives it (a null key
     # matches nothing; a repeated one repeats the row): a dict, not a query
+    st = profile.steps
     spans: dict[tuple[int, int], list[Any]] = {}
-    for r, st, d in zip(
-        profile.steps.get_column("rank").to_list(),
-        profile.steps.get_column("step").to_list(),
-        profile.steps.get_column("dur_ns").to_list(),
+    for r, s, d in zip(
+        st.get_column("rank").to_list(),
+        st.get_column("step").to_list(),
+        st.get_column("dur_ns").to_list(),
         strict=True,
     ):
-        if r is not None and st is not None:
-            spans.setdefault((r, st), []).append(d)
+        if r is not None and s is not None:
+            spans.setdefault((r, s), []).append(d)
     rows_of = [(k, d) for k, key in enumerate(keys) for d in spans.get(key, [None])]
     path_ns = [int(c.sum()) for c in contribs]
+    # (Series of their types: a frame from a dict and a schema was ~0.1 ms more)
+    of = [k for k, _ in rows_of]
     steps = pl.DataFrame(
-        {
-            "rank": [keys[k][0] for k, _ in rows_of],
-            "step": [keys[k][1] for k, _ in rows_of],
-            "path_ns": [path_ns[k] for k, _ in rows_of],
-            "host_ns": [host_ns[k] for k, _ in rows_of],
-            "device_ns": [device_ns[k] for k, _ in rows_of],
-            # a step's device work can finish after its ProfilerStep range on the host closes:
-            # the step's time is the span from its first to its last node
-            "step_ns": [span_ns[k] for k, _ in rows_of],
-            "host_step_ns": [d for _, d in rows_of],
-        },
-        schema={
-            "rank": nodes.schema["rank"],
-            "step": nodes.schema["step"],
-            "path_ns": pl.Int64,
-            "host_ns": pl.Int64,
-            "device_ns": pl.Int64,
-            "step_ns": pl.Int64,
-            "host_step_ns": profile.steps.schema["dur_ns"],
-        },
+        [
+            pl.Series("rank", [keys[k][0] for k in of], _NODE_SCHEMA["rank"]),
+            pl.Series("step", [keys[k][1] for k in of], _NODE_SCHEMA["step"]),
+            pl.Series("path_ns", [path_ns[k] for k in of], pl.Int64),
+            pl.Series("host_ns", [host_ns[k] for k in of], pl.Int64),
+            pl.Series("device_ns", [device_ns[k] for k in of], pl.Int64),
+            # a step's device work can finish after its ProfilerStep range on the host
+            # closes: the step's time is the span from its first to its last node
+            pl.Series("step_ns", [span_ns[k] for k in of], pl.Int64),
+            pl.Series("host_step_ns", [d for _, d in rows_of], st.get_column("dur_ns").dtype),
+        ]
     )
     ops = _ops_table(
         path,
         np.repeat(np.arange(len(keys), dtype=i64), [len(p) for p in path_rows]),
-        [k for k, _ in rows_of],
+        of,
         span_ns,
     )
     return CriticalPathResult(path=path, ops=ops, steps=steps)
