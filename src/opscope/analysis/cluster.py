@@ -64,6 +64,7 @@ from opscope import units
 from opscope.analysis import cluster_ascend as asc
 from opscope.analysis import tree
 from opscope.analysis.breakdown import breakdown
+from opscope.analysis.cluster_calls import collectives
 from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result, analysis
 from opscope.model import Profile, dtypes
@@ -109,6 +110,7 @@ _COLL_WORD = (
     r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?allv?|alltoallv?|broadcast|"
     r"send_?recv|barrier|reduce|gather|scatter|send|recv)"
 )
+_COLL_WORD_RE: Final = re.compile(_COLL_WORD)
 STEP_COLUMNS: Final[dict[str, type[pl.DataType]]] = {
     "rank": pl.Int32,
     "step": pl.Int32,
@@ -196,7 +198,7 @@ def _rank_plans(
 def _conform(
     frame: pl.DataFrame | pl.LazyFrame, cols: dict[str, type[pl.DataType]]
 ) -> pl.DataFrame:
-    if isinstance(frame, pl.DataFrame) and frame.schema == pl.Schema(cols):
+    if isinstance(frame, pl.DataFrame) and _in_shape(frame, cols):
         return frame  # already those columns and types (rank_tables' empty tables): no query
     if isinstance(frame, pl.LazyFrame) and frame.collect_schema() == pl.Schema(cols):
         return frame.collect(engine="in-memory")  # a plan of _rank_plans: already conformed
@@ -208,9 +210,23 @@ def _conform_sorted(
 ) -> pl.DataFrame:
     """:func:`_conform` then sorted by ``by``, one query; none for an empty frame already in
     shape (rank_tables' empty Ascend tables on every GPU trace: sorting nothing is nothing)."""
-    if isinstance(frame, pl.DataFrame) and frame.height == 0 and frame.schema == pl.Schema(cols):
+    if isinstance(frame, pl.DataFrame) and frame.height == 0 and _in_shape(frame, cols):
         return frame
     return _conformed(frame, cols).sort(*by).collect(engine="in-memory")
+
+
+def _in_shape(frame: pl.DataFrame, cols: dict[str, type[pl.DataType]]) -> bool:
+    """Whether ``frame`` has exactly the columns ``cols``, in order, of their types (its
+    columns and dtypes read: comparing its schema with ``pl.Schema(cols)`` was ~30 us)."""
+    names, types = _shape(tuple(cols.items()))
+    return frame.columns == names and frame.dtypes == types
+
+
+@functools.cache
+def _shape(cols: tuple[tuple[str, Any], ...]) -> tuple[list[str], list[pl.DataType]]:
+    """The names and dtypes (as instances, which compare exactly) of a schema's columns."""
+    schema = pl.Schema(dict(cols))
+    return schema.names(), schema.dtypes()
 
 
 def _conformed(
@@ -273,9 +289,14 @@ def _calls(ev: pl.DataFrame, *, host_compute: bool) -> tuple[pl.DataFrame, pl.Da
     if tree.SHORTCUTS and not found:
         colls = _empty("collectives")  # (the plan's schema: its last select casts to it)
     else:
-        calls = (pl.concat(parts) if len(parts) > 1 else parts[0]).select(*_call_columns())
-        # (collect_all: its passes over this plan were ~0.1 ms fewer than collect's)
-        colls = pl.collect_all([_collectives_of(calls)], engine="in-memory")[0]
+        # device calls without Kineto's args (Ascend's): in Python, no plan
+        got = collectives(ev, comm, _COLL_WORD_RE) if tree.SHORTCUTS and len(parts) == 1 else None
+        if got is not None:
+            colls = got
+        else:
+            calls = (pl.concat(parts) if len(parts) > 1 else parts[0]).select(*_call_columns())
+            # (collect_all: its passes over this plan were ~0.1 ms fewer than collect's)
+            colls = pl.collect_all([_collectives_of(calls)], engine="in-memory")[0]
     if not host_compute:
         return colls, None
     ops = np.flatnonzero(kind_in("cpu_op"))
@@ -897,22 +918,23 @@ def _one_rank_row(st: pl.DataFrame, co: pl.DataFrame, rank: int | None) -> pl.Da
 
 
 def _one_rank_gap(st: pl.DataFrame) -> pl.DataFrame:
-    """:func:`_step_gap` of one rank's steps (sorted by step): per step its rank, the least
-    and greatest time of its rows (one per step but for repeated steps) and their count."""
+    """:func:`_step_gap` of one rank's steps (sorted by step) in µs (:func:`_gap_us`): per step
+    its rank, the least and greatest time of its rows (one per step but for repeated steps),
+    their count and their gap, as rows (a frame in ns and its conversion were ~0.1 ms more)."""
     groups: dict[Any, tuple[Any, list[Any]]] = {}
     steps, rank, dur = (st.get_column(c).to_list() for c in ("step", "rank", "dur_ns"))
     for step, r, d in zip(steps, rank, dur, strict=True):
         groups.setdefault(step, (r, []))[1].append(d)
     rows = []
+    us = units.us_value
     for step, (r, durs) in groups.items():
         known = [d for d in durs if d is not None]
-        lo, hi = (min(known), max(known)) if known else (None, None)
-        rows.append((step, r, lo, r, hi, len(durs)))
-    schema = {
-        "step": pl.Int32, "fastest_rank": pl.Int32, "fastest_ns": pl.Int64,
-        "slowest_rank": pl.Int32, "slowest_ns": pl.Int64, "ranks": pl.UInt32,
-    }  # fmt: skip
-    return _gap_us(pl.DataFrame(rows, schema=schema, orient="row"))
+        if known:
+            lo, hi = min(known), max(known)
+            rows.append((step, r, us(lo), r, us(hi), len(durs), us(hi - lo)))
+        else:
+            rows.append((step, r, None, r, None, len(durs), None))
+    return pl.DataFrame(rows, schema=_GAP_SCHEMA, orient="row")
 
 
 @functools.cache

@@ -77,6 +77,7 @@ from opscope.analysis.critical_path_graph import (
     positions,
 )
 from opscope.analysis.registry import Options, Result, analysis
+from opscope.analysis.small_frames import series
 from opscope.model import Profile
 
 # IDLE_OP (the graph's): the op name of the idle nodes in this analysis' output
@@ -354,10 +355,10 @@ def _ops_table(
             path.get_column("rank")[at],
             path.get_column("step")[at],
             op[at],
-            pl.Series("on_path_ns", total[rows], pl.Int64),
-            pl.Series("nodes", count[rows], pl.UInt32),
-            pl.Series("step_ns", step_ns, pl.Int64),
-            pl.Series("share", share, pl.Float64),
+            series("on_path_ns", total[rows], pl.Int64),
+            series("nodes", count[rows], pl.UInt32),
+            series("step_ns", step_ns, pl.Int64),
+            series("share", share, pl.Float64),
         ]
     )
 

@@ -20,6 +20,7 @@ import polars as pl
 
 from opscope.analysis import tree
 from opscope.analysis.critical_path_graph import _NODE_SCHEMA, IDLE_OP, LANE
+from opscope.analysis.small_frames import repeated, series
 from opscope.model import Profile, kinds
 
 if TYPE_CHECKING:
@@ -127,20 +128,20 @@ def _path_table(
         op = pool[np.where(idle, m, own)]
     return pl.DataFrame(
         [
-            pl.Series("rank", rank, _NODE_SCHEMA["rank"]),
-            pl.Series("step", step, _NODE_SCHEMA["step"]),
-            pl.Series("order", np.concatenate([np.arange(len(p), dtype=i64) for p in path_rows])),
+            series("rank", rank, _NODE_SCHEMA["rank"]),
+            series("step", step, _NODE_SCHEMA["step"]),
+            series(
+                "order", np.concatenate([np.arange(len(p), dtype=i64) for p in path_rows]), pl.Int64
+            ),
             # (an id below 0 is a host piece's: null, as the full table has it)
-            pl.Series("id", ids, pl.Int64)
-            if bool((ids >= 0).all())
-            else pl.Series("id", np.ma.masked_array(ids, mask=ids < 0), pl.Int64),
-            pl.Series("on_path_ns", np.concatenate(contribs), pl.Int64),
-            pl.Series("lane_kind", ["device"], pl.String).new_from_index(0, m),
-            pl.Series("lane", lane, pl.Int64),
-            pl.Series("start_ns", start, pl.Int64),
-            pl.Series("end_ns", end, pl.Int64),
+            series("id", ids, pl.Int64, ids >= 0),
+            series("on_path_ns", np.concatenate(contribs), pl.Int64),
+            repeated("lane_kind", "device", pl.String, m),
+            series("lane", lane, pl.Int64),
+            series("start_ns", start, pl.Int64),
+            series("end_ns", end, pl.Int64),
             name.alias("name"),
             op.alias("op"),
-            pl.Series("op_id", [None], pl.Int64).new_from_index(0, m),
+            repeated("op_id", None, pl.Int64, m),
         ]
     )

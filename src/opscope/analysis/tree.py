@@ -310,8 +310,11 @@ def int_values(s: pl.Series) -> tuple[IntArray, BoolArray]:
     """(values as int64 with nulls read as 0, valid) of an integer column, without a query
     (``fill_null`` and ``is_not_null`` are each one, of fixed cost): the valid rows from
     :func:`not_null`, their exact values by a filter."""
-    if s.null_count() == 0:
+    nulls = s.null_count()
+    if nulls == 0:
         return s.to_numpy().astype(np.int64, copy=False), np.ones(len(s), dtype=bool)
+    if nulls == len(s):  # (a column of no value: stream, launch on Ascend; nothing to read)
+        return np.zeros(len(s), dtype=np.int64), np.zeros(len(s), dtype=bool)
     valid = not_null(s)
     out = np.zeros(len(s), dtype=np.int64)
     out[valid] = s.filter(pl.Series(valid)).to_numpy()

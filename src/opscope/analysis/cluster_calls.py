@@ -1,0 +1,91 @@
+"""The collectives table of device collective calls that carry no Kineto ``args`` (Ascend's
+HCCL tasks, kernels of a trace without arguments), in Python and NumPy.
+
+Without ``args`` a call has no collective name, process group, element count or dtype there:
+its ``collective`` is the word of its name (:data:`opscope.analysis.cluster._COLL_WORD`, else
+the name), lowercased without "_"; ``group`` and ``bytes`` are null. The plan that computes
+them, sorts the calls and numbers them (``seq``) was ~1 ms of a 15-call rank's report, all of
+it a query's fixed cost. The same table as the plan (tests/test_cluster_calls_python.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import numpy as np
+import polars as pl
+
+from opscope.analysis import tree
+
+#: Up to this many calls (a name's word is found once per distinct name, the rest in NumPy;
+#: past it, the plan: its cost no longer fixed).
+MAX_CALLS: Final = 4096
+
+
+def collectives(ev: pl.DataFrame, comm: pl.Series, word: re.Pattern[str]) -> pl.DataFrame | None:
+    """The collectives table (``cluster.COLLECTIVE_COLUMNS``) of the rows of ``ev`` where
+    ``comm``, ``word`` the pattern of a collective's word in its name; None where the plan
+    must run: a call with ``args``, a null rank or start, a name not ASCII (``re`` and Polars'
+    engine read the pattern alike on ASCII text), more than :data:`MAX_CALLS` calls."""
+    args = ev.get_column("args").filter(comm)  # (a Series filter: no query)
+    n = len(args)
+    if not n or n > MAX_CALLS or args.null_count() != n:
+        return None
+    rank_s, start_s = ev.get_column("rank").filter(comm), ev.get_column("ts_ns").filter(comm)
+    if rank_s.null_count() or start_s.null_count():
+        return None
+    names = ev.get_column("name").filter(comm)
+    texts = names.to_list()
+    found = _words(set(texts), word)
+    if found is None:
+        return None
+    i64 = np.int64
+    rank = rank_s.to_numpy().astype(i64)
+    start = start_s.to_numpy().astype(i64)
+    step_v, step_ok = tree.int_values(ev.get_column("step").filter(comm))
+    step = np.where(step_ok, step_v, -1)  # (a null step: -1)
+    # the calls by rank and start, ties in trace order (a stable sort)
+    order = np.lexsort((start, rank))
+    coll = [found[texts[i]] for i in order.tolist()]
+    # seq: each call's number among the calls before it of its rank, step and collective
+    # (the group: null for all)
+    codes: dict[str | None, int] = {}
+    c = np.fromiter((codes.setdefault(x, len(codes)) for x in coll), dtype=i64, count=n)
+    r, s = rank[order], step[order]
+    by = np.lexsort((np.arange(n), c, s, r))
+    new = np.ones(n, dtype=bool)
+    new[1:] = (r[by][1:] != r[by][:-1]) | (s[by][1:] != s[by][:-1]) | (c[by][1:] != c[by][:-1])
+    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    seq = np.empty(n, dtype=i64)
+    seq[by] = np.arange(n) - first
+    same = bool((order == np.arange(n)).all())
+    dur = ev.get_column("dur_ns").filter(comm)
+    none = pl.Series([None], dtype=pl.Int64).new_from_index(0, n)
+    return pl.DataFrame(
+        [
+            pl.Series("rank", r, pl.Int32),
+            pl.Series("step", s, pl.Int32),
+            pl.Series("collective", coll, pl.String),
+            (names if same else names[order]).alias("name"),
+            pl.Series("group", [None], pl.String).new_from_index(0, n),
+            pl.Series("seq", seq, pl.Int32),
+            pl.Series("start_ns", start[order], pl.Int64),
+            (dur if same else dur[order]).cast(pl.Int64),
+            none.alias("bytes"),
+        ]
+    )
+
+
+def _words(names: set[str | None], word: re.Pattern[str]) -> dict[str | None, str | None] | None:
+    """Each name's collective: its first match of ``word`` (else itself), lowercased, "_"
+    removed; a null name's null. None when a name is not ASCII."""
+    out: dict[str | None, str | None] = {None: None}
+    for name in names:
+        if name is None:
+            continue
+        if not name.isascii():
+            return None
+        m = word.search(name)
+        out[name] = (m.group(1) if m else name).lower().replace("_", "")
+    return out
