@@ -137,3 +137,85 @@ def test_repeated_keys_keep_every_match(tmp_path: Path) -> None:
         if t in MIN_BYTES and b.get("Transit Size(MB)")
     )
     assert n_bw > 0 and got.height == 4 * n_bw  # 2 copies x 2 matches each
+
+
+def test_nearest_match_equals_join_asof_with_ties() -> None:
+    """The files' rows matched in Python to the nearest event of their name and rank: what a
+    join_asof ``nearest`` gives, ties (a start halfway between two events, events starting
+    together) and rows without a start (matched at 0) included."""
+    from opscope.advise.rules.ascend_comm_packet import _files_rows
+
+    ev = pl.DataFrame(
+        {
+            "id": [0, 1, 2, 3, 4, 5, 6],
+            "rank": [0, 0, 0, 0, 0, 1, 0],
+            "kind": ["communication"] * 6 + ["kernel"],
+            "name": ["a", "a", "a", "a", "b", "a", "a"],
+            "ts_ns": [10, 20, 20, 30, 25, 15, 12],
+            "dur_ns": [1] * 7,
+        }
+    )
+    starts = [15, 20, 25, 35, 0, None, 100, 5, 22, 15]
+    names = ["a", "a", "a", "a", "a", "a", "a", "b", "b", "zzz"]
+    ranks = [0, 0, 0, 0, 0, 0, 0, 0, 0, 1]
+    rows = [
+        [rk, n, "SDMA", 1000 + i, 7, s, 3]
+        for i, (rk, n, s) in enumerate(zip(ranks, names, starts, strict=True))
+    ]
+    rows.append([1, "a", "SDMA", 5, 7, 16, 3])
+    rows.append([0, "a", "HCCS", 5, 7, 16, 3])  # a transport the rule does not test
+    rows.append([0, "a", "RDMA", 0, 7, 16, 3])  # no traffic
+    meta = {
+        "sources": ["nowhere"],
+        "ascend": {"transit": {"ranks": [0, 1], "columns": [], "rows": rows}},
+    }
+    prof = Profile.from_tables(events=ev, meta=meta)
+    got, ranks_got = _files_rows(prof)
+    assert ranks_got == {0, 1}
+    cols = ["rank", "op_name", "transport", "size_bytes", "time_ns", "start_ns", "elapse_ns"]
+    files = pl.DataFrame(rows[:-2], schema=cols, orient="row").with_columns(
+        pl.col("rank").cast(pl.Int32), pl.col("start_ns").fill_null(0).alias("at_ns")
+    )
+    events = (
+        prof.events.filter(pl.col("kind") == "communication")
+        .select(pl.col("id").alias("coll"), "rank", pl.col("name").alias("op_name"), "ts_ns")
+        .sort("ts_ns", maintain_order=True)
+    )
+    want = files.sort("at_ns", maintain_order=True).join_asof(
+        events,
+        left_on="at_ns",
+        right_on="ts_ns",
+        by=["rank", "op_name"],
+        strategy="nearest",
+        check_sortedness=False,
+    )
+    assert [(r[0], r[3]) for r in got] == list(
+        zip(want["coll"].to_list(), want["size_bytes"].to_list(), strict=True)
+    )
+    assert [r[0] for r in got if r[3] == 1000] == [2]  # a tie: the later start, its last event
+
+
+def test_a_partial_rank_keeps_its_transit_rows(tmp_path: Path) -> None:
+    """A rank without a trace keeps the files' transit rows at load (read_partial reads the
+    file anyway): the rule's rows equal those read from the folder again, and its findings
+    are the same once the folder is gone."""
+    from opscope.advise import advise
+    from opscope.advise.rules.ascend_comm_packet import _file_transit
+
+    src = ASCEND_DATA / "st" / "level2" / "rank_1_ascend_pt"
+    if not src.exists():
+        pytest.skip(f"not found: {src}")
+    d = tmp_path / "rank_1_ascend_pt"
+    shutil.copytree(src, d)
+    p = load(d, cache=False)
+    kept = p.meta["ascend"]["transit"]
+    assert kept["ranks"] == [1] and kept["rows"]
+    reread = Profile.from_tables(
+        events=p.events, steps=p.steps, devices=p.devices, meta={**p.meta, "ascend": {}}
+    )
+    assert _file_transit(p) == _file_transit(reread)
+    before = [f.to_json() for f in advise(p).by_rule("ascend-comm-packet")]
+    assert before
+    shutil.rmtree(d)
+    assert [f.to_json() for f in advise(p).by_rule("ascend-comm-packet")] == before
+    assert _file_transit(reread) == ([], set())  # (the folder read again: gone)

@@ -215,6 +215,13 @@ def read_communication(path: Path) -> dict[str, pl.DataFrame]:
     Either file may be absent (its tables are then empty). Raises
     :class:`~opscope.errors.InputError` naming a file that is not valid JSON.
     """
+    return _read_communication(Path(path))[0]
+
+
+def _read_communication(
+    path: Path,
+) -> tuple[dict[str, pl.DataFrame], list[dict[str, Any]], list[dict[str, Any]]]:
+    """:func:`read_communication`, and the rows of its collectives and bandwidth tables."""
     out = find_output_dir(Path(path))
     rank = rank_of(out)
     rank_id = 0 if rank is None else rank
@@ -232,12 +239,13 @@ def read_communication(path: Path) -> dict[str, pl.DataFrame]:
             .alias("parallel_group")
         )
 
-    return {
+    tables = {
         "collectives": named(pl.DataFrame(coll, schema=COLLECTIVES_SCHEMA)),
         "bandwidth": named(pl.DataFrame(bw, schema=BANDWIDTH_SCHEMA)),
         "links": named(pl.DataFrame(links, schema=LINKS_SCHEMA)),
         "link_totals": named(pl.DataFrame(totals, schema=LINKS_SCHEMA)),
     }
+    return tables, coll, bw
 
 
 def communication_rows(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -249,6 +257,36 @@ def communication_rows(path: Path) -> tuple[list[dict[str, Any]], list[dict[str,
     out = find_output_dir(Path(path))
     rank = rank_of(out)
     return _comm_rows(_sources(out)[0], 0 if rank is None else rank)
+
+
+#: A transit row (:func:`transit_rows`): one per collective and transport of the file's
+#: Communication Bandwidth Info, with its collective's start and elapse (ns, bytes).
+TRANSIT_COLUMNS = ("rank", "op_name", "transport", "size_bytes", "time_ns", "start_ns", "elapse_ns")
+
+
+def transit_rows(
+    colls: list[dict[str, Any]], bws: list[dict[str, Any]], rank: int | None = None
+) -> list[tuple[Any, ...]]:
+    """The rows of :data:`TRANSIT_COLUMNS` of one rank's :func:`communication_rows`: each
+    bandwidth row with the start and elapse of its collective, matched on (step, kind,
+    op_name, group), every match (a left join: a missing key part matches a missing one, a row
+    without its collective has no start); ``rank`` (when given) replaces the file's."""
+    starts: dict[tuple[str, ...], list[tuple[Any, Any]]] = {}
+    for r in colls:
+        starts.setdefault(_file_key(r), []).append((r["start_ns"], r["elapse_ns"]))
+    out: list[tuple[Any, ...]] = []
+    for r in bws:
+        rk = r["rank"] if rank is None else rank
+        size, t = r["size_bytes"], r["time_ns"]
+        for start, elapse in starts.get(_file_key(r), [(None, None)]):
+            out.append((rk, r["op_name"], r["transport"], size, t, start, elapse))
+    return out
+
+
+def _file_key(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(
+        "" if row[k] is None else str(row[k]) for k in ("step", "kind", "op_name", "group")
+    )
 
 
 def _comm_rows(
@@ -442,7 +480,10 @@ def read_partial(path: Path) -> Profile:
     no kernel table) as a :class:`~opscope.model.Profile`: its steps (the step breakdown), and
     each collective of ``communication.json`` as one ``communication`` event on the rank's
     device (start and elapse as recorded, in its step). The metadata's world size and parallel
-    groups are kept in ``meta["ascend"]``.
+    groups are kept in ``meta["ascend"]``, and so are the file's transit figures: ``transit``,
+    ``{"ranks": [...], "columns": TRANSIT_COLUMNS, "rows": [...]}`` (:func:`transit_rows`; ranks
+    empty without a collective), what the packet rule reads of a rank without a trace (read
+    here with the collectives, not again from the folder at report time).
     """
     from opscope.ingest import ascend as A
     from opscope.model import schema as S
@@ -451,7 +492,7 @@ def read_partial(path: Path) -> Profile:
     out = find_output_dir(path)
     rank = rank_of(out)
     rank_id = 0 if rank is None else rank
-    comm = read_communication(path)
+    comm, coll_rows, bw_rows = _read_communication(path)
     coll = comm["collectives"].filter(pl.col("start_ns").is_not_null())
     events = (
         coll.sort("start_ns")
@@ -489,6 +530,11 @@ def read_partial(path: Path) -> Profile:
             "has_trace_view": False,
             "world_size": world_size(path),
             "parallel_groups": groups,
+            "transit": {
+                "ranks": [rank_id] if coll_rows else [],
+                "columns": list(TRANSIT_COLUMNS),
+                "rows": [list(r) for r in transit_rows(coll_rows, bw_rows)],
+            },
         },
     }
     return Profile.from_tables(

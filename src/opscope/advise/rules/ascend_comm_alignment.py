@@ -122,18 +122,25 @@ def _collective_of(profile: Profile, tasks: pl.DataFrame) -> pl.DataFrame:
 
 def _exposed(profile: Profile, colls: pl.DataFrame) -> dict[int, float]:
     """Per collective id: its time with no compute kernel running on its rank (ns)."""
+    cols = ("id", "rank", "ts_ns", "dur_ns")
+    return exposed_of(profile, *(colls.get_column(n).to_list() for n in cols))
+
+
+def exposed_of(
+    profile: Profile, ids: list[Any], c_ranks: list[Any], c_ts: list[Any], c_dur: list[Any]
+) -> dict[int, float]:
+    """:func:`_exposed` of the collectives given as columns (ids, ranks, starts, durations)."""
     # the kernels' columns once as arrays, a mask per rank in NumPy (a comparison of a Series
     # is a query of fixed cost); a missing rank reads NaN, equal to no rank
     ev = profile.events
-    is_kernel = pl.Series(c.kind_mask(profile, "kernel"))
-    k_rank = ev.get_column("rank").filter(is_kernel).to_numpy()
-    k_ts = ev.get_column("ts_ns").filter(is_kernel).to_numpy()
-    k_dur = ev.get_column("dur_ns").filter(is_kernel).to_numpy()
+    if c.absent(profile, "kernel"):  # (the columns' filters find no row)
+        k_rank = k_ts = k_dur = np.zeros(0, dtype=np.int64)
+    else:
+        is_kernel = pl.Series(c.kind_mask(profile, "kernel"))
+        k_rank = ev.get_column("rank").filter(is_kernel).to_numpy()
+        k_ts = ev.get_column("ts_ns").filter(is_kernel).to_numpy()
+        k_dur = ev.get_column("dur_ns").filter(is_kernel).to_numpy()
     out: dict[int, float] = {}
-    ids = colls.get_column("id").to_list()
-    c_ranks = colls.get_column("rank").to_list()
-    c_ts = colls.get_column("ts_ns").to_list()
-    c_dur = colls.get_column("dur_ns").to_list()
     for rank in dict.fromkeys(c_ranks):
         mine = k_rank == rank if rank is not None else np.zeros(len(k_rank), dtype=bool)
         ts = k_ts[mine].astype(np.float64)
@@ -175,11 +182,12 @@ class AscendCommByteAlignment:
         "(pad buckets, hidden sizes, or DDP `bucket_cap_mb` so that buckets split evenly)."
     )
 
+    # the HCCL plane tasks it tests are "other" events
+    needs = ("other",)
+
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":
             return []
-        if c.absent(profile, "other"):
-            return []  # no HCCL task (the plane tasks are "other" events): nothing to test
         tasks = _tasks(profile)
         if tasks.height == 0 or "aligned" not in tasks.columns:
             return []

@@ -38,6 +38,7 @@ collectives' exposed time is also ``comm-exposed``'s: this finding names that ru
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -48,7 +49,7 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
-from opscope.advise.rules.ascend_comm_alignment import _collective_of, _exposed
+from opscope.advise.rules.ascend_comm_alignment import _collective_of, exposed_of
 from opscope.errors import InputError
 from opscope.model import Profile
 
@@ -121,34 +122,36 @@ def transit(profile: Profile, skip_ranks: Collection[int] = ()) -> pl.DataFrame:
 
 
 def transit_from_files(profile: Profile) -> tuple[pl.DataFrame, set[int]]:
-    """:func:`_files_plan`, collected (its schema's empty table without a file row)."""
-    plan, ranks = _files_plan(profile)
-    if plan is None:
-        return pl.DataFrame(schema=_TRANSIT_SCHEMA), ranks
-    return plan.collect(engine="in-memory"), ranks
-
-
-def _files_plan(profile: Profile) -> tuple[pl.LazyFrame | None, set[int]]:
     """The ranks' own figures, as msprof-analyze reads them: per collective and transport
     with traffic, ``coll, rank, transport, bytes, tasks, time_ns`` (``time_ns`` the
     transport's Transit Time; ``start_ns``, ``elapse_ns`` the file's; ``tasks`` null;
     ``coll`` null for a collective with no event of that name on its rank: a kernel table
-    that holds fewer collectives than the file), from each source's
-    ``communication.json`` / ``analysis.db``, as a plan (None: no row); and the ranks that
-    have such a file."""
-    from opscope.ingest.ascend_comm import communication_rows
+    that holds fewer collectives than the file), from each rank's ``communication.json`` /
+    ``analysis.db``; and the ranks that have such a file."""
+    rows, ranks = _files_rows(profile)
+    return pl.DataFrame(rows, schema=_TRANSIT_SCHEMA, orient="row"), ranks
 
-    # the files' rows in Python, one frame for all ranks and one query for the match (a
-    # rank's files hold a few hundred collectives at most; the tables and their joins per
-    # rank were ~15 queries a report)
+
+def _file_transit(profile: Profile) -> tuple[list[tuple[Any, ...]], set[int]]:
+    """The transit rows (:func:`opscope.ingest.ascend_comm.transit_rows`) of the ranks'
+    communication files and the ranks that have such a file. A rank loaded without a trace
+    (:func:`~opscope.ingest.ascend_comm.read_partial`) keeps its rows from the load; the other
+    sources are read here (a full load does not read the files)."""
+    from opscope.ingest.ascend_comm import communication_rows, transit_rows
+
+    meta = profile.meta
+    by_rank = meta.get("rank_sources") or {}
+    kept = (meta.get("ascend") or {}).get("transit")
+    if kept is not None and not by_rank and len(meta.get("sources") or []) == 1:
+        # one rank, loaded with its rows (a multi-rank load's meta is one rank's)
+        return [tuple(r) for r in kept["rows"]], {int(r) for r in kept["ranks"]}
     rows: list[tuple[Any, ...]] = []
     ranks: set[int] = set()
     # a multi-rank load names each rank's folder (its rank may come from the folder's name,
     # where communication_rows finds no profiler_info_N.json)
-    by_rank = profile.meta.get("rank_sources") or {}
     pairs: list[tuple[int | None, str]] = [(int(r), str(p)) for r, p in by_rank.items()]
     if not pairs:
-        pairs = [(None, str(p)) for p in profile.meta.get("sources") or []]
+        pairs = [(None, str(p)) for p in meta.get("sources") or []]
     for rank, src in pairs:
         try:
             colls, bws = communication_rows(Path(src))
@@ -157,103 +160,90 @@ def _files_plan(profile: Profile) -> tuple[pl.LazyFrame | None, set[int]]:
         if not colls:
             continue
         ranks.update({int(r["rank"]) if rank is None else rank for r in colls})
-        # each bandwidth row with the file's start and elapse of its collective: matched on
-        # (step, kind, op_name, group), every match (a left join; a missing key part matches
-        # a missing one: an operator named without "@group", a step key without a number)
-        starts: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
-        for r in colls:
-            starts.setdefault(_file_key(r), []).append((r["start_ns"], r["elapse_ns"]))
-        for r in bws:
-            size = r["size_bytes"]
-            if r["transport"] not in MIN_BYTES or size is None or size <= 0:
-                continue
-            rk = r["rank"] if rank is None else rank
-            for start, elapse in starts.get(_file_key(r), [(None, None)]):
-                rows.append((rk, r["op_name"], r["transport"], size, r["time_ns"], start, elapse))
+        rows += transit_rows(colls, bws, rank)
+    return rows, ranks
+
+
+def _files_rows(profile: Profile) -> tuple[list[tuple[Any, ...]], set[int]]:
+    """:func:`transit_from_files`' rows (in its columns' order, by the file's start, a row
+    without one at 0) and ranks: the rows with traffic on a transport the rule tests, each
+    matched to the event of its collective's name on its rank that starts nearest (a name may
+    recur in another step; on a tie the later start, and of events starting together the
+    last: a join_asof's ``nearest``). In Python (a rank's files hold a few hundred collectives
+    at most; the rows as frames, their sorts and the join were ~0.5 ms of queries a report)."""
+    got, ranks = _file_transit(profile)
+    rows = [r for r in got if r[2] in MIN_BYTES and r[3] is not None and r[3] > 0]
     if not rows:
-        return None, ranks
-    files = pl.DataFrame(
-        rows,
-        schema={
-            "rank": pl.Int32,
-            "op_name": pl.String,
-            "transport": pl.String,
-            "size_bytes": pl.Int64,
-            "time_ns": pl.Int64,
-            "start_ns": pl.Int64,
-            "elapse_ns": pl.Int64,
-        },
-        orient="row",
+        return [], ranks
+    ev = _collectives(profile)
+    # per (rank, name): the events' starts in order and their ids (stable: events starting
+    # together in the events' order)
+    starts: dict[tuple[Any, Any], tuple[list[int], list[int]]] = {}
+    order = sorted(
+        (k for k, t in enumerate(ev["ts_ns"]) if t is not None), key=ev["ts_ns"].__getitem__
     )
-    events = (
-        profile.events.lazy()
-        .filter(pl.col("kind") == "communication")
-        .select(pl.col("id").alias("coll"), "rank", pl.col("name").alias("op_name"), "ts_ns")
-        .sort("ts_ns")
-    )
-    # the event of the same name on the same rank that starts nearest (a name may recur
-    # in another step)
-    out = (
-        files.lazy()
-        .with_columns(pl.col("start_ns").fill_null(0).alias("at_ns"))
-        .sort("at_ns")
-        .join_asof(
-            events,
-            left_on="at_ns",
-            right_on="ts_ns",
-            by=["rank", "op_name"],
-            strategy="nearest",
-            check_sortedness=False,
-        )
-        .select(
-            "coll",
-            "rank",
-            "transport",
-            pl.col("size_bytes").alias("bytes"),
-            pl.lit(None, pl.UInt32).alias("tasks"),
-            "time_ns",
-            "start_ns",
-            "elapse_ns",
-            "op_name",
-        )
-        .cast(_TRANSIT_SCHEMA)  # type: ignore[arg-type]
-    )
+    for k in order:
+        key = (ev["rank"][k], ev["name"][k])
+        if None not in key:
+            ts, ids = starts.setdefault(key, ([], []))
+            ts.append(ev["ts_ns"][k])
+            ids.append(ev["id"][k])
+    out: list[tuple[Any, ...]] = []
+    for rank, op, tr, size, t, start, elapse in sorted(
+        rows, key=lambda r: 0 if r[5] is None else r[5]
+    ):
+        at = 0 if start is None else start
+        coll = None
+        if (rank, op) in starts:
+            ts, ids = starts[(rank, op)]
+            i = bisect.bisect_right(ts, at)  # ts[i - 1] <= at < ts[i]
+            if i < len(ts) and (i == 0 or ts[i] - at <= at - ts[i - 1]):
+                i = bisect.bisect_right(ts, ts[i])  # the later start; the last of its events
+            coll = ids[i - 1]
+        out.append((coll, rank, tr, size, None, t, start, elapse, op))
     return out, ranks
 
 
-def _file_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(
-        "" if row[k] is None else str(row[k]) for k in ("step", "kind", "op_name", "group")
-    )
+def _collectives(profile: Profile) -> dict[str, list[Any]]:
+    """The communication events' columns the rule reads, as lists (by the kinds' mask: a
+    filter of the events is a query)."""
+
+    def run() -> dict[str, list[Any]]:
+        names = ("id", "rank", "name", "ts_ns", "dur_ns", "op_id")
+        ev = profile.events
+        n = c.kind_counts(profile).get("communication", 0)
+        if n == 0:
+            return {k: [] for k in names}
+        if n == ev.height:  # every event is one (a rank without a trace): no filter
+            return {k: ev.get_column(k).to_list() for k in names}
+        mask = pl.Series(c.kind_mask(profile, "communication"))
+        return {k: ev.get_column(k).filter(mask).to_list() for k in names}
+
+    out: dict[str, list[Any]] = c._memo("packet.collectives", profile, run)
+    return out
+
+
+def _all_rows(profile: Profile) -> list[dict[str, Any]]:
+    """:func:`transit_sizes`' rows: the files' rows, then the trace's tasks' of the other
+    ranks."""
+    rows, ranks = _files_rows(profile)
+    keys = (*_TRANSIT_SCHEMA, "source")
+    out = [dict(zip(keys, (*r, "communication files"), strict=True)) for r in rows]
+    # the trace's tasks of the other ranks only: parsing the args of every task of a rank the
+    # files cover (938 on a 4k-event AlexNet rank: 5 ms) was thrown away
+    tasks = None if c.absent(profile, "other") else transit(profile, ranks)  # (no HCCL task)
+    if tasks is not None and tasks.height:
+        for r in tasks.rows(named=True):
+            if r["rank"] is not None and r["rank"] not in ranks:  # (a null rank: no collective)
+                out.append({**r, "source": "trace_view.json"})
+    return out
 
 
 def transit_sizes(profile: Profile) -> pl.DataFrame:
     """:func:`transit_from_files` for the ranks that have communication files, :func:`transit`
     (the HCCL tasks of ``trace_view.json``) for the others; with ``source`` (the file)."""
-    return _sizes_plan(profile).collect(engine="in-memory")
-
-
-def _sizes_plan(profile: Profile) -> pl.LazyFrame:
-    """:func:`transit_sizes` as a plan: the rule runs it with its own join, one query (the
-    files' match, the concatenation and the join were a query each)."""
-    plan, ranks = _files_plan(profile)
-    files = (pl.DataFrame(schema=_TRANSIT_SCHEMA).lazy() if plan is None else plan).with_columns(
-        pl.lit("communication files").alias("source")
-    )
-    # the trace's tasks of the other ranks only: parsing the args of every task of a rank the
-    # files cover (938 on a 4k-event AlexNet rank: 5 ms) was thrown away
-    tasks = transit(profile, ranks)
-    if tasks.height == 0 and c.absent(profile, "other"):
-        return files  # the files' rows alone (what the concatenation with no task gives)
-    return pl.concat(
-        [
-            files,
-            tasks.lazy()
-            .filter(~pl.col("rank").is_in(sorted(ranks)))
-            .with_columns(pl.lit("trace_view.json").alias("source")),
-        ],
-        how="vertical",
-    )
+    schema = {**_TRANSIT_SCHEMA, "source": pl.String}
+    return pl.DataFrame(_all_rows(profile), schema=schema)
 
 
 class AscendCommPacket:
@@ -280,37 +270,40 @@ class AscendCommPacket:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":
             return []
-        colls = (
-            profile.events.lazy()
-            .filter(pl.col("kind") == "communication")
-            .select(pl.col("id").alias("coll"), "name", "ts_ns", "dur_ns", "op_id")
-        )
         # the time the collective spends moving its bytes: the transport's Transit Time where
         # the rank's communication files give it (the collective's elapse there also holds
         # the wait for peers: a pipeline send waits out the other stage's compute), else the
         # collective's own duration
         # a collective with no event has the file's start and elapse, and an id below 0
-        tr = (
-            _sizes_plan(profile)
-            .join(colls, on="coll", how="left", maintain_order="left")
-            .with_row_index("row")
-            .with_columns(
-                pl.coalesce("time_ns", "dur_ns").alias("move_ns"),
-                pl.coalesce("ts_ns", "start_ns").alias("ts_ns"),
-                pl.coalesce("dur_ns", "elapse_ns").alias("dur_ns"),
-                pl.coalesce("name", "op_name").alias("name"),
-                pl.coalesce("coll", -1 - pl.col("row").cast(pl.Int64)).alias("key"),
+        ev = _collectives(profile)
+        at = {i: k for k, i in enumerate(ev["id"])}
+        tr: list[dict[str, Any]] = []
+        for n, r in enumerate(_all_rows(profile)):
+            k = at.get(r["coll"])  # (a left join on the ids, unique)
+            name, ts, dur, op = (
+                (None,) * 4
+                if k is None
+                else (ev["name"][k], ev["ts_ns"][k], ev["dur_ns"][k], ev["op_id"][k])
             )
-            .collect(engine="in-memory")
-        )
-        if tr.height == 0:  # (each size keeps its row through the left join on unique ids)
+            tr.append(
+                {
+                    **r,
+                    "name": r["op_name"] if name is None else name,
+                    "ts_ns": r["start_ns"] if ts is None else ts,
+                    "dur_ns": r["elapse_ns"] if dur is None else dur,
+                    "op_id": op,
+                    "move_ns": dur if r["time_ns"] is None else r["time_ns"],
+                    "key": -1 - n if r["coll"] is None else r["coll"],
+                }
+            )
+        if not tr:
             return []
         steps = c.step_info(profile)
         out = []
         # the collectives as rows, per transport in order of appearance (a rank's files hold
         # a few hundred collectives at most; the figures below as frames were ~20 queries)
         by_transport: dict[str, list[dict[str, Any]]] = {}
-        for row in tr.rows(named=True):
+        for row in tr:
             by_transport.setdefault(str(row["transport"]), []).append(row)
         for transport, rows in by_transport.items():
             f = self._transport(profile, steps, transport, rows)
@@ -350,17 +343,12 @@ class AscendCommPacket:
         if len(large) >= MIN_PEERS and float(large_ns) > 0:
             rate = float(sum(r["bytes"] for r in large)) / float(large_ns)
         timed = [r for r in small if r["move_ns"] is not None and r["ts_ns"] is not None]
-        exposed = _exposed(
+        exposed = exposed_of(
             profile,
-            pl.DataFrame(
-                {
-                    "id": [r["key"] for r in timed],
-                    "rank": [r["rank"] for r in timed],
-                    "ts_ns": [r["ts_ns"] for r in timed],
-                    "dur_ns": [r["dur_ns"] or 0 for r in timed],
-                },
-                schema={"id": pl.Int64, "rank": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64},
-            ),
+            [r["key"] for r in timed],
+            [r["rank"] for r in timed],
+            [r["ts_ns"] for r in timed],
+            [r["dur_ns"] or 0 for r in timed],
         )
         caps = _rank_caps(profile, firing)
         # per rank: exposed time, small collectives' time and saving; ranks run at once, so
@@ -409,7 +397,7 @@ class AscendCommPacket:
         anchor = [r["op_id"] for r in small if r["op_id"] is not None][:1] or small_colls[:1]
         where: tuple[str | None, int | None, str | None] = (None, None, None)
         if anchor:
-            where = next(iter(c.group_by_location(profile, pl.DataFrame({"id": anchor}))))
+            where = next(iter(c.group_by_location(profile, anchor)))
         sizes = [r["bytes"] for r in small]
         f: Finding = c.make_finding(
             profile,
@@ -467,11 +455,12 @@ def _rank_caps(profile: Profile, ranks: list[int]) -> dict[int, float]:
     """For each of ``ranks`` with no kernel in the profile (only its communication files):
     its steps' Communication(Not Overlapped) (ns), the most of its collectives' time that no
     compute hides; a rank without that figure gets 0 (nothing shown exposed)."""
-    ev = profile.events
     # the kernels' ranks by the kinds' mask, the bare ranks' steps summed in Python (integer
     # sums, the nulls left out: a comparison, a filter and a group-by were a query each)
-    is_kernel = pl.Series(c.kind_mask(profile, "kernel"))
-    with_kernels = set(ev.get_column("rank").filter(is_kernel).to_list())
+    with_kernels: set[Any] = set()
+    if not c.absent(profile, "kernel"):
+        is_kernel = pl.Series(c.kind_mask(profile, "kernel"))
+        with_kernels = set(profile.events.get_column("rank").filter(is_kernel).to_list())
     bare = [r for r in ranks if r not in with_kernels]
     if not bare:
         return {}
