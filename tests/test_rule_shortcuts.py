@@ -4,7 +4,8 @@ A rule that reads only events of some kinds (runtime syncs, HCCL plane tasks, co
 optimizer annotations), only host ops, or only shapes and dtypes, returns before its queries
 when the profile has none of them (``advise._common.absent``, ``analysis.tree.no_ops``, a null
 count): the queries would find nothing. ``opscope.analysis.tree.SHORTCUTS`` switches them off;
-each rule's findings must then be the same, field for field, and the shortcut must be taken: a
+each rule's findings must then be the same, field for field, and the shortcut must be taken (the
+engine's, on the kinds a rule declares it ``needs``, or the rule's own): a
 spy counts the DataFrames the rule makes (fewer with the shortcut). The whole report with and
 without the shortcuts is compared byte for byte in test_report_speed_empty/_tiny.
 
@@ -26,7 +27,7 @@ import pytest
 import opscope
 from conftest import SHARED_TRACES
 from opscope.advise import _common as c
-from opscope.advise.rule import rules
+from opscope.advise.rule import can_apply, rules
 from opscope.analysis import tree
 from opscope.model import Profile
 from test_report_speed_empty import _kernels_only
@@ -34,21 +35,20 @@ from test_report_speed_empty import _kernels_only
 ASCEND_DATA = Path("/work/ascend_data")
 _COMM_ONLY = ASCEND_DATA / "st/level2/rank_1_ascend_pt"  # 15 collectives, nothing else
 
-# the rules that take a shortcut on each input
+# the rules that take a shortcut on each input (fusion-optimizer-foreach's full path on these
+# makes no frame, its names' masks in NumPy: its gate is tested in test_rule_needs.py)
 _TAKEN = {
     "comm_only": [
         "overhead-host-sync",  # no op, no runtime call
         "ascend-comm-byte-alignment",  # no HCCL task ("other" events)
         "ascend-comm-packet",  # the trace's tasks (none) not parsed, not concatenated
         "ascend-fusible-sequence",  # no compute kernel
-        "fusion-optimizer-foreach",  # no annotation, no op
         "shape-alignment",  # no shape, no op
         "moe-expert-loop",  # no costed call
         "overhead-ascend-slow-path",  # no core type, no dtype
     ],
     "kernels_only": [
         "overhead-host-sync",
-        "fusion-optimizer-foreach",
         "shape-alignment",
         "precision-fp32-matmul",
         "moe-expert-loop",
@@ -81,7 +81,9 @@ def _run(path: Path, rid: str, on: bool, made: list[int], mp: pytest.MonkeyPatch
     prof = opscope.load(path, cache=False)
     c.kind_counts(prof)
     before = made[0]
-    found = rules()[rid].match(prof, {})
+    rule = rules()[rid]
+    # the engine's gate on the kinds a rule needs (advise.rule.can_apply), then the rule's own
+    found = rule.match(prof, {}) if can_apply(rule, prof) else []
     n = made[0] - before
     return json.dumps([f.to_json() for f in found], default=str, sort_keys=True), n
 
@@ -350,3 +352,29 @@ def test_foreach_reads_the_op_parents_of_its_ops_only(monkeypatch: pytest.Monkey
         assert table[i] == (ids[up[at]] if up[at] >= 0 else None)
     assert f.rule == "fusion-optimizer-foreach" and f.evidence["calls"] > 0
     assert fusion.FOREACH_MIN_OPS > 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 40])
+def test_name_codes_of_a_small_table_equal_the_cast_path(
+    n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The distinct names found in Python for a small table: every name's mask (a pattern, a
+    set of names, a test) equals the categorical path's."""
+    names = [None if i % 5 == 3 else f"op{(i * 7) % 4}" for i in range(n)]
+    ev = pl.DataFrame(
+        {"id": list(range(n)), "name": names}, schema={"id": pl.Int64, "name": pl.String}
+    )
+    out = []
+    for most in (10**6, -1):
+        monkeypatch.setattr(c, "NAME_CODES_PY_MAX_ROWS", most)
+        prof = Profile.from_tables(events=ev)
+        out.append(
+            (
+                c.pattern_masks(prof, "events", ["op[12]", "^op0$"])[0].tolist(),
+                c.pattern_masks(prof, "events", ["op[12]", "^op0$"])[1].tolist(),
+                c.name_mask(prof, "events", names=["op3", "op1"]).tolist(),
+                c.name_where(prof, "events", lambda s: s.endswith("2")).tolist(),
+            )
+        )
+    assert out[0] == out[1]
+    assert out[0][0] == [x in ("op1", "op2") for x in names]

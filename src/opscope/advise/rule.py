@@ -6,6 +6,14 @@ rules may use when present; rules must work from the Profile alone. Two reserved
 options: ``"target"`` (the device the advice is for: ``"cpu"``, ``"nvidia"``, ``"amd"``,
 ``"ascend"``; default the profile's own device) and ``"target_name"`` (a device name such as
 ``"H100"`` for peak look-ups).
+
+A rule may also declare ``needs``: event kinds (:data:`opscope.model.schema.EVENT_KINDS`) of
+which a profile must hold at least one for the rule to find anything (its findings all come
+from such events, or from tables built only from them). :func:`advise` does not run a rule
+whose needs the profile lacks, from the kinds' counts (once a profile), where its own queries
+on those empty inputs would each cost a fixed ~0.1 ms to find nothing (tests/test_rule_needs.py
+checks each declaration against the full path). ``opscope.analysis.tree.SHORTCUTS`` off runs
+every rule.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ RULE_MODULES: tuple[str, ...] = (
 
 @runtime_checkable
 class Rule(Protocol):
-    """What every rule provides."""
+    """What every rule provides (and, optionally, ``needs``: see the module doc)."""
 
     id: str
     doc: str
@@ -149,6 +157,7 @@ def advise(
     errors: dict[str, str] = {}
     from opscope.analysis.threads import run_each
 
+    selected = {rid: r for rid, r in selected.items() if can_apply(r, profile)}
     # on threads (analysis/threads.py); outcomes in the rules' order, so the same findings
     outcomes = run_each([partial(_matched, rule, profile, ctx) for rule in selected.values()])
     for rid, out in zip(selected, outcomes, strict=True):
@@ -163,6 +172,20 @@ def advise(
     # one op's time counted once when two rules explain the same ops (advise/overlap.py)
     items = resolve_overlaps(_clamp(f, profile) for f in found.values())
     return Findings(tuple(sorted(items, key=_sort_key)), errors)
+
+
+def needs(rule: Rule) -> tuple[str, ...]:
+    """The event kinds ``rule`` declares it needs (empty: it runs on every profile)."""
+    return tuple(getattr(rule, "needs", ()))
+
+
+def can_apply(rule: Rule, profile: Profile) -> bool:
+    """False when ``profile`` holds no event of any kind ``rule`` needs (and the shortcuts are
+    on): its findings would be none."""
+    from opscope.advise._common import absent
+
+    wanted = needs(rule)
+    return not wanted or not absent(profile, *wanted)
 
 
 def _matched(

@@ -392,10 +392,10 @@ def check_launch_links(profile: Profile) -> list[Check]:
         hit = ev.get_column("name").filter(pl.Series(runtime)).str.contains(_LAUNCH_RE)
         at = runtime.copy()
         at[runtime] = (hit.fill_null(False) if hit.null_count() else hit).to_numpy()
-    launch = pl.Series(at)
-    ids = ev.get_column("id").filter(launch)
-    n_l = ids.len()
-    if n_l:
+    launch = pl.Series(at) if runtime.any() else None
+    ids = None if launch is None else ev.get_column("id").filter(launch)
+    n_l = 0 if ids is None else ids.len()
+    if ids is not None and n_l:
         # in NumPy: a missing launch id reads NaN, equal to no id (ids are row numbers, far
         # below 2**53: exact as floats)
         lid = profile.kernels.get_column("launch_id").to_numpy()
@@ -412,7 +412,7 @@ def check_launch_links(profile: Profile) -> list[Check]:
         "kernels_without_launch": profile.kernels.get_column("launch_id").null_count(),
         "flows_not_bound": unbound,
     }
-    if n_u:
+    if n_u and launch is not None:
         unl = ev.get_column("name").filter(launch).filter(unlinked).to_frame("name")
         top = unl.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(5)
         evidence["unlinked_by_name"] = {str(n): int(c) for n, c in top.iter_rows()}

@@ -201,6 +201,9 @@ class AscendAffinityApi:
         f"op. A match counts from {MIN_STEP_PCT}% of the step."
     )
 
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
+
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":
             return []

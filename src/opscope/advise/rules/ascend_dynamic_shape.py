@@ -36,10 +36,9 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
+from opscope.advise.rules.overhead import COMPILE_EVENTS, _named_events
 from opscope.model import Profile
 
-# CANN's run-time compile calls (AscendCL API slices of the CANN process in trace_view.json).
-COMPILE_EVENTS: Final = r"^(AscendCL@)?(aclopCompileAndExecute|aclopCompile|opCompile)$"
 # msprof-analyze's operator-dispatch check: an issue from this many compile calls.
 MIN_COMPILES: Final = 20
 # Or compile calls taking at least this share of the step (opscope's heuristic, as the other
@@ -49,9 +48,9 @@ DEQUEUE_PREFIX: Final = "Dequeue@"
 
 
 def _compile_calls(profile: Profile) -> pl.DataFrame:
-    ev = profile.events.filter(
-        pl.col("name").str.contains(COMPILE_EVENTS) & (pl.col("kind") != "python_function")
-    )
+    # (the events' rows from the names' and kinds' masks, with the overhead rules' patterns:
+    # a filter of the events was a query)
+    ev = _named_events(profile, COMPILE_EVENTS)
     return c.outermost(profile, ev) if ev.height else ev
 
 

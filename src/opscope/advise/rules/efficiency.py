@@ -80,6 +80,9 @@ class AttentionEfficiency:
         "bf16/fp16 inputs and a boolean/causal mask so the flash kernel applies."
     )
 
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
+
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         flagged = _flagged(profile, results, ATTN_FORMULA)
         if flagged is None:
@@ -155,6 +158,9 @@ class ConvEfficiency:
         "a multiple of 8. Needs stride/padding in the trace (Concrete Inputs) to cost a "
         "convolution at all."
     )
+
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         flagged = _flagged(profile, results, CONV_FORMULA)

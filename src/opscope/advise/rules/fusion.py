@@ -133,6 +133,9 @@ class BiasAdd:
         "occurrence is reported; severity follows its share of step time."
     )
 
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
+
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         at = _pairs(profile)[0]
         if not len(at):
@@ -215,6 +218,9 @@ class Activation:
         "Saving: the activation's time removed (an upper bound: the fused epilogue is not "
         "free). No threshold; severity follows the share of step time."
     )
+
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         at = _pairs(profile)[1]
@@ -302,6 +308,9 @@ class Attention:
         "than the span's time; without peaks, the softmax and the ops between the matmuls "
         "(an estimate that leaves the matmuls' own time in place)."
     )
+
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         keep = attention_spans(profile)
@@ -524,9 +533,10 @@ class Foreach:
         "run); `opscope verify` times both on the parameter shapes seen."
     )
 
+    # the optimizer step is an annotation or an op (and its updates ops)
+    needs = ("user_annotation", "cpu_op")
+
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        if c.absent(profile, "user_annotation", "cpu_op"):
-            return []  # no annotation or op to find the optimizer step in
         import numpy as np
 
         ev_ = profile.events
@@ -675,6 +685,9 @@ class AscendAffinity:
         "sequence pow → mean → add → rsqrt → mul, and silu followed by mul. Saving: the time "
         "of the ops in the pattern except one (the fused op stays)."
     )
+
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         if c.target_of(profile, results) != "ascend":

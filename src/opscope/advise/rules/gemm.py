@@ -310,6 +310,9 @@ class GemmTiles:
         "(`opscope verify` measures that by rate)."
     )
 
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
+
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         model, g = _gemm_calls(profile, results)
         spec = model.spec
@@ -404,6 +407,9 @@ class GemmMemoryBound:
         "An explicit split-K is not offered: on an H200 it was not faster than cuBLAS's own "
         f"kernel choice ({SPLITK_H200['gemm-memory-bound']})."
     )
+
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         model, g = _gemm_calls(profile, results)
@@ -534,6 +540,9 @@ class MoeExpertLoop:
         "torch_npu `npu_grouped_matmul` on Ascend)."
     )
 
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
+
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         from opscope.analysis.model import bound_ns
 
@@ -614,6 +623,9 @@ class ElementwiseBandwidth:
         "(torch.compile generates one vectorised kernel), use the fused norm "
         "(F.layer_norm / torch_npu.npu_rms_norm), make the input contiguous."
     )
+
+    # its inputs are host ops (the user-level sequence / the costed calls): none without one
+    needs = ("cpu_op",)
 
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         model = c.perf_model(profile, results)

@@ -13,7 +13,7 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
-from opscope.analysis.tree import int_values
+from opscope.analysis.tree import empty_frame, int_values, schema_key
 from opscope.model import Profile
 
 # A kernel shorter than this is dominated by its launch: CUDA launch overhead is ~2-5 µs
@@ -49,6 +49,9 @@ DATALOADER_MIN_PCT = 10.0
 # a fifth of the step is well above launch gaps of a healthy compute-bound step).
 IDLE_MIN_PCT = 20.0
 RECOMPILE = r"(?i)aclopCompile|opCompile|TorchDynamo.*recompil|CompileFunction"
+# CANN's run-time compile calls (AscendCL API slices of the CANN process in trace_view.json):
+# ascend-dynamic-shape's, read with this module's patterns (one query for all).
+COMPILE_EVENTS = r"^(AscendCL@)?(aclopCompileAndExecute|aclopCompile|opCompile)$"
 FLOAT64_TYPES = ("float64",)
 # The event kinds a runtime sync call can have.
 _SYNC_KINDS = ["runtime", "driver", "cpu_op", "other"]
@@ -71,8 +74,8 @@ def _sync_ops(profile: Profile) -> pl.DataFrame:
 
 
 def _named_events(profile: Profile, pattern: str) -> pl.DataFrame:
-    """The events of :data:`_NAMED`'s ``pattern`` (the host-sync, data-loader and recompile
-    rules' filters), by position: the three rules' masks come from one query a profile (a
+    """The events of :data:`_NAMED`'s ``pattern`` (the host-sync, data-loader, recompile and
+    dynamic-shape rules' filters), by position: the rules' masks come from one query a profile (a
     filter each was a query of fixed cost), their names' tests over the distinct names on a
     large table and their kinds' from the kinds' codes."""
 
@@ -93,16 +96,19 @@ def _named_events(profile: Profile, pattern: str) -> pl.DataFrame:
         }
 
     rows = c._memo("overhead.named_events", profile, masks)[pattern]
+    if not len(rows):  # (the events' empty frame, not a gather of no row)
+        return empty_frame(schema_key(profile.events.schema))
     out: pl.DataFrame = profile.events[rows]
     return out
 
 
-#: The event name patterns of three rules, with the kinds each keeps (an event without a kind
+#: The event name patterns of four rules, with the kinds each keeps (an event without a kind
 #: none, as a filter on its kind keeps none).
 _NAMED: dict[str, Callable[[Profile], Any]] = {
     SYNC_RUNTIME: lambda p: c.kind_mask(p, *_SYNC_KINDS),
     DATALOADER: lambda p: c.kind_mask_except(p, "python_function"),
     RECOMPILE: lambda p: c.kind_mask_except(p, "python_function"),
+    COMPILE_EVENTS: lambda p: c.kind_mask_except(p, "python_function"),
 }
 
 
@@ -205,11 +211,10 @@ class HostSync:
         "(`torch.where`, masks), log every N steps, or move the check out of the step."
     )
 
-    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
-        from opscope.analysis.tree import no_ops
+    # a sync op (a host op) or a runtime sync (of those kinds, host ops among them)
+    needs = tuple(_SYNC_KINDS)
 
-        if no_ops(profile) and c.absent(profile, *_SYNC_KINDS):
-            return []  # no sync op, no runtime sync: both tables below would be empty
+    def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         ops = _sync_ops(profile)
         rt = _named_events(profile, SYNC_RUNTIME)
         if ops.height == 0 and rt.height == 0:
