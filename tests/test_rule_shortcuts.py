@@ -378,3 +378,20 @@ def test_name_codes_of_a_small_table_equal_the_cast_path(
         )
     assert out[0] == out[1]
     assert out[0][0] == [x in ("op1", "op2") for x in names]
+
+
+@pytest.mark.parametrize("kinds", [["kernel", "cpu_op", "kernel"], ["kernel", None, "cpu_op"]])
+def test_kind_codes_of_an_enum_column_equal_links(kinds: list[str | None]) -> None:
+    """The model's Enum kinds without a null read as their codes directly; with one, through
+    ``ingest.link.kind_codes``: the same codes either way (a null: -1)."""
+    from opscope.ingest.link import kind_codes
+    from opscope.model.schema import EventKind
+
+    ev = pl.DataFrame(
+        {"id": [0, 1, 2], "kind": pl.Series(kinds, dtype=EventKind), "name": ["a", "b", "c"]}
+    )
+    prof = Profile.from_tables(events=ev)
+    codes, at = c._kind_codes(prof)
+    want, cats = kind_codes(ev.get_column("kind"))
+    assert codes.tolist() == [-1 if w == len(cats) else w for w in want.tolist()]
+    assert at == {k: i for i, k in enumerate(cats)}

@@ -13,7 +13,7 @@ import polars as pl
 from opscope.advise import _common as c
 from opscope.advise.finding import Finding
 from opscope.advise.rule import register
-from opscope.analysis.tree import empty_frame, int_values, schema_key
+from opscope.analysis.tree import int_values
 from opscope.model import Profile
 
 # A kernel shorter than this is dominated by its launch: CUDA launch overhead is ~2-5 µs
@@ -96,8 +96,8 @@ def _named_events(profile: Profile, pattern: str) -> pl.DataFrame:
         }
 
     rows = c._memo("overhead.named_events", profile, masks)[pattern]
-    if not len(rows):  # (the events' empty frame, not a gather of no row)
-        return empty_frame(schema_key(profile.events.schema))
+    if not len(rows):  # (the events' empty slice, not a gather of no row)
+        return profile.events.slice(0, 0)
     out: pl.DataFrame = profile.events[rows]
     return out
 
