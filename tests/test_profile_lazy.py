@@ -105,6 +105,17 @@ def test_kernels_first_read_only_their_rows(saved: Path) -> None:
     ]
 
 
+def test_height_counts_rows_without_parsing_the_table(saved: Path) -> None:
+    orig = _profile()
+    lazy = Profile.open(saved, lazy=True)
+    for name in schema.TABLES:
+        assert lazy.height(name) == orig.table(name).height, name
+    pending = _pending(lazy, "events")
+    assert pending is not None and not pending.parsed  # the count came from the file
+    lazy.events  # noqa: B018 - parsed: the frame's count
+    assert pending.parsed and lazy.height("events") == orig.events.height == 400
+
+
 def test_unparsed_tables_stay_unparsed_through_copies(saved: Path) -> None:
     lazy = Profile.open(saved, lazy=True)
     steps = _profile().steps.with_columns(pl.col("dur_ns") * 2)

@@ -14,7 +14,7 @@ import pytest
 import opscope
 from conftest import shared_trace
 from opscope.advise import _common
-from opscope.analysis import tree
+from opscope.analysis import threads, tree
 from opscope.report.build import build_report
 
 TRACES = (
@@ -51,6 +51,9 @@ def _counted(memo: tree.Memo, counts: Counter[Hashable], monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("rel", TRACES)
 def test_no_intermediate_is_computed_twice(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two threads asking for the same intermediates, also on the traces a report would run in
+    # one thread (fewer events than threads.SERIAL_BELOW_EVENTS)
+    monkeypatch.setenv(threads.THREADS_ENV, "2")
     path = shared_trace(rel)
     counts: Counter[Hashable] = Counter()
     _counted(tree._MEMO, counts, monkeypatch)

@@ -213,3 +213,45 @@ def test_analyses_start_longest_first_and_keep_their_order(
     assert sorted(started) == sorted(canonical)
     assert list(report.sections) == [n for n in canonical if n in report.sections]
     assert started != [n for n in canonical if n in started]  # the start order did change
+
+
+def test_a_small_profile_runs_its_parts_here_unless_the_env_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.delenv(threads.THREADS_ENV, raising=False)
+    small, large = threads.SERIAL_BELOW_EVENTS - 1, threads.SERIAL_BELOW_EVENTS
+    with threads.sized_for(small):
+        assert threads.threads() == 1
+        with threads.sized_for(large):  # (a part's own profile inside a small one's report)
+            assert threads.threads() == 1
+    with threads.sized_for(large):
+        assert threads.threads() == threads.DEFAULT_THREADS
+    assert threads.threads() == threads.DEFAULT_THREADS  # the block's setting ends with it
+    monkeypatch.setenv(threads.THREADS_ENV, "2")  # said explicitly: taken whatever the size
+    with threads.sized_for(small):
+        assert threads.threads() == 2
+
+
+def test_build_report_of_a_small_profile_stays_in_the_calling_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opscope.analysis import registry
+    from opscope.report.build import build_report
+
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    seen: set[str] = set()
+    for name, fn in list(registry._REGISTRY.items()):
+
+        def spy(profile: Profile, options: Any, fn: Any = fn) -> Any:
+            seen.add(threading.current_thread().name)
+            return fn(profile, options)
+
+        monkeypatch.setitem(registry._REGISTRY, name, spy)
+    prof = training(steps=2).profile
+    assert prof.events.height < threads.SERIAL_BELOW_EVENTS
+    for env, want_here in (("", True), ("2", False)):
+        monkeypatch.setenv(threads.THREADS_ENV, env)
+        seen.clear()
+        build_report(prof)
+        assert (seen == {threading.current_thread().name}) is want_here, (env, seen)

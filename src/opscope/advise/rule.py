@@ -155,11 +155,12 @@ def advise(
         selected = {k: v for k, v in selected.items() if k in wanted}
     found: dict[str, Finding] = {}
     errors: dict[str, str] = {}
-    from opscope.analysis.threads import run_each
+    from opscope.analysis.threads import run_each, sized_for
 
     selected = {rid: r for rid, r in selected.items() if can_apply(r, profile)}
     # on threads (analysis/threads.py); outcomes in the rules' order, so the same findings
-    outcomes = run_each([partial(_matched, rule, profile, ctx) for rule in selected.values()])
+    with sized_for(profile.height("events")):
+        outcomes = run_each([partial(_matched, r, profile, ctx) for r in selected.values()])
     for rid, out in zip(selected, outcomes, strict=True):
         matched, error = out.value or ([], out.error)
         for f in matched:  # those a rule gave before it failed are kept, as they always were

@@ -31,7 +31,7 @@ import polars as pl
 from opscope.analysis import registry
 from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result
-from opscope.analysis.threads import Outcome, outcome_of, run_each
+from opscope.analysis.threads import Outcome, outcome_of, run_each, sized_for
 from opscope.model import Profile
 
 
@@ -233,7 +233,8 @@ class Analyzer:
             partial(registry.run, names[i], self.profile, opts) for i in start
         ]
         parts.append(partial(summary, counted or self.profile))
-        *started, head_done = run_each(parts)
+        with sized_for(self.profile.height("events")):
+            *started, head_done = run_each(parts)
         done = [started[start.index(i)] for i in range(len(names))]
         for name, out in zip(names, done, strict=True):
             if out.error is None:

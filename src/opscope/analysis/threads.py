@@ -7,6 +7,15 @@ of a part's time is spent in Polars and NumPy, which release the GIL, so a secon
 another part's Python while the first waits on a query: on two cores a report's wall time fell
 by 10-25% on real traces (benchmarks/report_speed.py), its CPU time did not.
 
+On a small profile the threads cost more than they give: each part's queries take
+microseconds, and a thread whose query is done waits for the GIL while the other runs Python
+(CPython hands it over only after its switch interval, 5 ms). A report of a 15-event Ascend rank
+took 16 ms on two threads and 8.5 ms on one; one of 2.5k-5k events, 10% longer on two. Above
+~20k events the threads win (a 75k-event trace: 165 ms against 200 ms), and between the two they
+are even. So, unless ``$OPSCOPE_THREADS`` says otherwise, the parts of a report of a profile with
+fewer than :data:`SERIAL_BELOW_EVENTS` events run in the calling thread
+(:func:`sized_for`).
+
 Results come back in the order the parts were given, so the report is the same, byte for byte,
 whatever the number of threads. ``OPSCOPE_THREADS=1`` runs every part in the calling thread,
 one after the other, as before.
@@ -15,8 +24,10 @@ one after the other, as before.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -30,14 +41,33 @@ DEFAULT_THREADS = 2
 intermediates add to a large trace's peak memory."""
 
 
+SERIAL_BELOW_EVENTS = 10_000
+"""A profile with fewer events has its report's parts run in the calling thread (see the module
+doc), unless ``$OPSCOPE_THREADS`` is set."""
+
+_SMALL: ContextVar[bool] = ContextVar("opscope_small_profile", default=False)
+
+
+@contextmanager
+def sized_for(events: int) -> Iterator[None]:
+    """Within this block, :func:`threads` is 1 when ``events`` (the profile's event count) is
+    under :data:`SERIAL_BELOW_EVENTS` and ``$OPSCOPE_THREADS`` is not set."""
+    token = _SMALL.set(_SMALL.get() or events < SERIAL_BELOW_EVENTS)
+    try:
+        yield
+    finally:
+        _SMALL.reset(token)
+
+
 def threads() -> int:
-    """How many threads a report's parts run on: ``$OPSCOPE_THREADS`` or the default, at most
-    the CPUs this process may use, at least 1. A value that is not a whole number is ignored."""
+    """How many threads a report's parts run on: ``$OPSCOPE_THREADS``, else 1 for a small
+    profile (:func:`sized_for`), else the default; at most the CPUs this process may use, at
+    least 1. A value that is not a whole number is ignored."""
     raw = os.environ.get(THREADS_ENV, "").strip()
     try:
-        wanted = int(raw) if raw else DEFAULT_THREADS
+        wanted = int(raw) if raw else (1 if _SMALL.get() else DEFAULT_THREADS)
     except ValueError:
-        wanted = DEFAULT_THREADS
+        wanted = 1 if _SMALL.get() else DEFAULT_THREADS
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on every platform

@@ -125,6 +125,14 @@ class Profile:
             return pending.collect(lf, streaming=streaming)
         return lf.collect(engine="streaming") if streaming else lf.collect()
 
+    def height(self, name: str) -> int:
+        """The rows of the table called ``name``, without parsing it when it is not parsed yet
+        (the count of its file's metadata)."""
+        pending = self.__dict__.get(name)
+        if isinstance(pending, TableFile):
+            return int(pending.collect(pending.scan().select(pl.len()), streaming=False).item())
+        return self.table(name).height
+
     def file_bytes(self, name: str) -> int | None:
         """The size of ``name``'s table file while that table is not parsed, else None."""
         pending = self.__dict__.get(name)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from opscope.analysis.assemble import Analyzer, Report, SectionError, one_line, taken
 from opscope.analysis.source_view import SourceBlock
-from opscope.analysis.threads import Background, run_each
+from opscope.analysis.threads import Background, run_each, sized_for
 from opscope.model import Profile
 
 # at import, not on the first report's way: a per-process cost (~2 ms compiling it where no
@@ -123,17 +123,18 @@ def build_report(
         return replace(part, summary={**part.summary, "source": name})
     # the source view and the doctor's checks read the profile alone: on a thread of their own
     # while the analyses and then the rules (which read the analyses' sections) run
-    side: Background[Any] = Background(
-        [lambda: source_section(profile), lambda: doctor_warnings(profile)]
-    )
-    try:
-        report = analyzer.generate_report(top=top, options=options)
-        ctx = {**report.sections, "target_name": device} if device else report.sections
-        (found_done,) = run_each(
-            [(lambda: advise(profile, ctx)) if findings is None else (lambda: findings)]
+    with sized_for(profile.height("events")):  # a small profile's parts: in this thread
+        side: Background[Any] = Background(
+            [lambda: source_section(profile), lambda: doctor_warnings(profile)]
         )
-    finally:
-        src_done, warnings_done = side.outcomes()
+        try:
+            report = analyzer.generate_report(top=top, options=options)
+            ctx = {**report.sections, "target_name": device} if device else report.sections
+            (found_done,) = run_each(
+                [(lambda: advise(profile, ctx)) if findings is None else (lambda: findings)]
+            )
+        finally:
+            src_done, warnings_done = side.outcomes()
     errors: list[SectionError] = []
     found = taken("findings", found_done, errors)
     if findings is None:
