@@ -610,7 +610,7 @@ def _stats_table(win: pl.DataFrame) -> pl.DataFrame:
         rows.append((key, b - a, *spread(mine)))
     every = sorted(x for x, c in zip(lengths, counted, strict=True) if c)
     rows.append((None, len(order), *spread(every)))
-    return pl.DataFrame(rows, schema=_STATS_SCHEMA, orient="row")
+    return _from_rows(list(_STATS_SCHEMA), rows, _STATS_SCHEMA)
 
 
 def _device_work(profile: Profile) -> pl.DataFrame:
@@ -1007,11 +1007,6 @@ class _WindowArrays:
         return out
 
 
-#: The classes whose unions the steps table sums, in :data:`_CLASSES`' order (``busy`` is the
-#: device-wide split's).
-_UNION_CLASSES = _CLASSES[:-1]
-
-
 def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
     """:func:`_breakdown_of` over NumPy arrays of the columns (:mod:`._breakdown_arrays`), no
     query: a plan of a dozen steps per table was most of breakdown's time on small traces.
@@ -1027,14 +1022,36 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
     src = _step_rows(steps, win) if figures else None
     if figures and src is None:
         return None
-    unions = _class_unions(inp, win, clip)
-    whole = arrays.idle_split(
-        clip.place, clip.start, clip.end, clip.launch, clip.launched, win.w0, win.w1
-    )
-    streams = _streams_table(inp.dev, inp.win, win, clip)
-    if unions is None or whole is None or streams is None:
+    got = _streams_split(inp.dev, win, clip)
+    if got is None:
         return None
-    table = _steps_table(inp, win, unions, whole, src)
+    lanes, per_stream = got
+    # what the steps table reads: a class whose figure every window takes from its step row,
+    # and the device-wide idle split where it is null everywhere, are not computed (Ascend's
+    # step_trace_time figures on every window: only the busy time of the split is read)
+    owned = {c for c, col in _OWN_OF.items() if tree.SHORTCUTS and _owned(steps, src, col)}
+    everywhere = _own_figures_everywhere(steps)
+    split_read = not tree.SHORTCUTS or (inp.has_dev and not everywhere and "free" not in owned)
+    # one stream a rank: each window's device-wide split is its one stream's
+    whole = _one_stream_split(lanes, per_stream, win) if tree.SHORTCUTS else None
+    wanted = [c for c in _CLASSES[:-1] if c not in owned]
+    if whole is None and not split_read:
+        wanted.append("busy")  # the split's busy time alone: the union of the device work
+    unions = _class_unions(inp, win, clip, wanted)
+    if unions is None:
+        return None
+    if whole is None:
+        whole = (
+            arrays.idle_split(
+                clip.place, clip.start, clip.end, clip.launch, clip.launched, win.w0, win.w1
+            )
+            if split_read
+            else _busy_only(unions["busy"])
+        )
+    if whole is None:
+        return None
+    table = _steps_table(inp, win, unions, whole, src, split_null=everywhere)
+    streams = _streams_frame(inp.dev, inp.win, win, lanes, per_stream)
     if not per_trace:
         return Breakdown(steps=table, stats=pl.DataFrame(), streams=streams)
     return Breakdown(
@@ -1042,6 +1059,55 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
         stats=_stats_table(inp.win),
         streams=streams,
         queue=_queue_table(inp.dev, win),
+    )
+
+
+#: The union classes the steps table replaces by a column of Ascend's step figures (``free``:
+#: the idle time, whose split is then null), and that column.
+_OWN_OF = {
+    "compute": "computing_ns",
+    "communication": "communication_ns",
+    "not_comm": "communication_not_overlapped_ns",
+    "free": "free_ns",
+}
+
+
+def _owned(steps: pl.DataFrame, src: np.ndarray | None, col: str) -> bool:
+    """Whether every window has a row of the steps (``src``) with a value of ``col``: then the
+    steps table reads that value, never the figure computed in its place."""
+    if src is None or not len(src) or (src < 0).any():
+        return False
+    return bool(int_values(steps.get_column(col))[1][src].all())
+
+
+def _busy_only(busy: np.ndarray) -> arrays.Split:
+    """A split of which only the busy time is read (the idle split null everywhere)."""
+    none = np.zeros(len(busy), dtype=np.int64)
+    return arrays.Split(busy=busy, host_wait=none, kernel_wait=none, other=none)
+
+
+def _one_stream_split(
+    lanes: _StreamLanes, per_stream: arrays.Split, win: _WindowArrays
+) -> arrays.Split | None:
+    """The device-wide split of each window when every rank's device work is on one (device,
+    stream) at most: that stream's lane in each window of the rank is the window's whole
+    work, the same pieces in the same lane (a window without a lane: idle throughout, as the
+    split of a lane without work); None where a rank has several."""
+    count = lanes.count
+    if len(count) and int(count.max()) > 1:
+        return None
+    has = count == 1
+    at = np.where(has, lanes.base, 0)
+    none = np.zeros(len(count), dtype=np.int64)
+
+    def pick(v: np.ndarray, empty: np.ndarray) -> np.ndarray:
+        return np.where(has, v[at], empty) if len(v) else empty
+
+    return arrays.Split(
+        busy=pick(per_stream.busy, none),
+        host_wait=pick(per_stream.host_wait, none),
+        kernel_wait=pick(per_stream.kernel_wait, none),
+        other=pick(per_stream.other, win.w1 - win.w0),
     )
 
 
@@ -1114,30 +1180,41 @@ def _kind_is(kind: pl.Series, name: str) -> np.ndarray:
     return tree.bool_values(kind == name)[0]
 
 
-def _class_unions(inp: _Inputs, win: _WindowArrays, clip: _DeviceClip) -> np.ndarray | None:
-    """The union of each class of :data:`_UNION_CLASSES` per window, (windows, classes): the
-    device work's pieces by kind, the host ops' and data loading's clipped here."""
+def _class_unions(
+    inp: _Inputs, win: _WindowArrays, clip: _DeviceClip, wanted: list[str]
+) -> dict[str, np.ndarray] | None:
+    """The union of each class of :data:`_CLASSES` per window (0 for one not ``wanted``): the
+    device work's pieces by kind (``busy``: all of them), the host ops' and data loading's
+    clipped here; None where :func:`arrays.union_per_lane` declines."""
     rows, place, start, end = clip.rows, clip.place, clip.start, clip.end
     kind = inp.dev.get_column("kind")
     one = _one_kind(kind) if tree.SHORTCUTS else None
-    if one is not None:  # (every piece of one kind: each class all or none, no comparison)
-        is_class = [one == k for k in ("kernel", "communication", "memcpy", "memset")]
-        masks = [np.full(len(kind), x) for x in (*is_class, one != "communication")]
-    else:
-        # (a null kind is neither communication nor not: the filters' nulls drop it)
-        masks = [
-            _kind_is(kind, "kernel"),
-            _kind_is(kind, "communication"),
-            _kind_is(kind, "memcpy"),
-            _kind_is(kind, "memset"),
-            tree.bool_values(kind != "communication")[0],
-        ]
-    n = len(_UNION_CLASSES)
-    lanes = [place[m[rows]] * n + i for i, m in enumerate(masks)]
-    starts = [start[m[rows]] for m in masks]
-    ends = [end[m[rows]] for m in masks]
+    n = len(_CLASSES)
+    lanes: list[np.ndarray] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    for cls in wanted:
+        if cls in ("host_ops", "data_loading"):
+            continue
+        if cls == "busy":
+            mask: np.ndarray | None = None
+        elif one is not None:  # (every piece of one kind: each class all or none, no comparison)
+            if not _of_class(one, cls):
+                continue
+            mask = None
+        else:
+            mask = _class_mask(kind, cls)[rows]
+        i = _CLASSES.index(cls)
+        if mask is None:
+            lanes.append(place * n + i)
+            starts.append(start)
+            ends.append(end)
+        else:
+            lanes.append(place[mask] * n + i)
+            starts.append(start[mask])
+            ends.append(end[mask])
     for host, cls in ((inp.host, "host_ops"), (inp.data, "data_loading")):
-        if not host.height:  # (no host op, no data loading: no piece, without the clip)
+        if not host.height or cls not in wanted:  # (no host op, no data loading: no piece)
             continue
         h_rows, _, h_start, h_end = _clip_rows(host, inp.win)
         # a host piece counts in its event's own step (as the plans' unions keyed by the
@@ -1146,13 +1223,40 @@ def _class_unions(inp: _Inputs, win: _WindowArrays, clip: _DeviceClip) -> np.nda
         rank = host.get_column("rank").to_numpy().astype(np.int64, copy=False)
         at = win.place_of(rank[h_rows], step[h_rows], step_ok[h_rows])
         kept = at >= 0
-        lanes.append(at[kept] * n + _UNION_CLASSES.index(cls))
+        lanes.append(at[kept] * n + _CLASSES.index(cls))
         starts.append(h_start[kept])
         ends.append(h_end[kept])
-    got = arrays.union_per_lane(
-        np.concatenate(lanes), np.concatenate(starts), np.concatenate(ends), len(win.w0) * n
-    )
-    return None if got is None else got.reshape(len(win.w0), n)
+    n_win = len(win.w0)
+    if tree.SHORTCUTS and not lanes:  # (no class to compute: every union 0, no call)
+        got: np.ndarray | None = np.zeros(n_win * n, dtype=np.int64)
+    else:
+        none = np.zeros(0, dtype=np.int64)
+        got = arrays.union_per_lane(
+            np.concatenate([none, *lanes]),
+            np.concatenate([none, *starts]),
+            np.concatenate([none, *ends]),
+            n_win * n,
+        )
+    if got is None:
+        return None
+    return dict(zip(_CLASSES, got.reshape(n_win, n).T, strict=True))
+
+
+def _of_class(kind: str, cls: str) -> bool:
+    """Whether device work of ``kind`` is of class ``cls`` (not ``busy``)."""
+    if cls == "not_comm":
+        return kind != "communication"
+    return kind == ("kernel" if cls == "compute" else cls)
+
+
+def _class_mask(kind: pl.Series, cls: str) -> np.ndarray:
+    """Where the device work is of class ``cls`` (a null kind is neither communication nor
+    not: the filters' nulls drop it)."""
+    if cls == "compute":
+        return _kind_is(kind, "kernel")
+    if cls == "not_comm":
+        return tree.bool_values(kind != "communication")[0]
+    return _kind_is(kind, cls)
 
 
 #: Up to this many rows a table is built from Python rows: ~40 us for the steps table's 16
@@ -1169,9 +1273,16 @@ def _frame(cols: list[_Col]) -> pl.DataFrame:
     if n > _ROWS_MAX:
         return pl.DataFrame([_series(*c) for c in cols])
     values = [v.tolist() if ok is None else _with_nulls(v, ok) for _, _, v, ok in cols]
-    return pl.DataFrame(
-        list(zip(*values, strict=True)), schema={c[0]: c[1] for c in cols}, orient="row"
-    )
+    names = [c[0] for c in cols]
+    return _from_rows(names, list(zip(*values, strict=True)), {c[0]: c[1] for c in cols})
+
+
+def _from_rows(
+    names: list[str], rows: list[tuple[Any, ...]], schema: dict[str, Any]
+) -> pl.DataFrame:
+    """A frame of Python ``rows`` (values in ``names``' order) of ``schema``: as dicts, ~26 us
+    for a row of 16 columns where ``orient="row"`` was ~40 (its schema is checked twice)."""
+    return pl.from_dicts([dict(zip(names, r, strict=True)) for r in rows], schema=schema)
 
 
 def _with_nulls(values: np.ndarray, ok: np.ndarray) -> list[Any]:
@@ -1199,21 +1310,23 @@ def _window_keys(frame: pl.DataFrame, win: _WindowArrays, at: np.ndarray) -> lis
 def _steps_table(
     inp: _Inputs,
     win: _WindowArrays,
-    unions: np.ndarray,
+    u: dict[str, np.ndarray],
     whole: arrays.Split,
     src: np.ndarray | None,
+    *,
+    split_null: bool,
 ) -> pl.DataFrame:
     """The steps table (the module doc's columns, sorted by rank and step) from the windows,
-    the class unions, the device-wide split and, with Ascend's own figures, each window's row
-    of the steps (``src``)."""
-    u = dict(zip(_UNION_CLASSES, unions.T, strict=True))
+    the class unions ``u``, the device-wide split and, with Ascend's own figures, each
+    window's row of the steps (``src``); ``split_null``: Ascend's figures on every step
+    (:func:`_own_figures_everywhere`)."""
     dur = win.w1 - win.w0
     busy = whole.busy
     n = len(dur)
     has_dev = np.full(n, inp.has_dev)
     # Ascend steps with their own figures for every step: the device-wide split is null (it
     # would not add up to free_ns)
-    split_ok = has_dev & (not _own_figures_everywhere(inp.steps))
+    split_ok = has_dev & (not split_null)
     compute, comm, not_overlapped = u["compute"], u["communication"], busy - u["not_comm"]
     idle, idle_ok = dur - busy, has_dev
     if src is not None:
@@ -1252,13 +1365,25 @@ def _steps_table(
     )
 
 
-def _streams_table(
-    dev: pl.DataFrame, frame: pl.DataFrame, win: _WindowArrays, clip: _DeviceClip
-) -> pl.DataFrame | None:
-    """The streams table: every (device, stream) with work in some window of a rank, in every
-    window of that rank, sorted by rank, step, device and stream, its window's ``dur_ns``,
-    ``busy_ns`` and :data:`IDLE_COLUMNS`, from the windows ``frame`` (their arrays ``win``)
-    and the device work (clipped: ``clip``); None where the arrays decline."""
+@dataclass(frozen=True)
+class _StreamLanes:
+    """The streams table's lanes: every (device, stream) pair with work in some window of a
+    rank (its ``device`` and ``stream`` at ``pair``), in every window of that rank; each
+    window's ``count`` of lanes from ``base``, each lane's window ``lane_win``."""
+
+    device: np.ndarray
+    stream: np.ndarray
+    lane_win: np.ndarray
+    lane_pair: np.ndarray
+    count: np.ndarray
+    base: np.ndarray
+
+
+def _streams_split(
+    dev: pl.DataFrame, win: _WindowArrays, clip: _DeviceClip
+) -> tuple[_StreamLanes, arrays.Split] | None:
+    """The streams table's lanes and their split, from the windows' arrays ``win`` and the
+    device work (clipped: ``clip``); None where the arrays decline."""
     device = dev.get_column("device").to_numpy().astype(np.int64, copy=False)[clip.rows]
     stream = dev.get_column("stream").to_numpy().astype(np.int64, copy=False)[clip.rows]
     rank = win.rank[clip.place]
@@ -1276,13 +1401,27 @@ def _streams_table(
     split = arrays.idle_split(lane, clip.start, clip.end, clip.launch, clip.launched, w0, w1)
     if split is None:
         return None
+    return _StreamLanes(device[reps], stream[reps], lane_win, lane_pair, count, base), split
+
+
+def _streams_frame(
+    dev: pl.DataFrame,
+    frame: pl.DataFrame,
+    win: _WindowArrays,
+    lanes: _StreamLanes,
+    split: arrays.Split,
+) -> pl.DataFrame:
+    """The streams table: its lanes sorted by rank, step, device and stream, its window's
+    ``dur_ns``, ``busy_ns`` and :data:`IDLE_COLUMNS` (the windows ``frame``, their arrays
+    ``win``)."""
     i64 = pl.Int64
+    lane_win = lanes.lane_win
     return _frame(
         [
             *_window_keys(frame, win, lane_win),
-            ("device", dev.get_column("device").dtype, device[reps][lane_pair], None),
-            ("stream", i64, stream[reps][lane_pair], None),
-            ("dur_ns", i64, w1 - w0, None),
+            ("device", dev.get_column("device").dtype, lanes.device[lanes.lane_pair], None),
+            ("stream", i64, lanes.stream[lanes.lane_pair], None),
+            ("dur_ns", i64, win.w1[lane_win] - win.w0[lane_win], None),
             ("busy_ns", i64, split.busy, None),
             ("idle_host_wait_ns", i64, split.host_wait, None),
             ("idle_kernel_wait_ns", i64, split.kernel_wait, None),
