@@ -15,6 +15,7 @@ building the ancestors table, against that table's answer.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,22 @@ def test_shortcuts_change_no_output_on_real_traces(
     if not p.exists():
         pytest.skip(f"shared trace not found: {p}")
     _same(p, monkeypatch)
+
+
+# msinsight's st/level2 ranks 1 and 3: partial ranks of a few collectives, no op, no kernel
+_ST_LEVEL2 = Path(os.environ.get("OPSCOPE_ASCEND_DATA", "/work/ascend_data")) / "st" / "level2"
+
+
+@pytest.mark.parametrize("rank", [1, 3])
+def test_shortcuts_change_no_output_on_partial_ascend_ranks(
+    rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = _ST_LEVEL2 / f"rank_{rank}_ascend_pt"
+    if not p.exists():
+        pytest.skip(f"msinsight st/level2 not found at {_ST_LEVEL2}")
+    out = _same(p, monkeypatch)
+    assert out["tables"]["hotspots.ops"].height == 0
+    assert out["tables"]["hotspots.kernels"].height > 0
 
 
 def test_shortcuts_change_no_output_on_a_kernels_only_trace(

@@ -143,16 +143,22 @@ def _calls(profile: Profile) -> pl.LazyFrame:
     slow_calls' queries start from it)."""
     # Profile.ops and Profile.kernels are filtered once per profile (a filter of the events
     # copies all their columns)
-    if profile.has_device:
-        ops = profile.ops.lazy().select(pl.col("id").alias("op_id"), "input_dims", "input_types")
+    return _calls_of(profile.kernels if profile.has_device else None, profile.ops)
+
+
+def _calls_of(kernels: pl.DataFrame | None, ops_: pl.DataFrame) -> pl.LazyFrame:
+    """:func:`_calls` of the device work ``kernels`` (None: a profile without) and the host
+    ops ``ops_``."""
+    if kernels is not None:
+        ops = ops_.lazy().select(pl.col("id").alias("op_id"), "input_dims", "input_types")
         return (
-            profile.kernels.lazy()
+            kernels.lazy()
             .select("id", "name", "op_id", "step", "ts_ns", "dur_ns")
             .join(ops, on="op_id", how="left")
             .with_columns(pl.lit("kernel").alias("what"))
             .drop("op_id")
         )
-    return profile.ops.lazy().select(
+    return ops_.lazy().select(
         "id",
         pl.lit("op").alias("what"),
         "name",
@@ -164,6 +170,66 @@ def _calls(profile: Profile) -> pl.LazyFrame:
     )
 
 
+#: The columns :func:`_calls` reads of the device work and of the host ops.
+_KERNEL_READ: Final = ("id", "name", "op_id", "step", "ts_ns", "dur_ns")
+_OP_READ: Final = ("id", "name", "input_dims", "input_types", "step", "ts_ns", "dur_ns")
+
+
+def no_group_judged(profile: Profile) -> bool:
+    """Whether no group of calls has :data:`MIN_CALLS` calls: none has as many calls of one
+    name (a group is one name's calls of one shape, a null name one group too). Counted in
+    Python over the first names, so that a trace of repeated names answers after a few rows;
+    past them, too few distinct names for the calls answers (each holding at most
+    ``MIN_CALLS - 1``), else every name is counted (no query: a Series' unique counts is one)."""
+    names = (profile.kernels if profile.has_device else profile.ops).get_column("name")
+    if len(names) > _FIRST_NAMES:
+        if _too_many(names.head(_FIRST_NAMES).to_list()):
+            return False
+        if names.n_unique() * (MIN_CALLS - 1) < len(names):
+            return False
+    return not _too_many(names.to_list())
+
+
+def _too_many(names: list[Any]) -> bool:
+    """Whether a value of ``names`` occurs :data:`MIN_CALLS` times."""
+    seen: dict[Any, int] = {}
+    for v in names:
+        k = seen[v] = seen.get(v, 0) + 1
+        if k >= MIN_CALLS:
+            return True
+    return False
+
+
+_FIRST_NAMES = 64
+
+_CallsKey = tuple[bool, _tree.SchemaKey, _tree.SchemaKey]
+
+
+def _calls_key(profile: Profile) -> _CallsKey:
+    """What the schema of :func:`_calls` depends on: whether the profile has device work, the
+    types of the columns it reads of the device work and of the ops."""
+    ops = profile.ops
+    if profile.has_device:
+        k = profile.kernels
+        return (
+            True,
+            tuple((c, k.get_column(c).dtype) for c in _KERNEL_READ),
+            tuple((c, ops.get_column(c).dtype) for c in ("id", "input_dims", "input_types")),
+        )
+    return False, (), tuple((c, ops.get_column(c).dtype) for c in _OP_READ)
+
+
+@functools.cache
+def _outliers_schema(key: _CallsKey) -> _tree.SchemaKey:
+    """The schema of :func:`slow_calls`' outliers (without ``_judged``) for calls of ``key``."""
+    device, kern, ops = key
+    calls = _calls_of(
+        pl.DataFrame(schema=dict(kern)) if device else None, pl.DataFrame(schema=dict(ops))
+    )
+    schema = _outliers(calls).schema
+    return tuple((c, t) for c, t in schema.items() if c != "_judged")
+
+
 def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(groups, calls) of significant slow outliers, as described in the module doc."""
     # One query to the outliers: each call's group statistics as window expressions over its
@@ -171,6 +237,11 @@ def slow_calls(profile: Profile) -> tuple[pl.DataFrame, pl.DataFrame]:
     # trace), and the count of calls in groups large enough to judge as a column of every row.
     # The groups without an outlier are never read again: a group is reported for its
     # outliers, and the background rate needs only the totals.
+    if _tree.SHORTCUTS and no_group_judged(profile):
+        # no group large enough to judge (a trace of a few unique collectives): the empty
+        # tables from the schemas, without the query that finds no outlier (~0.8 ms)
+        g_key, c_key = _empty_schemas(_outliers_schema(_calls_key(profile)))
+        return _tree.empty_frame(g_key), _tree.empty_frame(c_key)
     out = _outliers(_calls(profile))
     total_n = int(out.get_column("_judged")[0]) if out.height else 0
     # (the frame rebuilt without the column: a drop is a query)
@@ -402,7 +473,7 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
     if no_ops(profile):
         # no op, no shape to judge (a trace of kernels only): the empty table without the
         # dozen fixed-cost queries that would find it empty
-        return pl.DataFrame(schema=_EFFICIENCY_SCHEMA)
+        return _tree.empty_frame(_EFFICIENCY_KEY)
     # each metric's rows one query with the groups' plan (each eager step was a query). Each
     # op's FLOPs and bytes: the roofline engineer's formulas, else the trace's flops. By
     # position, not two joins on id: the op times, the op costs and the ops are the same
@@ -415,7 +486,7 @@ def inefficient_shapes(profile: Profile) -> pl.DataFrame:
         # no op with FLOPs or bytes (ops recorded without shapes: alexnet cuda_sync's): no
         # rate to compare, the empty table without the three queries that find none (from
         # the columns' null counts: no query)
-        return pl.DataFrame(schema=_EFFICIENCY_SCHEMA)
+        return _tree.empty_frame(_EFFICIENCY_KEY)
     t = (
         op_times(profile)
         .lazy()
@@ -541,6 +612,7 @@ _EFFICIENCY_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "ratio": pl.Float64,
     "time_ns": pl.Int64,
 }
+_EFFICIENCY_KEY: Final = _tree.schema_key(_EFFICIENCY_SCHEMA)
 
 
 @analysis("anomalies")
