@@ -49,3 +49,27 @@ def test_one_row_and_many_rows_agree() -> None:
         assert one.row(0) == many.row(i) == (t, 100 * t / 3_000_001, 100 * t / 7_777_777)
     none = with_shares(pl.DataFrame({"total_ns": totals}), 0)
     assert none.get_column("pct").to_list() == [None] * 4 and "pct_span" not in none.columns
+
+
+@pytest.mark.parametrize(
+    "total",
+    [
+        pl.Series("total_ns", [5, None, 2**50 + 1, 0], dtype=pl.Int64),
+        pl.Series("total_ns", [3, 2**31 - 1], dtype=pl.Int32),
+        pl.Series("total_ns", [3, 2**40], dtype=pl.UInt64),
+        pl.Series("total_ns", [1.5, 7.0], dtype=pl.Float64),
+        pl.Series("total_ns", [], dtype=pl.Int64),
+    ],
+)
+@pytest.mark.parametrize("span", [None, 0, 999_983])
+def test_shares_equal_the_series_arithmetic(total: pl.Series, span: int | None) -> None:
+    """The shares made in NumPy are the Series arithmetic's (the cast, product and quotient),
+    in its columns' places: an existing ``pct`` replaced where it stands, new ones appended."""
+    from opscope.analysis.hotspots import _with_shares_series
+
+    df = pl.DataFrame([pl.Series("name", ["x"] * len(total)), total]).with_columns(
+        pl.lit(None, pl.Float64).alias("pct"), pl.lit(1, pl.Int8).alias("after")
+    )
+    for base in (0, 7, 3_000_001):
+        got, want = with_shares(df, base, span), _with_shares_series(df, base, span)
+        assert got.schema == want.schema and got.equals(want, null_equal=True)

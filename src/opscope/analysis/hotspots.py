@@ -17,11 +17,12 @@ shared by the other core analyses (their Markdown tables are written in report/)
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from opscope import units
@@ -337,8 +338,7 @@ def _op_times(profile: Profile) -> pl.DataFrame:
         # no host op: the table below without a row, its schema from the plan (the forest's
         # ~14 queries were a fixed cost of every report of a kernels-only trace), made once per
         # process for the columns it reads (the plan's schema and a frame of it: ~0.6 ms)
-        schema = ev.schema
-        key = _tree.schema_key({c: schema[c] for c in _OP_COLUMNS})
+        key = tuple((c, ev.get_column(c).dtype) for c in _OP_COLUMNS)  # (not the whole schema)
         return _no_op_times(key).clone()
     # the host events' forest, shared with attribution's resolution; the columns read at its
     # rows, from one query (each Series method is a query: a fixed cost each)
@@ -503,7 +503,8 @@ def _agg(
     df: pl.DataFrame | pl.LazyFrame, keys: list[str], base: int, span: int, device: bool
 ) -> pl.DataFrame:
     plan, empty = _agg_plan(df, keys, base, span, device)
-    if empty is not None:
+    if plan is None:
+        assert empty is not None
         return empty
     # the in-memory engine, as the eager calls: the default (streaming) engine divides exactly
     # where the in-memory one multiplies by the reciprocal, and one chunk as the eager sort gave
@@ -513,17 +514,23 @@ def _agg(
 
 def _agg_plan(
     df: pl.DataFrame | pl.LazyFrame, keys: list[str], base: int, span: int, device: bool
-) -> tuple[pl.LazyFrame, pl.DataFrame | None]:
-    """The aggregate's plan, and its table already when that needs no query (else None)."""
+) -> tuple[pl.LazyFrame | None, pl.DataFrame | None]:
+    """The aggregate's plan, or its table already when that needs no query (the plan None)."""
     if _tree.SHORTCUTS and isinstance(df, pl.DataFrame) and not df.height:
         # no row to group (the ops of a profile without host ops): the plan's empty table from
         # its schema, without the query (tests/test_report_speed_empty.py); made once per
-        # process for the frame's schema, the keys and the device columns (the plan and a frame
-        # of its schema were ~0.2 ms a table; the shares' columns are doubles whatever the
-        # denominators), and the plan of the empty frame given back, never run
-        empty = _empty_agg(_tree.schema_key(df.schema), tuple(keys), device)
-        return empty.lazy(), empty.clone()
+        # process for the types of the columns it reads, the keys and the device columns (the
+        # plan and a frame of its schema were ~0.2 ms a table; the shares' columns are doubles
+        # whatever the denominators; a wide frame's whole schema is ~0.1 ms itself)
+        read = [*keys, *_AGG_READ, *(_AGG_DEVICE if device else ())]
+        key = tuple((c, df.get_column(c).dtype) for c in read)
+        return None, _empty_agg(key, tuple(keys), device).clone()
     return _agg_query(df, keys, base, span, device), None
+
+
+#: The columns the aggregate reads besides its keys (and, with ``device``, the device ones).
+_AGG_READ = ("dur_ns", "self_ns")
+_AGG_DEVICE = ("device_ns", "device_self_ns")
 
 
 @functools.cache
@@ -558,10 +565,39 @@ def _agg_query(
 
 def with_shares(df: pl.DataFrame, base: int, span: int | None = None) -> pl.DataFrame:
     """``df`` with ``pct`` = 100 · ``total_ns`` / ``base`` (and ``pct_span`` of ``span`` when
-    given): the integer product (exact below 2**53) divided once, value by value (a Series by
-    a Series), null without a denominator. Not the query's ``100.0 * col / base``: Polars
-    multiplies by the reciprocal there for a table of two rows or more and divides exactly for
-    one row, so the same share printed differently by its table's height."""
+    given): the integer product (exact below 2**53) divided once, value by value, null
+    without a denominator. Not the query's ``100.0 * col / base``: Polars multiplies by the
+    reciprocal there for a table of two rows or more and divides exactly for one row, so the
+    same share printed differently by its table's height.
+
+    In NumPy, the columns put in place (or after the others) as ``with_columns`` would, without
+    its query (~0.1 ms a table on small traces): the product and the IEEE quotient are Polars'
+    Series' (``tests/test_hotspot_shares.py``)."""
+    total = df.get_column("total_ns")
+    if total.null_count() or not total.dtype.is_integer() or total.dtype == pl.UInt64:
+        return _with_shares_series(df, base, span)  # (nulls, casts: as Polars makes them)
+    hundred = (total.to_numpy().astype(np.int64, copy=False) * 100).astype(np.float64)
+    new = {"pct": _share_np(hundred, base, "pct")}
+    if span is not None:
+        new["pct_span"] = _share_np(hundred, span, "pct_span")
+    return _replaced(df, new)
+
+
+def _replaced(df: pl.DataFrame, new: dict[str, pl.Series]) -> pl.DataFrame:
+    """``df.with_columns(new)`` without a query: each named column replaced where it stands,
+    the others at the end."""
+    cols = [new.get(c.name, c) for c in df.get_columns()]
+    cols += [s for n, s in new.items() if n not in df.columns]
+    return pl.DataFrame(cols)
+
+
+def _share_np(hundred: npt.NDArray[np.float64], whole: int, name: str) -> pl.Series:
+    if not whole:
+        return pl.Series(name, [None] * len(hundred), dtype=pl.Float64)
+    return pl.Series(name, hundred / float(whole), dtype=pl.Float64)
+
+
+def _with_shares_series(df: pl.DataFrame, base: int, span: int | None) -> pl.DataFrame:
     hundred = (df.get_column("total_ns").cast(pl.Int64) * 100).cast(pl.Float64)
     cols = [_share(hundred, base, "pct")]
     if span is not None:
@@ -581,9 +617,69 @@ def _typed_kernels(kernels: pl.DataFrame, kern: pl.LazyFrame) -> pl.DataFrame | 
     the column's null count, no query), so that its aggregate is the empty table without its
     group-by in the tables' query (~0.25 ms of 1.7 on hta_sampled rank-0)."""
     if _tree.SHORTCUTS and kernels.get_column("op_type").null_count() == kernels.height:
-        schema = {**kernels.schema, "self_ns": kernels.schema["dur_ns"]}
-        return _tree.empty_frame(_tree.schema_key(schema))
+        # (the columns the aggregate reads: the kernels' whole schema was ~0.1 ms)
+        dur = kernels.get_column("dur_ns").dtype
+        types = ((c, kernels.get_column(c).dtype) for c in ("op_type", "core_type"))
+        return _tree.empty_frame((*types, ("dur_ns", dur), ("self_ns", dur)))
     return kern.filter(pl.col("op_type").is_not_null())
+
+
+def _one_call_groups(kernels: pl.DataFrame, base: int, span: int) -> pl.DataFrame | None:
+    """The kernels' table by name when each name is one kernel's (a partial Ascend rank's
+    collectives) and they are few: each group's figures its call's, sorted as the plan sorts,
+    in Python without its query (~0.2 ms on small traces; past :data:`_FIRST_NAMES` rows the
+    query costs less than Python); None otherwise. ``tests/test_hotspots_one_call.py``
+    compares it with the plan's table."""
+    n = kernels.height
+    if n > _FIRST_NAMES:
+        return None
+    name_s = kernels.get_column("name")
+    if name_s.n_unique() < n:
+        return None
+    dur_s = kernels.get_column("dur_ns")
+    if not dur_s.dtype.is_integer():
+        return None
+    names, durs = name_s.to_list(), dur_s.to_list()
+    if any(v is not None and abs(v) >= _SHARE_EXACT for v in durs):
+        return None  # (the shares' integer products: exact below this)
+    # total descending (a null's sum is 0), then name ascending, nulls last: Python's order of
+    # the strings (by code point) is Polars' (by UTF-8 bytes)
+    at = sorted(range(n), key=lambda i: (-(durs[i] or 0), names[i] is None, names[i] or ""))
+    schema = _one_call_schema(name_s.dtype, dur_s.dtype)
+    # the rows (a frame of rows is one call into Polars: a Series per column was 3x that);
+    # the shares as with_shares makes them: the float of 100 · total, divided once
+    rows = [
+        (
+            names[i],
+            1,
+            durs[i] or 0,
+            durs[i] or 0,
+            None if durs[i] is None else float(durs[i]),
+            durs[i],
+            durs[i],
+            float(100 * (durs[i] or 0)) / base if base else None,
+            float(100 * (durs[i] or 0)) / span if span else None,
+        )
+        for i in at
+    ]
+    return pl.DataFrame(rows, schema=dict(schema), orient="row")
+
+
+#: Below this (in absolute value) a total's 100-fold product is an exact Int64 and double.
+_SHARE_EXACT = 2**53 // 100
+
+_FIRST_NAMES = 64
+
+
+@functools.cache
+def _one_call_schema(name: pl.DataType, dur: pl.DataType) -> _tree.SchemaKey:
+    """The schema of the kernels' aggregate by name (what it reads: the name and duration)."""
+    df = pl.DataFrame(schema={"name": name, "dur_ns": dur, "self_ns": dur})
+    schema = _agg_query(df, ["name"], 0, 0, False).collect_schema()
+    assert list(schema) == [
+        "name", "calls", "total_ns", "self_ns", "mean_ns", "min_ns", "max_ns", "pct", "pct_span"
+    ]  # fmt: skip
+    return _tree.schema_key(schema)
 
 
 class _Tables(NamedTuple):
@@ -614,38 +710,99 @@ def hotspots(profile: Profile, options: Options) -> Hotspots:
     lines = stored_aggregates.charged_lines(stored, profile) if stored else None
     if lines is None:
         lines = charged_lines(projected(profile, ATTRIBUTION_COLUMNS))
-    pct = pl.lit(None, pl.Float64).alias("pct")  # (filled once collected: with_shares)
-    # both tables in one call (the four eager steps were a query each: a fixed cost), with the
-    # eager calls' engine and optimisations
-    modules, sources = pl.collect_all(
-        [
-            lines.lazy()
-            .group_by("module")
-            .agg(
-                pl.col("total_ns").sum().alias("total_ns"),
-                pl.col("fwd_ns").sum(),
-                pl.col("bwd_ns").sum(),
-                pl.col("calls").sum(),
-            )
-            .with_columns(pct)
-            .sort(["total_ns", "module"], descending=[True, False], nulls_last=True),
-            lines.lazy().with_columns(pct),
-        ],
-        engine="in-memory",
-        optimizations=_tree.EAGER_FLAGS,
-    )
+    one = _one_line_tables(lines, base) if _tree.SHORTCUTS else None
+    if one is not None:
+        modules, sources = one
+    else:
+        # both tables in one call (the four eager steps were a query each: a fixed cost),
+        # with the eager calls' engine and optimisations
+        modules, sources = pl.collect_all(
+            [_module_sums(lines.lazy()), lines.lazy().with_columns(_PCT)],
+            engine="in-memory",
+            optimizations=_tree.EAGER_FLAGS,
+        )
+        modules, sources = with_shares(modules, base), with_shares(sources, base)
     return Hotspots(
         ops=t.ops,
         kernels=t.kernels,
         op_shapes=t.op_shapes,
-        modules=with_shares(modules, base),
-        sources=with_shares(sources, base),
+        modules=modules,
+        sources=sources,
         per_step_plan=t.per_step,
         kernel_types=t.kernel_types,
         step_ns=step_ns,
         span_ns=span_ns,
         top=options.top,
     )
+
+
+_PCT = pl.lit(None, pl.Float64).alias("pct")  # (filled once collected: with_shares)
+
+
+def _module_sums(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """The modules' table of the charged ``lines`` (its shares null)."""
+    return (
+        lines.group_by("module")
+        .agg(
+            pl.col("total_ns").sum().alias("total_ns"),
+            pl.col("fwd_ns").sum(),
+            pl.col("bwd_ns").sum(),
+            pl.col("calls").sum(),
+        )
+        .with_columns(_PCT)
+        .sort(["total_ns", "module"], descending=[True, False], nulls_last=True)
+    )
+
+
+def _one_line_tables(lines: pl.DataFrame, base: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """The modules' and sources' tables (their shares of ``base`` in) of ``lines`` of no row
+    or one (a profile without host ops charges its device work to no line), without their
+    query (~0.3 ms): its module's sums are its own; None for more lines."""
+    if lines.height > 1:
+        return None
+    total = lines.get_column("total_ns")
+    if not total.dtype.is_integer() or any(abs(v or 0) >= _SHARE_EXACT for v in total):
+        return None  # (the shares as with_shares makes them: exact products)
+    # the module's share of its summed total (a null's sum is 0), the line's of its own
+    got = total.to_list()
+    summed = {"pct": _share_of(got[0] or 0, base)} if got else {}
+    modules = one_row_sums(lines, _module_sums, _MODULE_SUMS, summed)
+    own = [None if v is None else _share_of(v, base) for v in got]
+    return modules, _replaced(lines, {"pct": pl.Series("pct", own, dtype=pl.Float64)})
+
+
+def _share_of(total: int, whole: int) -> float | None:
+    """with_shares' share of an integer ``total`` below :data:`_SHARE_EXACT`, in Python."""
+    return float(100 * total) / whole if whole else None
+
+
+def one_row_sums(
+    df: pl.DataFrame,
+    plan: Callable[[pl.LazyFrame], pl.LazyFrame],
+    sums: frozenset[str],
+    values: dict[str, Any] | None = None,
+) -> pl.DataFrame:
+    """``plan`` (a group-by of ``df`` summing the columns ``sums``, then columns of constants
+    or nulls, and a sort) of ``df`` of at most one row, without its query: the empty table of
+    the plan's schema, or its one group's row: each sum the value (a null's sum is 0), the key
+    as it is, a column ``df`` lacks null or as given in ``values``. The plan's schema is
+    resolved once per process for ``df``'s schema."""
+    schema = _plan_schema(plan, tuple(zip(df.columns, df.dtypes, strict=True)))
+    if not df.height:
+        return _tree.empty_frame(schema)
+    row = {**df.row(0, named=True), **(values or {})}
+    got = tuple((row[c] or 0) if c in sums else row.get(c) for c, _ in schema)
+    return pl.DataFrame([got], schema=dict(schema), orient="row")
+
+
+@functools.cache
+def _plan_schema(
+    plan: Callable[[pl.LazyFrame], pl.LazyFrame], schema: _tree.SchemaKey
+) -> _tree.SchemaKey:
+    return _tree.schema_key(plan(pl.LazyFrame(schema=dict(schema))).collect_schema())
+
+
+_MODULE_SUMS = frozenset({"total_ns", "fwd_ns", "bwd_ns", "calls"})
 
 
 def _op_tables(profile: Profile) -> _Tables:
@@ -660,18 +817,21 @@ def _op_tables(profile: Profile) -> _Tables:
         pl.col("dur_ns").sum().alias("total_ns"),
         pl.col("self_ns").sum().alias("self_ns"),
     ]
+    one_call = _one_call_groups(profile.kernels, base, span_ns) if _tree.SHORTCUTS else None
     # the tables' plans run together (one call, each plan's result as _agg gives it)
     tables = [
         _agg_plan(ops, ["name"], base, span_ns, device),
         _agg_plan(ops, ["name", "input_dims", "input_types"], base, span_ns, device),
-        _agg_plan(kern, ["name"], base, span_ns, False),
+        (None, one_call)
+        if one_call is not None
+        else _agg_plan(kern, ["name"], base, span_ns, False),
         # Ascend kernels carry their operator type: op_statistic.csv's grouping.
         _agg_plan(
             _typed_kernels(profile.kernels, kern), ["op_type", "core_type"], base, span_ns, False
         ),
     ]
     # the in-memory engine and one chunk each (see _agg)
-    run = [plan for plan, empty in tables if empty is None]
+    run = [plan for plan, _ in tables if plan is not None]
     got = pl.collect_all(run, engine="in-memory") if run else []
     done = iter(with_shares(d.rechunk(), base, span_ns) for d in got)
     op_tab, shape_tab, kern_tab, types_tab = (
