@@ -82,3 +82,22 @@ def test_one_line_tables_equal_the_plans_tables(rows: list[dict[str, object]], b
     assert_frame_equal(got[0], hotspots.with_shares(modules, base), check_row_order=True)
     assert_frame_equal(got[1], hotspots.with_shares(sources, base), check_row_order=True)
     assert hotspots._one_line_tables(_lines([_LINE, _LINE]), base) is None
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [],
+        [_LINE],
+        [{**_LINE, "file": "train.py", "line": 7, "function": "f", "module": "net.fc"}],
+        [{**_LINE, "fwd_ns": None, "kernels": None, "calls": None}],
+    ],
+)
+def test_attribution_modules_of_one_line_equal_the_plans(rows: list[dict[str, object]]) -> None:
+    from opscope.analysis import attribution
+
+    lines = _lines(rows)
+    got = hotspots.one_row_sums(
+        lines, attribution._module_sums, frozenset(attribution._MODULE_SUMS)
+    )
+    assert_frame_equal(got, tree.collect(attribution._module_sums(lines.lazy())))

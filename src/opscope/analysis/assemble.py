@@ -52,7 +52,8 @@ def section_key(name: str, result: Any) -> str:
 def section_json(result: Any, top: int = 20) -> Any:
     """A section's JSON value: its ``to_json``, else (or when its class sets ``generic_json``)
     its tables' top rows and scalars."""
-    if isinstance(result, Section) and not getattr(type(result), "generic_json", False):
+    # (what isinstance of the runtime-checkable Section checks, without its ~15 µs a section)
+    if hasattr(result, "to_json") and not getattr(type(result), "generic_json", False):
         return result.to_json()
     if isinstance(result, Result):
         tables = result.tables()

@@ -218,6 +218,8 @@ def rows_of(
     for df, top in tables:
         if isinstance(df, pl.LazyFrame):
             out.append(next(done).to_dicts())
+        elif not df.height:
+            out.append([])  # (no row: no layout to work out)
         else:
             out.append(_us_dicts(df if top is None or top >= df.height else df.head(top)))
     return out
@@ -231,7 +233,7 @@ def _us_dicts(df: pl.DataFrame) -> list[dict[str, Any]]:
     layout = _us_layout(names)
     if layout is None:
         return df.to_dicts()
-    schema = df.schema
+    schema = dict(zip(names, df.dtypes, strict=True))  # (a Schema checks each type: ~3x)
     how: dict[str, int] = {}
     for _, src in layout:
         if src.endswith("_ns"):
@@ -242,9 +244,7 @@ def _us_dicts(df: pl.DataFrame) -> list[dict[str, Any]]:
     at = {c: i for i, c in enumerate(names)}
     # (key, position of its value, 0: as it is, 1: its quotient, 2: its values' quotients)
     keys = [(out, at[src], how.get(src, 0)) for out, src in layout]
-    return [
-        {k: _converted(row[i], q) if q else row[i] for k, i, q in keys} for row in df.iter_rows()
-    ]
+    return [{k: _converted(row[i], q) if q else row[i] for k, i, q in keys} for row in df.rows()]
 
 
 def _quotient_kind(dtype: pl.DataType) -> int | None:

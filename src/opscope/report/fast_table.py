@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from rich._wrap import divide_line
 from rich.box import SIMPLE_HEAD
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.segment import Segment
@@ -314,6 +315,25 @@ class FastTable(Table):
         yield from _boxed(rows, box, border, widths, self.show_header, self.show_edge)
 
 
+def _fitted(piece: str, width: int, pad: bool, overflow: str) -> str:
+    """A divided line as Text.wrap ends it: rstrip_end, the left justification's truncate
+    with padding, then truncate."""
+    if len(piece) > width:  # rstrip_end: trailing blanks past the width (in characters)
+        blanks = len(piece) - len(piece.rstrip())
+        piece = piece[: len(piece) - min(blanks, len(piece) - width)] if blanks else piece
+    for padded in (pad, False) if pad else (False,):
+        size = cell_len(piece)
+        if size > width:
+            piece = (
+                set_cell_size(piece, width - 1) + "…"
+                if overflow == "ellipsis"
+                else set_cell_size(piece, width)
+            )
+        if padded and size < width:
+            piece += " " * (width - size)
+    return piece
+
+
 def _unboxed(rows: list[list[list[Segment]]]) -> Iterable[Segment]:
     new_line = Segment.line()
     for row in rows:
@@ -380,10 +400,29 @@ class FastText(Text):
         width when left-justified, with spans or not), or None where rich draws it."""
         fits = self._one_line(options)
         if fits is None:
-            return None
+            return self._wrapped(options)
         justify, width, size = fits
         pad = " " * (width - size) if justify == "left" and size < width else ""
         return self.plain + pad + self.end
+
+    def _wrapped(self, options: ConsoleOptions) -> str | None:
+        """The text rich draws of this text on several lines (Text.wrap's steps on the plain
+        string: each line divided where rich's divide_line says, its blanks past the width
+        trimmed, padded when left-justified, cut to the width), without its Text copies (a
+        caption's three lines were ~50 us); None where it draws otherwise (tabs, no wrapping,
+        other justifications)."""
+        justify = self.justify or options.justify or "default"
+        overflow = self.overflow or options.overflow or "fold"
+        no_wrap = self.no_wrap if self.no_wrap is not None else options.no_wrap
+        plain, width = self.plain, options.max_width
+        if justify not in ("default", "left") or overflow == "ignore" or no_wrap or "\t" in plain:
+            return None
+        out: list[str] = []
+        for line in plain.split("\n"):  # (Text.split with blanks allowed)
+            offsets = divide_line(line, width, fold=overflow == "fold")
+            for a, b in zip([0, *offsets], [*offsets, len(line)], strict=True):
+                out.append(_fitted(line[a:b], width, justify == "left", overflow))
+        return "\n".join(out) + self.end
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
         fits = self._one_line(options)

@@ -300,7 +300,7 @@ def render_terminal(
                 parts.append(md)
         if story.hidden and not full:
             shown = "; ".join(story.hidden)
-            parts.append(Text(f"\nNot shown (--full shows every table): {shown}", style="dim"))
+            parts.append(FastText(f"\nNot shown (--full shows every table): {shown}", style="dim"))
     for e in errors[shown_errors:]:
         parts.append(Text(f"warning: {e.line()}", style="yellow"))
     for name, why in report.skipped.items():
