@@ -79,7 +79,11 @@ def memory(profile: Profile, options: Options) -> Memory:
         # plans, then five frames from their schemas, was ~1 ms of every report without memory
         # rows); tests/test_report_speed_empty.py and tests/test_report_speed_ha.py check them
         # against the plan run eagerly
-        key = tuple(tree.schema_key(t.schema) for t in (profile.memory, res, _names(profile)))
+        # (the types as a list: a frame's Schema checks each one, ~3x the time)
+        key = tuple(
+            tuple(zip(t.columns, t.dtypes, strict=True))
+            for t in (profile.memory, res, _names(profile))
+        )
         tl, pk, live, churn, never = (t.clone() for t in _empty_tables(*key))
         return Memory(tl, pk, live, churn, never, top=options.top)
     lazy = _tables(profile.memory.lazy(), _places_plan(res.lazy(), _names(profile).lazy()))
