@@ -53,3 +53,19 @@ def test_others_left_to_rich() -> None:
         (FastText("a\tb " * 9), {}),
     ]:
         assert text.printed(console, console.options.update(**opts)) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ascii_lines_divided_as_rich_divides(seed: int) -> None:
+    from rich._wrap import divide_line
+
+    from opscope.report.fast_table import _divided
+
+    rng = random.Random(seed)
+    words = ["a", "of", "kernel;", "(x)", "y" * 9, "z" * 31, " ", "   ", "矩阵", "é", "\t"]
+    for _ in range(50):
+        line = "".join(rng.choice(words) + rng.choice(["", " ", "  "]) for _ in range(30))
+        if rng.random() < 0.7:  # mostly printable ASCII: the lines divided here
+            line = "".join(c for c in line if c.isascii() and c.isprintable())
+        for width, fold in itertools.product([1, 3, 8, 30, 80], [True, False]):
+            assert _divided(line, width, fold) == divide_line(line, width, fold=fold)

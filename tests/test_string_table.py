@@ -189,3 +189,23 @@ def test_report_text_is_the_printed_report(rel: str) -> None:
         con = Console(file=StringIO(), width=80, height=25, record=True)
         terminal.render_terminal(report, con, full=full)
         assert terminal.render_terminal(report, full=full) == con.export_text()
+
+
+@pytest.mark.parametrize("width", [200, 80, 40, 12])
+def test_printed_text_is_riches(width: int) -> None:
+    """The text printed() makes of a table without its segments (its cells measured and drawn
+    from their strings; blank, cut, wide and multi-line ones by rich) is the text of rich's own
+    table's segments."""
+    from opscope.report.fast_table import printed
+
+    rng = random.Random(100 + width)
+    made = 0
+    for _ in range(200):
+        tab = _random_table(rng)
+        if tab.one_line():
+            tab.widths = tab.column_widths()
+        for con in every_console(width)[:1] + every_console(width)[-1:]:
+            want = "".join(s.text for s in con.render(tab.rich_table(Table)) if not s.control)
+            made += tab.printed(con, con.options) is not None
+            assert printed(con, tab, con.options) == want, (tab.columns, tab.rows, width)
+    assert made  # some were made from the strings

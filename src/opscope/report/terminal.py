@@ -274,18 +274,11 @@ def render_terminal(
     A part that cannot be drawn is a warning line, as is every section that failed before
     (``report.errors``); the last line counts them.
     """
-    # the height given: rich asks the OS for the terminal's size at each print otherwise
-    # (~3 failing ioctls); nothing drawn here reads the height (only rich's alt screen does)
-    out = console or Console(file=StringIO(), width=80, height=25, record=True)
-    width = out.width
+    width = console.width if console is not None else _WIDTH
     errors: list[SectionError] = list(report.errors)
-    for e in errors:
-        out.print(Text(f"warning: {e.line()}", style="yellow"))
     data = guarded("json", report.to_json, errors)
     if data is not None:  # a section whose value cannot be made fails here, in every rendering
         errors += [SectionError(**e) for e in data["errors"][len(report.errors) :]]
-        for e in errors[len(report.errors) :]:
-            out.print(Text(f"warning: {e.line()}", style="yellow"))
     shown_errors = len(errors)
     # one print of everything below, not one per part: the same lines (each part renders as
     # if printed alone), without rich's per-print overhead (~30% of the drawing)
@@ -305,8 +298,14 @@ def render_terminal(
         parts.append(Text(f"warning: {e.line()}", style="yellow"))
     for name, why in report.skipped.items():
         parts.append(Text(f"{name}: skipped ({why})", style="dim"))
-    if console is None and not errors:  # nothing printed yet: the text without printing it
-        return _printed_text(out, parts)
+    if console is None and not errors:  # nothing to print: the text without printing it
+        return _printed_text(_plain_console(), parts)
+    # the height given: rich asks the OS for the terminal's size at each print otherwise
+    # (~3 failing ioctls); nothing drawn here reads the height (only rich's alt screen does)
+    out = console or Console(file=StringIO(), width=_WIDTH, height=25, record=True)
+    # (nothing was printed before: the warnings first, as the sections' own lines were made)
+    for e in errors[:shown_errors]:
+        out.print(Text(f"warning: {e.line()}", style="yellow"))
     if parts:
         out.print(Group(*parts))
     if errors:
@@ -315,6 +314,19 @@ def render_terminal(
             highlight=False,
         )
     return "" if console is not None else out.export_text()
+
+
+_WIDTH = 80  # a report's text without a console
+
+
+@cache
+def _plain_console() -> Console:
+    """The console a report's text is drawn on without a console of its caller's: one, not one
+    a rendering (making it was ~5% of a small report's drawing). It is only read (its width,
+    options, styles and box characters, set when it is made from its file and size, not the
+    environment's colours), never printed on: a rendering with something to print (a failed
+    section's warning) prints on a console of its own."""
+    return Console(file=StringIO(), width=_WIDTH, height=25, record=True)
 
 
 def _printed_text(out: Console, parts: list[RenderableType]) -> str:
