@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import polars as pl
 
@@ -26,28 +26,18 @@ def summary(profile: Profile) -> dict[str, Any]:
       reader, one rank of a larger job opened alone: :func:`notes`)
     """
     ev = profile.events
-    kinds = ev.get_column("kind").cast(pl.String)
-    # Series operations, no query (a fixed cost each on small traces): the device-work mask as
-    # equalities, the span from the columns' extremes (exact integers, null when a side is)
-    dev = kinds == DEVICE_WORK[0]
-    for kind in DEVICE_WORK[1:]:
-        dev = dev | (kinds == kind)
-    span_ns: int | None = 0
-    if ev.height:
-        ts = ev.get_column("ts_ns")
-        last, first = (ts + ev.get_column("dur_ns")).max(), ts.min()
-        span_ns = None if last is None or first is None else cast(int, last) - cast(int, first)
+    counts = _counts_listed(ev) if ev.height <= _LISTED_ROWS else _counts(ev)
     out: dict[str, Any] = {
         "format": profile.meta.get("format", "kineto"),
         "ranks": profile.ranks,
         "events": ev.height,
-        "ops": int((kinds == "cpu_op").sum()),
-        "kernels": int(dev.sum()),
+        "ops": counts.ops,
+        "kernels": counts.kernels,
         "steps": profile.steps.height,
-        "fwd_bwd_links": _distinct_non_null(ev.get_column("fwd_id")),
-        "op_kernel_links": int(dev.sum()) - ev.get_column("op_id").filter(dev).null_count(),
-        "span_us": float(span_ns or 0) / 1000.0,
-        "python_frames": int((kinds == "python_function").sum()),
+        "fwd_bwd_links": counts.fwd_bwd_links,
+        "op_kernel_links": counts.op_kernel_links,
+        "span_us": float(counts.span_ns or 0) / 1000.0,
+        "python_frames": counts.python_frames,
         "memory_events": profile.memory.height,
         "stacks": int(profile.stacks.get_column("stack_id").n_unique())
         if profile.stacks.height
@@ -58,6 +48,68 @@ def summary(profile: Profile) -> dict[str, Any]:
         "notes": notes(profile),
     }
     return out
+
+
+class _Counts(NamedTuple):
+    ops: int
+    kernels: int
+    fwd_bwd_links: int
+    op_kernel_links: int
+    span_ns: int | None
+    python_frames: int
+
+
+#: Events tables of at most this many rows are counted from their columns' Python lists: each
+#: Polars call costs ~5-20 us whatever the rows (~20 of them here), a list ~25 ns a row.
+_LISTED_ROWS = 256
+
+
+def _counts(ev: pl.DataFrame) -> _Counts:
+    """The event counts by Series operations, no query (a fixed cost each on small traces): the
+    device-work mask as equalities, the span from the columns' extremes (exact integers, null
+    when a side is)."""
+    kinds = ev.get_column("kind").cast(pl.String)
+    dev = kinds == DEVICE_WORK[0]
+    for kind in DEVICE_WORK[1:]:
+        dev = dev | (kinds == kind)
+    span_ns: int | None = 0
+    if ev.height:
+        ts = ev.get_column("ts_ns")
+        last, first = (ts + ev.get_column("dur_ns")).max(), ts.min()
+        span_ns = None if last is None or first is None else cast(int, last) - cast(int, first)
+    kernels = int(dev.sum())
+    return _Counts(
+        ops=int((kinds == "cpu_op").sum()),
+        kernels=kernels,
+        fwd_bwd_links=_distinct_non_null(ev.get_column("fwd_id")),
+        op_kernel_links=kernels - ev.get_column("op_id").filter(dev).null_count(),
+        span_ns=span_ns,
+        python_frames=int((kinds == "python_function").sum()),
+    )
+
+
+def _counts_listed(ev: pl.DataFrame) -> _Counts:
+    """:func:`_counts` from the columns' lists (the same counts: a null kind is no kind, a
+    null id no link, the span over the rows whose sides are known)."""
+    kinds = ev.get_column("kind").cast(pl.String).to_list()
+    op_ids = ev.get_column("op_id").to_list()
+    work = frozenset(DEVICE_WORK)
+    dev = [k in work for k in kinds]
+    ts = ev.get_column("ts_ns").to_list()
+    ends = [t + d for t, d in zip(ts, ev.get_column("dur_ns").to_list(), strict=True)
+            if t is not None and d is not None]  # fmt: skip
+    starts = [t for t in ts if t is not None]
+    span_ns: int | None = 0
+    if kinds:
+        span_ns = max(ends) - min(starts) if ends and starts else None
+    return _Counts(
+        ops=kinds.count("cpu_op"),
+        kernels=sum(dev),
+        fwd_bwd_links=len({x for x in ev.get_column("fwd_id").to_list() if x is not None}),
+        op_kernel_links=sum(1 for d, o in zip(dev, op_ids, strict=True) if d and o is not None),
+        span_ns=span_ns,
+        python_frames=kinds.count("python_function"),
+    )
 
 
 def _distinct_non_null(s: pl.Series) -> int:
