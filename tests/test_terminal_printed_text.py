@@ -18,7 +18,14 @@ from rich.table import Table
 from rich.text import Text
 
 from helpers.rich_consoles import every_console
-from opscope.report.fast_table import FastTable, FastText, StringColumn, StringTable, printed
+from opscope.report.fast_table import (
+    FastTable,
+    FastText,
+    Line,
+    StringColumn,
+    StringTable,
+    printed,
+)
 
 WORDS = ["aten::mm", "[[1,256]]", "矩阵乘法", "e\u0301" * 3, "  lead", "trail ", "", "x" * 30]
 
@@ -150,3 +157,57 @@ def test_rows_of_other_column_types_are_to_us_rows() -> None:
     ]
     for df in tables:
         assert hs.rows_of([(df, None)]) == [hs.to_us(df).to_dicts()], df.schema
+
+
+@pytest.mark.parametrize("width", [80, 20, 6])
+def test_line_printed_is_its_fast_texts_segments(width: int) -> None:
+    """A story Line's text drawn from its string is the text of the segments rich draws of its
+    FastText (any words, control codes, styles of parts), and a console draws that FastText."""
+    rng = random.Random(width)
+    for con in every_console(width):
+        options = _print_options(con)
+        for _ in range(200):
+            parts: list[Any] = [rng.choice([*WORDS, "a\x07b", "\x1b[1m", "x\ny"])]
+            if rng.random() < 0.5:
+                parts.append((rng.choice(WORDS), rng.choice(["bold", "", "dim"])))
+            line = Line(*parts, style=rng.choice(["", "dim", "green"]))
+            text = FastText.assemble(*parts, style=line._style)
+            want = _segment_text(con, text, options)
+            assert line.plain == text.plain
+            got = line.printed(con, options)
+            assert got is None or got == want, parts
+            assert printed(con, line, options) == want
+            assert list(con.render(line, options)) == list(con.render(text, options))
+
+
+def _headline_rows(rng: random.Random) -> list[tuple[str, ...]]:
+    bars = rng.random() < 0.7
+    rows = []
+    for _ in range(rng.randrange(1, 6)):
+        cells = [
+            "  " + rng.choice([*WORDS, "device idle", "a\x07b", "compute (device kernels)"]),
+            rng.choice(["1.2 ms", "14 µs", "[x]", "", "a:b", "3 s "]),
+            rng.choice(["29%", "<0.01%", "100%"]),
+        ]
+        rows.append((*cells, "█" * rng.randrange(0, 30)) if bars else tuple(cells))
+    return rows
+
+
+@pytest.mark.parametrize("width", [80, 40, 24])
+def test_headline_table_printed_is_rich_tables_text(width: int) -> None:
+    """The headline's shares drawn from their strings are the text rich draws of its table."""
+    from opscope.report.terminal import HeadlineTable
+
+    rng = random.Random(width)
+    direct = 0
+    for _ in range(150):
+        rows = _headline_rows(rng)
+        for con in every_console(rng.choice([width, width + 10, 30])):
+            options = _print_options(con)
+            tab = HeadlineTable(rows, width)
+            want = _segment_text(con, tab.table(), options)
+            direct += tab._printed(options.max_width) is not None
+            assert tab.printed(con, options) == want, rows
+            assert printed(con, tab, options) == want
+            assert list(con.render(tab, options)) == list(con.render(tab.table(), options))
+    assert direct > (20 if width > 24 else 5)  # many drawn from the strings (fitting)

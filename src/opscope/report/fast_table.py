@@ -22,11 +22,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from rich._wrap import divide_line
 from rich.box import SIMPLE_HEAD
 from rich.cells import cell_len, set_cell_size
+from rich.control import strip_control_codes
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.segment import Segment
@@ -423,31 +424,9 @@ class FastText(Text):
     def printed(self, console: Console, options: ConsoleOptions) -> str | None:
         """The text of the segments drawn on ``options`` (the line, then its end; padded to the
         width when left-justified, with spans or not), or None where rich draws it."""
-        fits = self._one_line(options)
-        if fits is None:
-            return self._wrapped(options)
-        justify, width, size = fits
-        pad = " " * (width - size) if justify == "left" and size < width else ""
-        return self.plain + pad + self.end
-
-    def _wrapped(self, options: ConsoleOptions) -> str | None:
-        """The text rich draws of this text on several lines (Text.wrap's steps on the plain
-        string: each line divided where rich's divide_line says, its blanks past the width
-        trimmed, padded when left-justified, cut to the width), without its Text copies (a
-        caption's three lines were ~50 us); None where it draws otherwise (tabs, no wrapping,
-        other justifications)."""
-        justify = self.justify or options.justify or "default"
-        overflow = self.overflow or options.overflow or "fold"
-        no_wrap = self.no_wrap if self.no_wrap is not None else options.no_wrap
-        plain, width = self.plain, options.max_width
-        if justify not in ("default", "left") or overflow == "ignore" or no_wrap or "\t" in plain:
-            return None
-        out: list[str] = []
-        for line in plain.split("\n"):  # (Text.split with blanks allowed)
-            offsets = _divided(line, width, overflow == "fold")
-            for a, b in zip([0, *offsets], [*offsets, len(line)], strict=True):
-                out.append(_fitted(line[a:b], width, justify == "left", overflow))
-        return "\n".join(out) + self.end
+        return _text_printed(
+            self.plain, self.end, options, self.justify, self.overflow, self.no_wrap
+        )
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
         fits = self._one_line(options)
@@ -475,6 +454,91 @@ class FastText(Text):
             yield Segment(plain, console.get_style(self.style, default=_NULL))
         if self.end:
             yield Segment(self.end)
+
+
+def _text_printed(
+    plain: str,
+    end: str,
+    options: ConsoleOptions,
+    justify: str | None = None,
+    overflow: str | None = None,
+    no_wrap: bool | None = None,
+) -> str | None:
+    """:meth:`FastText.printed` of a text of ``plain`` (its justify, overflow and no_wrap):
+    one line that fits as it is, any other as :func:`_wrapped` draws it."""
+    just = justify or options.justify or "default"
+    width = options.max_width
+    if (
+        just in ("default", "left")
+        and (overflow or options.overflow) != "ignore"
+        and "\n" not in plain
+        and "\t" not in plain
+        and len(plain) <= width  # (rich trims blanks past the width counted in characters)
+    ):
+        size = len(plain) if plain.isascii() and plain.isprintable() else cell_len(plain)
+        if size <= width:
+            return plain + (" " * (width - size) if just == "left" else "") + end
+    return _wrapped(plain, end, options, justify, overflow, no_wrap)
+
+
+def _wrapped(
+    plain: str,
+    end: str,
+    options: ConsoleOptions,
+    justify: str | None,
+    overflow: str | None,
+    no_wrap: bool | None,
+) -> str | None:
+    """The text rich draws of a text on several lines (Text.wrap's steps on the plain string:
+    each line divided where rich's divide_line says, its blanks past the width trimmed, padded
+    when left-justified, cut to the width), without its Text copies (a caption's three lines
+    were ~50 us); None where it draws otherwise (tabs, no wrapping, other justifications)."""
+    justify = justify or options.justify or "default"
+    overflow = overflow or options.overflow or "fold"
+    no_wrap = no_wrap if no_wrap is not None else options.no_wrap
+    width = options.max_width
+    if justify not in ("default", "left") or overflow == "ignore" or no_wrap or "\t" in plain:
+        return None
+    out: list[str] = []
+    for line in plain.split("\n"):  # (Text.split with blanks allowed)
+        offsets = _divided(line, width, overflow == "fold")
+        for a, b in zip([0, *offsets], [*offsets, len(line)], strict=True):
+            out.append(_fitted(line[a:b], width, justify == "left", overflow))
+    return "\n".join(out) + end
+
+
+class Line:
+    """A line of the story: ``FastText.assemble(*parts, style=style)``, made only when a console
+    draws it; a plain-text report's text of it is drawn from its string (~3-5 us a line less:
+    a story has ~25)."""
+
+    __slots__ = ("_parts", "_style", "_text", "plain")
+
+    def __init__(self, *parts: str | tuple[str, str], style: str = "") -> None:
+        self._parts = parts
+        self._style = style
+        self._text: FastText | None = None
+        #: The text's plain string (Text drops control codes from what it is given).
+        self.plain = strip_control_codes(
+            "".join([p if isinstance(p, str) else p[0] for p in parts])
+        )
+
+    def text(self) -> FastText:
+        """The FastText a console draws."""
+        if self._text is None:
+            text = FastText.assemble(*self._parts, style=self._style)
+            self._text = cast(FastText, text)  # (assemble makes its own class)
+        return self._text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        return [self.text()]
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.text())
+
+    def printed(self, console: Console, options: ConsoleOptions) -> str | None:
+        """:meth:`FastText.printed` of :meth:`text`, without making it."""
+        return _text_printed(self.plain, "\n", options)
 
 
 @dataclass(frozen=True)
@@ -743,8 +807,9 @@ def printed(console: Console, renderable: RenderableType, options: ConsoleOption
     ``printed`` of its own for these options."""
     if options.max_width < 1:  # (rich renders nothing then)
         return ""
-    own = renderable if isinstance(renderable, FastText | FastTable | StringTable) else None
-    text = None if own is None else own.printed(console, options)
+    # (the story's lines and tables, and any renderable with a ``printed`` of its own)
+    own = getattr(renderable, "printed", None)
+    text = own(console, options) if callable(own) else None
     if text is None:
         text = "".join([s.text for s in console.render(renderable, options) if not s.control])
     return text
