@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from opscope.advise._regex import PY_MAX_TESTS, py_hits
 from opscope.advise.finding import Finding, finding_id
 from opscope.analysis.tree import Memo, gather, int_values, not_null
 from opscope.model import Profile, dtypes, kinds
@@ -140,7 +141,7 @@ def _device_kind(profile: Profile) -> str:
             for hit in pattern_masks(
                 profile,
                 "kernels",
-                (r"(?i)aclnn|aicore|MatMulV\d", r"(?i)^(void )?(hip|rocm|ck_|Cijk_)"),
+                (ASCEND_KERNELS, AMD_KERNELS),
             )
         )
         if ascend:
@@ -236,6 +237,12 @@ def fewer(profile: Profile, n: int, *kind_names: str) -> bool:
         return False
     counts = kind_counts(profile)
     return sum(counts.get(k, 0) for k in kind_names) < n
+
+
+#: Kernel names only Ascend's (and AMD's) libraries give: the device of a profile without one
+#: named.
+ASCEND_KERNELS = r"(?i)aclnn|aicore|MatMulV\d"
+AMD_KERNELS = r"(?i)^(void )?(hip|rocm|ck_|Cijk_)"
 
 
 def target_of(profile: Profile, results: Mapping[str, Any]) -> str:
@@ -929,10 +936,25 @@ def pattern_masks(profile: Profile, table: str, patterns: Sequence[str]) -> list
     return [hit[codes] for hit in _pattern_hits(uniq, patterns)]
 
 
+def none_match(values: pl.Series, pattern: str) -> bool:
+    """Whether no value of the string Series ``values`` matches ``pattern`` (a null none), found
+    in Python over its few distinct values; False when it may hold one, or Python may not say
+    (:func:`opscope.advise._regex.py_hits`), and the caller's filter decides."""
+    if values.len() > NAME_CODES_PY_MAX_ROWS:
+        return False
+    distinct = list(dict.fromkeys(values.to_list()))
+    hits = py_hits(distinct, [pattern])
+    return hits is not None and not hits[0].any()
+
+
 def _pattern_hits(uniq: pl.Series, patterns: Sequence[str]) -> list[Any]:
     """Per pattern, whether each of the distinct names ``uniq`` matches it (false for null)."""
     if not patterns:
         return []
+    if uniq.len() * len(patterns) <= PY_MAX_TESTS:
+        hits = py_hits(uniq.to_list(), patterns)
+        if hits is not None:
+            return hits
     got = pl.DataFrame([uniq]).select(
         pl.col(uniq.name).str.contains(p).fill_null(False).alias(f"test{i}")
         for i, p in enumerate(patterns)

@@ -53,6 +53,7 @@ RECOMPILE = r"(?i)aclopCompile|opCompile|TorchDynamo.*recompil|CompileFunction"
 # ascend-dynamic-shape's, read with this module's patterns (one query for all).
 COMPILE_EVENTS = r"^(AscendCL@)?(aclopCompileAndExecute|aclopCompile|opCompile)$"
 FLOAT64_TYPES = ("float64",)
+AICPU = "(?i)AI_CPU"  # a kernel's core type on Ascend's AICPU
 # The event kinds a runtime sync call can have.
 _SYNC_KINDS = ["runtime", "driver", "cpu_op", "other"]
 
@@ -91,8 +92,10 @@ def _named_events(profile: Profile, pattern: str) -> pl.DataFrame:
         ]
         hits = dict(zip(asked, c.pattern_masks(profile, "events", asked), strict=True))
         none = np.zeros(0, dtype=np.int64)
+        # (the kinds' masks only for a pattern some name matches: none, no row)
         return {
-            p: np.flatnonzero(hits[p] & _NAMED[p](profile)) if p in hits else none for p in _NAMED
+            p: np.flatnonzero(hits[p] & _NAMED[p](profile)) if p in hits and hits[p].any() else none
+            for p in _NAMED
         }
 
     rows = c._memo("overhead.named_events", profile, masks)[pattern]
@@ -731,8 +734,10 @@ class AscendSlowPaths:
         kern = profile.kernels
         if tree.SHORTCUTS and not c.present(kern.get_column("core_type")):
             aicpu = None  # no kernel with a core type: none on AI_CPU (the filter finds none)
+        elif tree.SHORTCUTS and c.none_match(kern.get_column("core_type"), AICPU):
+            aicpu = None  # a few core types, none AI_CPU (tested in Python, not by the filter)
         else:
-            aicpu = kern.filter(pl.col("core_type").fill_null("").str.contains("(?i)AI_CPU"))
+            aicpu = kern.filter(pl.col("core_type").fill_null("").str.contains(AICPU))
         if aicpu is not None and aicpu.height:
             cost = float(aicpu.get_column("dur_ns").sum())
             names = sorted(set(aicpu.get_column("name").to_list()))
@@ -752,11 +757,12 @@ class AscendSlowPaths:
                         steps=steps,
                     )
                 )
-        src = (
-            profile.kernels
-            if c.present(profile.kernels.get_column("input_types"))  # (no filter)
-            else c.user_level_ops(profile)
-        )
+        if c.present(profile.kernels.get_column("input_types")):
+            src = profile.kernels  # (no filter)
+        elif tree.no_ops(profile):
+            return out  # no op: no user-level op, none with a dtype (the query finds no row)
+        else:
+            src = c.user_level_ops(profile)
         if tree.SHORTCUTS and not c.present(src.get_column("input_types")):
             return out  # no dtype recorded: no float64 work to find (the query finds no row)
         plan = src.lazy()  # one query (each eager step was one)
