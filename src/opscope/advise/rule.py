@@ -157,7 +157,8 @@ def advise(
     errors: dict[str, str] = {}
     from opscope.analysis.threads import run_each, sized_for
 
-    selected = {rid: r for rid, r in selected.items() if can_apply(r, profile)}
+    held = _held_kinds(profile)  # (once, not a memo's look-up a rule)
+    selected = {rid: r for rid, r in selected.items() if _applies(r, held)}
     # on threads (analysis/threads.py); outcomes in the rules' order, so the same findings
     with sized_for(profile.height("events")):
         outcomes = run_each([partial(_matched, r, profile, ctx) for r in selected.values()])
@@ -183,10 +184,22 @@ def needs(rule: Rule) -> tuple[str, ...]:
 def can_apply(rule: Rule, profile: Profile) -> bool:
     """False when ``profile`` holds no event of any kind ``rule`` needs (and the shortcuts are
     on): its findings would be none."""
-    from opscope.advise._common import absent
+    return _applies(rule, _held_kinds(profile))
 
-    wanted = needs(rule)
-    return not wanted or not absent(profile, *wanted)
+
+def _held_kinds(profile: Profile) -> Mapping[str, int] | None:
+    """The events of each kind the profile holds (:func:`~opscope.advise._common.kind_counts`),
+    ``None`` with the shortcuts off (every rule applies)."""
+    from opscope.advise._common import kind_counts
+    from opscope.analysis import tree
+
+    return kind_counts(profile) if tree.SHORTCUTS else None
+
+
+def _applies(rule: Rule, held: Mapping[str, int] | None) -> bool:
+    """:func:`can_apply` from the kinds held (``None``: every rule applies)."""
+    wanted = getattr(rule, "needs", ())
+    return held is None or not wanted or any(held.get(k, 0) > 0 for k in wanted)
 
 
 def _matched(
