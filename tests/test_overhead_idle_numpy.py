@@ -1,8 +1,9 @@
-"""The device-idle figure of the overhead rules (``overhead._idle_of``, computed in NumPy) against
-a plain-Python reference of its definition, over random kernel and step tables built to hit its
-corners: several ranks (the first one's kernels), null ranks, devices and steps, untimed
-kernels, kernels of no duration, ties, epoch-sized nanoseconds, steps of no window, windows of
-a null end, a step's window given twice; and over every shared trace."""
+"""The device-idle figure of the overhead rules (``overhead._idle_of``, computed in NumPy, and in
+Python for a few kernels, advise/_idle.py) against a plain-Python reference of its definition,
+over random kernel and step tables built to hit its corners: several ranks (the first one's
+kernels), null ranks, devices and steps, untimed kernels, kernels of no duration, ties,
+epoch-sized nanoseconds, steps of no window, windows of a null end, a step's window given
+twice; and over every shared trace."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 import opscope
 from conftest import shared_trace
+from opscope.advise import _idle
 from opscope.advise.rules import overhead
 from opscope.analysis import tree
 
@@ -114,11 +116,13 @@ def _profile(kern: list[dict[str, Any]], steps: list[dict[str, Any]]) -> Any:
     )
 
 
+@pytest.mark.parametrize("py_max_rows", [-1, 1 << 30])  # NumPy, Python
 @pytest.mark.parametrize("shortcuts", [True, False])
 def test_idle_equals_the_reference_on_random_tables(
-    shortcuts: bool, monkeypatch: pytest.MonkeyPatch
+    shortcuts: bool, py_max_rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tree, "SHORTCUTS", shortcuts)
+    monkeypatch.setattr(_idle, "IDLE_PY_MAX_ROWS", py_max_rows)
     nonzero = 0
     for seed in range(400):
         kern, steps = _tables(seed)
@@ -128,13 +132,17 @@ def test_idle_equals_the_reference_on_random_tables(
     assert nonzero > 200  # the tables do have gaps to count
 
 
-def test_idle_of_a_group_after_a_kernel_of_no_end() -> None:
+@pytest.mark.parametrize("py_max_rows", [-1, 1 << 30])  # NumPy, Python
+def test_idle_of_a_group_after_a_kernel_of_no_end(
+    py_max_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A kernel of no duration has no end: the next kernel has no gap before it (a null
     running maximum, as the window function read), the one after counts from the latest end."""
     kern = [
         {"rank": 0, "device": 0, "step": None, "ts_ns": t, "dur_ns": d}
         for t, d in ((0, 10), (100, None), (200, 10), (300, 10))
     ]
+    monkeypatch.setattr(_idle, "IDLE_PY_MAX_ROWS", py_max_rows)
     # 100 - 10 before the second; none before the third; 300 - 210 before the fourth
     assert overhead._idle_of(_profile(kern, [])) == 90.0 + 90.0 == _reference(kern, [])
 
@@ -148,7 +156,11 @@ def test_idle_of_a_group_after_a_kernel_of_no_end() -> None:
         "ascend/small_two_rank/test_rank_0",
     ],
 )
-def test_idle_equals_the_reference_on_shared_traces(rel: str) -> None:
+@pytest.mark.parametrize("py_max_rows", [-1, 1 << 30])  # NumPy, Python
+def test_idle_equals_the_reference_on_shared_traces(
+    rel: str, py_max_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_idle, "IDLE_PY_MAX_ROWS", py_max_rows)
     p = opscope.load(shared_trace(rel), cache=False)
     kern = p.kernels.select(*KERNELS).to_dicts()
     steps = p.steps.select(*STEPS).to_dicts()

@@ -455,10 +455,13 @@ def _idle_of(profile: Profile) -> float:
     """:func:`_idle_ns` computed."""
     # the rank and whether its kernels carry steps: one query (a Series step each was one),
     # then one query
+    from opscope.advise import _idle
     from opscope.analysis import tree
     from opscope.analysis.tree import int_values
 
     kern = profile.kernels
+    if kern.height <= _idle.IDLE_PY_MAX_ROWS:
+        return _idle.idle_py(kern, profile.steps)
     ts, rank, step = (kern.get_column(x) for x in ("ts_ns", "rank", "step"))
     if (
         tree.SHORTCUTS
