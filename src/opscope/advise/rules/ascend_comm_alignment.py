@@ -159,7 +159,12 @@ def exposed_of(
             if r != rank:
                 continue
             a, b = float(ts0), float(ts0 + dur)
-            busy = float(np.clip(np.minimum(me, b) - np.maximum(ms, a), 0, None).sum())
+            # (no kernel on the rank: none busy, without the arrays' fixed cost a collective)
+            busy = (
+                float(np.clip(np.minimum(me, b) - np.maximum(ms, a), 0, None).sum())
+                if merged
+                else 0.0
+            )
             out[int(cid)] = max(b - a - busy, 0.0)
     return out
 

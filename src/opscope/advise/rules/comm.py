@@ -73,11 +73,14 @@ class CommExposed:
     def match(self, profile: Profile, results: Mapping[str, Any]) -> list[Finding]:
         # the collectives' three columns read as Series by the kinds' mask (a filter of
         # every column of the events is a query of fixed cost)
-        mask = pl.Series(c.kind_mask(profile, "communication"))
+        mask = c.kind_mask(profile, "communication")
         if not mask.any():
             return []
         ev = profile.events
-        comm_k = pl.DataFrame([ev.get_column(n).filter(mask) for n in ("id", "name", "dur_ns")])
+        ids, names_k, durs = (ev.get_column(n) for n in ("id", "name", "dur_ns"))
+        if not mask.all():  # (every event a collective: the columns as they are)
+            keep = pl.Series(mask)
+            ids, names_k, durs = ids.filter(keep), names_k.filter(keep), durs.filter(keep)
         steps = c.step_info(profile)
         comm, exposed = _exposed(profile)
         out: list[Finding] = []
@@ -85,8 +88,9 @@ class CommExposed:
         small_saving = 0.0
         # how many are small counted over the durations' array (a null one is not small, as a
         # filter drops it); their rows taken only when there are enough to flag
-        n_small = int((comm_k.get_column("dur_ns").to_numpy() < SMALL_MSG_US * 1000).sum())
+        n_small = int((durs.to_numpy() < SMALL_MSG_US * 1000).sum())
         if n_small / max(steps.n, 1) >= SMALL_MSG_MIN_PER_STEP and comm > 0:
+            comm_k = pl.DataFrame([ids, names_k, durs])
             small = comm_k.filter(pl.col("dur_ns") < SMALL_MSG_US * 1000)
             # the small messages' share of the exposed time: what bucketing can remove
             small_ns = float(small.get_column("dur_ns").sum())
@@ -121,7 +125,7 @@ class CommExposed:
             )
             out.append(small_f)
         if exposed > 0 and steps.pct(exposed) >= EXPOSED_MIN_PCT:
-            names = by_count(comm_k.get_column("name").to_list())[:5]
+            names = by_count(names_k.to_list())[:5]
             # the small messages' share is the small-message finding's (bucketing removes it):
             # counted there, so that the two never claim the same exposed time twice
             rest = max(exposed - small_saving, 0.0)
@@ -147,12 +151,12 @@ class CommExposed:
                     evidence={
                         **c.evidence(
                             names,
-                            comm_k.height,
+                            ids.len(),
                             {
                                 "comm_us_per_step": round(steps.per_step_us(comm), 3),
                                 "exposed_us_per_step": round(steps.per_step_us(exposed), 3),
                             },
-                            comm_k.get_column("id").to_list(),
+                            ids.to_list(),
                         ),
                         **({"overlaps": [small_f.id]} if small_f else {}),
                     },
