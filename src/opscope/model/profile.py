@@ -163,13 +163,39 @@ class Profile:
     @cached_property  # as kernels: the rules and analyses ask for it a dozen times a report
     def ops(self) -> pl.DataFrame:
         """Host operators (``kind == "cpu_op"``)."""
-        return self._rows("events", pl.col("kind") == "cpu_op")
+        got = self._of_one_kind(("cpu_op",))
+        return got if got is not None else self._rows("events", pl.col("kind") == "cpu_op")
 
     @cached_property  # a Profile is immutable; the rules ask for it dozens of times a report
     def kernels(self) -> pl.DataFrame:
         """Device work (:data:`~opscope.model.kinds.DEVICE_WORK`): kernels, communication,
         memcpy, memset (not annotations)."""
+        got = self._of_one_kind(schema.DEVICE_WORK)
+        if got is not None:
+            return got
         return self._rows("events", pl.col("kind").is_in(schema.DEVICE_WORK))
+
+    def _of_one_kind(self, kinds: Sequence[str]) -> pl.DataFrame | None:
+        """The parsed events of ``kinds`` when every event is of one kind (a partial Ascend
+        rank's communication alone): none of them or all, without the filter's query (~0.1 ms
+        on a wide frame of any height); None otherwise. All of them is the frame itself only
+        where each column is one chunk, as a filter of all rows leaves it (a filter keeps a
+        frame's aligned chunks or rechunks it: float sums over the chunks would differ)."""
+        from opscope.analysis import tree  # (analysis imports the model)
+
+        ev = self.__dict__.get("events")
+        if not tree.SHORTCUTS or not isinstance(ev, pl.DataFrame):
+            return None
+        kind = ev.get_column("kind")
+        if not len(kind) or kind.null_count():
+            return None
+        # (the least and greatest value: kept with the column, no query)
+        lo, hi = kind.min(), kind.max()
+        if lo != hi:
+            return None
+        if lo not in kinds:
+            return ev.clear()  # (the same empty columns, flags and chunk as the filter's)
+        return ev if max(ev.n_chunks("all")) == 1 else None
 
     @property
     def ranks(self) -> list[int]:
