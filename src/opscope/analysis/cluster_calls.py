@@ -11,7 +11,7 @@ it a query's fixed cost. The same table as the plan (tests/test_cluster_calls_py
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import polars as pl
@@ -89,3 +89,41 @@ def _words(names: set[str | None], word: re.Pattern[str]) -> dict[str | None, st
         m = word.search(name)
         out[name] = (m.group(1) if m else name).lower().replace("_", "")
     return out
+
+
+#: The sum of a group, as Polars' Int64 sum holds it (a sum past it would wrap there).
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def sums(coll: pl.DataFrame) -> list[dict[str, Any]] | None:
+    """The collectives summed per (rank, collective) as rows, sorted by rank then collective
+    (a null first): ``calls``, ``dur_ns``, ``wait_ns``, ``bytes`` (a group without any: 0), as
+    the group-by's query of ``Cluster.to_json`` gives them, in Python (that query was a fixed
+    cost of a few calls' report). None where the query must run: past :data:`MAX_CALLS`
+    calls, a key or summed column not of the types the collectives table declares, a sum past
+    Int64."""
+    if not tree.SHORTCUTS or coll.height > MAX_CALLS:
+        return None
+    rank, name = coll.get_column("rank"), coll.get_column("collective")
+    summed = [coll.get_column(c) for c in ("dur_ns", "wait_ns", "bytes")]
+    if not rank.dtype.is_integer() or name.dtype != pl.String:
+        return None
+    if any(s.dtype != pl.Int64 for s in summed):
+        return None
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    columns = [rank.to_list(), name.to_list(), *(s.to_list() for s in summed)]
+    for r, c, *vs in zip(*columns, strict=True):
+        acc = groups.setdefault((r, c), [0, 0, 0, 0])
+        acc[0] += 1
+        for i, v in enumerate(vs, 1):
+            if v is not None:
+                acc[i] += v
+    if any(not _I64[0] <= v <= _I64[1] for acc in groups.values() for v in acc[1:]):
+        return None
+    # (a null key first, as the sort puts it; Polars orders strings by their UTF-8 bytes,
+    # which is Python's order of code points)
+    keys = sorted(groups, key=lambda k: (k[0] is not None, k[0] or 0, k[1] is not None, k[1] or ""))
+    return [dict(zip(_SUM_KEYS, (r, c, *groups[r, c]), strict=True)) for r, c in keys]
+
+
+_SUM_KEYS = ("rank", "collective", "calls", "dur_ns", "wait_ns", "bytes")
