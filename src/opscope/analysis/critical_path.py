@@ -348,8 +348,28 @@ def _ops_table(
     with np.errstate(divide="ignore", invalid="ignore"):  # (a step of no span: inf, NaN)
         share = total[rows].astype(np.float64) / step_ns.astype(np.float64)
     at = g_row[rows]
-    # (Series of their types: a frame from a dict and a schema was ~0.1 ms more; each
-    # group's rank, step and name from a row of it, by indexing)
+    if len(rows) <= ROWS_MAX:
+        # (a few groups: their rank, step and name picked from the lists, the frame from rows)
+        picked = at.tolist()
+        keys: list[tuple[str, Any, list[Any]]] = []
+        for c, col in (
+            ("rank", path.get_column("rank")),
+            ("step", path.get_column("step")),
+            ("op", op),
+        ):
+            values = col.to_list()
+            keys.append((c, col.dtype, [values[i] for i in picked]))
+        return rows_frame(
+            [
+                *keys,
+                ("on_path_ns", pl.Int64, total[rows].tolist()),
+                ("nodes", pl.UInt32, count[rows].tolist()),
+                ("step_ns", pl.Int64, step_ns.tolist()),
+                ("share", pl.Float64, share.tolist()),
+            ]
+        )
+    # (Series of their types: a frame from a dict of columns and a schema was ~0.1 ms more;
+    # each group's rank, step and name from a row of it, by indexing)
     return pl.DataFrame(
         [
             path.get_column("rank")[at],
@@ -360,6 +380,24 @@ def _ops_table(
             series("step_ns", step_ns, pl.Int64),
             series("share", share, pl.Float64),
         ]
+    )
+
+
+#: Up to this many rows a result table is made from Python rows (``pl.from_dicts`` with its
+#: schema: ~20 us for a few rows of a dozen columns, where a Series per column is ~5 us each
+#: whatever its length, and a Series' gather ~13 us).
+ROWS_MAX: Final = 48
+
+
+def rows_frame(cols: list[tuple[str, Any, list[Any]]]) -> pl.DataFrame:
+    """A frame of the columns ``cols`` (name, type, values; each as long as the others): from
+    its rows up to :data:`ROWS_MAX` of them, else a Series of each column's list."""
+    if cols and len(cols[0][2]) > ROWS_MAX:
+        return pl.DataFrame([pl.Series(name, v, dtype) for name, dtype, v in cols])
+    names = [c[0] for c in cols]
+    rows = zip(*(c[2] for c in cols), strict=True)
+    return pl.from_dicts(
+        [dict(zip(names, r, strict=True)) for r in rows], schema={c[0]: c[1] for c in cols}
     )
 
 
@@ -496,19 +534,18 @@ def result(
             spans.setdefault((r, s), []).append(d)
     rows_of = [(k, d) for k, key in enumerate(keys) for d in spans.get(key, [None])]
     path_ns = [int(c.sum()) for c in contribs]
-    # (Series of their types: a frame from a dict and a schema was ~0.1 ms more)
     of = [k for k, _ in rows_of]
-    steps = pl.DataFrame(
+    steps = rows_frame(
         [
-            pl.Series("rank", [keys[k][0] for k in of], _NODE_SCHEMA["rank"]),
-            pl.Series("step", [keys[k][1] for k in of], _NODE_SCHEMA["step"]),
-            pl.Series("path_ns", [path_ns[k] for k in of], pl.Int64),
-            pl.Series("host_ns", [host_ns[k] for k in of], pl.Int64),
-            pl.Series("device_ns", [device_ns[k] for k in of], pl.Int64),
+            ("rank", _NODE_SCHEMA["rank"], [keys[k][0] for k in of]),
+            ("step", _NODE_SCHEMA["step"], [keys[k][1] for k in of]),
+            ("path_ns", pl.Int64, [path_ns[k] for k in of]),
+            ("host_ns", pl.Int64, [host_ns[k] for k in of]),
+            ("device_ns", pl.Int64, [device_ns[k] for k in of]),
             # a step's device work can finish after its ProfilerStep range on the host
             # closes: the step's time is the span from its first to its last node
-            pl.Series("step_ns", [span_ns[k] for k in of], pl.Int64),
-            pl.Series("host_step_ns", [d for _, d in rows_of], st.get_column("dur_ns").dtype),
+            ("step_ns", pl.Int64, [span_ns[k] for k in of]),
+            ("host_step_ns", st.get_column("dur_ns").dtype, [d for _, d in rows_of]),
         ]
     )
     ops = _ops_table(

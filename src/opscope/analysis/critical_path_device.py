@@ -111,6 +111,8 @@ def _path_table(
     """The path's table (:func:`opscope.analysis.critical_path._path_table`'s columns) of the
     events at ``rows``: no operator, so a node's name is its own (null for "", as a host
     piece's of no operator) and so is its op (:data:`IDLE_OP` for "(idle)")."""
+    from opscope.analysis.critical_path import ROWS_MAX, rows_frame
+
     i64 = np.int64
     rank, step, lane, start, end = (x[rows] for x in node)
     ids = col["id"].to_numpy()[rows]
@@ -118,6 +120,31 @@ def _path_table(
     names = col["name"]
     # (the names in place when the path is every event in order: one rank's chain of work)
     same = m == len(names) and bool((rows == np.arange(m)).all())
+    if m <= ROWS_MAX:
+        # a few nodes: the frame from rows (a Series per column was ~5 us each)
+        every = names.to_list()
+        name_l = every if same else [every[i] for i in rows.tolist()]
+        valid = (ids >= 0).tolist()
+        return rows_frame(
+            [
+                ("rank", _NODE_SCHEMA["rank"], rank.tolist()),
+                ("step", _NODE_SCHEMA["step"], step.tolist()),
+                ("order", pl.Int64, [i for p in path_rows for i in range(len(p))]),
+                (
+                    "id",
+                    pl.Int64,
+                    [v if ok else None for v, ok in zip(ids.tolist(), valid, strict=True)],
+                ),
+                ("on_path_ns", pl.Int64, np.concatenate(contribs).tolist()),
+                ("lane_kind", pl.String, ["device"] * m),
+                ("lane", pl.Int64, lane.tolist()),
+                ("start_ns", pl.Int64, start.tolist()),
+                ("end_ns", pl.Int64, end.tolist()),
+                ("name", names.dtype, [None if x == "" else x for x in name_l]),
+                ("op", names.dtype, [IDLE_OP if x == "(idle)" else x for x in name_l]),
+                ("op_id", pl.Int64, [None] * m),
+            ]
+        )
     name = names if same else names[rows]
     op = name
     empty, idle = (tree.bool_values(name == x)[0] for x in ("", "(idle)"))
