@@ -28,14 +28,22 @@ def collectives(ev: pl.DataFrame, comm: pl.Series, word: re.Pattern[str]) -> pl.
     ``comm``, ``word`` the pattern of a collective's word in its name; None where the plan
     must run: a call with ``args``, a null rank or start, a name not ASCII (``re`` and Polars'
     engine read the pattern alike on ASCII text), more than :data:`MAX_CALLS` calls."""
-    args = ev.get_column("args").filter(comm)  # (a Series filter: no query)
+    # (every event a call, a partial Ascend rank's collectives alone: the columns as they
+    # are, no filter)
+    every = tree.SHORTCUTS and len(comm) == ev.height and comm.null_count() == 0 and comm.all()
+
+    def column(c: str) -> pl.Series:
+        s = ev.get_column(c)
+        return s if every else s.filter(comm)  # (a Series filter: no query)
+
+    args = column("args")
     n = len(args)
     if not n or n > MAX_CALLS or args.null_count() != n:
         return None
-    rank_s, start_s = ev.get_column("rank").filter(comm), ev.get_column("ts_ns").filter(comm)
+    rank_s, start_s = column("rank"), column("ts_ns")
     if rank_s.null_count() or start_s.null_count():
         return None
-    names = ev.get_column("name").filter(comm)
+    names = column("name")
     texts = names.to_list()
     found = _words(set(texts), word)
     if found is None:
@@ -43,7 +51,7 @@ def collectives(ev: pl.DataFrame, comm: pl.Series, word: re.Pattern[str]) -> pl.
     i64 = np.int64
     rank = rank_s.to_numpy().astype(i64)
     start = start_s.to_numpy().astype(i64)
-    step_v, step_ok = tree.int_values(ev.get_column("step").filter(comm))
+    step_v, step_ok = tree.int_values(column("step"))
     step = np.where(step_ok, step_v, -1)  # (a null step: -1)
     # the calls by rank and start, ties in trace order (a stable sort)
     order = np.lexsort((start, rank))
@@ -60,7 +68,26 @@ def collectives(ev: pl.DataFrame, comm: pl.Series, word: re.Pattern[str]) -> pl.
     seq = np.empty(n, dtype=i64)
     seq[by] = np.arange(n) - first
     same = bool((order == np.arange(n)).all())
-    dur = ev.get_column("dur_ns").filter(comm)
+    dur = column("dur_ns")
+    if n <= ROWS_MAX and dur.dtype == pl.Int64:
+        # a few calls: the frame from rows (a Series per column was ~8 us each)
+        durs = dur.to_list()
+        picked = order.tolist()
+        columns = (
+            r.tolist(),
+            s.tolist(),
+            coll,
+            [texts[i] for i in picked],
+            [None] * n,
+            seq.tolist(),
+            start[order].tolist(),
+            [durs[i] for i in picked],
+            [None] * n,
+        )
+        return pl.from_dicts(
+            [dict(zip(_SCHEMA, row, strict=True)) for row in zip(*columns, strict=True)],
+            schema=_SCHEMA,
+        )
     none = pl.Series([None], dtype=pl.Int64).new_from_index(0, n)
     return pl.DataFrame(
         [
@@ -75,6 +102,17 @@ def collectives(ev: pl.DataFrame, comm: pl.Series, word: re.Pattern[str]) -> pl.
             none.alias("bytes"),
         ]
     )
+
+
+#: Up to this many calls the table is made from rows.
+ROWS_MAX: Final = 48
+
+#: The table's columns as :func:`collectives` makes them.
+_SCHEMA: Final = {
+    "rank": pl.Int32, "step": pl.Int32, "collective": pl.String, "name": pl.String,
+    "group": pl.String, "seq": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64,
+    "bytes": pl.Int64,
+}  # fmt: skip
 
 
 def _words(names: set[str | None], word: re.Pattern[str]) -> dict[str | None, str | None] | None:
