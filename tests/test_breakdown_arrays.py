@@ -67,6 +67,32 @@ def test_union_and_split_per_lane_equal_plain_python(base: int) -> None:
         assert (got.busy[k], got.host_wait[k], got.kernel_wait[k], got.other[k]) == want, k
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_split_without_launches_equals_the_full_split(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No work with a launch (Ascend's): the split from the union alone (the window less the
+    busy time is other) equals the segments' split, on random lanes, some without work, some
+    with work outside their window."""
+    rng = random.Random(seed)
+    n_lanes = rng.randint(1, 12)
+    w0 = _ints([rng.randint(0, 1000) for _ in range(n_lanes)])
+    w1 = w0 + _ints([rng.randint(0, 600) for _ in range(n_lanes)])
+    n = rng.randint(0, 60)
+    lane = _ints([rng.randrange(n_lanes) for _ in range(n)])
+    start = _ints([rng.randint(-100, 1700) for _ in range(n)])
+    end = start + _ints([rng.randint(0, 300) for _ in range(n)])
+    launch, launched = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    got = {}
+    for on in (True, False):
+        monkeypatch.setattr(bd.tree, "SHORTCUTS", on)
+        got[on] = arrays.idle_split(lane, start, end, launch, launched, w0, w1)
+    fast, full = got[True], got[False]
+    assert fast is not None and full is not None
+    for c in ("busy", "host_wait", "kernel_wait", "other"):
+        assert getattr(fast, c).tolist() == getattr(full, c).tolist(), c
+
+
 def test_running_cover_declines_inverted_or_too_far_apart_intervals() -> None:
     first = np.array([True, False])
     assert arrays.running_cover(first, _ints([10, 50]), _ints([20, 40])) is None

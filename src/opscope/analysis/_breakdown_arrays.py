@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from opscope.analysis import tree
+
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -112,6 +114,15 @@ def idle_split(
     last segment (the whole window without one) as other. None where :func:`running_cover`
     declines."""
     n_lanes = len(w0)
+    if tree.SHORTCUTS and not launched.any():
+        # no launch (Ascend's work, kernels without runtime calls): every gap is other, so a
+        # lane's idle time is its window less its busy time (the gaps, the tail and the
+        # segments lie end to end from the window's start), the union alone
+        busy = union_per_lane(lane, start, end, n_lanes)
+        if busy is None:
+            return None
+        none = np.zeros(n_lanes, dtype=np.int64)
+        return Split(busy=busy, host_wait=none, kernel_wait=none, other=w1 - w0 - busy)
     order = np.lexsort((start, lane))
     ln, s, e = lane[order], start[order], end[order]
     first = run_starts(ln)
