@@ -180,9 +180,9 @@ def test_queue_arrays_equal_the_plan_and_stats_stay_within_2_ulp_of_polars(rel: 
     interpolation round differently, by an ulp at most on these traces)."""
     p = opscope.load(shared_trace(rel), cache=False)
     inp = bd._inputs(p)
-    taken = bd._arrays_of(inp.dev, inp.win)
+    taken = bd._arrays_of(inp.work, inp.win)
     assert taken is not None
-    assert bd._queue_table(inp.dev, taken[0]).equals(bd.queue_lengths(inp.dev, inp.win))
+    assert bd._queue_table(inp.work, taken[0]).equals(bd.queue_lengths(inp.dev, inp.win))
     d = pl.col("dur_ns").cast(pl.Float64)
     polars = (
         inp.win.select("rank", (pl.col("w1") - pl.col("w0")).alias("dur_ns"))

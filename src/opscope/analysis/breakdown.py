@@ -294,14 +294,22 @@ def _clip_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_clip` as arrays: (the row of ``ev``, the row of ``win``, ``start``, ``end``) of
     each clipped piece."""
+    cols = (ev.get_column("rank"), ev.get_column("ts_ns"), ev.get_column("dur_ns"))
+    (er, eok), (s, sok), (d, dok) = (int_values(c) for c in cols)
+    return _clip_arrays((er, eok, s, sok, d, dok), win)
+
+
+def _clip_arrays(
+    ev: tuple[np.ndarray, ...], win: pl.DataFrame
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_clip_rows` of the events' rank, start and duration arrays, each with where it
+    is known: ``(rank, rank_ok, ts, ts_ok, dur, dur_ok)``."""
+    er, eok, s, sok, d, dok = ev
     wr, wok = int_values(win.get_column("rank"))
     w0, ok0 = int_values(win.get_column("w0"))
     w1, ok1 = int_values(win.get_column("w1"))
     wid = np.flatnonzero(wok & ok0 & ok1)
     order = wid[np.lexsort((w0[wid], wr[wid]))]  # by rank, then start: the windows' numbers
-    er, eok = int_values(ev.get_column("rank"))
-    s, sok = int_values(ev.get_column("ts_ns"))
-    d, dok = int_values(ev.get_column("dur_ns"))
     e = s + d
     live = np.flatnonzero(eok & sok & dok & (d > 0))
     live = live[np.argsort(er[live], kind="stable")]  # each rank's events one slice
@@ -614,44 +622,104 @@ def _stats_table(win: pl.DataFrame) -> pl.DataFrame:
 
 
 def _device_work(profile: Profile) -> pl.DataFrame:
-    """Device work with its stream and the start of the runtime call that launched it: the
-    profile's device work (cached: the same rows in the same order as filtering every event
-    again), its columns as Series and arrays (no query: a plan's select was one)."""
-    ev = profile.events
-    k = profile.kernels
-    device, has_device = int_values(k.get_column("device"))
-    stream, has_stream = int_values(k.get_column("stream"))
-    tid, has_tid = int_values(k.get_column("tid"))
-    cols = [
-        k.get_column("rank"),
-        k.get_column("kind"),
-        # fill_null(-1), and coalesce(stream, tid).fill_null(-1), in NumPy
-        # (the columns' dtypes: a frame's schema is ~25 us to build)
-        pl.Series("device", np.where(has_device, device, -1), dtype=k.get_column("device").dtype),
-        pl.Series(
-            "stream",
-            np.where(has_stream, stream, np.where(has_tid, tid, -1)),
-            dtype=pl.Int64,
-        ),
-        k.get_column("ts_ns"),
-        k.get_column("dur_ns"),
-        k.get_column("launch_id"),
-    ]
-    ids = k.get_column("launch_id")
-    if tree.SHORTCUTS and ids.null_count() == len(ids):
-        # no launch link (Ascend exports, kernels without runtime calls): the left join's
-        # launch times are all null, without the join
-        ts = ev.get_column("ts_ns")
-        launch_ts = pl.Series("launch_ts", [None], dtype=ts.dtype).new_from_index(0, len(ids))
-        return pl.DataFrame([*cols, launch_ts])
-    # each launch's start by its event's position (ids are row ids, unique: what the left join
-    # on the ids gave), a gather instead of hashing every event (2.7 -> 1.2 ms on 75k events);
-    # the ids and starts as arrays and the starts taken in NumPy (a fill_null, an is_null and a
-    # Series gather were a query each)
-    lid, linked = int_values(ids)
-    at = tree._positions(ev.get_column("id").to_numpy().astype(np.int64, copy=False), lid, ~linked)
-    ts = ev.get_column("ts_ns")
-    return pl.DataFrame([*cols, tree.gather(ts, at).alias("launch_ts")])
+    """Device work with its stream and the start of the runtime call that launched it (the
+    columns the plans read): the profile's device work (cached: the same rows in the same
+    order as filtering every event again)."""
+    return _device_frame(profile.kernels, _DeviceArrays.of(profile.kernels, profile.events))
+
+
+def _device_frame(k: pl.DataFrame, work: _DeviceArrays) -> pl.DataFrame:
+    """:func:`_device_work` of the device work ``k`` and its arrays: its columns as Series (no
+    query: a plan's select was one), ``device`` and ``stream`` filled (``fill_null(-1)``,
+    ``coalesce(stream, tid).fill_null(-1)``) and the launch times from the arrays."""
+    ts = k.get_column("ts_ns")
+    if work.launched.any():
+        launch_ts = pl.Series(
+            "launch_ts", np.ma.masked_array(work.launch, mask=~work.launched), dtype=ts.dtype
+        )
+    else:  # (no launch link: Ascend exports, kernels without runtime calls)
+        launch_ts = pl.Series("launch_ts", [None], dtype=ts.dtype).new_from_index(0, k.height)
+    return pl.DataFrame(
+        [
+            k.get_column("rank"),
+            k.get_column("kind"),
+            # (the columns' dtypes: a frame's schema is ~25 us to build)
+            pl.Series("device", work.device, dtype=work.device_dtype),
+            pl.Series("stream", work.stream, dtype=pl.Int64),
+            ts,
+            k.get_column("dur_ns"),
+            k.get_column("launch_id"),
+            launch_ts,
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class _DeviceArrays:
+    """The device work's columns as int64 arrays, read once for the window clip, the streams
+    and the queue (each re-read the frame's columns): ``rank``, ``ts``, ``dur`` with where
+    each is known (``*_ok``), ``device`` (-1 for none) and ``stream`` (else the thread, else
+    -1) filled, each piece's ``launch`` (the start of the runtime call that launched it) where
+    ``launched``; its ``kind`` and the type of ``device``."""
+
+    rank: np.ndarray
+    rank_ok: np.ndarray
+    ts: np.ndarray
+    ts_ok: np.ndarray
+    dur: np.ndarray
+    dur_ok: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    launch: np.ndarray
+    launched: np.ndarray
+    kind: pl.Series
+    device_dtype: Any
+
+    @staticmethod
+    def of(k: pl.DataFrame, ev: pl.DataFrame) -> _DeviceArrays:
+        """The arrays of the device work ``k``, its launches found among the events ``ev``."""
+        device, has_device = int_values(k.get_column("device"))
+        stream, has_stream = int_values(k.get_column("stream"))
+        tid, has_tid = int_values(k.get_column("tid"))
+        ids = k.get_column("launch_id")
+        if ids.null_count() == len(ids):
+            # no launch link (Ascend exports, kernels without runtime calls): none, without
+            # looking the ids up
+            launch = np.zeros(len(ids), dtype=np.int64)
+            launched = np.zeros(len(ids), dtype=bool)
+        else:
+            # each launch's start by its event's position (ids are row ids, unique: what the
+            # left join on the ids gave), a gather instead of hashing every event (2.7 -> 1.2
+            # ms on 75k events)
+            lid, linked = int_values(ids)
+            ev_id = ev.get_column("id").to_numpy().astype(np.int64, copy=False)
+            at = tree._positions(ev_id, lid, ~linked)
+            ev_ts, ev_ts_ok = int_values(ev.get_column("ts_ns"))
+            safe = np.maximum(at, 0)
+            launched = (at >= 0) & ev_ts_ok[safe] if len(ev_ts) else at >= 0
+            launch = np.where(launched, ev_ts[safe], 0) if len(ev_ts) else np.zeros_like(at)
+        rank, rank_ok = int_values(k.get_column("rank"))
+        ts, ts_ok = int_values(k.get_column("ts_ns"))
+        dur, dur_ok = int_values(k.get_column("dur_ns"))
+        return _DeviceArrays(
+            rank=rank,
+            rank_ok=rank_ok,
+            ts=ts,
+            ts_ok=ts_ok,
+            dur=dur,
+            dur_ok=dur_ok,
+            device=np.where(has_device, device, -1),
+            stream=np.where(has_stream, stream, np.where(has_tid, tid, -1)),
+            launch=launch,
+            launched=launched,
+            kind=k.get_column("kind"),
+            device_dtype=k.get_column("device").dtype,
+        )
+
+    @property
+    def complete(self) -> bool:
+        """Whether no piece lacks a rank, start or duration (what the arrays path takes)."""
+        return bool(self.rank_ok.all() and self.ts_ok.all() and self.dur_ok.all())
 
 
 def _window_frame(profile: Profile) -> pl.DataFrame | None:
@@ -697,11 +765,18 @@ class _Inputs:
     are freed before the unions (a large file-backed profile's peak)."""
 
     win: pl.DataFrame
-    dev: pl.DataFrame
+    work: _DeviceArrays
+    kernels: pl.DataFrame
     host: pl.DataFrame
     data: pl.DataFrame
     has_dev: bool
     steps: pl.DataFrame
+
+    @functools.cached_property
+    def dev(self) -> pl.DataFrame:
+        """:func:`_device_work`'s frame (the plans' input), made when first read: the arrays
+        path reads :attr:`work` alone."""
+        return _device_frame(self.kernels, self.work)
 
 
 def _inputs(profile: Profile) -> _Inputs:
@@ -717,7 +792,7 @@ def _inputs(profile: Profile) -> _Inputs:
     # trace without steps and the data-loading events in one call at most (a collect each was
     # a fixed cost)
     win = _window_frame(profile)
-    dev = _device_work(profile)
+    work = _DeviceArrays.of(profile.kernels, events)
     plans = [] if win is not None else [_windows(profile)]
     kind = events.get_column("kind")
     # (Series comparisons: no query, where is_in was one; a null kind is none of them)
@@ -740,7 +815,8 @@ def _inputs(profile: Profile) -> _Inputs:
         win, *got = got
     return _Inputs(
         win=win,
-        dev=dev,
+        work=work,
+        kernels=profile.kernels,
         host=host,
         data=got[0] if got else data,
         has_dev=profile.has_device,
@@ -1013,7 +1089,7 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
     None where the inputs fall outside what the arrays take (see :meth:`_WindowArrays.of`, a
     null in the device work's columns, times that do not fit int64 laid end to end): the
     plans then."""
-    taken = _arrays_of(inp.dev, inp.win)
+    taken = _arrays_of(inp.work, inp.win)
     if taken is None:
         return None
     win, clip = taken
@@ -1022,7 +1098,7 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
     src = _step_rows(steps, win) if figures else None
     if figures and src is None:
         return None
-    got = _streams_split(inp.dev, win, clip)
+    got = _streams_split(inp.work, win, clip)
     if got is None:
         return None
     lanes, per_stream = got
@@ -1051,14 +1127,14 @@ def _breakdown_arrays(inp: _Inputs, *, per_trace: bool) -> Breakdown | None:
     if whole is None:
         return None
     table = _steps_table(inp, win, unions, whole, src, split_null=everywhere)
-    streams = _streams_frame(inp.dev, inp.win, win, lanes, per_stream)
+    streams = _streams_frame(inp.work, inp.win, win, lanes, per_stream)
     if not per_trace:
         return Breakdown(steps=table, stats=pl.DataFrame(), streams=streams)
     return Breakdown(
         steps=table,
         stats=_stats_table(inp.win),
         streams=streams,
-        queue=_queue_table(inp.dev, win),
+        queue=_queue_table(inp.work, win),
     )
 
 
@@ -1111,17 +1187,15 @@ def _one_stream_split(
     )
 
 
-#: The device work's columns the arrays read that must hold no null.
-_DEVICE_KEYS = ("rank", "ts_ns", "dur_ns", "device", "stream")
-
-
-def _arrays_of(dev: pl.DataFrame, frame: pl.DataFrame) -> tuple[_WindowArrays, _DeviceClip] | None:
+def _arrays_of(
+    work: _DeviceArrays, frame: pl.DataFrame
+) -> tuple[_WindowArrays, _DeviceClip] | None:
     """The windows' arrays and the device work clipped to them; None where the arrays decline
-    the windows (:meth:`_WindowArrays.of`) or a key of the device work is null."""
+    the windows (:meth:`_WindowArrays.of`) or a piece lacks a rank, start or duration."""
     win = _WindowArrays.of(frame)
-    if win is None or _has_null(dev, _DEVICE_KEYS):
+    if win is None or not work.complete:
         return None
-    return win, _DeviceClip.of(dev, frame, win)
+    return win, _DeviceClip.of(work, frame, win)
 
 
 @dataclass(frozen=True)
@@ -1137,14 +1211,10 @@ class _DeviceClip:
     launched: np.ndarray
 
     @staticmethod
-    def of(dev: pl.DataFrame, frame: pl.DataFrame, win: _WindowArrays) -> _DeviceClip:
-        rows, at, start, end = _clip_rows(dev, frame)
-        launch, launched = int_values(dev.get_column("launch_ts"))
-        return _DeviceClip(rows, win.place[at], start, end, launch[rows], launched[rows])
-
-
-def _has_null(df: pl.DataFrame, cols: tuple[str, ...]) -> bool:
-    return any(df.get_column(c).null_count() for c in cols)
+    def of(work: _DeviceArrays, frame: pl.DataFrame, win: _WindowArrays) -> _DeviceClip:
+        ok = work.rank_ok  # (all of them: what _arrays_of took)
+        rows, at, start, end = _clip_arrays((work.rank, ok, work.ts, ok, work.dur, ok), frame)
+        return _DeviceClip(rows, win.place[at], start, end, work.launch[rows], work.launched[rows])
 
 
 def _step_rows(steps: pl.DataFrame, win: _WindowArrays) -> np.ndarray | None:
@@ -1187,7 +1257,7 @@ def _class_unions(
     device work's pieces by kind (``busy``: all of them), the host ops' and data loading's
     clipped here; None where :func:`arrays.union_per_lane` declines."""
     rows, place, start, end = clip.rows, clip.place, clip.start, clip.end
-    kind = inp.dev.get_column("kind")
+    kind = inp.work.kind
     one = _one_kind(kind) if tree.SHORTCUTS else None
     n = len(_CLASSES)
     lanes: list[np.ndarray] = []
@@ -1380,12 +1450,12 @@ class _StreamLanes:
 
 
 def _streams_split(
-    dev: pl.DataFrame, win: _WindowArrays, clip: _DeviceClip
+    work: _DeviceArrays, win: _WindowArrays, clip: _DeviceClip
 ) -> tuple[_StreamLanes, arrays.Split] | None:
     """The streams table's lanes and their split, from the windows' arrays ``win`` and the
     device work (clipped: ``clip``); None where the arrays decline."""
-    device = dev.get_column("device").to_numpy().astype(np.int64, copy=False)[clip.rows]
-    stream = dev.get_column("stream").to_numpy().astype(np.int64, copy=False)[clip.rows]
+    device = work.device[clip.rows]
+    stream = work.stream[clip.rows]
     rank = win.rank[clip.place]
     # the rank's (device, stream) pairs, sorted: each rank's one run of them
     pair, reps = arrays.lane_ids(rank, device, stream)
@@ -1405,7 +1475,7 @@ def _streams_split(
 
 
 def _streams_frame(
-    dev: pl.DataFrame,
+    work: _DeviceArrays,
     frame: pl.DataFrame,
     win: _WindowArrays,
     lanes: _StreamLanes,
@@ -1419,7 +1489,7 @@ def _streams_frame(
     return _frame(
         [
             *_window_keys(frame, win, lane_win),
-            ("device", dev.get_column("device").dtype, lanes.device[lanes.lane_pair], None),
+            ("device", work.device_dtype, lanes.device[lanes.lane_pair], None),
             ("stream", i64, lanes.stream[lanes.lane_pair], None),
             ("dur_ns", i64, win.w1[lane_win] - win.w0[lane_win], None),
             ("busy_ns", i64, split.busy, None),
@@ -1430,15 +1500,13 @@ def _streams_frame(
     )
 
 
-def _queue_table(dev: pl.DataFrame, win: _WindowArrays) -> pl.DataFrame:
+def _queue_table(work: _DeviceArrays, win: _WindowArrays) -> pl.DataFrame:
     """:func:`queue_lengths` over arrays (the module doc's definitions): the device work of
     the ranks with a window, each (rank, device, stream) a lane over its rank's range, the
     windows' arrays ``win`` (no null rank or bound) and the device work's keys without a null
     (what :func:`_arrays_of` took)."""
-    rank = dev.get_column("rank").to_numpy().astype(np.int64, copy=False)
-    ts = dev.get_column("ts_ns").to_numpy().astype(np.int64, copy=False)
-    end = ts + dev.get_column("dur_ns").to_numpy().astype(np.int64, copy=False)
-    launch, launched = int_values(dev.get_column("launch_ts"))
+    rank, ts, launch, launched = work.rank, work.ts, work.launch, work.launched
+    end = ts + work.dur
     # each rank's range: its windows (sorted by rank) from the first start to the last end
     at = np.flatnonzero(arrays.run_starts(win.rank))
     ranks = win.rank[at]
@@ -1446,8 +1514,8 @@ def _queue_table(dev: pl.DataFrame, win: _WindowArrays) -> pl.DataFrame:
     r1 = np.maximum.reduceat(win.w1, at) if len(at) else win.w1
     of = np.minimum(np.searchsorted(ranks, rank), max(len(ranks) - 1, 0))
     kept = np.flatnonzero(ranks[of] == rank) if len(ranks) else np.zeros(0, dtype=np.int64)
-    device = dev.get_column("device").to_numpy().astype(np.int64, copy=False)[kept]
-    stream = dev.get_column("stream").to_numpy().astype(np.int64, copy=False)[kept]
+    device = work.device[kept]
+    stream = work.stream[kept]
     lane, reps = arrays.lane_ids(rank[kept], device, stream)
     place = of[kept][reps]  # each lane's rank among the ranges
     q = arrays.launch_queue(
