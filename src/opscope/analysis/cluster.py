@@ -437,7 +437,10 @@ def _steps(profile: Profile, calls: pl.DataFrame, comp: pl.DataFrame | None) -> 
             b.get_column("communication_not_overlapped_ns"),
             b.get_column("device_idle_ns").alias("idle_ns"),
         ]
-        return pl.DataFrame([c.cast(STEP_COLUMNS[c.name], strict=False) for c in cols])
+        # (a column already of its type as it is: a cast is ~3 us even to the same type)
+        return pl.DataFrame(
+            [c if c.dtype == (t := STEP_COLUMNS[c.name]) else c.cast(t, strict=False) for c in cols]
+        )
     return _host_steps(profile, calls, comp)
 
 
@@ -921,7 +924,8 @@ def _one_rank_row(st: pl.DataFrame, co: pl.DataFrame, rank: int | None) -> pl.Da
         )
     ]
     row = (rank, st.height, *sums, 0, co.height, 0.0, 0)
-    return pl.DataFrame([row], schema=schema, orient="row")
+    # (as a dict: ~30% less than a row's orient="row", which checks its schema twice)
+    return pl.from_dicts([dict(zip(schema, row, strict=True))], schema=schema)
 
 
 def _one_rank_gap(st: pl.DataFrame) -> pl.DataFrame:
@@ -941,7 +945,7 @@ def _one_rank_gap(st: pl.DataFrame) -> pl.DataFrame:
             rows.append((step, r, us(lo), r, us(hi), len(durs), us(hi - lo)))
         else:
             rows.append((step, r, None, r, None, len(durs), None))
-    return pl.DataFrame(rows, schema=_GAP_SCHEMA, orient="row")
+    return pl.from_dicts([dict(zip(_GAP_SCHEMA, r, strict=True)) for r in rows], schema=_GAP_SCHEMA)
 
 
 @functools.cache
