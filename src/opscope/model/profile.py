@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -181,10 +182,13 @@ class Profile:
         on a wide frame of any height); None otherwise. All of them is the frame itself only
         where each column is one chunk, as a filter of all rows leaves it (a filter keeps a
         frame's aligned chunks or rechunks it: float sums over the chunks would differ)."""
-        from opscope.analysis import tree  # (analysis imports the model)
-
         ev = self.__dict__.get("events")
-        if not tree.SHORTCUTS or not isinstance(ev, pl.DataFrame):
+        if not isinstance(ev, pl.DataFrame):
+            return None
+        # analysis.tree's switch, read only when analysis is imported: the model does not
+        # import it (a cache hit's `p.ops` imports no analysis), and unimported it is unchanged
+        tree = sys.modules.get("opscope.analysis.tree")
+        if tree is not None and not tree.SHORTCUTS:
             return None
         kind = ev.get_column("kind")
         if not len(kind) or kind.null_count():
