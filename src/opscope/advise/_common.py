@@ -18,6 +18,7 @@ import polars as pl
 
 from opscope.advise._regex import PY_MAX_TESTS, py_hits
 from opscope.advise.finding import Finding, finding_id
+from opscope.analysis.small_frames import codes_in_order
 from opscope.analysis.tree import Memo, gather, int_values, not_null
 from opscope.model import Profile, dtypes, kinds
 
@@ -982,10 +983,8 @@ def _name_codes(profile: Profile, table: str) -> tuple[pl.Series, Any]:
         # a few names: their distinct ones in Python, in order of appearance (the cast and
         # arrays below are ~0.15 ms of fixed cost; the order of the distinct names is no
         # caller's concern, each tests them and spreads the answers by the codes)
-        first: dict[str | None, int] = {}
-        got = names.to_list()
-        codes = np.fromiter((first.setdefault(n, len(first)) for n in got), np.int64, len(got))
-        return pl.Series(names.name, list(first), dtype=names.dtype), codes
+        codes, first = codes_in_order(names.to_list())
+        return pl.Series(names.name, first, dtype=names.dtype), codes
     # each name's id in the string cache, one to one with the strings (a null: one past the
     # others), its distinct ones found in NumPy by the ids' values (a Series' unique and
     # fill_null were queries of fixed cost, a NumPy unique a sort of every row)

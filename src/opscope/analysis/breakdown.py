@@ -60,7 +60,7 @@ import numpy as np
 import polars as pl
 
 from opscope.analysis import _breakdown_arrays as arrays
-from opscope.analysis import tree
+from opscope.analysis import small_frames, tree
 from opscope.analysis.exact_stats import spread
 from opscope.analysis.hotspots import projected, rows_of
 from opscope.analysis.registry import Options, Result, analysis
@@ -618,7 +618,7 @@ def _stats_table(win: pl.DataFrame) -> pl.DataFrame:
         rows.append((key, b - a, *spread(mine)))
     every = sorted(x for x, c in zip(lengths, counted, strict=True) if c)
     rows.append((None, len(order), *spread(every)))
-    return _from_rows(list(_STATS_SCHEMA), rows, _STATS_SCHEMA)
+    return small_frames.frame_of_rows(rows, _STATS_SCHEMA)
 
 
 def _device_work(profile: Profile) -> pl.DataFrame:
@@ -1331,7 +1331,7 @@ def _class_mask(kind: pl.Series, cls: str) -> np.ndarray:
 
 #: Up to this many rows a table is built from Python rows: ~40 us for the steps table's 16
 #: columns, where a Series per column is ~10 us each (rows cost more from ~60 rows on).
-_ROWS_MAX = 48
+_ROWS_MAX = small_frames.ROWS_MAX
 
 #: A column to build: its name, type, values and where they are valid (None: everywhere).
 _Col = tuple[str, Any, np.ndarray, np.ndarray | None]
@@ -1343,16 +1343,7 @@ def _frame(cols: list[_Col]) -> pl.DataFrame:
     if n > _ROWS_MAX:
         return pl.DataFrame([_series(*c) for c in cols])
     values = [v.tolist() if ok is None else _with_nulls(v, ok) for _, _, v, ok in cols]
-    names = [c[0] for c in cols]
-    return _from_rows(names, list(zip(*values, strict=True)), {c[0]: c[1] for c in cols})
-
-
-def _from_rows(
-    names: list[str], rows: list[tuple[Any, ...]], schema: dict[str, Any]
-) -> pl.DataFrame:
-    """A frame of Python ``rows`` (values in ``names``' order) of ``schema``: as dicts, ~26 us
-    for a row of 16 columns where ``orient="row"`` was ~40 (its schema is checked twice)."""
-    return pl.from_dicts([dict(zip(names, r, strict=True)) for r in rows], schema=schema)
+    return small_frames.frame_of_rows(zip(*values, strict=True), {c[0]: c[1] for c in cols})
 
 
 def _with_nulls(values: np.ndarray, ok: np.ndarray) -> list[Any]:

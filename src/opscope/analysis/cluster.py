@@ -67,6 +67,7 @@ from opscope.analysis.breakdown import breakdown
 from opscope.analysis.cluster_calls import collectives
 from opscope.analysis.hotspots import rows_of
 from opscope.analysis.registry import Options, Result, analysis
+from opscope.analysis.small_frames import frame_of_rows
 from opscope.model import Profile, dtypes
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
@@ -924,8 +925,7 @@ def _one_rank_row(st: pl.DataFrame, co: pl.DataFrame, rank: int | None) -> pl.Da
         )
     ]
     row = (rank, st.height, *sums, 0, co.height, 0.0, 0)
-    # (as a dict: ~30% less than a row's orient="row", which checks its schema twice)
-    return pl.from_dicts([dict(zip(schema, row, strict=True))], schema=schema)
+    return frame_of_rows([row], schema)
 
 
 def _one_rank_gap(st: pl.DataFrame) -> pl.DataFrame:
@@ -945,7 +945,7 @@ def _one_rank_gap(st: pl.DataFrame) -> pl.DataFrame:
             rows.append((step, r, us(lo), r, us(hi), len(durs), us(hi - lo)))
         else:
             rows.append((step, r, None, r, None, len(durs), None))
-    return pl.from_dicts([dict(zip(_GAP_SCHEMA, r, strict=True)) for r in rows], schema=_GAP_SCHEMA)
+    return frame_of_rows(rows, _GAP_SCHEMA)
 
 
 @functools.cache

@@ -17,6 +17,8 @@ import numpy as np
 import polars as pl
 
 from opscope.analysis import tree
+from opscope.analysis.small_frames import ROWS_MAX as _SHARED_ROWS_MAX
+from opscope.analysis.small_frames import codes_in_order, frame_of_rows
 
 #: Up to this many calls (a name's word is found once per distinct name, the rest in NumPy;
 #: past it, the plan: its cost no longer fixed).
@@ -58,8 +60,7 @@ def collectives(ev: pl.DataFrame, comm: pl.Series, word: re.Pattern[str]) -> pl.
     coll = [found[texts[i]] for i in order.tolist()]
     # seq: each call's number among the calls before it of its rank, step and collective
     # (the group: null for all)
-    codes: dict[str | None, int] = {}
-    c = np.fromiter((codes.setdefault(x, len(codes)) for x in coll), dtype=i64, count=n)
+    c, _ = codes_in_order(coll)
     r, s = rank[order], step[order]
     by = np.lexsort((np.arange(n), c, s, r))
     new = np.ones(n, dtype=bool)
@@ -84,10 +85,7 @@ def collectives(ev: pl.DataFrame, comm: pl.Series, word: re.Pattern[str]) -> pl.
             [durs[i] for i in picked],
             [None] * n,
         )
-        return pl.from_dicts(
-            [dict(zip(_SCHEMA, row, strict=True)) for row in zip(*columns, strict=True)],
-            schema=_SCHEMA,
-        )
+        return frame_of_rows(zip(*columns, strict=True), _SCHEMA)
     none = pl.Series([None], dtype=pl.Int64).new_from_index(0, n)
     return pl.DataFrame(
         [
@@ -105,7 +103,7 @@ def collectives(ev: pl.DataFrame, comm: pl.Series, word: re.Pattern[str]) -> pl.
 
 
 #: Up to this many calls the table is made from rows.
-ROWS_MAX: Final = 48
+ROWS_MAX: Final = _SHARED_ROWS_MAX
 
 #: The table's columns as :func:`collectives` makes them.
 _SCHEMA: Final = {

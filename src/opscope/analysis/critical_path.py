@@ -77,7 +77,7 @@ from opscope.analysis.critical_path_graph import (
     positions,
 )
 from opscope.analysis.registry import Options, Result, analysis
-from opscope.analysis.small_frames import series
+from opscope.analysis.small_frames import ROWS_MAX, codes_in_order, columns_frame, series
 from opscope.model import Profile
 
 # IDLE_OP (the graph's): the op name of the idle nodes in this analysis' output
@@ -359,7 +359,7 @@ def _ops_table(
         ):
             values = col.to_list()
             keys.append((c, col.dtype, [values[i] for i in picked]))
-        return rows_frame(
+        return columns_frame(
             [
                 *keys,
                 ("on_path_ns", pl.Int64, total[rows].tolist()),
@@ -383,24 +383,6 @@ def _ops_table(
     )
 
 
-#: Up to this many rows a result table is made from Python rows (``pl.from_dicts`` with its
-#: schema: ~20 us for a few rows of a dozen columns, where a Series per column is ~5 us each
-#: whatever its length, and a Series' gather ~13 us).
-ROWS_MAX: Final = 48
-
-
-def rows_frame(cols: list[tuple[str, Any, list[Any]]]) -> pl.DataFrame:
-    """A frame of the columns ``cols`` (name, type, values; each as long as the others): from
-    its rows up to :data:`ROWS_MAX` of them, else a Series of each column's list."""
-    if cols and len(cols[0][2]) > ROWS_MAX:
-        return pl.DataFrame([pl.Series(name, v, dtype) for name, dtype, v in cols])
-    names = [c[0] for c in cols]
-    rows = zip(*(c[2] for c in cols), strict=True)
-    return pl.from_dicts(
-        [dict(zip(names, r, strict=True)) for r in rows], schema={c[0]: c[1] for c in cols}
-    )
-
-
 #: Up to this many names, :func:`_name_codes` codes them in Python (a dict: ~0.1 us a name;
 #: the Categorical cast is ~25 us and ~12 ns a name).
 _CODES_IN_PYTHON = 256
@@ -410,11 +392,7 @@ def _name_codes(op: pl.Series) -> tuple[np.ndarray, list[str | None]]:
     """A code per name of ``op`` (a null one of its own) and each code's name. Which code a
     name gets is no output's business: the ops table orders by the names themselves."""
     if len(op) <= _CODES_IN_PYTHON:
-        seen: dict[str | None, int] = {}
-        code = np.fromiter(
-            (seen.setdefault(x, len(seen)) for x in op.to_list()), dtype=np.int64, count=len(op)
-        )
-        return code, list(seen)
+        return codes_in_order(op.to_list())
     # the names' codes as a Categorical (its cast is one small query), a null one of its own
     phys, known = tree.int_values(op.cast(pl.Categorical).to_physical())
     _, code = dense_unique(np.where(known, phys + 1, 0))
@@ -535,7 +513,7 @@ def result(
     rows_of = [(k, d) for k, key in enumerate(keys) for d in spans.get(key, [None])]
     path_ns = [int(c.sum()) for c in contribs]
     of = [k for k, _ in rows_of]
-    steps = rows_frame(
+    steps = columns_frame(
         [
             ("rank", _NODE_SCHEMA["rank"], [keys[k][0] for k in of]),
             ("step", _NODE_SCHEMA["step"], [keys[k][1] for k in of]),

@@ -20,7 +20,7 @@ import polars as pl
 
 from opscope.analysis import tree
 from opscope.analysis.critical_path_graph import _NODE_SCHEMA, IDLE_OP, LANE
-from opscope.analysis.small_frames import repeated, series
+from opscope.analysis.small_frames import ROWS_MAX, columns_frame, repeated, series
 from opscope.model import Profile, kinds
 
 if TYPE_CHECKING:
@@ -111,8 +111,6 @@ def _path_table(
     """The path's table (:func:`opscope.analysis.critical_path._path_table`'s columns) of the
     events at ``rows``: no operator, so a node's name is its own (null for "", as a host
     piece's of no operator) and so is its op (:data:`IDLE_OP` for "(idle)")."""
-    from opscope.analysis.critical_path import ROWS_MAX, rows_frame
-
     i64 = np.int64
     rank, step, lane, start, end = (x[rows] for x in node)
     ids = col["id"].to_numpy()[rows]
@@ -125,7 +123,7 @@ def _path_table(
         every = names.to_list()
         name_l = every if same else [every[i] for i in rows.tolist()]
         valid = (ids >= 0).tolist()
-        return rows_frame(
+        return columns_frame(
             [
                 ("rank", _NODE_SCHEMA["rank"], rank.tolist()),
                 ("step", _NODE_SCHEMA["step"], step.tolist()),
