@@ -398,11 +398,22 @@ class Side:
     # Side-level figures -------------------------------------------------------------------------
 
     def device_busy_idle_ns(self) -> tuple[int, int] | None:
-        """Busy (union of device work) and idle time within the step window, over devices."""
+        """Busy (union of device work) and idle time within the step window, over devices.
+
+        All the device work that runs in the window counts, not only the rows' (those of a
+        step): work queued before profiling began has no launch in the trace and so no step,
+        yet the device runs it in the first step (733 kernels, 35 ms, on kineto's ResNet-50
+        sample), as the breakdown counts it."""
         if self.kernels.height == 0:
             return None
+        work = self.profile.kernels.select(
+            pl.col("rank").fill_null(0).cast(pl.Int32),
+            pl.coalesce("device", "pid").alias("device"),
+            "ts_ns",
+            "dur_ns",
+        )
         k = (
-            self.kernels.join(self.windows, on="rank", how="inner")
+            work.join(self.windows, on="rank", how="inner")
             .select(
                 "rank",
                 "device",
